@@ -1,0 +1,50 @@
+/* common/util.h: small helpers shared by every module: clocks, whole-file
+ * reads, overflow-checked arithmetic, number-list parsing. */
+#ifndef INFERD_COMMON_UTIL_H
+#define INFERD_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+
+/* Monotonic clock in microseconds / seconds. */
+int64_t time_now_us(void);
+double time_now_s(void);
+/* Wall clock (unix epoch) in seconds. */
+int64_t time_unix_s(void);
+
+/* Read a whole file into a NUL-terminated heap buffer (xfree it).
+ * max_bytes bounds the size (0 = 1 GiB). Errors name the path. */
+inferd_status util_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
+bool util_file_exists(const char *path);
+/* Join dir and name into a new heap string "dir/name". */
+char *util_path_join(const char *dir, const char *name);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+static inline bool util_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool util_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Parse a comma-separated list of int32 ("1,2,3"). *out is heap (xfree).
+ * Empty items, junk and out-of-range values are errors. */
+inferd_status util_parse_int_list(const char *s, int32_t **out, int *n_out);
+/* Strict number parsing of a whole string; false on junk or range error. */
+bool util_parse_int(const char *s, long long lo, long long hi, long long *out);
+bool util_parse_double(const char *s, double *out);
+
+/* Validate UTF-8 (no overlongs, no surrogates, max U+10FFFF). */
+bool util_utf8_valid(const char *s, size_t n);
+
+#endif

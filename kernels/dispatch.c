@@ -1,0 +1,256 @@
+/* kernels/dispatch.c: the public kern_* API. Each call forwards to the CPU
+ * or CUDA backend named by the context. Builds without CUDA reject
+ * KERN_BACKEND_CUDA at kern_ctx_create, so the kcuda_* symbols are only
+ * referenced when INFERD_HAVE_CUDA is defined. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "kernels/kern_internal.h"
+
+#ifdef INFERD_HAVE_CUDA
+#define DISPATCH(ctx, call)               \
+    do {                                  \
+        if ((ctx)->backend == KERN_BACKEND_CUDA) \
+            kcuda_##call;                 \
+        else                              \
+            kcpu_##call;                  \
+    } while (0)
+#define DISPATCH_RET(ctx, call) ((ctx)->backend == KERN_BACKEND_CUDA ? kcuda_##call : kcpu_##call)
+#else
+#define DISPATCH(ctx, call) kcpu_##call
+#define DISPATCH_RET(ctx, call) kcpu_##call
+#endif
+
+size_t kern_dtype_size(kern_dtype dt)
+{
+    return dt == KERN_DTYPE_F32 ? 4 : 2;
+}
+
+const char *kern_dtype_name(kern_dtype dt)
+{
+    switch (dt) {
+    case KERN_DTYPE_F32: return "F32";
+    case KERN_DTYPE_F16: return "F16";
+    case KERN_DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+const char *kern_backend_name(kern_backend b)
+{
+    return b == KERN_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+bool kern_cuda_available(void)
+{
+#ifdef INFERD_HAVE_CUDA
+    return kcuda_available();
+#else
+    return false;
+#endif
+}
+
+inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
+{
+    kern_ctx *ctx = xcalloc(1, sizeof *ctx);
+    ctx->backend = opts->backend;
+    if (opts->backend == KERN_BACKEND_CPU) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        ctx->n_threads = opts->n_threads > 0 ? opts->n_threads : (int)(nc > 0 ? nc : 1);
+        *out = ctx;
+        return INFERD_OK;
+    }
+#ifdef INFERD_HAVE_CUDA
+    inferd_status st = kcuda_ctx_init(ctx, opts->device_id);
+    if (st != INFERD_OK) {
+        xfree(ctx);
+        return st;
+    }
+    *out = ctx;
+    return INFERD_OK;
+#else
+    xfree(ctx);
+    return inferd_set_error(INFERD_ERR_UNSUPPORTED, "this build of inferd has no CUDA backend");
+#endif
+}
+
+void kern_ctx_free(kern_ctx *ctx)
+{
+    if (!ctx)
+        return;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        kcuda_ctx_free(ctx);
+#endif
+    xfree(ctx);
+}
+
+kern_backend kern_ctx_backend(const kern_ctx *ctx)
+{
+    return ctx->backend;
+}
+
+inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_mem_info(ctx, free_b, total_b);
+#endif
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    *total_b = (size_t)pages * (size_t)psz;
+    *free_b = (size_t)avail * (size_t)psz;
+    return INFERD_OK;
+}
+
+kern_dtype kern_act_dtype(const kern_ctx *ctx)
+{
+    return ctx->backend == KERN_BACKEND_CUDA ? KERN_DTYPE_BF16 : KERN_DTYPE_F32;
+}
+
+kern_dtype kern_weight_dtype(const kern_ctx *ctx, kern_dtype file_dtype)
+{
+    return ctx->backend == KERN_BACKEND_CUDA ? KERN_DTYPE_BF16 : file_dtype;
+}
+
+void *kern_alloc(kern_ctx *ctx, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_alloc(ctx, bytes);
+#endif
+    void *p = NULL;
+    size_t n = (bytes + 255) & ~(size_t)255;
+    if (posix_memalign(&p, 256, n ? n : 256) != 0)
+        return NULL;
+    return p;
+}
+
+void kern_free(kern_ctx *ctx, void *p)
+{
+    if (!p)
+        return;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_free(ctx, p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+void kern_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_memcpy_h2d(ctx, dst, src, bytes);
+        return;
+    }
+#endif
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+void kern_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_memcpy_d2h(ctx, dst, src, bytes);
+        return;
+    }
+#endif
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+void kern_memset0(kern_ctx *ctx, void *dst, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_memset0(ctx, dst, bytes);
+        return;
+    }
+#endif
+    memset(dst, 0, bytes);
+}
+
+void kern_sync(kern_ctx *ctx)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        kcuda_sync(ctx);
+#endif
+    (void)ctx;
+}
+
+void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,
+                        kern_dtype src_dtype, int64_t n_rows)
+{
+    CHECK(row_offset >= 0 && n_rows >= 0 && row_offset + n_rows <= w->rows);
+    DISPATCH(ctx, weight_upload(ctx, w, row_offset, src, src_dtype, n_rows));
+}
+
+void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
+{
+    DISPATCH(ctx, weight_fill_random(ctx, w, seed, scale));
+}
+
+void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table)
+{
+    DISPATCH(ctx, embed(ctx, out, tokens, n, table));
+}
+
+void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w,
+                      int n, float eps)
+{
+    DISPATCH(ctx, add_rmsnorm(ctx, out, resid, add, w, n, eps));
+}
+
+void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n)
+{
+    DISPATCH(ctx, matmul(ctx, out, in, w, n));
+}
+
+void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
+{
+    DISPATCH(ctx, logits(ctx, logits, in, w, n));
+}
+
+void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d)
+{
+    DISPATCH(ctx, gather_rows(ctx, out, in, idx, r, d));
+}
+
+void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
+{
+    DISPATCH(ctx, silu_mul(ctx, out, gate_up, n, f));
+}
+
+void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
+{
+    DISPATCH(ctx, rope_kv_write(ctx, p));
+}
+
+void kern_attention(kern_ctx *ctx, const kern_attn_params *p)
+{
+    DISPATCH(ctx, attention(ctx, p));
+}
+
+size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
+                                 int head_dim, int max_seq_len)
+{
+    return DISPATCH_RET(ctx, attn_workspace_bytes(ctx, max_tokens, max_seqs, n_heads, head_dim, max_seq_len));
+}
+
+void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params,
+                 int r, int vocab, void *workspace)
+{
+    DISPATCH(ctx, sample(ctx, tokens, logits, params, r, vocab, workspace));
+}
+
+size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab)
+{
+    return DISPATCH_RET(ctx, sample_workspace_bytes(ctx, max_rows, vocab));
+}

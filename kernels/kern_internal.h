@@ -1,0 +1,59 @@
+/* kernels/kern_internal.h: backend-private view of kern_ctx and the two
+ * backends' entry points. kernels/dispatch.c routes each public kern_* call
+ * to kcpu_* or kcuda_* with identical arguments. */
+#ifndef INFERD_KERN_INTERNAL_H
+#define INFERD_KERN_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kern_ctx {
+    kern_backend backend;
+    int n_threads;  /* CPU backend */
+    void *cuda;     /* CUDA backend state (kernels/cuda), NULL on CPU */
+};
+
+/* Declares one backend's op table with a given prefix. */
+#define KERN_DECLARE_BACKEND(P)                                                                   \
+    void P##_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,    \
+                           kern_dtype src_dtype, int64_t n_rows);                                 \
+    void P##_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);       \
+    void P##_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t); \
+    void P##_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add,                  \
+                         const kern_weight *w, int n, float eps);                                 \
+    void P##_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);       \
+    void P##_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);   \
+    void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \
+                         int d);                                                                  \
+    void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
+    void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);                          \
+    void P##_attention(kern_ctx *ctx, const kern_attn_params *p);                                 \
+    size_t P##_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs,            \
+                                    int n_heads, int head_dim, int max_seq_len);                  \
+    void P##_sample(kern_ctx *ctx, int32_t *tokens, float *logits,                                \
+                    const kern_sample_params *params, int r, int vocab, void *workspace);         \
+    size_t P##_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);
+
+KERN_DECLARE_BACKEND(kcpu)
+
+/* CUDA backend lifecycle and memory (kernels/cuda). */
+inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id);
+void kcuda_ctx_free(kern_ctx *ctx);
+bool kcuda_available(void);
+inferd_status kcuda_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b);
+void *kcuda_alloc(kern_ctx *ctx, size_t bytes);
+void kcuda_free(kern_ctx *ctx, void *p);
+void kcuda_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+void kcuda_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes);
+void kcuda_sync(kern_ctx *ctx);
+KERN_DECLARE_BACKEND(kcuda)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,179 @@
+/* kernels/kernels.h: the op API the forward pass is written against.
+ *
+ * One API, two backends: kernels/cpu (fp32 reference, also the no-GPU
+ * backend) and kernels/cuda (bf16 weights/activations/KV, fp32 accumulation).
+ * A kern_ctx names the backend; every entry point below dispatches on it, so
+ * model/forward.c is written once. All pointers passed to ops are "device"
+ * pointers of the ctx's backend (plain host memory on the CPU backend),
+ * obtained from kern_alloc. Ops are asynchronous on the ctx's stream; results
+ * are visible after kern_sync or a d2h copy.
+ *
+ * Element types:
+ *  - activations (hidden states, qkv, attention output, MLP intermediates) and
+ *    the KV cache use kern_act_dtype(ctx): F32 on CPU, BF16 on CUDA;
+ *  - logits are always F32;
+ *  - weights use kern_weight_dtype(ctx, file_dtype): the file dtype on CPU
+ *    (matmul reads F32/F16/BF16 directly), BF16 on CUDA.
+ *
+ * KV cache layout per layer, separate K and V arrays:
+ *   [n_blocks, n_kv_heads, block_size, head_dim]
+ * A token with slot s = block_id * block_size + offset lives at
+ *   ((block_id * n_kv_heads + h) * block_size + offset) * head_dim.
+ * slot_mapping < 0 means "do not write" (padding).
+ *
+ * Batch layout (FlashInfer/vLLM varlen): the batch is a flat list of n_tokens
+ * new tokens from n_seqs sequences; sequence i owns rows
+ * [query_start_loc[i], query_start_loc[i+1]) and has seq_lens[i] tokens of
+ * context in total (cached + new). Its new tokens sit at positions
+ * seq_lens[i] - q_len .. seq_lens[i] - 1 and attend causally to every earlier
+ * position, all read through the block table (rope_kv_write has already
+ * stored the new K/V in the cache).
+ */
+#ifndef INFERD_KERNELS_H
+#define INFERD_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KERN_DTYPE_F32 = 0, KERN_DTYPE_F16, KERN_DTYPE_BF16 } kern_dtype;
+typedef enum { KERN_BACKEND_CPU = 0, KERN_BACKEND_CUDA } kern_backend;
+
+size_t kern_dtype_size(kern_dtype dt);
+const char *kern_dtype_name(kern_dtype dt);
+const char *kern_backend_name(kern_backend b);
+
+typedef struct kern_ctx kern_ctx;
+
+typedef struct {
+    kern_backend backend;
+    int n_threads;  /* CPU: worker threads (0 = all cores) */
+    int device_id;  /* CUDA: device ordinal */
+} kern_ctx_opts;
+
+/* Create a backend context (CUDA: stream, cuBLASLt handle + workspace). */
+inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out);
+void kern_ctx_free(kern_ctx *ctx);
+kern_backend kern_ctx_backend(const kern_ctx *ctx);
+/* True when this build has the CUDA backend and a device is present. */
+bool kern_cuda_available(void);
+/* Device memory (bytes free, total); CPU backend reports host RAM. */
+inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b);
+
+kern_dtype kern_act_dtype(const kern_ctx *ctx);
+kern_dtype kern_weight_dtype(const kern_ctx *ctx, kern_dtype file_dtype);
+
+/* --- memory --------------------------------------------------------------- */
+/* Backend memory, 256-byte aligned. NULL on failure (never aborts). */
+void *kern_alloc(kern_ctx *ctx, size_t bytes);
+void kern_free(kern_ctx *ctx, void *p);
+void kern_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+void kern_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes); /* synchronous */
+void kern_memset0(kern_ctx *ctx, void *dst, size_t bytes);
+void kern_sync(kern_ctx *ctx);
+
+/* --- weights -------------------------------------------------------------- */
+/* A row-major matrix [rows, cols] in backend memory (HF Linear: [out, in]). */
+typedef struct {
+    void *data;
+    kern_dtype dtype;
+    int64_t rows, cols;
+} kern_weight;
+
+/* Convert n_rows rows of a host matrix (src_dtype, row length w->cols) into
+ * w at row_offset. Used to load and to fuse QKV / gate-up at load time. */
+void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,
+                        kern_dtype src_dtype, int64_t n_rows);
+/* Fill w with uniform values in [-scale, scale] from a seed, on the device
+ * (--load-format dummy). */
+void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);
+
+/* --- ops ------------------------------------------------------------------ */
+/* out[n, d] = table[tokens[i], :]. tokens: [n] int32 (backend memory). */
+void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table);
+
+/* Fused residual add + RMSNorm (vLLM fused_add_rms_norm):
+ *   if add != NULL: resid += add
+ *   out = resid / sqrt(mean(resid^2) + eps) * w
+ * out, resid, add: [n, d] act dtype; w: [1, d] weight (rows = 1, cols = d). */
+void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w,
+                      int n, float eps);
+
+/* out[n, w->rows] = in[n, w->cols] @ w^T, act dtype in and out. */
+void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);
+
+/* logits[n, w->rows] (F32) = in[n, w->cols] @ w^T. */
+void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);
+
+/* out[r, d] = in[idx[j], :] for j < r. idx: [r] int32 backend memory. */
+void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d);
+
+/* out[n, f] = silu(gate_up[:, :f]) * gate_up[:, f:]; gate_up: [n, 2f]. */
+void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);
+
+/* RoPE (HF rotate_half: pairs (j, j + head_dim/2)) on q and k of a fused qkv
+ * buffer, then K and V written to the paged cache through slot_mapping. */
+typedef struct {
+    void *qkv;                   /* [n_tokens, (n_heads + 2*n_kv_heads) * head_dim]: q | k | v; q, k roped in place */
+    const int32_t *positions;    /* [n_tokens] */
+    const int64_t *slot_mapping; /* [n_tokens], < 0 = skip */
+    const float *inv_freq;       /* [head_dim / 2], already llama3-scaled */
+    void *k_cache;               /* [n_blocks, n_kv_heads, block_size, head_dim] */
+    void *v_cache;               /* [n_blocks, n_kv_heads, block_size, head_dim] */
+    int n_tokens, n_heads, n_kv_heads, head_dim, block_size;
+} kern_rope_kv_params;
+void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);
+
+/* Paged causal attention over the batch layout described at the top. Picks
+ * the decode path (every q_len == 1, split-KV planned on the host) or the
+ * prefill path (variable q_len, earlier context from the cache). */
+typedef struct {
+    void *out;                       /* [n_tokens, n_heads * head_dim] */
+    const void *qkv;                 /* [n_tokens, (n_heads + 2*n_kv_heads) * head_dim]; q read from cols [0, n_heads*head_dim) */
+    const void *k_cache;             /* [n_blocks, n_kv_heads, block_size, head_dim] */
+    const void *v_cache;             /* [n_blocks, n_kv_heads, block_size, head_dim] */
+    const int32_t *query_start_loc;  /* [n_seqs + 1] backend memory */
+    const int32_t *seq_lens;         /* [n_seqs] backend memory */
+    const int32_t *block_tables;     /* [n_seqs, max_blocks_per_seq] backend memory */
+    const int32_t *h_query_start_loc;/* host mirrors, for planning */
+    const int32_t *h_seq_lens;
+    void *workspace;                 /* kern_attn_workspace_bytes() bytes, backend memory */
+    int n_seqs, n_tokens, max_blocks_per_seq;
+    int n_heads, n_kv_heads, head_dim, block_size;
+    int max_query_len, max_seq_len;  /* over the batch */
+    float scale;                     /* usually 1/sqrt(head_dim) */
+} kern_attn_params;
+void kern_attention(kern_ctx *ctx, const kern_attn_params *p);
+/* Workspace bound for any batch within these limits. */
+size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
+                                 int head_dim, int max_seq_len);
+
+/* Per-row sampling parameters. temperature <= 0 means greedy (argmax; ties go
+ * to the lowest id). Filters apply in the order top-k, top-p, min-p on the
+ * temperature-scaled softmax; the draw is rng_uniform(seed, counter). */
+typedef struct {
+    float temperature;
+    float top_p;   /* 1 = off */
+    float min_p;   /* 0 = off */
+    int32_t top_k; /* <= 0 = off */
+    uint64_t seed;
+    uint64_t counter; /* index of the token being sampled within its request */
+} kern_sample_params;
+
+/* tokens[r] = sample(logits[r, vocab]) for each row. params: [r] backend
+ * memory. logits may be overwritten. workspace: kern_sample_workspace_bytes. */
+void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params,
+                 int r, int vocab, void *workspace);
+size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,81 @@
+/* tests/common/test_common.c: status messages, number parsing, UTF-8
+ * validation and fp16/bf16 conversion. */
+#include <math.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/half.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "test_util.h"
+
+START_TEST(test_status_message)
+{
+    inferd_status st = inferd_set_error(INFERD_ERR_FORMAT, "%s: bad %d", "x.json", 3);
+    ck_assert_int_eq(st, INFERD_ERR_FORMAT);
+    ck_assert_str_eq(inferd_last_error(), "x.json: bad 3");
+    ck_assert_str_eq(inferd_status_str(INFERD_ERR_NO_BLOCKS), "no free KV blocks");
+    ck_assert_str_eq(inferd_status_str((inferd_status)999), "unknown status");
+}
+END_TEST
+
+START_TEST(test_int_list)
+{
+    static const struct {
+        const char *in;
+        int ok, n;
+    } rows[] = {
+        {"1,2,3", 1, 3}, {"7", 1, 1}, {"-5,0", 1, 2}, {"", 0, 0}, {"1,,2", 0, 0},
+        {"1,", 0, 0},   {"a", 0, 0},  {"1.5", 0, 0}, {"99999999999", 0, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        int32_t *v = NULL;
+        int n = 0;
+        inferd_status st = util_parse_int_list(rows[i].in, &v, &n);
+        ck_assert_msg((st == INFERD_OK) == rows[i].ok, "row %zu '%s'", i, rows[i].in);
+        if (st == INFERD_OK) {
+            ck_assert_int_eq(n, rows[i].n);
+            xfree(v);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_utf8)
+{
+    ck_assert(util_utf8_valid("h\xc3\xa9llo \xe4\xb8\xad \xf0\x9f\x98\x80", 15));
+    ck_assert(!util_utf8_valid("\xc3", 1));          /* truncated */
+    ck_assert(!util_utf8_valid("\xc0\xaf", 2));      /* overlong */
+    ck_assert(!util_utf8_valid("\xed\xa0\x80", 3));  /* surrogate */
+    ck_assert(!util_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    ck_assert(!util_utf8_valid("\xff", 1));
+}
+END_TEST
+
+START_TEST(test_half_roundtrip)
+{
+    float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 3.14159f};
+    for (size_t i = 0; i < ARRAY_LEN(vals); i++) {
+        float h = f16_to_f32(f32_to_f16(vals[i]));
+        ck_assert_msg(fabsf(h - vals[i]) <= fabsf(vals[i]) * 1e-3f, "f16 %g -> %g", vals[i], h);
+        float b = bf16_to_f32(f32_to_bf16(vals[i]));
+        ck_assert_msg(fabsf(b - vals[i]) <= fabsf(vals[i]) * 8e-3f, "bf16 %g -> %g", vals[i], b);
+    }
+    /* round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 */
+    ck_assert_uint_eq(f32_to_bf16(1.00390625f), 0x3F80);
+    ck_assert(isinf(f16_to_f32(f32_to_f16(1e6f))));
+    ck_assert(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("common");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_status_message);
+    tcase_add_test(tc, test_int_list);
+    tcase_add_test(tc, test_utf8);
+    tcase_add_test(tc, test_half_roundtrip);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}

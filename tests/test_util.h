@@ -1,0 +1,28 @@
+/* tests/test_util.h: helpers shared by the Check suites: locating fixtures,
+ * running a Check suite with the skip convention, random data. */
+#ifndef INFERD_TEST_UTIL_H
+#define INFERD_TEST_UTIL_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Directory of the shared fixtures ($INFERD_FIXTURES or ../shared/fixtures),
+ * or NULL when it does not exist. */
+const char *test_fixtures_dir(void);
+/* Heap path "<fixtures>/<rel>" or NULL when fixtures are absent. */
+char *test_fixture_path(const char *rel);
+/* Path of the built inferd binary ($INFERD_BIN) or NULL. */
+const char *test_inferd_bin(void);
+/* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
+void test_skip(const char *why) __attribute__((noreturn));
+/* Run a suite, return the process exit code (0 when all passed). */
+int test_run_suite(Suite *s);
+/* Deterministic uniform floats in [lo, hi). */
+void test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Write `len` bytes to a fresh temp file; returns heap path. */
+char *test_write_temp(const char *prefix, const void *data, size_t len);
+/* Make a fresh temp directory; returns heap path. */
+char *test_make_temp_dir(const char *prefix);
+
+#endif
