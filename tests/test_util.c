@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -86,4 +88,52 @@ char *test_make_temp_dir(const char *prefix)
     if (!mkdtemp(tmpl))
         return NULL;
     return xstrdup(tmpl);
+}
+
+static char *slurp_fd(int fd)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code)
+{
+    char *out_path = test_write_temp("inferd-out", "", 0);
+    char *err_path = test_write_temp("inferd-err", "", 0);
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        FILE *o = freopen(out_path, "w", stdout);
+        FILE *e = freopen(err_path, "w", stderr);
+        (void)o;
+        (void)e;
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    int fo = open(out_path, O_RDONLY), fe = open(err_path, O_RDONLY);
+    *out = slurp_fd(fo);
+    *err = slurp_fd(fe);
+    close(fo);
+    close(fe);
+    unlink(out_path);
+    unlink(err_path);
+    xfree(out_path);
+    xfree(err_path);
+    return true;
 }

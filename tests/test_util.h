@@ -25,4 +25,10 @@ char *test_write_temp(const char *prefix, const void *data, size_t len);
 /* Make a fresh temp directory; returns heap path. */
 char *test_make_temp_dir(const char *prefix);
 
+
+/* Run argv[0] with args (NULL-terminated), capture stdout and stderr (heap,
+ * NUL-terminated) and the exit code (-signal when killed). Returns false when
+ * the program could not be started. */
+bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code);
+
 #endif

@@ -1,0 +1,148 @@
+/* model/forward.c: the Llama forward pass over one flat batch, written once
+ * against the kernel API (kernels/kernels.h) for every backend.
+ *
+ * Per layer (residual stream x, fused add+norm carrying the previous
+ * sub-block's output in `proj`):
+ *   h = rmsnorm(x += proj)            (layer 0: x is the embedding, no add)
+ *   qkv = h @ Wqkv^T; RoPE(q, k); K/V -> paged cache (slot_mapping)
+ *   attn = paged causal attention(q, cache)
+ *   proj = attn @ Wo^T
+ *   h = rmsnorm(x += proj)
+ *   proj = (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
+ * The final add + norm and the LM head run only on the rows that need logits
+ * (gathered first), like vLLM's logits_indices.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "model/model_internal.h"
+
+static inferd_status check_batch(const model *m, const model_batch *b)
+{
+    if (b->n_tokens < 1 || b->n_tokens > m->T)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d tokens outside [1, %d]", b->n_tokens, m->T);
+    if (b->n_seqs < 1 || b->n_seqs > m->S)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d sequences outside [1, %d]", b->n_seqs, m->S);
+    if (b->n_logits < 0 || b->n_logits > m->R)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "%d logits rows outside [0, %d]", b->n_logits, m->R);
+    if (b->max_blocks_per_seq < 1 || b->max_blocks_per_seq > m->max_blocks_per_seq)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "block table width %d outside [1, %d]",
+                                b->max_blocks_per_seq, m->max_blocks_per_seq);
+    if (b->query_start_loc[0] != 0 || b->query_start_loc[b->n_seqs] != b->n_tokens)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "query_start_loc does not cover the batch");
+    for (int i = 0; i < b->n_seqs; i++) {
+        int q = b->query_start_loc[i + 1] - b->query_start_loc[i];
+        if (q < 1 || q > b->seq_lens[i] || b->seq_lens[i] > m->max_model_len ||
+            CEIL_DIV(b->seq_lens[i], m->block_size) > b->max_blocks_per_seq)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "sequence %d: %d new of %d tokens invalid", i, q,
+                                    b->seq_lens[i]);
+    }
+    for (int i = 0; i < b->n_tokens; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.vocab_size)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "token id %d outside the vocabulary [0, %d)",
+                                    b->tokens[i], m->cfg.vocab_size);
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->n_tokens)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "logits index %d out of range", b->logits_indices[i]);
+    return INFERD_OK;
+}
+
+static void upload_batch(model *m, const model_batch *b, int *max_q, int *max_len)
+{
+    kern_ctx *kc = m->kc;
+    model_acts *a = &m->a;
+    size_t n = (size_t)b->n_tokens;
+    kern_memcpy_h2d(kc, a->tokens, b->tokens, n * sizeof(int32_t));
+    kern_memcpy_h2d(kc, a->positions, b->positions, n * sizeof(int32_t));
+    kern_memcpy_h2d(kc, a->slots, b->slot_mapping, n * sizeof(int64_t));
+    kern_memcpy_h2d(kc, a->qsl, b->query_start_loc, ((size_t)b->n_seqs + 1) * sizeof(int32_t));
+    kern_memcpy_h2d(kc, a->seq_lens, b->seq_lens, (size_t)b->n_seqs * sizeof(int32_t));
+    kern_memcpy_h2d(kc, a->block_tables, b->block_tables,
+                    (size_t)b->n_seqs * (size_t)b->max_blocks_per_seq * sizeof(int32_t));
+    if (b->n_logits > 0)
+        kern_memcpy_h2d(kc, a->logits_idx, b->logits_indices, (size_t)b->n_logits * sizeof(int32_t));
+    memcpy(m->h_qsl, b->query_start_loc, ((size_t)b->n_seqs + 1) * sizeof(int32_t));
+    memcpy(m->h_seq_lens, b->seq_lens, (size_t)b->n_seqs * sizeof(int32_t));
+    *max_q = 0;
+    *max_len = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        *max_q = MAX(*max_q, b->query_start_loc[i + 1] - b->query_start_loc[i]);
+        *max_len = MAX(*max_len, b->seq_lens[i]);
+    }
+}
+
+static void attention_block(model *m, const model_layer *L, const model_batch *b, int max_q, int max_len)
+{
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
+    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
+    kern_rope_kv_params rp = {
+        .qkv = a->qkv, .positions = a->positions, .slot_mapping = a->slots, .inv_freq = a->inv_freq,
+        .k_cache = L->k_cache, .v_cache = L->v_cache, .n_tokens = b->n_tokens, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .block_size = m->block_size,
+    };
+    kern_rope_kv_write(m->kc, &rp);
+    kern_attn_params ap = {
+        .out = a->attn, .qkv = a->qkv, .k_cache = L->k_cache, .v_cache = L->v_cache,
+        .query_start_loc = a->qsl, .seq_lens = a->seq_lens, .block_tables = a->block_tables,
+        .h_query_start_loc = m->h_qsl, .h_seq_lens = m->h_seq_lens, .workspace = a->attn_ws,
+        .n_seqs = b->n_seqs, .n_tokens = b->n_tokens, .max_blocks_per_seq = b->max_blocks_per_seq,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .block_size = m->block_size, .max_query_len = max_q, .max_seq_len = max_len,
+        .scale = 1.0f / sqrtf((float)c->head_dim),
+    };
+    kern_attention(m->kc, &ap);
+    kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
+}
+
+static void mlp_block(model *m, const model_layer *L, int n)
+{
+    model_acts *a = &m->a;
+    kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
+    kern_silu_mul(m->kc, a->act, a->gate_up, n, m->cfg.intermediate_size);
+    kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
+}
+
+inferd_status model_forward(model *m, const model_batch *b)
+{
+    inferd_status st = check_batch(m, b);
+    if (st != INFERD_OK)
+        return st;
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
+    int n = b->n_tokens, max_q, max_len;
+    upload_batch(m, b, &max_q, &max_len);
+    kern_embed(m->kc, a->x, a->tokens, n, &m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
+        attention_block(m, L, b, max_q, max_len);
+        kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
+        mlp_block(m, L, n);
+    }
+    m->last_n_logits = b->n_logits;
+    if (b->n_logits == 0)
+        return INFERD_OK;
+    kern_gather_rows(m->kc, a->gx, a->x, a->logits_idx, b->n_logits, c->hidden_size);
+    kern_gather_rows(m->kc, a->gp, a->proj, a->logits_idx, b->n_logits, c->hidden_size);
+    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, b->n_logits, c->rms_norm_eps);
+    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, b->n_logits);
+    return INFERD_OK;
+}
+
+inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
+{
+    int r = m->last_n_logits;
+    if (r == 0)
+        return INFERD_OK;
+    kern_memcpy_h2d(m->kc, m->a.sparams, params, (size_t)r * sizeof(kern_sample_params));
+    kern_sample(m->kc, m->a.sampled, m->a.logits, m->a.sparams, r, m->cfg.vocab_size, m->a.sample_ws);
+    kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
+    return INFERD_OK;
+}
+
+void model_logits_to_host(model *m, float *dst)
+{
+    kern_memcpy_d2h(m->kc, dst, m->a.logits, (size_t)m->last_n_logits * m->cfg.vocab_size * sizeof(float));
+}

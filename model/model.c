@@ -1,0 +1,244 @@
+/* model/model.c: model lifecycle and memory plan.
+ *
+ * model_load reads the config, creates the kernel context, loads the weights
+ * into one slab (model_weights.c), then sizes everything else once:
+ *  - the activation arena for max_num_batched_tokens tokens, max_num_seqs
+ *    sequences and as many logits rows, with fixed buffers for every
+ *    per-step input (tokens, positions, slots, block tables, ...) so that the
+ *    forward pass never allocates and decode graphs can be captured later;
+ *  - the paged KV storage: --kv-cache-bytes, or on CUDA what is left of
+ *    gpu_memory_utilization * device memory after weights and activations.
+ * The numbers are logged; a model that does not fit gets an error with them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "kvcache/kv_layout.h"
+#include "model/model_internal.h"
+
+#define ARENA_ALIGN 256
+
+typedef struct {
+    char *base; /* NULL while measuring */
+    size_t off;
+} arena;
+
+static void *arena_take(arena *a, size_t bytes)
+{
+    void *p = a->base ? a->base + a->off : NULL;
+    a->off += (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    return p;
+}
+
+/* Carve every activation buffer from `a` (measure when a->base == NULL). */
+static void plan_acts(model *m, arena *a)
+{
+    const model_config *c = &m->cfg;
+    size_t T = (size_t)m->T, S = (size_t)m->S, R = (size_t)m->R;
+    size_t es = kern_dtype_size(m->act_dtype);
+    size_t d = (size_t)c->hidden_size, f = (size_t)c->intermediate_size;
+    size_t nq = (size_t)c->n_heads * c->head_dim;
+    size_t nqkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    model_acts *x = &m->a;
+    x->x = arena_take(a, T * d * es);
+    x->h = arena_take(a, T * d * es);
+    x->qkv = arena_take(a, T * nqkv * es);
+    x->attn = arena_take(a, T * nq * es);
+    x->proj = arena_take(a, T * d * es);
+    x->gate_up = arena_take(a, T * 2 * f * es);
+    x->act = arena_take(a, T * f * es);
+    x->gx = arena_take(a, R * d * es);
+    x->gp = arena_take(a, R * d * es);
+    x->gn = arena_take(a, R * d * es);
+    x->logits = arena_take(a, R * (size_t)c->vocab_size * sizeof(float));
+    x->tokens = arena_take(a, T * sizeof(int32_t));
+    x->positions = arena_take(a, T * sizeof(int32_t));
+    x->slots = arena_take(a, T * sizeof(int64_t));
+    x->qsl = arena_take(a, (S + 1) * sizeof(int32_t));
+    x->seq_lens = arena_take(a, S * sizeof(int32_t));
+    x->block_tables = arena_take(a, S * (size_t)m->max_blocks_per_seq * sizeof(int32_t));
+    x->logits_idx = arena_take(a, R * sizeof(int32_t));
+    x->sparams = arena_take(a, R * sizeof(kern_sample_params));
+    x->sampled = arena_take(a, R * sizeof(int32_t));
+    x->inv_freq = arena_take(a, (size_t)c->head_dim / 2 * sizeof(float));
+    x->attn_ws = arena_take(a, kern_attn_workspace_bytes(m->kc, m->T, m->S, c->n_heads, c->head_dim,
+                                                         m->max_model_len));
+    x->sample_ws = arena_take(a, kern_sample_workspace_bytes(m->kc, m->R, c->vocab_size));
+}
+
+static inferd_status alloc_acts(model *m)
+{
+    arena a = {0};
+    plan_acts(m, &a);
+    m->act_bytes = a.off;
+    m->act_slab = kern_alloc(m->kc, a.off);
+    if (!m->act_slab)
+        return inferd_set_error(INFERD_ERR_NOMEM,
+                                "cannot allocate the activation arena: %.1f MiB for %d tokens per step",
+                                a.off / 1048576.0, m->T);
+    a.base = m->act_slab;
+    a.off = 0;
+    plan_acts(m, &a);
+    float *inv = xmalloc(sizeof(float) * (size_t)(m->cfg.head_dim / 2));
+    model_rope_inv_freq(&m->cfg, inv);
+    kern_memcpy_h2d(m->kc, m->a.inv_freq, inv, sizeof(float) * (size_t)(m->cfg.head_dim / 2));
+    xfree(inv);
+    return INFERD_OK;
+}
+
+/* Decide the KV pool size and allocate it (one slab, per-layer K and V). */
+static inferd_status alloc_kv(model *m)
+{
+    int64_t per_block = model_kv_bytes_per_block(m);
+    int64_t budget = m->opts.kv_cache_bytes;
+    if (budget <= 0) {
+        size_t free_b = 0, total_b = 0;
+        inferd_status st = kern_mem_info(m->kc, &free_b, &total_b);
+        if (st != INFERD_OK)
+            return st;
+        if (kern_ctx_backend(m->kc) == KERN_BACKEND_CUDA) {
+            double allowed = m->opts.gpu_memory_utilization * (double)total_b;
+            budget = (int64_t)(allowed - (double)(total_b - free_b));
+        } else {
+            /* CPU: room for max_num_seqs sequences of max length, at most 1/4 of free RAM */
+            int64_t want = (int64_t)m->S * m->max_blocks_per_seq * per_block;
+            budget = MIN(want, (int64_t)(free_b / 4));
+        }
+    }
+    int64_t n_blocks = budget / per_block;
+    if (n_blocks < 2)
+        return inferd_set_error(INFERD_ERR_NOMEM,
+                                "model does not fit: weights %.1f MiB, activations %.1f MiB, KV budget "
+                                "%.1f MiB holds %lld blocks of %.2f MiB (need >= 2)",
+                                m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0,
+                                budget / 1048576.0, (long long)n_blocks, per_block / 1048576.0);
+    if (n_blocks > INT32_MAX / 2)
+        n_blocks = INT32_MAX / 2;
+    m->n_blocks = (int)n_blocks;
+    m->kv_bytes = (size_t)(n_blocks * per_block);
+    m->kv_slab = kern_alloc(m->kc, m->kv_bytes);
+    if (!m->kv_slab)
+        return inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate the KV cache: %.1f MiB",
+                                m->kv_bytes / 1048576.0);
+    kern_memset0(m->kc, m->kv_slab, m->kv_bytes);
+    size_t layer_half = m->kv_bytes / (2 * (size_t)m->cfg.n_layers);
+    char *p = m->kv_slab;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        m->layers[l].k_cache = p;
+        m->layers[l].v_cache = p + layer_half;
+        p += 2 * layer_half;
+    }
+    return INFERD_OK;
+}
+
+static void log_plan(const model *m)
+{
+    int64_t kv_tokens = (int64_t)(m->n_blocks - 1) * m->block_size;
+    LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)",
+             m->cfg.arch, m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads,
+             m->cfg.head_dim, m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)),
+             kern_dtype_name(m->embed.dtype));
+    LOG_INFO("memory: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
+             "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
+             m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T, m->kv_bytes / 1048576.0,
+             m->n_blocks, m->block_size, (long long)kv_tokens, (double)kv_tokens / m->max_model_len,
+             m->max_model_len);
+}
+
+static inferd_status check_opts(const model_opts *o, const model_config *c)
+{
+    if (o->block_size < 1 || o->block_size > 1024)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "block size %d out of range [1, 1024]", o->block_size);
+    if (o->max_num_seqs < 1 || o->max_num_seqs > 65536)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_seqs %d out of range", o->max_num_seqs);
+    if (o->max_num_batched_tokens < 1 || o->max_num_batched_tokens > (1 << 20))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_batched_tokens %d out of range",
+                                o->max_num_batched_tokens);
+    if (o->max_model_len < 0 || o->max_model_len > c->max_position_embeddings)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_model_len %d out of range [1, %d]",
+                                o->max_model_len, c->max_position_embeddings);
+    if (o->gpu_memory_utilization <= 0 || o->gpu_memory_utilization > 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "gpu_memory_utilization %g out of (0, 1]",
+                                o->gpu_memory_utilization);
+    return INFERD_OK;
+}
+
+static inferd_status load_all(model *m)
+{
+    inferd_status st = model_config_load(m->opts.model_dir, &m->cfg);
+    if (st != INFERD_OK)
+        return st;
+    if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK)
+        return st;
+    kern_ctx_opts ko = {.backend = m->opts.backend, .n_threads = m->opts.n_threads,
+                        .device_id = m->opts.device_id};
+    if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
+        return st;
+    m->act_dtype = kern_act_dtype(m->kc);
+    m->block_size = m->opts.block_size;
+    m->max_model_len = m->opts.max_model_len > 0 ? m->opts.max_model_len : m->cfg.max_position_embeddings;
+    m->max_blocks_per_seq = CEIL_DIV(m->max_model_len, m->block_size);
+    m->T = m->opts.max_num_batched_tokens;
+    m->S = m->opts.max_num_seqs;
+    m->R = m->S;
+    m->h_qsl = xcalloc((size_t)m->S + 1, sizeof(int32_t));
+    m->h_seq_lens = xcalloc((size_t)m->S, sizeof(int32_t));
+    if ((st = model_weights_load(m)) != INFERD_OK)
+        return st;
+    if ((st = alloc_acts(m)) != INFERD_OK)
+        return st;
+    if ((st = alloc_kv(m)) != INFERD_OK)
+        return st;
+    log_plan(m);
+    return INFERD_OK;
+}
+
+inferd_status model_load(const model_opts *opts, model **out)
+{
+    if (!opts->model_dir)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "no model directory given");
+    model *m = xcalloc(1, sizeof *m);
+    m->opts = *opts;
+    inferd_status st = load_all(m);
+    if (st != INFERD_OK) {
+        model_free(m);
+        return st;
+    }
+    *out = m;
+    return INFERD_OK;
+}
+
+void model_free(model *m)
+{
+    if (!m)
+        return;
+    if (m->kc) {
+        kern_sync(m->kc);
+        kern_free(m->kc, m->weight_slab);
+        kern_free(m->kc, m->act_slab);
+        kern_free(m->kc, m->kv_slab);
+        kern_ctx_free(m->kc);
+    }
+    xfree(m->layers);
+    xfree(m->h_qsl);
+    xfree(m->h_seq_lens);
+    xfree(m);
+}
+
+const model_config *model_get_config(const model *m) { return &m->cfg; }
+kern_ctx *model_kern(model *m) { return m->kc; }
+int model_num_kv_blocks(const model *m) { return m->n_blocks; }
+int model_block_size(const model *m) { return m->block_size; }
+int model_max_model_len(const model *m) { return m->max_model_len; }
+int model_max_num_batched_tokens(const model *m) { return m->T; }
+int model_max_num_seqs(const model *m) { return m->S; }
+int model_max_blocks_per_seq(const model *m) { return m->max_blocks_per_seq; }
+
+int64_t model_kv_bytes_per_block(const model *m)
+{
+    return kv_bytes_per_block(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->block_size,
+                              (int)kern_dtype_size(m->act_dtype));
+}

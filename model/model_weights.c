@@ -1,0 +1,250 @@
+/* model/model_weights.c: weights into one backend slab.
+ *
+ * Two passes over the same description of the model's matrices: the first
+ * assigns each kern_weight its offset and dtype (so one allocation holds them
+ * all), the second copies the tensors in from the mmapped safetensors, fusing
+ * q/k/v into wqkv and gate/up into w_gate_up as it goes, converting dtypes on
+ * the way (kern_weight_upload). With --load-format dummy the second pass fills
+ * random values on the device instead (norm weights are set to 1 so the
+ * activations stay in a sane range). Shapes are checked against the config
+ * before anything is copied; every error names the tensor.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/half.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "model/model_internal.h"
+#include "model/safetensors.h"
+
+#define WEIGHT_ALIGN 256
+
+typedef struct {
+    model *m;
+    st_set *st;          /* NULL for dummy */
+    bool assign;         /* pass 1: assign offsets; pass 2: fill */
+    size_t offset;
+    uint64_t seed;
+    int64_t done_bytes, total_bytes;
+    bool tty;
+} weight_pass;
+
+/* One source tensor feeding rows [row_off, row_off + rows) of a weight. */
+typedef struct {
+    char name[128];
+    int64_t rows, cols;
+    int n_dims;          /* 1 for norm vectors, 2 for matrices */
+} weight_src;
+
+static kern_dtype file_dtype_of(weight_pass *p, const char *name)
+{
+    if (p->st) {
+        const st_tensor *t = st_find(p->st, name);
+        if (t)
+            return t->dtype;
+    }
+    const char *td = p->m->cfg.torch_dtype;
+    if (strcmp(td, "float32") == 0)
+        return KERN_DTYPE_F32;
+    if (strcmp(td, "float16") == 0)
+        return KERN_DTYPE_F16;
+    return KERN_DTYPE_BF16;
+}
+
+static void progress(weight_pass *p, int64_t bytes)
+{
+    p->done_bytes += bytes;
+    if (!p->tty || p->total_bytes <= 0)
+        return;
+    fprintf(stderr, "\rloading weights: %5.1f%% (%.0f / %.0f MiB)", 100.0 * p->done_bytes / p->total_bytes,
+            p->done_bytes / 1048576.0, p->total_bytes / 1048576.0);
+    if (p->done_bytes >= p->total_bytes)
+        fputc('\n', stderr);
+}
+
+static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
+{
+    int64_t row = 0;
+    for (int i = 0; i < n_src; i++) {
+        int64_t shape[2] = {src[i].rows, src[i].cols};
+        const int64_t *sh = src[i].n_dims == 1 ? &shape[1] : shape;
+        const st_tensor *t;
+        inferd_status st = st_expect(p->st, src[i].name, src[i].n_dims, sh, &t);
+        if (st != INFERD_OK)
+            return st;
+        kern_weight_upload(p->m->kc, w, row, t->data, t->dtype, src[i].rows);
+        row += src[i].rows;
+        progress(p, (int64_t)t->n_bytes);
+    }
+    return INFERD_OK;
+}
+
+static void fill_dummy(weight_pass *p, kern_weight *w, bool is_norm)
+{
+    if (is_norm) {
+        float *ones = xmalloc(sizeof(float) * (size_t)w->cols);
+        for (int64_t i = 0; i < w->cols; i++)
+            ones[i] = 1.0f;
+        kern_weight_upload(p->m->kc, w, 0, ones, KERN_DTYPE_F32, 1);
+        xfree(ones);
+    } else {
+        /* uniform(-s, s) with s = 1/sqrt(cols) keeps activations O(1) */
+        float scale = 1.0f / sqrtf((float)w->cols);
+        kern_weight_fill_random(p->m->kc, w, p->seed++, scale);
+    }
+}
+
+/* Assign (pass 1) or fill (pass 2) the weight made of `src` rows. */
+static inferd_status do_weight(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
+{
+    if (p->assign) {
+        int64_t rows = 0;
+        for (int i = 0; i < n_src; i++)
+            rows += src[i].rows;
+        w->rows = rows;
+        w->cols = src[0].cols;
+        w->dtype = kern_weight_dtype(p->m->kc, file_dtype_of(p, src[0].name));
+        w->data = (void *)(uintptr_t)p->offset; /* relocated after allocation */
+        size_t bytes = (size_t)rows * (size_t)w->cols * kern_dtype_size(w->dtype);
+        p->offset += (bytes + WEIGHT_ALIGN - 1) & ~(size_t)(WEIGHT_ALIGN - 1);
+        p->total_bytes += (int64_t)bytes;
+        return INFERD_OK;
+    }
+    if (!p->st) {
+        fill_dummy(p, w, src[0].n_dims == 1);
+        progress(p, w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype));
+        return INFERD_OK;
+    }
+    return fill_from_file(p, w, src, n_src);
+}
+
+static weight_src src1(const char *name, int64_t rows, int64_t cols, int n_dims)
+{
+    weight_src s;
+    snprintf(s.name, sizeof s.name, "%s", name);
+    s.rows = rows;
+    s.cols = cols;
+    s.n_dims = n_dims;
+    return s;
+}
+
+static inferd_status do_layer(weight_pass *p, int l)
+{
+    const model_config *c = &p->m->cfg;
+    model_layer *L = &p->m->layers[l];
+    int64_t d = c->hidden_size, hd = c->head_dim, f = c->intermediate_size;
+    char pre[64];
+    snprintf(pre, sizeof pre, "model.layers.%d.", l);
+    char n[6][128];
+    static const char *names[6] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                   "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                                   "mlp.up_proj.weight", "input_layernorm.weight"};
+    for (int i = 0; i < 6; i++)
+        snprintf(n[i], sizeof n[i], "%s%s", pre, names[i]);
+    weight_src qkv[3] = {src1(n[0], c->n_heads * hd, d, 2), src1(n[1], c->n_kv_heads * hd, d, 2),
+                         src1(n[2], c->n_kv_heads * hd, d, 2)};
+    weight_src gu[2] = {src1(n[3], f, d, 2), src1(n[4], f, d, 2)};
+    weight_src one;
+    inferd_status st;
+    one = src1(n[5], 1, d, 1);
+    if ((st = do_weight(p, &L->attn_norm, &one, 1)) != INFERD_OK)
+        return st;
+    if ((st = do_weight(p, &L->wqkv, qkv, 3)) != INFERD_OK)
+        return st;
+    snprintf(one.name, sizeof one.name, "%sself_attn.o_proj.weight", pre);
+    one = src1(one.name, d, c->n_heads * hd, 2);
+    if ((st = do_weight(p, &L->wo, &one, 1)) != INFERD_OK)
+        return st;
+    snprintf(one.name, sizeof one.name, "%spost_attention_layernorm.weight", pre);
+    one = src1(one.name, 1, d, 1);
+    if ((st = do_weight(p, &L->mlp_norm, &one, 1)) != INFERD_OK)
+        return st;
+    if ((st = do_weight(p, &L->w_gate_up, gu, 2)) != INFERD_OK)
+        return st;
+    snprintf(one.name, sizeof one.name, "%smlp.down_proj.weight", pre);
+    one = src1(one.name, d, f, 2);
+    return do_weight(p, &L->w_down, &one, 1);
+}
+
+static inferd_status do_all(weight_pass *p)
+{
+    model *m = p->m;
+    const model_config *c = &m->cfg;
+    inferd_status st;
+    weight_src s = src1("model.embed_tokens.weight", c->vocab_size, c->hidden_size, 2);
+    if ((st = do_weight(p, &m->embed, &s, 1)) != INFERD_OK)
+        return st;
+    for (int l = 0; l < c->n_layers; l++)
+        if ((st = do_layer(p, l)) != INFERD_OK)
+            return st;
+    s = src1("model.norm.weight", 1, c->hidden_size, 1);
+    if ((st = do_weight(p, &m->final_norm, &s, 1)) != INFERD_OK)
+        return st;
+    /* Tied embeddings, or a checkpoint without lm_head: reuse the embedding. */
+    bool has_head = p->st ? st_find(p->st, "lm_head.weight") != NULL : !c->tie_word_embeddings;
+    if (c->tie_word_embeddings || !has_head) {
+        if (!c->tie_word_embeddings && p->assign)
+            LOG_WARN("lm_head.weight absent: using model.embed_tokens.weight (tied)");
+        m->lm_head = m->embed;
+        return INFERD_OK;
+    }
+    s = src1("lm_head.weight", c->vocab_size, c->hidden_size, 2);
+    return do_weight(p, &m->lm_head, &s, 1);
+}
+
+static void relocate(kern_weight *w, char *base)
+{
+    w->data = base + (uintptr_t)w->data;
+}
+
+static void relocate_all(model *m)
+{
+    char *base = m->weight_slab;
+    bool tied = m->lm_head.data == m->embed.data;
+    relocate(&m->embed, base);
+    relocate(&m->final_norm, base);
+    if (tied)
+        m->lm_head = m->embed;
+    else
+        relocate(&m->lm_head, base);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        kern_weight *ws[] = {&L->attn_norm, &L->wqkv, &L->wo, &L->mlp_norm, &L->w_gate_up, &L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(ws); i++)
+            relocate(ws[i], base);
+    }
+}
+
+inferd_status model_weights_load(model *m)
+{
+    weight_pass p = {.m = m, .assign = true, .seed = m->opts.dummy_seed, .tty = isatty(2)};
+    inferd_status st;
+    if (m->opts.load_format == MODEL_LOAD_SAFETENSORS) {
+        st = st_open_dir(m->opts.model_dir, &p.st);
+        if (st != INFERD_OK)
+            return st;
+    }
+    m->layers = xcalloc((size_t)m->cfg.n_layers, sizeof(model_layer));
+    st = do_all(&p); /* pass 1: layout (also checks presence of lm_head) */
+    if (st == INFERD_OK) {
+        m->weight_bytes = p.offset;
+        m->weight_slab = kern_alloc(m->kc, p.offset);
+        if (!m->weight_slab)
+            st = inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate %.1f MiB for weights on %s",
+                                  p.offset / 1048576.0, kern_backend_name(kern_ctx_backend(m->kc)));
+    }
+    if (st == INFERD_OK) {
+        relocate_all(m);
+        p.assign = false;
+        p.offset = 0;
+        st = do_all(&p); /* pass 2: fill */
+        kern_sync(m->kc);
+    }
+    if (p.st)
+        st_close(p.st);
+    return st;
+}

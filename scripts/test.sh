@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# scripts/test.sh: set up, configure, build and run every test, twice: a
+# normal build (build/) and a sanitizer build (build-asan/, ASan + UBSan).
+# Tests needing a GPU are labelled "gpu" and skip cleanly without one.
+# Fixtures: $INFERD_FIXTURES or ../shared/fixtures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${JOBS:-$(nproc)}
+FIX=${INFERD_FIXTURES:-$ROOT/../shared/fixtures}
+
+bash scripts/setup.sh
+
+run_build() {
+    local dir=$1; shift
+    cmake -S . -B "$dir" -DINFERD_WERROR=ON -DINFERD_FIXTURES="$FIX" "$@"
+    cmake --build "$dir" -j "$JOBS"
+    (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 900)
+}
+
+echo "=== normal build"
+run_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "=== sanitizer build (ASan + UBSan)"
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+run_build build-asan -DINFERD_SANITIZE=ON -DINFERD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+echo "=== all tests passed"
