@@ -6,6 +6,11 @@
  * JSON, dtype, shape, offsets in range and non-overlapping, byte size ==
  * product(shape) * dtype size with overflow-checked arithmetic. Errors name
  * the file and the tensor.
+ *
+ * Tensor data is aligned to its element size (files that would not be are
+ * rejected; the reference writer always aligns), so `data` may be read
+ * through a typed pointer. Names are unique; st_at() iterates in name order.
+ * A sharded set holds exactly the tensors named by the index's weight_map.
  */
 #ifndef INFERD_MODEL_SAFETENSORS_H
 #define INFERD_MODEL_SAFETENSORS_H

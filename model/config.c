@@ -1,0 +1,507 @@
+/* model/config.c: HF config.json (+ generation_config.json) -> model_config.
+ *
+ * Parsing is strict where a wrong value would silently give a wrong model:
+ * every size is an integer in a sane range (absurd numbers give an error long
+ * before anything is allocated from them), the architecture must be one we run
+ * (LlamaForCausalLM / MistralForCausalLM), and every feature outside that
+ * family (other RoPE scalings, sliding-window attention shorter than the
+ * context, biases, quantization, other activations) is rejected with
+ * INFERD_ERR_UNSUPPORTED naming the field. Fields we do not use
+ * (initializer_range, use_cache, ...) are ignored. Each error message starts
+ * with the file name and names the field, e.g.
+ * "m/config.json: field 'num_key_value_heads': 5 does not divide num_attention_heads 32".
+ *
+ * RoPE frequencies follow HF bit for bit where C allows: the same float32
+ * operations in the same order as transformers' default and llama3 rope
+ * initialisation (see model_rope_inv_freq).
+ */
+#include "model/config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+
+/* Bounds: generous for every published Llama/Mistral, small enough that the
+ * products computed from them later stay far from int64 overflow. */
+#define CFG_MAX_HIDDEN (1 << 17)
+#define CFG_MAX_INTER (1 << 20)
+#define CFG_MAX_LAYERS 1024
+#define CFG_MAX_HEADS 1024
+#define CFG_MAX_HEAD_DIM 1024
+#define CFG_MAX_VOCAB (1 << 22)
+#define CFG_MAX_POS (1 << 24)
+#define CFG_MAX_CONFIG_BYTES (16u << 20)
+
+/* A field that is absent or JSON null counts as absent. */
+static const cJSON *cfg_field(const cJSON *obj, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+/* "scope.field" (or "field") into buf, for error messages. */
+static const char *cfg_label(char *buf, size_t n, const char *scope, const char *field)
+{
+    if (scope)
+        snprintf(buf, n, "%s.%s", scope, field);
+    else
+        snprintf(buf, n, "%s", field);
+    return buf;
+}
+
+/* Integer field in [lo, hi] of object `obj` (called `scope` in messages, NULL
+ * for the top level). Absent: *out = def when !required, else error. */
+static inferd_status cfg_int_in(const cJSON *obj, const char *scope, const char *name, const char *fname,
+                                bool required, int64_t lo, int64_t hi, int64_t def, int64_t *out)
+{
+    char field[128];
+    const cJSON *v = cfg_field(obj, fname);
+    cfg_label(field, sizeof field, scope, fname);
+    if (!v) {
+        if (required)
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: missing required field '%s'", name, field);
+        *out = def;
+        return INFERD_OK;
+    }
+    if (!cJSON_IsNumber(v))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s' must be an integer", name, field);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s': %g is not an integer", name, field, d);
+    if (d < (double)lo || d > (double)hi)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s': %.0f out of range [%lld, %lld]", name,
+                                field, d, (long long)lo, (long long)hi);
+    *out = (int64_t)d;
+    return INFERD_OK;
+}
+
+/* Finite number field in (lo, hi] (lo exclusive); scope as for cfg_int_in. */
+static inferd_status cfg_num_in(const cJSON *obj, const char *scope, const char *name, const char *fname,
+                                double lo, double hi, double def, double *out)
+{
+    char field[128];
+    const cJSON *v = cfg_field(obj, fname);
+    cfg_label(field, sizeof field, scope, fname);
+    if (!v) {
+        *out = def;
+        return INFERD_OK;
+    }
+    if (!cJSON_IsNumber(v))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s' must be a number", name, field);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d <= lo || d > hi)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s': %g out of range (%g, %g]", name, field, d,
+                                lo, hi);
+    *out = d;
+    return INFERD_OK;
+}
+
+static inferd_status cfg_bool(const cJSON *obj, const char *name, const char *field, bool def, bool *out)
+{
+    const cJSON *v = cfg_field(obj, field);
+    if (!v) {
+        *out = def;
+        return INFERD_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s' must be true or false", name, field);
+    *out = cJSON_IsTrue(v);
+    return INFERD_OK;
+}
+
+/* Optional string field; *out = NULL when absent. */
+static inferd_status cfg_str(const cJSON *obj, const char *name, const char *field, const char **out)
+{
+    const cJSON *v = cfg_field(obj, field);
+    *out = NULL;
+    if (!v)
+        return INFERD_OK;
+    if (!cJSON_IsString(v))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s' must be a string", name, field);
+    *out = v->valuestring;
+    return INFERD_OK;
+}
+
+/* Architecture from architectures[0], else from model_type. */
+static inferd_status cfg_parse_arch(const cJSON *root, const char *name, model_config *c)
+{
+    const cJSON *archs = cfg_field(root, "architectures");
+    const char *arch = NULL;
+    if (archs) {
+        if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) < 1 || !cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'architectures' must be a non-empty list of strings",
+                                    name);
+        arch = cJSON_GetArrayItem(archs, 0)->valuestring;
+        if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0)
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                    "%s: field 'architectures': '%.64s' is not supported "
+                                    "(LlamaForCausalLM, MistralForCausalLM)",
+                                    name, arch);
+    } else {
+        const char *mt = NULL;
+        inferd_status st = cfg_str(root, name, "model_type", &mt);
+        if (st != INFERD_OK)
+            return st;
+        if (!mt)
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: missing field 'architectures' (and 'model_type')", name);
+        if (strcmp(mt, "llama") == 0)
+            arch = "LlamaForCausalLM";
+        else if (strcmp(mt, "mistral") == 0)
+            arch = "MistralForCausalLM";
+        else
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                    "%s: field 'model_type': '%.64s' is not supported (llama, mistral)", name, mt);
+    }
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    return INFERD_OK;
+}
+
+/* Sizes, heads and head_dim, with their cross-checks. */
+static inferd_status cfg_parse_shape(const cJSON *root, const char *name, model_config *c)
+{
+    int64_t hid, inter, layers, heads, kv, hd, vocab, maxpos;
+    inferd_status st;
+    if ((st = cfg_int_in(root, NULL, name, "hidden_size", true, 1, CFG_MAX_HIDDEN, 0, &hid)) ||
+        (st = cfg_int_in(root, NULL, name, "intermediate_size", true, 1, CFG_MAX_INTER, 0, &inter)) ||
+        (st = cfg_int_in(root, NULL, name, "num_hidden_layers", true, 1, CFG_MAX_LAYERS, 0, &layers)) ||
+        (st = cfg_int_in(root, NULL, name, "num_attention_heads", true, 1, CFG_MAX_HEADS, 0, &heads)) ||
+        (st = cfg_int_in(root, NULL, name, "num_key_value_heads", false, 1, CFG_MAX_HEADS, heads, &kv)) ||
+        (st = cfg_int_in(root, NULL, name, "vocab_size", true, 1, CFG_MAX_VOCAB, 0, &vocab)) ||
+        (st = cfg_int_in(root, NULL, name, "max_position_embeddings", false, 1, CFG_MAX_POS, 2048, &maxpos)))
+        return st;
+    if (heads % kv != 0)
+        return inferd_set_error(INFERD_ERR_FORMAT,
+                                "%s: field 'num_key_value_heads': %lld does not divide num_attention_heads %lld", name,
+                                (long long)kv, (long long)heads);
+    if (cfg_field(root, "head_dim")) {
+        if ((st = cfg_int_in(root, NULL, name, "head_dim", true, 1, CFG_MAX_HEAD_DIM, 0, &hd)))
+            return st;
+    } else {
+        if (hid % heads != 0)
+            return inferd_set_error(INFERD_ERR_FORMAT,
+                                    "%s: field 'hidden_size': %lld is not a multiple of num_attention_heads %lld "
+                                    "(and no head_dim is given)",
+                                    name, (long long)hid, (long long)heads);
+        hd = hid / heads;
+        if (hd > CFG_MAX_HEAD_DIM)
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'hidden_size': head dim %lld exceeds %d", name,
+                                    (long long)hd, CFG_MAX_HEAD_DIM);
+    }
+    if (hd % 2 != 0)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'head_dim': %lld%s must be even (RoPE pairs)", name,
+                                (long long)hd,
+                                cfg_field(root, "head_dim") ? "" : " (hidden_size / num_attention_heads)");
+    c->hidden_size = (int32_t)hid;
+    c->intermediate_size = (int32_t)inter;
+    c->n_layers = (int32_t)layers;
+    c->n_heads = (int32_t)heads;
+    c->n_kv_heads = (int32_t)kv;
+    c->head_dim = (int32_t)hd;
+    c->vocab_size = (int32_t)vocab;
+    c->max_position_embeddings = (int32_t)maxpos;
+    return INFERD_OK;
+}
+
+/* The llama3 parameters of a rope_scaling / rope_parameters object `o`
+ * (named `what` in errors). */
+static inferd_status cfg_parse_llama3(const cJSON *o, const char *name, const char *what, model_config *c)
+{
+    static const char *const req[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings"};
+    for (size_t i = 0; i < ARRAY_LEN(req); i++) {
+        if (!cfg_field(o, req[i]))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.%s' is required for rope_type llama3", name,
+                                    what, req[i]);
+    }
+    double factor, lo, hi;
+    int64_t orig;
+    inferd_status st;
+    if ((st = cfg_num_in(o, what, name, "factor", 0.0, 1e6, 1.0, &factor)) ||
+        (st = cfg_num_in(o, what, name, "low_freq_factor", 0.0, 1e6, 1.0, &lo)) ||
+        (st = cfg_num_in(o, what, name, "high_freq_factor", 0.0, 1e6, 1.0, &hi)) ||
+        (st = cfg_int_in(o, what, name, "original_max_position_embeddings", true, 1, CFG_MAX_POS, 0, &orig)))
+        return st;
+    if (factor < 1.0)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.factor': %g must be >= 1", name, what, factor);
+    if (hi <= lo)
+        return inferd_set_error(INFERD_ERR_FORMAT,
+                                "%s: field '%s.high_freq_factor': %g must be greater than low_freq_factor %g", name,
+                                what, hi, lo);
+    c->rope_scaling = ROPE_SCALING_LLAMA3;
+    c->rope_factor = (float)factor;
+    c->rope_low_freq_factor = (float)lo;
+    c->rope_high_freq_factor = (float)hi;
+    c->rope_original_max_pos = (int32_t)orig;
+    return INFERD_OK;
+}
+
+/* The scaling type of object `o` ("rope_type", or legacy "type"). */
+static inferd_status cfg_rope_type(const cJSON *o, const char *name, const char *what, const char **out)
+{
+    const char *t = NULL;
+    inferd_status st = cfg_str(o, name, "rope_type", &t);
+    if (st == INFERD_OK && !t)
+        st = cfg_str(o, name, "type", &t);
+    if (st != INFERD_OK)
+        return inferd_set_error(st, "%s: field '%s.rope_type' must be a string", name, what);
+    *out = t ? t : "default";
+    return INFERD_OK;
+}
+
+/* rope_theta and rope scaling: transformers v5 `rope_parameters`, else the
+ * classic top-level `rope_theta` + `rope_scaling`. */
+static inferd_status cfg_parse_rope(const cJSON *root, const char *name, model_config *c)
+{
+    double theta;
+    inferd_status st = cfg_num_in(root, NULL, name, "rope_theta", 0.0, 1e12, 10000.0, &theta);
+    if (st != INFERD_OK)
+        return st;
+    c->rope_scaling = ROPE_SCALING_NONE;
+    c->rope_factor = 1.0f;
+    c->rope_low_freq_factor = 1.0f;
+    c->rope_high_freq_factor = 1.0f;
+    c->rope_original_max_pos = 0;
+
+    const cJSON *rp = cfg_field(root, "rope_parameters");
+    const cJSON *scaling = NULL;
+    const char *what = NULL;
+    if (rp) {
+        if (!cJSON_IsObject(rp))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'rope_parameters' must be an object", name);
+        if ((st = cfg_num_in(rp, "rope_parameters", name, "rope_theta", 0.0, 1e12, theta, &theta)))
+            return st;
+        scaling = rp;
+        what = "rope_parameters";
+    } else if ((scaling = cfg_field(root, "rope_scaling"))) {
+        if (!cJSON_IsObject(scaling))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'rope_scaling' must be null or an object", name);
+        what = "rope_scaling";
+    }
+    c->rope_theta = (float)theta;
+    if (!scaling)
+        return INFERD_OK;
+    const char *type = NULL;
+    if ((st = cfg_rope_type(scaling, name, what, &type)))
+        return st;
+    if (strcmp(type, "default") == 0)
+        return INFERD_OK;
+    if (strcmp(type, "llama3") == 0)
+        return cfg_parse_llama3(scaling, name, what, c);
+    return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                            "%s: field '%s.rope_type': '%.64s' is not supported (default, llama3)", name, what, type);
+}
+
+/* eos_token_id: int, list of ints or null (keeps *n = 0). */
+static inferd_status cfg_parse_eos(const cJSON *obj, const char *name, int32_t vocab, int32_t *ids, int *n)
+{
+    const cJSON *v = cfg_field(obj, "eos_token_id");
+    *n = 0;
+    if (!v)
+        return INFERD_OK;
+    int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+    if (!cJSON_IsArray(v) && !cJSON_IsNumber(v))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'eos_token_id' must be an integer or a list of integers",
+                                name);
+    if (count > MODEL_MAX_EOS)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field 'eos_token_id': %d ids (at most %d supported)", name,
+                                count, MODEL_MAX_EOS);
+    for (int i = 0; i < count; i++) {
+        const cJSON *e = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : v;
+        double d = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+        if (!cJSON_IsNumber(e) || d != floor(d) || d < 0 || d >= (double)vocab)
+            return inferd_set_error(INFERD_ERR_FORMAT,
+                                    "%s: field 'eos_token_id': item %d is not a token id in [0, %d)", name, i, vocab);
+        ids[i] = (int32_t)d;
+    }
+    *n = count;
+    return INFERD_OK;
+}
+
+/* Fields naming features outside the Llama family we run. */
+static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, const model_config *c)
+{
+    static const char *const no_bias[] = {"attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < ARRAY_LEN(no_bias); i++) {
+        bool b;
+        inferd_status st = cfg_bool(root, name, no_bias[i], false, &b);
+        if (st != INFERD_OK)
+            return st;
+        if (b)
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field '%s': biases are not supported", name,
+                                    no_bias[i]);
+    }
+    const char *act = NULL;
+    inferd_status st = cfg_str(root, name, "hidden_act", &act);
+    if (st != INFERD_OK)
+        return st;
+    if (act && strcmp(act, "silu") != 0)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field 'hidden_act': '%.64s' is not supported (silu)",
+                                name, act);
+    if (cfg_field(root, "quantization_config"))
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field 'quantization_config': quantized models are not "
+                                "supported", name);
+    const cJSON *sw = cfg_field(root, "sliding_window");
+    if (sw) {
+        if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'sliding_window' must be null or an integer", name);
+        if (sw->valuedouble < (double)c->max_position_embeddings)
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                    "%s: field 'sliding_window': %g < max_position_embeddings %d "
+                                    "(sliding-window attention is not supported)",
+                                    name, sw->valuedouble, c->max_position_embeddings);
+    }
+    return INFERD_OK;
+}
+
+/* Everything but the architecture and shape. */
+static inferd_status cfg_parse_rest(const cJSON *root, const char *name, model_config *c)
+{
+    double eps;
+    int64_t bos;
+    inferd_status st;
+    if ((st = cfg_num_in(root, NULL, name, "rms_norm_eps", 0.0, 1.0, 1e-6, &eps)) ||
+        (st = cfg_parse_rope(root, name, c)) ||
+        (st = cfg_bool(root, name, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
+        (st = cfg_int_in(root, NULL, name, "bos_token_id", false, 0, c->vocab_size - 1, -1, &bos)) ||
+        (st = cfg_parse_eos(root, name, c->vocab_size, c->eos_ids, &c->n_eos)) ||
+        (st = cfg_check_unsupported(root, name, c)))
+        return st;
+    c->rms_norm_eps = (float)eps;
+    c->bos_id = (int32_t)bos;
+
+    const char *field = cfg_field(root, "torch_dtype") ? "torch_dtype" : "dtype";
+    const char *dt = NULL;
+    if ((st = cfg_str(root, name, field, &dt)))
+        return st;
+    c->torch_dtype[0] = '\0';
+    if (dt) {
+        if (strcmp(dt, "float32") != 0 && strcmp(dt, "bfloat16") != 0 && strcmp(dt, "float16") != 0)
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                    "%s: field '%s': '%.32s' is not supported (float32, bfloat16, float16)", name,
+                                    field, dt);
+        snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
+    }
+    return INFERD_OK;
+}
+
+/* Parse JSON text into a cJSON object, or an error naming `name`. */
+static inferd_status cfg_parse_object(const char *json, const char *name, cJSON **out)
+{
+    cJSON *root = cJSON_Parse(json);
+    if (!root)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: invalid JSON", name);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: top level is not a JSON object", name);
+    }
+    *out = root;
+    return INFERD_OK;
+}
+
+inferd_status model_config_parse(const char *json, const char *name, model_config *cfg)
+{
+    if (!json || !cfg)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "model_config_parse: NULL argument");
+    if (!name)
+        name = "config.json";
+    cJSON *root = NULL;
+    inferd_status st = cfg_parse_object(json, name, &root);
+    if (st != INFERD_OK)
+        return st;
+    model_config c;
+    memset(&c, 0, sizeof c);
+    if (!(st = cfg_parse_arch(root, name, &c)) && !(st = cfg_parse_shape(root, name, &c)))
+        st = cfg_parse_rest(root, name, &c);
+    cJSON_Delete(root);
+    if (st == INFERD_OK)
+        *cfg = c;
+    return st;
+}
+
+/* Apply generation_config.json's eos ids (when it has any) to c. */
+static inferd_status cfg_apply_generation(const char *path, model_config *c)
+{
+    char *text = NULL;
+    inferd_status st = util_read_file(path, CFG_MAX_CONFIG_BYTES, &text, NULL);
+    if (st != INFERD_OK)
+        return st;
+    cJSON *root = NULL;
+    st = cfg_parse_object(text, path, &root);
+    xfree(text);
+    if (st != INFERD_OK)
+        return st;
+    int32_t ids[MODEL_MAX_EOS];
+    int n = 0;
+    st = cfg_parse_eos(root, path, c->vocab_size, ids, &n);
+    cJSON_Delete(root);
+    if (st == INFERD_OK && n > 0) {
+        memcpy(c->eos_ids, ids, sizeof ids);
+        c->n_eos = n;
+    }
+    return st;
+}
+
+inferd_status model_config_load(const char *dir, model_config *cfg)
+{
+    if (!dir || !cfg)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "model_config_load: NULL argument");
+    char *path = util_path_join(dir, "config.json");
+    char *text = NULL;
+    inferd_status st = util_read_file(path, CFG_MAX_CONFIG_BYTES, &text, NULL);
+    if (st != INFERD_OK) {
+        if (!util_file_exists(path))
+            st = inferd_set_error(INFERD_ERR_NOT_FOUND, "%s: not found", path);
+        xfree(path);
+        return st;
+    }
+    model_config c;
+    st = model_config_parse(text, path, &c);
+    xfree(text);
+    xfree(path);
+    if (st != INFERD_OK)
+        return st;
+    char *gen = util_path_join(dir, "generation_config.json");
+    if (util_file_exists(gen))
+        st = cfg_apply_generation(gen, &c);
+    xfree(gen);
+    if (st == INFERD_OK)
+        *cfg = c;
+    return st;
+}
+
+/* NOTE: the float32 operation order below mirrors transformers'
+ * _compute_default_rope_parameters and _compute_llama3_parameters (tensor
+ * ops on float32 with Python scalars rounded to float32), so that our RoPE
+ * tables match HF's to the last bit or ulp of powf. */
+void model_rope_inv_freq(const model_config *cfg, float *inv_freq)
+{
+    const int half = cfg->head_dim / 2;
+    const float dim = (float)cfg->head_dim;
+    const float base = cfg->rope_theta;
+    for (int j = 0; j < half; j++) {
+        float e = (float)(2 * j) / dim;
+        inv_freq[j] = 1.0f / powf(base, e);
+    }
+    if (cfg->rope_scaling != ROPE_SCALING_LLAMA3)
+        return;
+    const double orig = (double)cfg->rope_original_max_pos;
+    const double lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+    const float factor = cfg->rope_factor;
+    const float low_freq_wavelen = (float)(orig / lo);
+    const float high_freq_wavelen = (float)(orig / hi);
+    const float two_pi = (float)(2.0 * M_PI);
+    for (int j = 0; j < half; j++) {
+        const float f = inv_freq[j];
+        const float wavelen = two_pi / f;
+        if (wavelen > low_freq_wavelen) {
+            inv_freq[j] = f / factor;
+        } else if (!(wavelen < high_freq_wavelen)) {
+            const float smooth = ((float)orig / wavelen - (float)lo) / (float)(hi - lo);
+            inv_freq[j] = (1.0f - smooth) * f / factor + smooth * f;
+        }
+    }
+}
