@@ -1,0 +1,202 @@
+/* kernels/cpu/cpu_attention.c: RoPE + paged KV write and varlen causal
+ * paged attention for the CPU backend (fp32 activations and KV cache).
+ *
+ * RoPE follows HF rotate_half: for j < head_dim/2, x1 = x[j], x2 =
+ * x[j + head_dim/2], angle = (float)pos * inv_freq[j] (one fp32 product, as
+ * HF's fp32 matmul of inv_freq and positions), out[j] = x1*cos - x2*sin,
+ * out[j + head_dim/2] = x2*cos + x1*sin, with cosf/sinf of the fp32 angle.
+ *
+ * Attention: one independent task per (token, query head), parallel with
+ * OpenMP. Each task walks its sequence's block table from position 0 to its
+ * own position, in runs of at most 64 keys (never crossing a block), with an
+ * online softmax in fp32: scores of a run, new running max, rescale of the
+ * running sum and output accumulator, accumulate exp(s - max) * v. The
+ * result for a token depends only on its sequence's cache contents, its
+ * position and block_size, not on the rest of the batch, the chunking of the
+ * prompt or the thread count: chunked prefill, decode and batching give
+ * bitwise identical outputs. No workspace is needed.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "kernels/cpu/kcpu.h"
+
+#define ATTN_RUN 64 /* keys scored per online-softmax step */
+
+/* RoPE on n_rot heads of head_dim hd at x, with cos/sin tables of hd/2. */
+static void rope_heads(float *x, int n_rot, int hd, const float *cs, const float *sn)
+{
+    const int half = hd / 2;
+    for (int h = 0; h < n_rot; h++) {
+        float *v = x + (int64_t)h * hd;
+        for (int j = 0; j < half; j++) {
+            float x1 = v[j], x2 = v[j + half];
+            v[j] = x1 * cs[j] - x2 * sn[j];
+            v[j + half] = x2 * cs[j] + x1 * sn[j];
+        }
+    }
+}
+
+/* Contract (kern_rope_kv_write): RoPE in place on the q heads and k heads of
+ * every token's qkv row, then, for tokens with slot_mapping >= 0, the (roped)
+ * K heads and the V heads are copied to k_cache / v_cache at slot
+ * s = block * block_size + offset, head h at
+ * ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
+void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
+{
+    const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads, bs = p->block_size;
+    CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
+    const int64_t row = (int64_t)(nh + 2 * nkv) * hd;
+    float *qkv = p->qkv;          /* [n_tokens, (nh + 2*nkv) * hd] */
+    float *kc = p->k_cache;       /* [n_blocks, nkv, bs, hd] */
+    float *vc = p->v_cache;       /* [n_blocks, nkv, bs, hd] */
+    int nt = kcpu_threads(ctx, (int64_t)p->n_tokens * row * 4);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < p->n_tokens; t++) {
+        float cs[KCPU_MAX_HEAD_DIM / 2], sn[KCPU_MAX_HEAD_DIM / 2];
+        const float pos = (float)p->positions[t];
+        for (int j = 0; j < hd / 2; j++) {
+            float angle = pos * p->inv_freq[j];
+            cs[j] = cosf(angle);
+            sn[j] = sinf(angle);
+        }
+        float *x = qkv + (int64_t)t * row;
+        rope_heads(x, nh + nkv, hd, cs, sn); /* q heads then k heads, contiguous */
+        int64_t slot = p->slot_mapping[t];
+        if (slot < 0)
+            continue;
+        int64_t blk = slot / bs, off = slot % bs;
+        const float *k = x + (int64_t)nh * hd;
+        const float *v = k + (int64_t)nkv * hd;
+        for (int h = 0; h < nkv; h++) {
+            int64_t dst = ((blk * nkv + h) * bs + off) * hd;
+            memcpy(kc + dst, k + (int64_t)h * hd, (size_t)hd * sizeof(float));
+            memcpy(vc + dst, v + (int64_t)h * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+/* Index of the sequence that owns token t (query_start_loc[i] <= t <
+ * query_start_loc[i+1]), or -1 when t lies outside every sequence. */
+static int seq_of_token(const int32_t *qsl, int n_seqs, int t)
+{
+    if (n_seqs <= 0 || t < qsl[0] || t >= qsl[n_seqs])
+        return -1;
+    int lo = 0, hi = n_seqs - 1; /* answer in [lo, hi] */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (qsl[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Online-softmax state of one (token, head) task. */
+typedef struct {
+    float m;                        /* running max of scores */
+    float l;                        /* running sum of exp(score - m) */
+    float acc[KCPU_MAX_HEAD_DIM];   /* running sum of exp(score - m) * v */
+} attn_state;
+
+/* Fold n keys/values (contiguous rows of hd) into the state. */
+static void attn_run(attn_state *st, const float *q, const float *k, const float *v, int n, int hd,
+                     float scale)
+{
+    float s[ATTN_RUN];
+    float mx = -INFINITY;
+    for (int c = 0; c < n; c++) {
+        s[c] = scale * kcpu_dot(q, k + (int64_t)c * hd, hd);
+        if (s[c] > mx)
+            mx = s[c];
+    }
+    if (mx > st->m) {
+        float corr = expf(st->m - mx); /* 0 on the first run (m = -inf) */
+        st->l *= corr;
+        for (int d = 0; d < hd; d++)
+            st->acc[d] *= corr;
+        st->m = mx;
+    }
+    for (int c = 0; c < n; c++) {
+        float e = expf(s[c] - st->m);
+        const float *vr = v + (int64_t)c * hd;
+        st->l += e;
+        for (int d = 0; d < hd; d++)
+            st->acc[d] += e * vr[d];
+    }
+}
+
+/* Attention output of query q (token at position pos of sequence seq) over
+ * positions 0..pos of kv head kvh, into out[hd]. */
+static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const float *q,
+                     float *out)
+{
+    const int hd = p->head_dim, bs = p->block_size;
+    const float *kc = p->k_cache; /* [n_blocks, n_kv_heads, bs, hd] */
+    const float *vc = p->v_cache;
+    const int32_t *bt = p->block_tables + (int64_t)seq * p->max_blocks_per_seq;
+    attn_state st;
+    st.m = -INFINITY;
+    st.l = 0.0f;
+    memset(st.acc, 0, (size_t)hd * sizeof(float));
+    const int n_ctx = pos + 1;
+    for (int b = 0; b * bs < n_ctx; b++) {
+        CHECK(b < p->max_blocks_per_seq && bt[b] >= 0);
+        int64_t base = (((int64_t)bt[b] * p->n_kv_heads + kvh) * bs) * hd;
+        int in_block = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+        for (int c0 = 0; c0 < in_block; c0 += ATTN_RUN) {
+            int n = in_block - c0 < ATTN_RUN ? in_block - c0 : ATTN_RUN;
+            int64_t off = base + (int64_t)c0 * hd;
+            attn_run(&st, q, kc + off, vc + off, n, hd, p->scale);
+        }
+    }
+    float inv = 1.0f / st.l;
+    for (int d = 0; d < hd; d++)
+        out[d] = st.acc[d] * inv;
+}
+
+/* Contract (kern_attention): for each token t of sequence i (rows
+ * [query_start_loc[i], query_start_loc[i+1])) at position
+ * pos = seq_lens[i] - q_len + (t - query_start_loc[i]) and each head h,
+ * out[t, h] = softmax_j(scale * q . k_j) . v_j over positions j = 0..pos of kv
+ * head h / (n_heads / n_kv_heads), K/V read through block_tables. Rows of
+ * tokens outside every sequence are set to 0. Reads the host-memory arrays
+ * query_start_loc / seq_lens / block_tables directly (CPU backend). */
+void kcpu_attention(kern_ctx *ctx, const kern_attn_params *p)
+{
+    const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
+    CHECK(hd > 0 && hd <= KCPU_MAX_HEAD_DIM && nkv > 0 && nh % nkv == 0 && p->block_size > 0);
+    for (int i = 0; i < p->n_seqs; i++) {
+        int q_len = p->query_start_loc[i + 1] - p->query_start_loc[i];
+        CHECK(q_len >= 0 && p->seq_lens[i] >= q_len);
+    }
+    const int group = nh / nkv;
+    const int64_t qkv_row = (int64_t)(nh + 2 * nkv) * hd;
+    const float *qkv = p->qkv; /* [n_tokens, (nh + 2*nkv) * hd] */
+    float *out = p->out;       /* [n_tokens, nh * hd] */
+    const int64_t n_tasks = (int64_t)p->n_tokens * nh;
+    int64_t work = n_tasks * (int64_t)(p->max_seq_len > 0 ? p->max_seq_len : 1) * hd * 2;
+    int nt = kcpu_threads(ctx, work);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
+    for (int64_t task = 0; task < n_tasks; task++) {
+        int t = (int)(task / nh), h = (int)(task % nh);
+        float *o = out + (int64_t)t * nh * hd + (int64_t)h * hd;
+        int seq = seq_of_token(p->query_start_loc, p->n_seqs, t);
+        if (seq < 0) {
+            memset(o, 0, (size_t)hd * sizeof(float));
+            continue;
+        }
+        int q_len = p->query_start_loc[seq + 1] - p->query_start_loc[seq];
+        int pos = p->seq_lens[seq] - q_len + (t - p->query_start_loc[seq]);
+        attn_one(p, seq, pos, h / group, qkv + (int64_t)t * qkv_row + (int64_t)h * hd, o);
+    }
+}
+
+/* Contract (kern_attn_workspace_bytes): the CPU attention needs no workspace. */
+size_t kcpu_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
+                                 int head_dim, int max_seq_len)
+{
+    return 0;
+}

@@ -1,0 +1,118 @@
+/* kernels/cpu/cpu_weights.c: weight upload (dtype conversion), random
+ * weights for --load-format dummy, and the embedding gather, for the CPU
+ * backend.
+ *
+ * The CPU backend keeps weights in the file dtype (kern_weight_dtype), so the
+ * usual upload is a memcpy; every other combination of F32/F16/BF16 converts
+ * through fp32 (bf16 rounding is round-to-nearest-even, see common/half.h).
+ * Conversions run in parallel over rows: loading a multi-GB model through a
+ * single core would take longer than the rest of start-up.
+ */
+#include <string.h>
+
+#include "common/check.h"
+#include "common/half.h"
+#include "common/rng.h"
+#include "kernels/cpu/kcpu.h"
+
+void kcpu_weight_to_f32(const kern_weight *w, int64_t i0, int64_t n, float *dst)
+{
+    switch (w->dtype) {
+    case KERN_DTYPE_F32:
+        memcpy(dst, (const float *)w->data + i0, (size_t)n * sizeof(float));
+        return;
+    case KERN_DTYPE_BF16: {
+        /* bf16 -> f32 is a 16-bit shift; done 4 lanes at a time */
+        typedef uint32_t u32x4 __attribute__((vector_size(16)));
+        const uint16_t *s = (const uint16_t *)w->data + i0;
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            u32x4 v = {s[i], s[i + 1], s[i + 2], s[i + 3]};
+            v <<= 16;
+            memcpy(dst + i, &v, sizeof v);
+        }
+        for (; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
+        return;
+    }
+    case KERN_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)w->data + i0;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(s[i]);
+        return;
+    }
+    }
+}
+
+/* Read element i of a host array of dtype dt as float. */
+static inline float load_as_f32(const void *src, kern_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case KERN_DTYPE_F32: return ((const float *)src)[i];
+    case KERN_DTYPE_F16: return f16_to_f32(((const uint16_t *)src)[i]);
+    case KERN_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)src)[i]);
+    }
+    return 0.0f;
+}
+
+/* Store v as element i of w (w->dtype). */
+static inline void store_f32(kern_weight *w, int64_t i, float v)
+{
+    switch (w->dtype) {
+    case KERN_DTYPE_F32: ((float *)w->data)[i] = v; return;
+    case KERN_DTYPE_F16: ((uint16_t *)w->data)[i] = f32_to_f16(v); return;
+    case KERN_DTYPE_BF16: ((uint16_t *)w->data)[i] = f32_to_bf16(v); return;
+    }
+}
+
+/* Contract (kern_weight_upload): rows [row_offset, row_offset + n_rows) of w
+ * become src ([n_rows, w->cols], src_dtype) converted to w->dtype. The
+ * dispatcher has checked the row range. */
+void kcpu_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,
+                        kern_dtype src_dtype, int64_t n_rows)
+{
+    const int64_t cols = w->cols;
+    const int64_t n = n_rows * cols;
+    if (n == 0)
+        return;
+    if (src_dtype == w->dtype) {
+        size_t es = kern_dtype_size(w->dtype);
+        memcpy((char *)w->data + (size_t)(row_offset * cols) * es, src, (size_t)n * es);
+        return;
+    }
+    const int64_t base = row_offset * cols;
+    int nt = kcpu_threads(ctx, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            store_f32(w, base + r * cols + c, load_as_f32(src, src_dtype, r * cols + c));
+}
+
+/* Contract (kern_weight_fill_random): element e (flat row-major index over
+ * the whole matrix) becomes (float)((2 * rng_uniform(seed, e) - 1) * scale)
+ * in double, rounded to w->dtype. The CUDA twin uses the same formula, so
+ * dummy weights agree across backends up to the dtype rounding. */
+void kcpu_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
+{
+    const int64_t n = w->rows * w->cols;
+    int nt = kcpu_threads(ctx, n);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t e = 0; e < n; e++) {
+        double u = rng_uniform(seed, (uint64_t)e);
+        store_f32(w, e, (float)((2.0 * u - 1.0) * (double)scale));
+    }
+}
+
+/* Contract (kern_embed): out[n, table->cols] (F32) = table row tokens[i].
+ * Token ids outside [0, table->rows) are a caller bug (abort). */
+void kcpu_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
+{
+    float *o = out; /* [n, d] */
+    const int64_t d = t->cols;
+    for (int i = 0; i < n; i++)
+        CHECK_MSG(tokens[i] >= 0 && tokens[i] < t->rows, "token id out of vocabulary");
+    int nt = kcpu_threads(ctx, (int64_t)n * d);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < n; i++)
+        kcpu_weight_to_f32(t, (int64_t)tokens[i] * d, d, o + (int64_t)i * d);
+}
