@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(cmake gcc make pkg-config libmicrohttpd-dev libcjson-dev libjemalloc-dev check
-      libpcre2-dev libcurl4-openssl-dev nodejs npm python3)
+      libpcre2-dev libcurl4-openssl-dev libunistring-dev nodejs npm python3)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,16 @@
+/* model/tok_nfc.h: Unicode canonical normalization (NFC, NFD) for the
+ * tokenizer's normalizers, through GNU libunistring. Internal to the
+ * tokenizer. */
+#ifndef INFERD_MODEL_TOK_NFC_H
+#define INFERD_MODEL_TOK_NFC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "model/tok_internal.h"
+
+/* Append the NFC (compose) or NFD (!compose) form of valid UTF-8
+ * s[0..n) to out. */
+void tok_unicode_normalize(const char *s, size_t n, bool compose, tok_buf *out);
+
+#endif
