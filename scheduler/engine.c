@@ -1,0 +1,283 @@
+/* scheduler/engine.c: the engine's lifecycle, its thread loop and the
+ * thread-safe submission API (see engine.h and engine_internal.h).
+ *
+ * Loop: take the submitted requests (under e->mu), add them to the
+ * scheduler, finish those whose consumer aborted or whose deadline passed,
+ * run one step (engine_step.c), publish the stats snapshot. The thread
+ * sleeps on e->cv only when no request is live or pending, so aborts need
+ * no wake-up: they are atomic flags polled every iteration.
+ *
+ * Validation happens in engine_submit, on the caller's thread, against
+ * values fixed at engine_create (model length, block size, pool size), so a
+ * request that can never run is rejected with a status instead of failing
+ * later; the scheduler re-checks the same limits when the request arrives.
+ */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "common/util.h"
+#include "scheduler/engine_internal.h"
+
+/* --- lifecycle ------------------------------------------------------------ */
+
+static void alloc_buffers(engine *e)
+{
+    size_t T = (size_t)e->opts.max_num_batched_tokens, S = (size_t)e->opts.max_num_seqs;
+    e->b_tokens = xmalloc(T * sizeof(int32_t));
+    e->b_positions = xmalloc(T * sizeof(int32_t));
+    e->b_slots = xmalloc(T * sizeof(int64_t));
+    e->b_qsl = xmalloc((S + 1) * sizeof(int32_t));
+    e->b_seq_lens = xmalloc(S * sizeof(int32_t));
+    e->b_tables = xmalloc(S * (size_t)e->max_blocks_per_seq * sizeof(int32_t));
+    e->b_logits_idx = xmalloc(S * sizeof(int32_t));
+    e->b_row_item = xmalloc(S * sizeof(int32_t));
+    e->b_sparams = xmalloc(S * sizeof(kern_sample_params));
+    e->b_sampled = xmalloc(S * sizeof(int32_t));
+}
+
+static inferd_status check_opts(const engine_opts *o)
+{
+    if (o->max_num_seqs < 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_seqs must be >= 1 (got %d)",
+                                o->max_num_seqs);
+    if (o->max_num_batched_tokens < 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_batched_tokens must be >= 1 (got %d)",
+                                o->max_num_batched_tokens);
+    if (o->max_queued_requests < 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_queued_requests must be >= 1 (got %d)",
+                                o->max_queued_requests);
+    if (o->max_model_len < 0)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_model_len must be >= 0 (got %d)",
+                                o->max_model_len);
+    return INFERD_OK;
+}
+
+/* Clamp the engine limits to what the model's buffers were sized for. */
+static void clamp_opts(engine *e)
+{
+    engine_opts *o = &e->opts;
+    int T = model_max_num_batched_tokens(e->m), S = model_max_num_seqs(e->m);
+    int L = model_max_model_len(e->m);
+    if (o->max_num_batched_tokens > T) {
+        LOG_WARN("engine: max_num_batched_tokens %d > the model's %d; using %d", o->max_num_batched_tokens, T,
+                 T);
+        o->max_num_batched_tokens = T;
+    }
+    if (o->max_num_seqs > S) {
+        LOG_WARN("engine: max_num_seqs %d > the model's %d; using %d", o->max_num_seqs, S, S);
+        o->max_num_seqs = S;
+    }
+    if (o->max_model_len == 0 || o->max_model_len > L) {
+        if (o->max_model_len > L)
+            LOG_WARN("engine: max_model_len %d > the model's %d; using %d", o->max_model_len, L, L);
+        o->max_model_len = L;
+    }
+}
+
+inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *tok, engine **out)
+{
+    *out = NULL;
+    inferd_status st = check_opts(opts);
+    if (st != INFERD_OK)
+        return st;
+    engine *e = xcalloc(1, sizeof *e);
+    e->opts = *opts;
+    e->m = m;
+    e->tok = tok;
+    e->cfg = model_get_config(m);
+    e->vocab = e->cfg->vocab_size;
+    e->block_size = model_block_size(m);
+    e->max_blocks_per_seq = model_max_blocks_per_seq(m);
+    clamp_opts(e);
+    st = kv_pool_init(model_num_kv_blocks(m), e->block_size, opts->enable_prefix_caching, &e->pool);
+    if (st != INFERD_OK) {
+        xfree(e);
+        return st;
+    }
+    sched_opts so = {.max_num_seqs = e->opts.max_num_seqs,
+                     .max_num_batched_tokens = e->opts.max_num_batched_tokens,
+                     .max_model_len = e->opts.max_model_len};
+    if ((st = sched_init(&so, e->pool, &e->s)) != INFERD_OK) {
+        kv_pool_free(e->pool);
+        xfree(e);
+        return st;
+    }
+    alloc_buffers(e);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->step_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_cond_init(&e->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    e->next_id = 1;
+    e->stats.kv_blocks_total = kv_pool_num_usable(e->pool);
+    LOG_INFO(
+        "engine: %d seqs, %d tokens/step, max model len %d, %d KV blocks of %d tokens, prefix caching %s",
+        e->opts.max_num_seqs, e->opts.max_num_batched_tokens, e->opts.max_model_len,
+        kv_pool_num_usable(e->pool), e->block_size, opts->enable_prefix_caching ? "on" : "off");
+    *out = e;
+    return INFERD_OK;
+}
+
+/* --- thread loop ---------------------------------------------------------- */
+
+/* Move a taken submission into the scheduler (engine thread). */
+static void admit(engine *e, eng_req *r)
+{
+    r->next = e->live_head;
+    r->prev = NULL;
+    if (e->live_head)
+        e->live_head->prev = r;
+    e->live_head = r;
+    inferd_status st = sched_add(e->s, r->stream->id, r->prompt, r->n_prompt, r->sp.max_tokens, r, &r->sr);
+    if (st != INFERD_OK) {
+        eng_finish(e, r, FINISH_ERROR, inferd_last_error());
+        return;
+    }
+    xfree(r->prompt);
+    r->prompt = NULL;
+}
+
+static void reap_aborts(engine *e, bool stopping)
+{
+    double now = time_now_s();
+    eng_req *next;
+    for (eng_req *r = e->live_head; r; r = next) {
+        next = r->next;
+        if (stopping || atomic_load(&r->stream->abort_req) || (r->deadline > 0 && now >= r->deadline))
+            eng_finish(e, r, FINISH_ABORT, NULL);
+    }
+}
+
+static void publish_stats(engine *e)
+{
+    sched_stats ss;
+    sched_get_stats(e->s, &ss);
+    pthread_mutex_lock(&e->mu);
+    engine_stats *st = &e->stats;
+    st->running = ss.running;
+    st->waiting = ss.waiting + e->n_pending;
+    e->n_waiting_sched = ss.waiting;
+    st->kv_blocks_total = kv_pool_num_usable(e->pool);
+    st->kv_blocks_used = st->kv_blocks_total - kv_pool_num_free(e->pool);
+    st->kv_usage = st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    st->prompt_tokens = e->n_prompt_tokens;
+    st->generation_tokens = e->n_gen_tokens;
+    st->preemptions = ss.preemptions;
+    st->prefix_queries = ss.prefix_queries;
+    st->prefix_hits = ss.prefix_hits;
+    memcpy(st->finished, e->n_finished, sizeof st->finished);
+    st->steps = ss.steps;
+    if (e->n_live == 0 && e->n_pending == 0)
+        pthread_cond_broadcast(&e->idle_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && !e->pending_head && e->n_live == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        eng_req *taken = e->pending_head;
+        e->pending_head = e->pending_tail = NULL;
+        int n_taken = e->n_pending;
+        e->n_pending = 0;
+        e->n_live += n_taken;
+        bool stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+
+        pthread_mutex_lock(&e->step_mu);
+        while (taken) {
+            eng_req *next = taken->next;
+            admit(e, taken);
+            taken = next;
+        }
+        reap_aborts(e, stopping);
+        if (!stopping && sched_has_work(e->s))
+            eng_step(e);
+        publish_stats(e);
+        pthread_mutex_unlock(&e->step_mu);
+        if (stopping)
+            break;
+    }
+    return NULL;
+}
+
+inferd_status engine_start(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->started || e->stopped) {
+        pthread_mutex_unlock(&e->mu);
+        return inferd_set_error(INFERD_ERR_UNAVAILABLE, "engine already %s",
+                                e->started ? "started" : "stopped");
+    }
+    int rc = pthread_create(&e->thread, NULL, engine_main, e);
+    if (rc == 0)
+        e->started = true;
+    pthread_mutex_unlock(&e->mu);
+    if (rc != 0)
+        return inferd_set_error(INFERD_ERR_INTERNAL, "cannot start the engine thread (error %d)", rc);
+    return INFERD_OK;
+}
+
+void engine_stop(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool was_started = e->started && !e->stopped;
+    e->stopping = true;
+    e->stopped = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (was_started)
+        pthread_join(e->thread, NULL);
+    /* requests never taken by a thread (not started, or submitted late) */
+    pthread_mutex_lock(&e->step_mu);
+    pthread_mutex_lock(&e->mu);
+    eng_req *taken = e->pending_head;
+    e->pending_head = e->pending_tail = NULL;
+    e->n_live += e->n_pending;
+    e->n_pending = 0;
+    pthread_mutex_unlock(&e->mu);
+    while (taken) {
+        eng_req *next = taken->next;
+        admit(e, taken);
+        taken = next;
+    }
+    reap_aborts(e, true);
+    publish_stats(e);
+    pthread_mutex_unlock(&e->step_mu);
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    engine_stop(e);
+    sched_free(e->s);
+    kv_pool_free(e->pool);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->step_mu);
+    pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->idle_cv);
+    xfree(e->b_tokens);
+    xfree(e->b_positions);
+    xfree(e->b_slots);
+    xfree(e->b_qsl);
+    xfree(e->b_seq_lens);
+    xfree(e->b_tables);
+    xfree(e->b_logits_idx);
+    xfree(e->b_row_item);
+    xfree(e->b_sparams);
+    xfree(e->b_sampled);
+    xfree(e->h_logits);
+    xfree(e);
+}

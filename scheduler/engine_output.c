@@ -1,0 +1,219 @@
+/* scheduler/engine_output.c: what happens to each sampled token: append it
+ * to the request, detokenize incrementally, apply the stop conditions, and
+ * publish the new output to the request's stream.
+ *
+ * Stop conditions, in vLLM's order and semantics:
+ *  - before min_tokens generated tokens nothing but the length limit stops;
+ *  - EOS ids of the model config (unless ignore_eos) and stop_token_ids:
+ *    the token is part of token_ids (and counted) but its text is not;
+ *  - stop strings are matched on the detokenized text, including across
+ *    token boundaries (the search window reaches max_stop_len - 1 bytes back
+ *    into older text); the output text ends right before the match;
+ *  - max_tokens or the model length: FINISH_LENGTH.
+ * Text that could still be the start of a stop string is held back until it
+ * can no longer be one (or the request finishes).
+ */
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/util.h"
+#include "scheduler/engine_internal.h"
+
+void eng_req_free(eng_req *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < SAMPLING_MAX_STOP; i++)
+        xfree(r->stop_copy[i]);
+    if (r->detok)
+        tok_stream_free(r->detok);
+    xfree(r->prompt);
+    xfree(r->text);
+    xfree(r);
+}
+
+static void text_append(eng_req *r, const char *s, size_t n)
+{
+    if (r->text_len + n + 1 > r->text_cap) {
+        r->text_cap = (r->text_len + n + 1) * 2;
+        r->text = xrealloc(r->text, r->text_cap);
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+}
+
+/* Earliest match of any stop string starting at or after `from`; -1 if none. */
+static long find_stop(const eng_req *r, size_t from)
+{
+    long best = -1;
+    for (int i = 0; i < r->sp.n_stop; i++) {
+        const char *needle = r->sp.stop[i];
+        size_t nl = strlen(needle);
+        if (nl == 0 || r->text_len < nl)
+            continue;
+        for (size_t p = from; p + nl <= r->text_len; p++) {
+            if (best >= 0 && (long)p >= best)
+                break;
+            if (memcmp(r->text + p, needle, nl) == 0) {
+                best = (long)p;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+/* Bytes at the end of the unemitted text that are a proper prefix of some
+ * stop string (they must wait for the next token). */
+static size_t holdback(const eng_req *r)
+{
+    size_t avail = r->text_len - r->emitted;
+    size_t keep = 0;
+    for (int i = 0; i < r->sp.n_stop; i++) {
+        size_t nl = strlen(r->sp.stop[i]);
+        for (size_t k = MIN(avail, nl - 1); k > keep; k--) {
+            if (memcmp(r->text + r->text_len - k, r->sp.stop[i], k) == 0) {
+                keep = k;
+                break;
+            }
+        }
+    }
+    return keep;
+}
+
+/* Search the text appended since old_len (reaching back max_stop_len - 1
+ * bytes across the boundary) for a stop string; on a match cut the text
+ * there and return true. */
+static bool match_stop(eng_req *r, size_t old_len)
+{
+    if (r->sp.n_stop == 0 || r->text_len <= old_len)
+        return false;
+    size_t back = r->max_stop_len > 0 ? r->max_stop_len - 1 : 0;
+    size_t from = old_len > back ? old_len - back : 0;
+    if (from < r->emitted)
+        from = r->emitted;
+    long at = find_stop(r, from);
+    if (at < 0)
+        return false;
+    r->text_len = (size_t)at;
+    r->text[at] = '\0';
+    return true;
+}
+
+/* The request ends: let the detokenizer emit what it held back (an
+ * incomplete character at the very end). Returns true when that text
+ * completed a stop string (the text is cut there). */
+static bool flush_detok(eng_req *r, bool may_stop)
+{
+    if (!r->detok)
+        return false;
+    char *delta = NULL;
+    size_t dlen = 0;
+    size_t old_len = r->text_len;
+    if (tok_stream_flush(r->detok, &delta, &dlen) == INFERD_OK && dlen > 0)
+        text_append(r, delta, dlen);
+    xfree(delta);
+    return may_stop && match_stop(r, old_len);
+}
+
+static bool is_eos(const engine *e, int32_t t)
+{
+    for (int i = 0; i < e->cfg->n_eos; i++)
+        if (e->cfg->eos_ids[i] == t)
+            return true;
+    return false;
+}
+
+static bool is_stop_token(const eng_req *r, int32_t t)
+{
+    for (int i = 0; i < r->sp.n_stop_token_ids; i++)
+        if (r->sp.stop_token_ids[i] == t)
+            return true;
+    return false;
+}
+
+/* Remove r from the live list and the scheduler; drop the engine's stream
+ * reference; free r. */
+static void retire(engine *e, eng_req *r, finish_reason reason)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        e->live_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    if (r->sr)
+        sched_remove(e->s, r->sr);
+    r->sr = NULL;
+    e->n_finished[reason]++;
+    pthread_mutex_lock(&e->mu);
+    e->n_live--;
+    pthread_mutex_unlock(&e->mu);
+    stream_unref(r->stream);
+    eng_req_free(r);
+}
+
+static int cached_tokens_of(const eng_req *r)
+{
+    return r->sr ? r->sr->cached_tokens : 0;
+}
+
+void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
+{
+    r->times.finished = time_now_s();
+    if (reason != FINISH_ERROR)
+        flush_detok(r, r->n_gen >= r->sp.min_tokens);
+    size_t n = r->text_len - r->emitted;
+    stream_publish(r->stream, NULL, NULL, 0, r->text + r->emitted, n, &r->times, r->n_gen,
+                   cached_tokens_of(r), reason, error);
+    r->emitted = r->text_len;
+    retire(e, r, reason);
+}
+
+bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob *lp)
+{
+    double now = time_now_s();
+    sched_append_token(e->s, r->sr, token);
+    r->n_gen++;
+    e->n_gen_tokens++;
+    if (r->times.first_token == 0)
+        r->times.first_token = now;
+    r->times.last_token = now;
+
+    finish_reason fin = FINISH_NONE;
+    bool may_stop = r->n_gen >= r->sp.min_tokens;
+    bool stop_tok = may_stop && ((!r->sp.ignore_eos && is_eos(e, token)) || is_stop_token(r, token));
+    if (stop_tok)
+        fin = FINISH_STOP;
+    size_t old_len = r->text_len;
+    if (r->detok && !stop_tok) {
+        char *delta = NULL;
+        size_t dlen = 0;
+        if (tok_stream_push(r->detok, token, &delta, &dlen) == INFERD_OK && dlen > 0)
+            text_append(r, delta, dlen);
+        xfree(delta);
+    }
+    if (fin == FINISH_NONE && may_stop && match_stop(r, old_len))
+        fin = FINISH_STOP;
+    else if (fin == FINISH_NONE && (r->n_gen >= r->sp.max_tokens || r->sr->n_total >= r->sr->cap))
+        fin = FINISH_LENGTH;
+    if (fin == FINISH_LENGTH || stop_tok) {
+        if (flush_detok(r, may_stop))
+            fin = FINISH_STOP;
+    }
+
+    size_t emit_to = r->text_len;
+    if (fin == FINISH_NONE && r->sp.n_stop > 0)
+        emit_to -= holdback(r);
+    if (fin != FINISH_NONE)
+        r->times.finished = now;
+    stream_publish(r->stream, &token, lp, 1, r->text + r->emitted, emit_to - r->emitted, &r->times, r->n_gen,
+                   cached_tokens_of(r), fin, NULL);
+    r->emitted = emit_to;
+    if (fin == FINISH_NONE)
+        return false;
+    retire(e, r, fin);
+    return true;
+}

@@ -1,0 +1,185 @@
+/* scheduler/engine_step.c: one engine step: ask the scheduler who runs,
+ * flatten the chosen chunks into a model_batch (tokens, positions, slot
+ * mapping, query_start_loc, seq_lens, block tables, logits indices for the
+ * rows that sample), run the forward pass, sample, and hand every sampled
+ * token to engine_output.c.
+ *
+ * Reproducible sampling: row i samples with counter = the index of the
+ * token being generated within its request, and the request's seed, so the
+ * draw does not depend on batch composition, chunking or preemption.
+ * Logprobs are computed on the host from the raw logits (log-softmax) before
+ * model_sample may overwrite them, only in steps where some row wants them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "scheduler/engine_internal.h"
+
+/* Fill the batch arrays from the step's items; returns n_logits. */
+static int build_batch(engine *e, const sched_output *out, model_batch *b)
+{
+    int bs = e->block_size;
+    int width = 1;
+    for (int i = 0; i < out->n_items; i++)
+        width = MAX(width, out->items[i].req->n_blocks);
+    CHECK(width <= e->max_blocks_per_seq);
+    int off = 0, n_logits = 0;
+    for (int i = 0; i < out->n_items; i++) {
+        const sched_item *it = &out->items[i];
+        const sched_req *r = it->req;
+        e->b_qsl[i] = off;
+        for (int j = 0; j < it->n_new; j++, off++) {
+            int pos = it->start + j;
+            e->b_tokens[off] = r->tokens[pos];
+            e->b_positions[off] = pos;
+            e->b_slots[off] = (int64_t)r->blocks[pos / bs] * bs + pos % bs;
+        }
+        e->b_seq_lens[i] = it->start + it->n_new;
+        int32_t *row = e->b_tables + (size_t)i * width;
+        memcpy(row, r->blocks, (size_t)r->n_blocks * sizeof *row);
+        for (int j = r->n_blocks; j < width; j++)
+            row[j] = KV_NULL_BLOCK;
+        if (it->sample) {
+            e->b_logits_idx[n_logits] = off - 1;
+            e->b_row_item[n_logits] = i;
+            n_logits++;
+        }
+    }
+    e->b_qsl[out->n_items] = off;
+    CHECK(off == out->n_tokens);
+    memset(b, 0, sizeof *b);
+    b->n_tokens = off;
+    b->tokens = e->b_tokens;
+    b->positions = e->b_positions;
+    b->slot_mapping = e->b_slots;
+    b->n_seqs = out->n_items;
+    b->query_start_loc = e->b_qsl;
+    b->seq_lens = e->b_seq_lens;
+    b->block_tables = e->b_tables;
+    b->max_blocks_per_seq = width;
+    b->n_logits = n_logits;
+    b->logits_indices = e->b_logits_idx;
+    return n_logits;
+}
+
+/* Top-n logprobs and the sampled token's logprob from one raw logits row. */
+static void row_logprobs(const float *logits, int vocab, int32_t token, int n_top, engine_logprob *lp)
+{
+    float mx = -INFINITY;
+    for (int v = 0; v < vocab; v++)
+        mx = fmaxf(mx, logits[v]);
+    double sum = 0;
+    for (int v = 0; v < vocab; v++)
+        sum += exp((double)(logits[v] - mx));
+    float lse = mx + (float)log(sum);
+    memset(lp, 0, sizeof *lp);
+    lp->token = token;
+    lp->logprob = logits[token] - lse;
+    n_top = MIN(n_top, MIN(vocab, SAMPLING_MAX_LOGPROBS));
+    /* insertion into a sorted top-n list: ties keep the lower id first */
+    for (int v = 0; v < vocab; v++) {
+        float x = logits[v];
+        if (lp->n_top == n_top && x <= lp->top_logprobs[n_top - 1])
+            continue;
+        int k = lp->n_top < n_top ? lp->n_top++ : n_top - 1;
+        while (k > 0 && lp->top_logprobs[k - 1] < x) {
+            lp->top_logprobs[k] = lp->top_logprobs[k - 1];
+            lp->top_ids[k] = lp->top_ids[k - 1];
+            k--;
+        }
+        lp->top_logprobs[k] = x;
+        lp->top_ids[k] = v;
+    }
+    for (int k = 0; k < lp->n_top; k++)
+        lp->top_logprobs[k] -= lse;
+}
+
+static void fill_sample_params(engine *e, const sched_output *out, int n_logits, bool *want_lp)
+{
+    *want_lp = false;
+    for (int k = 0; k < n_logits; k++) {
+        const eng_req *r = out->items[e->b_row_item[k]].req->user;
+        kern_sample_params *p = &e->b_sparams[k];
+        p->temperature = r->sp.temperature;
+        p->top_p = r->sp.top_p;
+        p->min_p = r->sp.min_p;
+        p->top_k = r->sp.top_k;
+        p->seed = r->seed;
+        p->counter = (uint64_t)r->n_gen;
+        if (r->sp.logprobs >= 0)
+            *want_lp = true;
+    }
+}
+
+/* The forward pass failed: every request of the step finishes with an error. */
+static void fail_step(engine *e, const sched_output *out, const char *why)
+{
+    LOG_ERROR("engine: step failed: %s", why);
+    for (int i = 0; i < out->n_items; i++)
+        eng_finish(e, out->items[i].req->user, FINISH_ERROR, why);
+}
+
+static void mark_progress(engine *e, const sched_output *out, double now)
+{
+    for (int i = 0; i < out->n_items; i++) {
+        sched_req *sr = out->items[i].req;
+        eng_req *r = sr->user;
+        if (r->times.first_scheduled == 0)
+            r->times.first_scheduled = now;
+        if (!r->prefill_counted && sr->n_computed >= sr->n_prompt) {
+            r->prefill_counted = true;
+            r->times.prefill_done = now;
+            e->n_prompt_tokens += (uint64_t)sr->n_prompt;
+        }
+    }
+}
+
+void eng_step(engine *e)
+{
+    sched_output out;
+    sched_step(e->s, &out);
+    if (out.n_items == 0)
+        return;
+    model_batch b;
+    int n_logits = build_batch(e, &out, &b);
+    inferd_status st = model_forward(e->m, &b);
+    if (st != INFERD_OK) {
+        fail_step(e, &out, inferd_last_error());
+        return;
+    }
+    bool want_lp = false;
+    if (n_logits > 0) {
+        fill_sample_params(e, &out, n_logits, &want_lp);
+        if (want_lp) {
+            if (!e->h_logits)
+                e->h_logits = xmalloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
+            model_logits_to_host(e->m, e->h_logits);
+        }
+        st = model_sample(e->m, e->b_sparams, e->b_sampled);
+        if (st != INFERD_OK) {
+            fail_step(e, &out, inferd_last_error());
+            return;
+        }
+    }
+    sched_commit(e->s, &out);
+    mark_progress(e, &out, time_now_s());
+    for (int k = 0; k < n_logits; k++) {
+        eng_req *r = out.items[e->b_row_item[k]].req->user;
+        engine_logprob lp;
+        bool has_lp = want_lp && r->sp.logprobs >= 0;
+        int32_t tok = e->b_sampled[k];
+        CHECK_MSG(tok >= 0 && tok < e->vocab, "sampled token outside the vocabulary");
+        if (has_lp)
+            row_logprobs(e->h_logits + (size_t)k * e->vocab, e->vocab, tok, r->sp.logprobs, &lp);
+        eng_accept_token(e, r, tok, has_lp ? &lp : NULL);
+    }
+#ifndef NDEBUG
+    /* debug builds: the full pool + scheduler invariant check every step */
+    char msg[256];
+    CHECK_MSG(sched_check(e->s, msg, sizeof msg), msg);
+#endif
+}

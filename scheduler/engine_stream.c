@@ -1,0 +1,231 @@
+/* scheduler/engine_stream.c: per-request output channels.
+ *
+ * A stream is shared by the engine thread (producer) and one consumer. The
+ * producer appends token ids, logprobs and text to growable buffers under
+ * the stream's mutex and signals its condvar; it never waits, so a slow
+ * consumer only makes the buffers grow. The consumer moves everything new
+ * out with poll/wait. Two references (engine, consumer) keep the stream
+ * alive; the engine drops its reference when the request finishes, the
+ * consumer with engine_stream_release (which also requests an abort).
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "scheduler/engine_internal.h"
+
+engine_stream *stream_new(uint64_t id, const engine_request *req)
+{
+    engine_stream *s = xcalloc(1, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->id = id;
+    s->refs = 2;
+    atomic_init(&s->abort_req, false);
+    s->want_logprobs = req->sp.logprobs >= 0;
+    s->notify = req->notify;
+    s->notify_user = req->notify_user;
+    s->prompt_tokens = req->n_prompt;
+    s->text = xmalloc(1);
+    s->text[0] = '\0';
+    s->text_cap = 1;
+    return s;
+}
+
+static void stream_destroy(engine_stream *s)
+{
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    xfree(s->tok);
+    xfree(s->lp);
+    xfree(s->text);
+    xfree(s);
+}
+
+void stream_unref(engine_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    CHECK(s->refs > 0);
+    int left = --s->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left == 0)
+        stream_destroy(s);
+}
+
+void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *lp, int n_tok,
+                    const char *text, size_t text_len, const engine_times *times, int completion_tokens,
+                    int cached_tokens, finish_reason finish, const char *error)
+{
+    pthread_mutex_lock(&s->mu);
+    if (n_tok > 0) {
+        if (s->n_tok + n_tok > s->cap_tok) {
+            s->cap_tok = (s->n_tok + n_tok) * 2;
+            s->tok = xrealloc(s->tok, (size_t)s->cap_tok * sizeof *s->tok);
+            if (s->want_logprobs)
+                s->lp = xrealloc(s->lp, (size_t)s->cap_tok * sizeof *s->lp);
+        }
+        memcpy(s->tok + s->n_tok, tok, (size_t)n_tok * sizeof *tok);
+        if (s->want_logprobs) {
+            for (int i = 0; i < n_tok; i++) {
+                if (lp)
+                    s->lp[s->n_tok + i] = lp[i];
+                else
+                    memset(&s->lp[s->n_tok + i], 0, sizeof *s->lp);
+            }
+        }
+        s->n_tok += n_tok;
+    }
+    if (text_len > 0) {
+        if (s->text_len + text_len + 1 > s->text_cap) {
+            s->text_cap = (s->text_len + text_len + 1) * 2;
+            s->text = xrealloc(s->text, s->text_cap);
+        }
+        memcpy(s->text + s->text_len, text, text_len);
+        s->text_len += text_len;
+        s->text[s->text_len] = '\0';
+    }
+    if (times)
+        s->times = *times;
+    s->completion_tokens = completion_tokens;
+    s->cached_tokens = cached_tokens;
+    if (finish != FINISH_NONE && !s->finished) {
+        s->finished = true;
+        s->finish = finish;
+        if (error)
+            snprintf(s->error, sizeof s->error, "%s", error);
+    }
+    pthread_cond_broadcast(&s->cv);
+    void (*notify)(void *) = s->notify;
+    void *user = s->notify_user;
+    pthread_mutex_unlock(&s->mu);
+    if (notify)
+        notify(user);
+}
+
+/* Under s->mu: is there anything the consumer has not seen? */
+static bool has_news(const engine_stream *s)
+{
+    return s->n_tok > 0 || s->text_len > 0 || (s->finished && !s->finish_delivered);
+}
+
+/* Under s->mu: move the pending output into *out. */
+static void take(engine_stream *s, engine_output *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_tokens = s->n_tok;
+    out->token_ids = s->tok;
+    out->logprobs = s->want_logprobs ? s->lp : NULL;
+    if (!s->want_logprobs)
+        xfree(s->lp);
+    s->tok = NULL;
+    s->lp = NULL;
+    s->n_tok = s->cap_tok = 0;
+    out->text = s->text;
+    out->text_len = s->text_len;
+    s->text = xmalloc(1);
+    s->text[0] = '\0';
+    s->text_len = 0;
+    s->text_cap = 1;
+    out->finished = s->finished;
+    out->finish = s->finished ? s->finish : FINISH_NONE;
+    if (s->finished) {
+        s->finish_delivered = true;
+        snprintf(out->error, sizeof out->error, "%s", s->error);
+    }
+    out->prompt_tokens = s->prompt_tokens;
+    out->completion_tokens = s->completion_tokens;
+    out->cached_tokens = s->cached_tokens;
+    out->times = s->times;
+}
+
+static void empty_output(const engine_stream *s, engine_output *out)
+{
+    memset(out, 0, sizeof *out);
+    out->finished = s->finished;
+    out->finish = s->finished ? s->finish : FINISH_NONE;
+    out->prompt_tokens = s->prompt_tokens;
+    out->completion_tokens = s->completion_tokens;
+    out->cached_tokens = s->cached_tokens;
+    out->times = s->times;
+}
+
+void engine_output_free(engine_output *o)
+{
+    if (!o)
+        return;
+    xfree(o->token_ids);
+    xfree(o->logprobs);
+    xfree(o->text);
+    o->token_ids = NULL;
+    o->logprobs = NULL;
+    o->text = NULL;
+    o->n_tokens = 0;
+    o->text_len = 0;
+}
+
+uint64_t engine_stream_id(const engine_stream *s)
+{
+    return s->id;
+}
+
+bool engine_stream_poll(engine_stream *s, engine_output *out)
+{
+    pthread_mutex_lock(&s->mu);
+    bool news = has_news(s);
+    if (news)
+        take(s, out);
+    else
+        empty_output(s, out);
+    pthread_mutex_unlock(&s->mu);
+    return news;
+}
+
+bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    if (timeout_ms >= 0) {
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!has_news(s)) {
+        if (s->finished) /* finished and delivered: nothing will ever come */
+            break;
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        } else if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) {
+            break;
+        }
+    }
+    bool news = has_news(s);
+    if (news)
+        take(s, out);
+    else
+        empty_output(s, out);
+    pthread_mutex_unlock(&s->mu);
+    return news;
+}
+
+void engine_stream_abort(engine_stream *s)
+{
+    atomic_store(&s->abort_req, true);
+}
+
+void engine_stream_release(engine_stream *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->abort_req, true);
+    stream_unref(s);
+}

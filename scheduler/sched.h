@@ -1,0 +1,144 @@
+/* scheduler/sched.h: the scheduling policy (vLLM v1 style), pure and
+ * model-free so it tests without a forward pass.
+ *
+ * Every request has n_computed tokens (KV written) chasing n_total tokens
+ * (prompt + generated so far); there are no prefill/decode modes. Each step
+ * hands out at most max_num_batched_tokens tokens to at most max_num_seqs
+ * running requests: running requests first, in admission order, then waiting
+ * requests FCFS. A prompt longer than the remaining budget is split across
+ * steps (chunked prefill). A request whose tokens all have KV gets n_new = 1
+ * per step (decode); one whose chunk reaches n_total samples this step.
+ *
+ * Blocks: a request holds ceil(kv tokens / block_size) blocks of the pool in
+ * its block table. When the pool runs dry while extending a running request,
+ * the most recently admitted running request is preempted (blocks freed,
+ * n_computed = 0, pushed to the FRONT of the waiting queue, recomputed later;
+ * its generated tokens are kept). Waiting requests are admitted only in
+ * steps without preemption and strictly in order (no skipping), so the
+ * oldest request always progresses: no starvation, no deadlock, as long as
+ * every request fits the whole pool (checked by sched_add).
+ *
+ * Prefix caching: at admission the longest cached prefix of the request's
+ * tokens (full blocks, at most (n_total - 1) / block_size so at least the
+ * last token is recomputed and yields logits) is taken from the pool and
+ * counted as computed. After each step every newly full block is registered
+ * in the pool's cache.
+ *
+ * Ownership: the scheduler owns its requests and their token buffers. The
+ * engine (or a test) drives: sched_add, sched_step, sched_commit,
+ * sched_append_token, sched_remove. Not thread-safe (the engine thread).
+ */
+#ifndef INFERD_SCHEDULER_SCHED_H
+#define INFERD_SCHEDULER_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kvcache/kv_pool.h"
+
+typedef enum {
+    REQ_STATE_WAITING = 0, /* never admitted yet */
+    REQ_STATE_RUNNING,
+    REQ_STATE_PREEMPTED, /* waiting again after preemption */
+    REQ_STATE_FINISHED,
+} req_state;
+
+const char *req_state_str(req_state s);
+
+/* One request. Fields are read-only outside sched.c. */
+typedef struct sched_req {
+    uint64_t id;
+    req_state state;
+    int32_t *tokens; /* [cap] prompt then generated tokens */
+    int n_prompt;
+    int n_total;     /* tokens known (prompt + generated) */
+    int cap;         /* n_prompt + max_tokens */
+    int n_computed;  /* tokens whose KV is in the cache */
+    int32_t *blocks; /* [max_blocks] block table */
+    int n_blocks, max_blocks;
+    kv_hash *hashes;     /* [max_blocks] chain hashes of full blocks */
+    int n_hashes;        /* valid entries of hashes */
+    int n_cached_blocks; /* leading blocks already offered to the prefix cache */
+    int cached_tokens;   /* prompt tokens served from the cache at first admission */
+    int n_preemptions;
+    bool admitted_once;
+    void *user;                    /* the engine's per-request record */
+    struct sched_req *prev, *next; /* queue links (waiting or running) */
+} sched_req;
+
+/* One scheduled request of a step: tokens [start, start + n_new) of
+ * req->tokens are computed; sample = this chunk ends at n_total, so its last
+ * row's logits give the next token. */
+typedef struct {
+    sched_req *req;
+    int start;
+    int n_new;
+    bool sample;
+} sched_item;
+
+typedef struct {
+    int n_items;
+    sched_item *items; /* [n_items], owned by the scheduler, valid until the next step */
+    int n_tokens;      /* sum of n_new */
+    int n_sample;      /* items with sample */
+    int n_preempted;   /* requests preempted in this step */
+    int n_admitted;    /* waiting requests admitted in this step */
+} sched_output;
+
+typedef struct {
+    int max_num_seqs;
+    int max_num_batched_tokens;
+    int max_model_len; /* prompt + max_tokens limit */
+} sched_opts;
+
+typedef struct {
+    int running, waiting;
+    uint64_t preemptions;
+    uint64_t prefix_queries; /* tokens looked up at admission */
+    uint64_t prefix_hits;    /* of which served from the cache */
+    uint64_t steps;
+} sched_stats;
+
+typedef struct sched sched;
+
+/* The scheduler uses (does not own) pool. */
+inferd_status sched_init(const sched_opts *o, kv_pool *pool, sched **out);
+/* Removes every request (their blocks go back to the pool). */
+void sched_free(sched *s);
+
+/* Validate and queue a new request at the waiting tail. INVALID_ARG for
+ * n_prompt < 1 or max_tokens < 1; TOO_LONG (message has both numbers) when
+ * n_prompt + max_tokens exceeds max_model_len or needs more blocks than the
+ * whole pool holds. */
+inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prompt, int max_tokens,
+                        void *user, sched_req **out);
+
+/* Plan one step (may preempt and admit). out->n_items == 0 only when no
+ * request is live. */
+void sched_step(sched *s, sched_output *out);
+
+/* The step's forward pass ran: advance n_computed of every item and offer
+ * newly full blocks to the prefix cache. */
+void sched_commit(sched *s, const sched_output *out);
+
+/* Append a sampled token (CHECKs room: n_total < cap). */
+void sched_append_token(sched *s, sched_req *r, int32_t token);
+
+/* Remove a request in any state (finish or abort): blocks released at once,
+ * r freed. */
+void sched_remove(sched *s, sched_req *r);
+
+bool sched_has_work(const sched *s);
+void sched_get_stats(const sched *s, sched_stats *st);
+/* Requests in queue order, for iteration (NULL-terminated via ->next). */
+sched_req *sched_running_head(const sched *s);
+sched_req *sched_waiting_head(const sched *s);
+
+/* Check scheduler + pool invariants: queue links and counts, states, every
+ * block table consistent with n_computed, the pool's reference counts equal
+ * to the number of block-table entries naming each block. */
+bool sched_check(const sched *s, char *msg, size_t msg_len);
+
+#endif
