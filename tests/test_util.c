@@ -41,6 +41,12 @@ const char *test_inferd_bin(void)
     return b && *b ? b : NULL;
 }
 
+bool test_use_cuda(void)
+{
+    const char *d = getenv("INFERD_TEST_DEVICE");
+    return d && strcmp(d, "cuda") == 0;
+}
+
 void test_skip(const char *why)
 {
     printf("SKIP: %s\n", why);

@@ -14,6 +14,9 @@ const char *test_fixtures_dir(void);
 char *test_fixture_path(const char *rel);
 /* Path of the built inferd binary ($INFERD_BIN) or NULL. */
 const char *test_inferd_bin(void);
+/* True when INFERD_TEST_DEVICE=cuda asks tests that support both backends to
+ * run on the GPU (they skip when the build or machine has no CUDA device). */
+bool test_use_cuda(void);
 /* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
 void test_skip(const char *why) __attribute__((noreturn));
 /* Run a suite, return the process exit code (0 when all passed). */

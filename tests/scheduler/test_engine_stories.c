@@ -109,7 +109,8 @@ static model *load_model(int max_seqs, int max_tokens, int kv_blocks)
     model_opts o;
     model_opts_default(&o);
     o.model_dir = dir;
-    o.backend = KERN_BACKEND_CPU;
+    /* INFERD_TEST_DEVICE=cuda runs the same invariance tests on the GPU backend */
+    o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     o.n_threads = 1;
     o.max_num_seqs = max_seqs;
     o.max_num_batched_tokens = max_tokens;
@@ -728,10 +729,12 @@ int main(void)
         test_skip("stories260K model or golden not found (set INFERD_FIXTURES)");
     xfree(dir);
     xfree(gold);
+    if (test_use_cuda() && !kern_cuda_available())
+        test_skip("INFERD_TEST_DEVICE=cuda but no CUDA device");
     Suite *s = suite_create("engine_stories");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_golden_greedy);
+    tcase_add_test(tc, test_golden_greedy); /* bf16 on CUDA: see tests/model/test_stories_gpu.c */
     tcase_add_test(tc, test_concurrent_equals_alone);
     tcase_add_test(tc, test_preemption_invariance);
     tcase_add_test(tc, test_chunked_prefill_invariance);

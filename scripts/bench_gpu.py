@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""scripts/bench_gpu.py: batch-1 prefill and decode speed of inferd on a GPU,
+as ratios to the hardware ceilings measured in the same run, side by side
+with HF transformers (the peer available on the GPU machine).
+
+  python3 scripts/bench_gpu.py --inferd build-gpu/server/inferd \
+      --config configs/models/llama3-8b [--prompt-len 512] [--gen 128]
+
+Ceilings (PyTorch, same process, same GPU):
+  - copy bandwidth: device-to-device copy of 4 GiB, counting read + write;
+  - bf16 GEMM rate: 8192^3 torch.matmul.
+Decode is bound by reading the weights once per token: achieved bandwidth =
+weight bytes / decode time per token. Prefill is bound by GEMM FLOPs:
+2 * n_params * prompt tokens (+ attention) / prefill time.
+Both engines use random (dummy) weights of the same config in bf16.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def ceilings(torch):
+    x = torch.empty(1 << 31, dtype=torch.bfloat16, device="cuda")  # 4 GiB
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    n = 10
+    for _ in range(n):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    bw = 2 * x.numel() * 2 * n / (time.perf_counter() - t)
+    del x, y
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        a @ b
+    torch.cuda.synchronize()
+    flops = 2 * 8192 ** 3 * n / (time.perf_counter() - t)
+    del a, b
+    torch.cuda.empty_cache()
+    return bw, flops
+
+
+def n_params(cfg):
+    d, f, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    hd = cfg.get("head_dim") or d // cfg["num_attention_heads"]
+    nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", nq)
+    per_layer = d * (nq + 2 * nkv) * hd + nq * hd * d + 3 * d * f + 2 * d
+    emb = V * d * (1 if cfg.get("tie_word_embeddings") else 2)
+    return L * per_layer + emb + d, L * per_layer + V * d + d  # total, read per decode step
+
+
+def run_inferd(a, ids):
+    env = dict(os.environ)
+    if env.get("INFERD_LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = env["INFERD_LD_LIBRARY_PATH"]
+    cmd = [a.inferd, "generate", "--device", "cuda", "--load-format", "dummy", "--model", a.config,
+           "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(a.gen), "--ignore-eos",
+           "--temperature", "0", "--print-ids", "--max-model-len", str(max(4096, a.prompt_len + a.gen + 16)),
+           "--max-num-seqs", "8"]
+    best = None
+    for _ in range(a.runs):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(f"inferd failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        line = [l for l in r.stderr.splitlines() if "prompt tokens:" in l][-1]
+        m = re.search(r"prefill: ([\d.]+) ms .*decode: ([\d.]+) ms/token", line)
+        p_ms, d_ms = float(m.group(1)), float(m.group(2))
+        best = (p_ms, d_ms) if best is None else (min(best[0], p_ms), min(best[1], d_ms))
+    mem = [l for l in r.stderr.splitlines() if "memory:" in l]
+    return best, (mem[-1] if mem else "")
+
+
+def run_hf(torch, a, cfg, ids):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    conf = LlamaConfig(**cfg)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(conf)
+    model = model.to_empty(device="cuda").to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.02, 0.02)
+    model.generation_config.pad_token_id = 0
+    x = torch.tensor([ids], device="cuda")
+    res = []
+    with torch.no_grad():
+        for _ in range(a.runs):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            model(x)
+            torch.cuda.synchronize()
+            p_ms = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+            model.generate(x, max_new_tokens=a.gen, min_new_tokens=a.gen, do_sample=False)
+            torch.cuda.synchronize()
+            g_ms = (time.perf_counter() - t) * 1e3
+            res.append((p_ms, (g_ms - p_ms) / max(1, a.gen - 1)))
+    del model
+    torch.cuda.empty_cache()
+    return min(r[0] for r in res), min(r[1] for r in res)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--inferd", required=True)
+    ap.add_argument("--config", default="configs/models/llama3-8b")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--no-peer", action="store_true")
+    a = ap.parse_args()
+    import torch
+    cfg = json.load(open(os.path.join(a.config, "config.json")))
+    total, per_step = n_params(cfg)
+    ids = [(i * 7919) % (cfg["vocab_size"] - 1000) + 500 for i in range(a.prompt_len)]
+    bw, gemm = ceilings(torch)
+    (ip, idt), mem = run_inferd(a, ids)
+    rows = [("inferd", ip, idt)]
+    if not a.no_peer:
+        hp, hd = run_hf(torch, a, cfg, ids)
+        rows.append(("HF transformers (eager)", hp, hd))
+    name = torch.cuda.get_device_name()
+    print(f"device: {name}; copy bandwidth {bw/1e9:.0f} GB/s; bf16 GEMM {gemm/1e12:.0f} TFLOP/s")
+    print(f"model: {a.config} ({total/1e9:.2f} B params, {per_step*2/1e9:.2f} GB bf16 read per decode step)")
+    print(f"inferd {mem.strip()}")
+    print(f"batch 1, prompt {a.prompt_len} tokens, {a.gen} generated; best of {a.runs}")
+    print(f"| {'engine':<24} | {'prefill ms':>10} | {'prefill tok/s':>13} | {'% GEMM peak':>11} | "
+          f"{'decode ms/tok':>13} | {'decode tok/s':>12} | {'% copy BW':>9} |")
+    print("|" + "|".join("-" * w for w in (26, 12, 15, 13, 15, 14, 11)) + "|")
+    for n, p_ms, d_ms in rows:
+        flops = 2 * total * a.prompt_len
+        print(f"| {n:<24} | {p_ms:>10.2f} | {a.prompt_len/(p_ms/1e3):>13.0f} | "
+              f"{100*flops/(p_ms/1e3)/gemm:>10.1f}% | {d_ms:>13.3f} | {1e3/d_ms:>12.1f} | "
+              f"{100*per_step*2/(d_ms/1e3)/bw:>8.1f}% |")
+
+
+if __name__ == "__main__":
+    main()

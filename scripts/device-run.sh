@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# scripts/device-run.sh: everything inferd runs on the GPU machine, in one
+# command, with a summary table at the end. Run from the repository root:
+#
+#   bash scripts/device-run.sh            (logs under $OUT when set, else ./device-logs)
+#
+# Steps (each one's exit status is checked; the script stops at the first
+# failure of a step that later steps depend on):
+#   1. unpack the carried Debian packages (.deps/debs, .deps/lib: libmicrohttpd,
+#      cJSON, jemalloc, Check, PCRE2, libcurl and their runtime libraries);
+#   2. configure + build with the CUDA backend (sm_90a) using all cores;
+#   3. scripts/gpu-test.sh: every ctest test labelled gpu + compute-sanitizer;
+#   4. the CPU-path test suite on this machine too (the engine invariance
+#      tests, with INFERD_TEST_DEVICE=cuda for their GPU variants);
+#   5. HF transformers comparison on a random-weight Llama-3-structured model;
+#   6. Llama-3-8B-shaped dummy-weight generation speed, with the device's
+#      copy bandwidth and bf16 GEMM rate measured by PyTorch as ceilings, and
+#      HF transformers generate as the peer.
+set -euo pipefail
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/device-logs}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+row() { printf "%-44s %s\n" "$1" "$2" | tee -a "$SUMMARY"; }
+
+# 1. dependencies
+DEPS=/tmp/inferd-deps
+rm -rf "$DEPS" && mkdir -p "$DEPS"
+for f in .deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+export PKG_CONFIG_SYSROOT_DIR=$DEPS
+export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
+export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+if ! command -v pkg-config >/dev/null; then
+    export PKG_CONFIG_EXECUTABLE=$DEPS/usr/bin/pkgconf
+    ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
+    export PATH=$DEPS/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+INFERD_LIBS=$DEPS/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib
+export INFERD_LD_LIBRARY_PATH=$INFERD_LIBS
+FIX=$ROOT/shared-fixtures
+[[ -d $FIX ]] || FIX=$ROOT/.deps/fixtures
+export INFERD_FIXTURES=$FIX
+
+# 2. build
+BUILD=$ROOT/build-gpu
+{
+    LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    cmake -S . -B "$BUILD" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
+          -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" &&
+    cmake --build "$BUILD" -j "$(nproc)"
+} >"$OUT/build.log" 2>&1 && row "build (CUDA sm_90a)" "ok" || { row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -40 "$OUT/build.log"; exit 1; }
+export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+BIN=$BUILD/server/inferd
+
+# 3. GPU kernel tests + compute-sanitizer
+if bash scripts/gpu-test.sh "$BUILD" >"$OUT/gpu-test.log" 2>&1; then row "gpu-test.sh (kernels vs CPU twins, memcheck)" "PASS"
+else row "gpu-test.sh (kernels vs CPU twins, memcheck)" "FAIL (gpu-test.log)"; fi
+grep -E "^\| |PASS|FAIL" "$OUT/gpu-test.log" | tail -40 || true
+
+# 4. the whole ctest suite on this machine, GPU variants on
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate}" --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
+else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
+tail -5 "$OUT/ctest.log"
+
+# 5. stories260K golden on the GPU + HF comparison on a random Llama-3-structured model
+PY="env -u LD_LIBRARY_PATH python3"
+M=/tmp/rand-llama3
+if $PY scripts/hf_reference.py make-random --config configs/models/test-llama3-small/config.json --out $M >"$OUT/hf.log" 2>&1 &&
+   $PY scripts/hf_reference.py compare --model $M --inferd "$BIN" >>"$OUT/hf.log" 2>&1; then
+    row "HF transformers logits (random llama3-small)" "PASS"
+else row "HF transformers logits (random llama3-small)" "FAIL (hf.log)"; fi
+tail -3 "$OUT/hf.log"
+
+# 6. Llama-3-8B dummy weights: speed
+if $PY scripts/bench_gpu.py --inferd "$BIN" --config configs/models/llama3-8b >"$OUT/bench.log" 2>&1
+then row "bench_gpu.py (llama3-8b dummy, batch 1)" "ok"
+else row "bench_gpu.py (llama3-8b dummy, batch 1)" "FAILED (bench.log)"; fi
+cat "$OUT/bench.log" | tail -30
+echo "=== summary"
+cat "$SUMMARY"
