@@ -1,4 +1,232 @@
-/* server/srv_main.c: placeholder until its issue lands (being written). */
+/* server/srv_main.c: `inferd serve`: options, start-up, the main thread's
+ * signal/stats loop, and graceful shutdown.
+ *
+ * Start-up order: the HTTP server comes up first (so /health answers 503
+ * while the model loads), then tokenizer, model and engine; `ready` flips
+ * last. SIGINT/SIGTERM are blocked in every thread and taken synchronously
+ * by the main thread with sigtimedwait, which also paces the stats line.
+ *
+ * Shutdown: stop accepting connections and answer new requests on open ones
+ * with 503; wait up to --shutdown-timeout for in-flight requests to finish;
+ * then abort the rest (they get a 503 body / an error event) and wait a
+ * little for those replies to go out; close every connection; stop the
+ * engine; free everything; exit 0. A second signal skips the grace period.
+ */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "server/cli.h"
-int cli_serve(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "inferd: 'cli_serve' is not built yet\n"); return 1; }
+#include "server/srv_http.h"
+#include "server/srv_log.h"
+#include "server/srv_server.h"
+
+#define ABORT_WAIT_S 3.0
+
+/* Room for thousands of connections: raise the soft fd limit to the hard one. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/* Chat template family and its end-of-turn stop (token or text). */
+static void setup_chat(srv_server *s)
+{
+    const char *tmpl = tok_chat_template(s->tok);
+    if (s->opts.chat_family != SRV_CHAT_NONE) {
+        s->chat = s->opts.chat_family;
+    } else {
+        s->chat = srv_chat_detect(tmpl);
+        if (tmpl && s->chat == SRV_CHAT_NONE)
+            LOG_WARN(
+                "the tokenizer's chat_template is not one of the supported families (%s); chat requests get "
+                "400 unless --chat-template NAME is given",
+                srv_chat_names());
+    }
+    int32_t bos = tok_bos_id(s->tok), eos = tok_eos_id(s->tok);
+    const char *bp = bos >= 0 ? tok_id_to_piece(s->tok, bos) : NULL;
+    const char *ep = eos >= 0 ? tok_id_to_piece(s->tok, eos) : NULL;
+    s->bos_text = xstrdup(bp ? bp : "");
+    s->eos_text = xstrdup(ep ? ep : "");
+    s->chat_stop_id = -1;
+    const char *marker = srv_chat_end_marker(s->chat);
+    if (!marker)
+        return;
+    int32_t id = tok_piece_to_id(s->tok, marker);
+    if (id >= 0 && tok_is_special(s->tok, id))
+        s->chat_stop_id = id;
+    else
+        s->chat_stop_str = xstrdup(marker);
+}
+
+static bool load(srv_server *s)
+{
+    const srv_opts *o = &s->opts;
+    const char *tok_dir = o->tokenizer_dir ? o->tokenizer_dir : o->model_dir;
+    if (tok_load(tok_dir, &s->tok) != INFERD_OK)
+        return false;
+    model_opts mo;
+    model_opts_default(&mo);
+    mo.model_dir = o->model_dir;
+    mo.load_format = o->load_format;
+    mo.backend = o->device_auto ? (kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU) : o->backend;
+    mo.n_threads = o->threads;
+    mo.device_id = o->device_id;
+    mo.max_num_batched_tokens = o->max_num_batched_tokens;
+    mo.max_num_seqs = o->max_num_seqs;
+    mo.max_model_len = o->max_model_len;
+    mo.block_size = o->block_size;
+    mo.kv_cache_bytes = o->kv_cache_bytes;
+    mo.gpu_memory_utilization = (float)o->gpu_memory_utilization;
+    mo.dummy_seed = (uint64_t)o->seed;
+    if (model_load(&mo, &s->m) != INFERD_OK)
+        return false;
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.max_num_seqs = o->max_num_seqs;
+    eo.max_num_batched_tokens = o->max_num_batched_tokens;
+    eo.enable_prefix_caching = o->enable_prefix_caching;
+    eo.max_queued_requests = o->max_queued_requests;
+    eo.max_model_len = o->max_model_len;
+    if (engine_create(&eo, s->m, s->tok, &s->eng) != INFERD_OK)
+        return false;
+    if (engine_start(s->eng) != INFERD_OK)
+        return false;
+    s->max_model_len = model_max_model_len(s->m);
+    int mv = model_get_config(s->m)->vocab_size, tv = tok_vocab_size(s->tok);
+    s->vocab_size = mv < tv ? mv : tv;
+    setup_chat(s);
+    s->created = time_unix_s();
+    return true;
+}
+
+/* Wait for a signal or timeout_s; returns the signal or 0. */
+static int wait_signal(const sigset_t *set, double timeout_s)
+{
+    struct timespec ts = {(time_t)timeout_s, (long)((timeout_s - (double)(time_t)timeout_s) * 1e9)};
+    int sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+static int serve_loop(srv_server *s, const sigset_t *set)
+{
+    engine_stats prev, cur;
+    engine_get_stats(s->eng, &prev);
+    double t_prev = time_now_s();
+    for (;;) {
+        int sig = wait_signal(set, 0.25);
+        if (sig)
+            return sig;
+        double now = time_now_s();
+        if (s->opts.stats_interval_s > 0 && now - t_prev >= s->opts.stats_interval_s) {
+            engine_get_stats(s->eng, &cur);
+            srv_log_stats(&prev, &cur, now - t_prev, srv_http_open_requests(s->http));
+            prev = cur;
+            t_prev = now;
+        }
+    }
+}
+
+/* Wait until no generation is in flight; false on timeout or a signal. */
+static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
+{
+    double deadline = time_now_s() + timeout_s;
+    while (atomic_load(&s->active) > 0) {
+        double left = deadline - time_now_s();
+        if (left <= 0)
+            return false;
+        if (wait_signal(set, left < 0.05 ? left : 0.05)) {
+            LOG_WARN("second signal: aborting in-flight requests now");
+            return false;
+        }
+    }
+    return true;
+}
+
+static void shutdown_server(srv_server *s, int sig, const sigset_t *set)
+{
+    LOG_INFO("received %s: no new requests; waiting up to %.1f s for %d in-flight request(s)",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", s->opts.shutdown_timeout_s, atomic_load(&s->active));
+    atomic_store(&s->draining, true);
+    srv_http_quiesce(s->http);
+    if (!wait_drained(s, set, s->opts.shutdown_timeout_s)) {
+        LOG_WARN("aborting %d in-flight request(s)", atomic_load(&s->active));
+        atomic_store(&s->aborting, true);
+        srv_http_abort_all(s->http);
+        wait_drained(s, set, ABORT_WAIT_S);
+    }
+    srv_http_stop(s->http);
+}
+
+static void free_server(srv_server *s)
+{
+    if (s->eng) {
+        engine_stop(s->eng);
+        engine_free(s->eng);
+    }
+    srv_http_free(s->http); /* after the engine thread: it may still hold notify pointers */
+    model_free(s->m);
+    tok_free(s->tok);
+    srv_metrics_free(s->metrics);
+    xfree(s->bos_text);
+    xfree(s->eos_text);
+    xfree(s->chat_stop_str);
+    srv_opts_free(&s->opts);
+    xfree(s);
+}
+
+int cli_serve(int argc, char **argv)
+{
+    srv_server *s = xcalloc(1, sizeof *s);
+    srv_opts_default(&s->opts);
+    int rc = srv_opts_parse(&s->opts, argc, argv, stdout);
+    if (rc != 0) {
+        if (rc == 2)
+            fprintf(stderr, "inferd serve: %s\n(see inferd serve --help)\n", inferd_last_error());
+        srv_opts_free(&s->opts);
+        xfree(s);
+        return rc == 1 ? 0 : 2;
+    }
+    log_set_level((log_level)log_parse_level(s->opts.log_level));
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
+    s->metrics = srv_metrics_new();
+    s->chat_stop_id = -1;
+    if (srv_http_start(s) != INFERD_OK) {
+        LOG_ERROR("%s", inferd_last_error());
+        free_server(s);
+        return 1;
+    }
+    LOG_INFO("listening on http://%s:%d; loading %s", s->opts.host, srv_http_port(s->http),
+             s->opts.model_dir);
+    if (!load(s)) {
+        LOG_ERROR("loading the model failed: %s", inferd_last_error());
+        srv_http_stop(s->http);
+        free_server(s);
+        return 1;
+    }
+    atomic_store(&s->ready, true);
+    LOG_INFO("ready: model '%s' (max_model_len %d, vocab %d, chat template %s) on http://%s:%d",
+             s->opts.served_model_name, s->max_model_len, s->vocab_size, srv_chat_name(s->chat), s->opts.host,
+             srv_http_port(s->http));
+    int sig = serve_loop(s, &set);
+    shutdown_server(s, sig, &set);
+    free_server(s);
+    LOG_INFO("shut down cleanly");
+    return 0;
+}

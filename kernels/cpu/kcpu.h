@@ -39,7 +39,8 @@ void kcpu_weight_to_f32(const kern_weight *w, int64_t i0, int64_t n, float *dst)
  * team costs microseconds, which dominates tiny ops), else ctx->n_threads. */
 static inline int kcpu_threads(const kern_ctx *ctx, int64_t work)
 {
-    const int64_t min_work_per_thread = 16384;
+    /* a fork/join costs microseconds: give each thread >= ~50 us of work */
+    const int64_t min_work_per_thread = 1 << 18;
     int64_t nt = work / min_work_per_thread;
     if (nt < 1)
         nt = 1;

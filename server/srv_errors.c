@@ -1,0 +1,108 @@
+/* server/srv_errors.c: see srv_errors.h. One table maps each error kind to
+ * its HTTP status, OpenAI error `type` and machine-readable `code`; one
+ * function renders the body. Keeping this in one place is what lets the bad
+ * input tests check every status against its documented body.
+ */
+#include "server/srv_errors.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "server/srv_util.h"
+
+typedef struct {
+    int http;
+    const char *type;
+    const char *code;
+} err_map;
+
+static const err_map k_map[SRV_ERR_KIND_COUNT] = {
+    [SRV_ERR_NONE] = {500, "server_error", "internal_error"},
+    [SRV_ERR_INVALID] = {400, "invalid_request_error", "invalid_request"},
+    [SRV_ERR_CONTEXT_LENGTH] = {400, "invalid_request_error", "context_length_exceeded"},
+    [SRV_ERR_NO_CHAT_TEMPLATE] = {400, "invalid_request_error", "chat_template_missing"},
+    [SRV_ERR_AUTH] = {401, "authentication_error", "invalid_api_key"},
+    [SRV_ERR_NOT_FOUND] = {404, "not_found_error", "not_found"},
+    [SRV_ERR_MODEL_NOT_FOUND] = {404, "not_found_error", "model_not_found"},
+    [SRV_ERR_METHOD] = {405, "invalid_request_error", "method_not_allowed"},
+    [SRV_ERR_TOO_LARGE] = {413, "invalid_request_error", "request_too_large"},
+    [SRV_ERR_QUEUE_FULL] = {429, "rate_limit_error", "queue_full"},
+    [SRV_ERR_INTERNAL] = {500, "server_error", "internal_error"},
+    [SRV_ERR_UNAVAILABLE] = {503, "service_unavailable", "unavailable"},
+    [SRV_ERR_TIMEOUT] = {503, "timeout_error", "request_timeout"},
+};
+
+bool srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const char *fmt, ...)
+{
+    e->kind = kind;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+srv_err_kind srv_err_kind_from_status(inferd_status st)
+{
+    switch (st) {
+    case INFERD_ERR_INVALID_ARG:
+    case INFERD_ERR_FORMAT:
+    case INFERD_ERR_UNSUPPORTED: return SRV_ERR_INVALID;
+    case INFERD_ERR_TOO_LONG: return SRV_ERR_CONTEXT_LENGTH;
+    case INFERD_ERR_QUEUE_FULL: return SRV_ERR_QUEUE_FULL;
+    case INFERD_ERR_UNAVAILABLE:
+    case INFERD_ERR_CANCELLED: return SRV_ERR_UNAVAILABLE;
+    case INFERD_ERR_TIMEOUT: return SRV_ERR_TIMEOUT;
+    case INFERD_ERR_NOT_FOUND: return SRV_ERR_NOT_FOUND;
+    default: return SRV_ERR_INTERNAL;
+    }
+}
+
+void srv_error_from_status(srv_error *e, inferd_status st, const char *param)
+{
+    const char *detail = inferd_last_error();
+    srv_error_set(e, srv_err_kind_from_status(st), param, "%s",
+                  detail && *detail ? detail : inferd_status_str(st));
+}
+
+int srv_error_http_status(srv_err_kind kind)
+{
+    if ((int)kind < 0 || kind >= SRV_ERR_KIND_COUNT)
+        kind = SRV_ERR_INTERNAL;
+    return k_map[kind].http;
+}
+
+char *srv_error_render(const srv_error *e, int *http_status)
+{
+    srv_err_kind kind = e->kind;
+    if ((int)kind <= 0 || kind >= SRV_ERR_KIND_COUNT)
+        kind = SRV_ERR_INTERNAL;
+    const err_map *m = &k_map[kind];
+    char *msg = srv_utf8_sanitize(e->message, strnlen(e->message, sizeof e->message));
+    cJSON *root = cJSON_CreateObject();
+    cJSON *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", msg[0] ? msg : m->code);
+    cJSON_AddStringToObject(err, "type", m->type);
+    if (e->param[0]) {
+        char *p = srv_utf8_sanitize(e->param, strnlen(e->param, sizeof e->param));
+        cJSON_AddStringToObject(err, "param", p);
+        xfree(p);
+    } else {
+        cJSON_AddNullToObject(err, "param");
+    }
+    cJSON_AddStringToObject(err, "code", m->code);
+    char *out = cJSON_PrintUnformatted(root);
+    CHECK(out != NULL);
+    cJSON_Delete(root);
+    xfree(msg);
+    char *body = xstrdup(out);
+    cJSON_free(out);
+    if (http_status)
+        *http_status = m->http;
+    return body;
+}

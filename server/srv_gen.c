@@ -1,0 +1,407 @@
+/* server/srv_gen.c: see srv_gen.h.
+ *
+ * Prompt construction follows HF semantics: a text prompt is encoded with
+ * the tokenizer's post-processor (BOS) unless add_special_tokens is false;
+ * a chat prompt is rendered by the family's template (which writes BOS
+ * itself) and encoded without the post-processor; special-token text is
+ * parsed in both. Token-id prompts go to the engine unchanged.
+ *
+ * Length policy: prompt + max_tokens must fit the model length; when
+ * max_tokens is not given, completions default to 16 (OpenAI's default) and
+ * chat to whatever room the context has left (vLLM's default), both capped
+ * by that room.
+ *
+ * Streaming text equals non-streaming text by construction: both are the
+ * concatenation of the engine's text deltas; the stream only cuts it into
+ * events. Timings are computed once at finish and go into the last event.
+ */
+#include "server/srv_gen.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "server/srv_util.h"
+
+struct srv_gen {
+    srv_server *s;
+    srv_request req;
+    engine_stream *stream;
+    char id[48];
+    srv_resp_meta meta;
+    double t_recv;
+    /* accumulated output */
+    srv_buf text;
+    cJSON *logprobs; /* non-stream: whole request */
+    size_t text_offset;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    engine_times times;
+    double last_token_t;
+    bool finished, aborted;
+    finish_reason finish;
+    srv_error fail; /* kind != NONE when finished with an error */
+    srv_timings timings;
+    /* streaming */
+    srv_buf sse;
+    bool sse_done;
+};
+
+static char *token_text(void *user, int32_t id)
+{
+    const tokenizer *tok = user;
+    char *txt = NULL;
+    size_t len = 0;
+    if (tok_decode(tok, &id, 1, false, &txt, &len) == INFERD_OK && util_utf8_valid(txt, len) && len > 0)
+        return txt;
+    xfree(txt);
+    const char *piece = tok_id_to_piece(tok, id);
+    return srv_utf8_sanitize(piece ? piece : "", piece ? strlen(piece) : 0);
+}
+
+/* Encode the request's prompt into *ids. */
+static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
+{
+    srv_server *s = g->s;
+    srv_request *r = &g->req;
+    inferd_status st;
+    if (r->prompt_ids) {
+        *ids = xmalloc(sizeof(int32_t) * (size_t)r->n_prompt_ids);
+        memcpy(*ids, r->prompt_ids, sizeof(int32_t) * (size_t)r->n_prompt_ids);
+        *n = r->n_prompt_ids;
+        return true;
+    }
+    if (r->api == SRV_API_COMPLETIONS) {
+        st = tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, true, ids, n);
+    } else {
+        char *text;
+        if (!srv_chat_render(s->chat, r->msgs, r->n_msgs, s->bos_text, s->eos_text, &text, err))
+            return false;
+        st = tok_encode(s->tok, text, strlen(text), false, true, ids, n);
+        xfree(text);
+    }
+    if (st != INFERD_OK) {
+        srv_error_from_status(err, st, r->api == SRV_API_CHAT ? "messages" : "prompt");
+        return false;
+    }
+    if (*n == 0) {
+        xfree(*ids);
+        *ids = NULL;
+        return srv_error_set(err, SRV_ERR_INVALID, "prompt", "the prompt encodes to zero tokens");
+    }
+    return true;
+}
+
+/* Fill sp.max_tokens; 400 naming both numbers when it cannot fit. */
+static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
+{
+    srv_request *r = &g->req;
+    int max_len = g->s->max_model_len;
+    const char *pname = r->api == SRV_API_CHAT ? "messages" : "prompt";
+    const char *mname = r->api == SRV_API_CHAT ? "max_completion_tokens" : "max_tokens";
+    if (n_prompt >= max_len)
+        return srv_error_set(err, SRV_ERR_CONTEXT_LENGTH, pname,
+                             "This model's maximum context length is %d tokens, but the prompt has %d tokens "
+                             "(no room left for the completion). Please shorten the prompt.",
+                             max_len, n_prompt);
+    int room = max_len - n_prompt;
+    if (r->max_tokens == 0) {
+        r->sp.max_tokens = r->api == SRV_API_COMPLETIONS ? MIN(16, room) : room;
+    } else if (r->max_tokens > room) {
+        return srv_error_set(
+            err, SRV_ERR_CONTEXT_LENGTH, mname,
+            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+            "(%d in the prompt, %lld in the completion). Please reduce the prompt or %s.",
+            max_len, (long long)(n_prompt + r->max_tokens), n_prompt, (long long)r->max_tokens, mname);
+    } else {
+        r->sp.max_tokens = (int32_t)r->max_tokens;
+    }
+    if (r->sp.min_tokens > r->sp.max_tokens)
+        return srv_error_set(err, SRV_ERR_INVALID, "min_tokens",
+                             "'min_tokens' (%d) exceeds the %d tokens available", r->sp.min_tokens,
+                             r->sp.max_tokens);
+    return true;
+}
+
+/* Chat: stop at the template's end-of-turn marker too. */
+static void add_chat_stop(srv_gen *g)
+{
+    srv_server *s = g->s;
+    sampling_params *sp = &g->req.sp;
+    if (g->req.api != SRV_API_CHAT)
+        return;
+    if (s->chat_stop_id >= 0 && sp->n_stop_token_ids < SAMPLING_MAX_STOP) {
+        for (int i = 0; i < sp->n_stop_token_ids; i++)
+            if (sp->stop_token_ids[i] == s->chat_stop_id)
+                return;
+        sp->stop_token_ids[sp->n_stop_token_ids++] = s->chat_stop_id;
+    } else if (s->chat_stop_str && sp->n_stop < SAMPLING_MAX_STOP) {
+        g->req.stops[sp->n_stop] = xstrdup(s->chat_stop_str);
+        sp->stop[sp->n_stop] = g->req.stops[sp->n_stop];
+        sp->n_stop++;
+    }
+}
+
+static void sse_event(srv_gen *g, char *json)
+{
+    srv_buf_puts(&g->sse, "data: ");
+    srv_buf_puts(&g->sse, json);
+    srv_buf_puts(&g->sse, "\n\n");
+    xfree(json);
+}
+
+static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void *user, srv_error *err)
+{
+    engine_request er;
+    memset(&er, 0, sizeof er);
+    er.prompt_ids = ids;
+    er.n_prompt = n;
+    er.sp = g->req.sp;
+    er.timeout_s = g->s->opts.request_timeout_s;
+    er.notify = notify;
+    er.notify_user = user;
+    inferd_clear_error();
+    inferd_status st = engine_submit(g->s->eng, &er, &g->stream);
+    if (st == INFERD_OK)
+        return true;
+    g->stream = NULL;
+    if (st == INFERD_ERR_QUEUE_FULL)
+        return srv_error_set(err, SRV_ERR_QUEUE_FULL, NULL,
+                             "the server is at capacity (more than %d requests waiting); retry later",
+                             g->s->opts.max_queued_requests);
+    srv_error_from_status(err, st, NULL);
+    return false;
+}
+
+srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len, double t_recv,
+                       void (*notify)(void *), void *notify_user, srv_error *err)
+{
+    srv_gen *g = xcalloc(1, sizeof *g);
+    g->s = s;
+    g->t_recv = t_recv;
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
+    if (!srv_request_parse(api, body, len, &lim, &g->req, err)) {
+        xfree(g);
+        return NULL;
+    }
+    if (api == SRV_API_CHAT && s->chat == SRV_CHAT_NONE) {
+        srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages",
+                      "this model has no chat template; start the server with --chat-template NAME (%s) "
+                      "or use /v1/completions",
+                      srv_chat_names());
+        srv_gen_free(g);
+        return NULL;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    bool ok = build_prompt(g, &ids, &n, err) && check_length(g, n, err);
+    if (ok) {
+        add_chat_stop(g);
+        ok = submit(g, ids, n, notify, notify_user, err);
+    }
+    xfree(ids);
+    if (!ok) {
+        srv_gen_free(g);
+        return NULL;
+    }
+    g->prompt_tokens = n;
+    snprintf(g->id, sizeof g->id, "%s-%016llx%04llx", api == SRV_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)engine_stream_id(g->stream),
+             (unsigned long long)(atomic_fetch_add(&s->next_id, 1) & 0xffff));
+    g->meta.id = g->id;
+    g->meta.created = time_unix_s();
+    g->meta.model = s->opts.served_model_name;
+    if (g->req.stream && api == SRV_API_CHAT)
+        sse_event(g,
+                  srv_chunk_delta(api, &g->meta, "assistant", "", 0, NULL, NULL, g->req.include_usage, NULL));
+    return g;
+}
+
+bool srv_gen_is_stream(const srv_gen *g)
+{
+    return g->req.stream;
+}
+
+static double ms_between(double a, double b)
+{
+    return a > 0 && b > 0 && b >= a ? (b - a) * 1e3 : -1.0;
+}
+
+static void observe_finish(srv_gen *g)
+{
+    const engine_times *t = &g->times;
+    double end = t->finished > 0 ? t->finished : time_now_s();
+    srv_timings *tm = &g->timings;
+    tm->queue_ms = ms_between(t->arrival, t->first_scheduled);
+    tm->prefill_ms = ms_between(t->first_scheduled, t->prefill_done);
+    tm->ttft_ms = ms_between(g->t_recv, t->first_token);
+    tm->decode_ms = ms_between(t->first_token, t->last_token);
+    tm->total_ms = ms_between(g->t_recv, end);
+    srv_metrics *m = g->s->metrics;
+    const struct {
+        srv_hist_id h;
+        double ms;
+    } k[] = {{SRV_HIST_QUEUE, tm->queue_ms},
+             {SRV_HIST_PREFILL, tm->prefill_ms},
+             {SRV_HIST_TTFT, tm->ttft_ms},
+             {SRV_HIST_DECODE, tm->decode_ms},
+             {SRV_HIST_E2E, tm->total_ms}};
+    for (size_t i = 0; i < ARRAY_LEN(k); i++)
+        if (k[i].ms >= 0)
+            srv_metrics_observe(m, k[i].h, k[i].ms / 1e3, 1);
+    srv_metrics_observe(m, SRV_HIST_PROMPT_LEN, g->prompt_tokens, 1);
+    srv_metrics_observe(m, SRV_HIST_GEN_LEN, g->completion_tokens, 1);
+}
+
+/* Error of a request that finished without a normal finish reason. */
+static void set_failure(srv_gen *g, const engine_output *o)
+{
+    srv_server *s = g->s;
+    double to = s->opts.request_timeout_s;
+    if (o->finish == FINISH_ERROR)
+        srv_error_set(&g->fail, SRV_ERR_INTERNAL, NULL, "generation failed: %s",
+                      o->error[0] ? o->error : "engine error");
+    else if (atomic_load(&s->aborting) || atomic_load(&s->draining))
+        srv_error_set(&g->fail, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down; request aborted");
+    else if (to > 0 && time_now_s() - g->t_recv >= to * 0.98)
+        srv_error_set(&g->fail, SRV_ERR_TIMEOUT, NULL,
+                      "the request exceeded the server's request timeout of %g s", to);
+    else
+        srv_error_set(&g->fail, SRV_ERR_UNAVAILABLE, NULL, "the request was aborted");
+}
+
+static void stream_finish(srv_gen *g)
+{
+    srv_api api = g->req.api;
+    if (g->fail.kind != SRV_ERR_NONE) {
+        sse_event(g, srv_error_render(&g->fail, NULL));
+    } else {
+        const char *fin = finish_reason_str(g->finish);
+        srv_usage u = {g->prompt_tokens, g->completion_tokens, g->cached_tokens};
+        if (api == SRV_API_CHAT)
+            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, NULL, 0, fin, NULL, g->req.include_usage,
+                                         g->req.include_usage ? NULL : &g->timings));
+        else
+            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, "", 0, fin, NULL, g->req.include_usage,
+                                         g->req.include_usage ? NULL : &g->timings));
+        if (g->req.include_usage)
+            sse_event(g, srv_chunk_usage(api, &g->meta, &u, &g->timings));
+    }
+    srv_buf_puts(&g->sse, "data: [DONE]\n\n");
+}
+
+static void observe_itl(srv_gen *g, const engine_output *o)
+{
+    if (o->n_tokens <= 0 || o->times.last_token <= 0)
+        return;
+    double prev = g->last_token_t > 0 ? g->last_token_t : o->times.first_token;
+    int gaps = g->last_token_t > 0 ? o->n_tokens : o->n_tokens - 1;
+    if (gaps > 0 && o->times.last_token >= prev)
+        srv_metrics_observe(g->s->metrics, SRV_HIST_ITL, (o->times.last_token - prev) / gaps, gaps);
+    g->last_token_t = o->times.last_token;
+}
+
+static void consume(srv_gen *g, const engine_output *o)
+{
+    srv_api api = g->req.api;
+    cJSON *lp = NULL;
+    if (g->req.sp.logprobs >= 0 && o->logprobs && o->n_tokens > 0) {
+        if (g->req.stream) {
+            lp = srv_lp_new(api);
+        } else {
+            if (!g->logprobs)
+                g->logprobs = srv_lp_new(api);
+            lp = g->logprobs;
+        }
+        srv_lp_append(api, lp, o->logprobs, o->n_tokens, token_text, g->s->tok, &g->text_offset);
+    }
+    observe_itl(g, o);
+    g->prompt_tokens = o->prompt_tokens > 0 ? o->prompt_tokens : g->prompt_tokens;
+    g->completion_tokens = o->completion_tokens;
+    g->cached_tokens = o->cached_tokens;
+    g->times = o->times;
+    if (g->req.stream) {
+        if (o->text_len > 0 || lp)
+            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, o->text ? o->text : "", o->text_len, NULL, lp,
+                                         g->req.include_usage, NULL));
+        else
+            cJSON_Delete(lp);
+    } else if (o->text_len > 0) {
+        srv_buf_append(&g->text, o->text, o->text_len);
+    }
+    if (!o->finished)
+        return;
+    g->finished = true;
+    g->finish = o->finish;
+    if (o->finish != FINISH_STOP && o->finish != FINISH_LENGTH)
+        set_failure(g, o);
+    observe_finish(g);
+    if (g->req.stream)
+        stream_finish(g);
+}
+
+bool srv_gen_pump(srv_gen *g)
+{
+    engine_output o;
+    while (!g->finished && g->stream && engine_stream_poll(g->stream, &o)) {
+        consume(g, &o);
+        engine_output_free(&o);
+    }
+    return g->finished;
+}
+
+char *srv_gen_response(srv_gen *g, int *http_status)
+{
+    if (g->fail.kind != SRV_ERR_NONE)
+        return srv_error_render(&g->fail, http_status);
+    srv_usage u = {g->prompt_tokens, g->completion_tokens, g->cached_tokens};
+    cJSON *lp = g->logprobs;
+    if (!lp && g->req.sp.logprobs >= 0)
+        lp = srv_lp_new(g->req.api);
+    g->logprobs = NULL;
+    *http_status = 200;
+    return srv_resp_full(g->req.api, &g->meta, g->text.data, g->text.len, finish_reason_str(g->finish), lp,
+                         &u, &g->timings);
+}
+
+size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
+{
+    size_t n = MIN(max, g->sse.len);
+    if (n)
+        memcpy(buf, g->sse.data, n);
+    srv_buf_consume(&g->sse, n);
+    *done = g->finished && g->sse.len == 0;
+    return n;
+}
+
+void srv_gen_abort(srv_gen *g)
+{
+    if (g->stream && !g->aborted) {
+        g->aborted = true;
+        engine_stream_abort(g->stream);
+    }
+}
+
+void srv_gen_free(srv_gen *g)
+{
+    if (!g)
+        return;
+    if (g->stream)
+        engine_stream_release(g->stream);
+    srv_request_free(&g->req);
+    srv_buf_free(&g->text);
+    srv_buf_free(&g->sse);
+    cJSON_Delete(g->logprobs);
+    xfree(g);
+}
+
+void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out)
+{
+    out->id = g->id;
+    out->prompt_tokens = g->prompt_tokens;
+    out->completion_tokens = g->completion_tokens;
+    out->ttft_ms = g->finished ? g->timings.ttft_ms : ms_between(g->t_recv, g->times.first_token);
+    out->total_ms = (time_now_s() - g->t_recv) * 1e3;
+    out->finish = g->finished ? finish_reason_str(g->finish) : "none";
+}

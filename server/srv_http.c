@@ -1,0 +1,752 @@
+/* server/srv_http.c: libmicrohttpd front end (see srv_http.h).
+ *
+ * Per request, MHD calls on_request several times: once when the headers are
+ * in (route, method, API key and Content-Length are checked here, so bad
+ * requests are refused before their body is read), once per body piece, and
+ * then until a response is queued. Generation requests are submitted to the
+ * engine and then:
+ *   - non-streaming: the connection is suspended; the engine's notify resumes
+ *     it; on_request pumps the output and suspends again until finished;
+ *   - streaming: a chunked response is queued at once; its reader callback
+ *     hands out pending SSE bytes and suspends the connection when there are
+ *     none, to be resumed by notify in the same way.
+ *
+ * The wait protocol (all under h->mu): the consumer clears `signaled`, pumps
+ * the engine stream without the lock, then re-takes the lock and suspends
+ * only if `signaled` is still false; notify sets `signaled` and resumes a
+ * suspended connection. No engine call is made under h->mu, so the engine's
+ * internal locks never nest inside ours.
+ *
+ * Notify reaches a connection through a slot with a stable address (chunks
+ * that are never moved); the slot is detached under h->mu when the request
+ * completes, so a late notify finds no connection and does nothing, and a
+ * slot reused by another request only costs that request a spurious wakeup.
+ *
+ * MHD does not watch suspended sockets, so a watchdog thread polls the
+ * sockets of suspended connections every 50 ms for a hang-up (POLLRDHUP)
+ * and resumes them marked client_gone; the handler then returns MHD_NO, MHD
+ * closes the connection, and on_completed releases the engine stream
+ * (aborting the request, which frees its KV blocks within one engine step).
+ */
+#include "server/srv_http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "server/srv_gen.h"
+#include "server/srv_log.h"
+#include "server/srv_routes.h"
+#include "server/srv_util.h"
+
+#define SLOT_CHUNK 256
+#define WATCHDOG_PERIOD_MS 50
+#define SSE_BLOCK 8192
+
+typedef enum {
+    R_HEALTH,
+    R_MODELS,
+    R_MODEL,
+    R_METRICS,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_TOKENIZE,
+    R_DETOKENIZE
+} route_id;
+
+typedef struct {
+    const char *path;
+    bool prefix;      /* path is a prefix ("/v1/models/{id}") */
+    bool post;        /* POST, else GET/HEAD */
+    bool auth;        /* needs the API key when one is set */
+    bool needs_model; /* 503 until the model is loaded */
+    route_id id;
+} route;
+
+static const route k_routes[] = {
+    {"/health", false, false, false, false, R_HEALTH},
+    {"/metrics", false, false, false, false, R_METRICS},
+    {"/v1/models", false, false, true, true, R_MODELS},
+    {"/v1/models/", true, false, true, true, R_MODEL},
+    {"/v1/completions", false, true, true, true, R_COMPLETIONS},
+    {"/v1/chat/completions", false, true, true, true, R_CHAT},
+    {"/tokenize", false, true, true, true, R_TOKENIZE},
+    {"/detokenize", false, true, true, true, R_DETOKENIZE},
+};
+
+typedef struct srv_conn srv_conn;
+
+typedef struct {
+    srv_http *h;
+    srv_conn *c; /* under h->mu; NULL when free */
+} srv_slot;
+
+struct srv_conn {
+    srv_http *h;
+    struct MHD_Connection *conn;
+    const route *rt;
+    char method[16];
+    char path[128];
+    double t_recv;
+    srv_buf body;
+    uint64_t body_seen;
+    bool started;     /* dispatched */
+    bool aborted;     /* generation aborted for shutdown */
+    int status;       /* HTTP status queued, 0 = none yet */
+    const char *note; /* for the access log */
+    srv_gen *gen;
+    srv_slot *slot;
+    int fd;
+    atomic_int refs; /* MHD request + streaming response */
+    /* under h->mu */
+    bool suspended, signaled, client_gone, listed;
+    srv_conn *prev, *next;
+};
+
+struct srv_http {
+    srv_server *s;
+    struct MHD_Daemon *d;
+    int port;
+    int listen_fd;   /* after quiesce, closed after stop */
+    atomic_int open; /* open requests */
+    pthread_mutex_t mu;
+    bool closing;      /* under mu: never suspend again */
+    srv_conn *list;    /* under mu: requests with a generation */
+    srv_slot **chunks; /* under mu */
+    int n_chunks;
+    srv_slot **free_slots;
+    int n_free, cap_free;
+    pthread_t watchdog;
+    bool watchdog_started;
+    atomic_bool stop_watchdog;
+    struct pollfd *pfds; /* watchdog scratch */
+    srv_conn **pconns;
+    size_t pcap;
+};
+
+/* ---- slots and the request list (callers hold h->mu) ------------------- */
+
+static srv_slot *slot_alloc(srv_http *h, srv_conn *c)
+{
+    if (h->n_free == 0) {
+        srv_slot *chunk = xcalloc(SLOT_CHUNK, sizeof *chunk);
+        h->chunks = xrealloc(h->chunks, sizeof *h->chunks * (size_t)(h->n_chunks + 1));
+        h->chunks[h->n_chunks++] = chunk;
+        if (h->cap_free < h->n_free + SLOT_CHUNK) {
+            h->cap_free = h->n_free + SLOT_CHUNK;
+            h->free_slots = xrealloc(h->free_slots, sizeof *h->free_slots * (size_t)h->cap_free);
+        }
+        for (int i = SLOT_CHUNK - 1; i >= 0; i--) {
+            chunk[i].h = h;
+            h->free_slots[h->n_free++] = &chunk[i];
+        }
+    }
+    srv_slot *s = h->free_slots[--h->n_free];
+    s->c = c;
+    return s;
+}
+
+static void slot_release(srv_http *h, srv_slot *s)
+{
+    s->c = NULL;
+    h->free_slots[h->n_free++] = s;
+}
+
+static void list_add(srv_http *h, srv_conn *c)
+{
+    c->prev = NULL;
+    c->next = h->list;
+    if (h->list)
+        h->list->prev = c;
+    h->list = c;
+    c->listed = true;
+}
+
+static void list_remove(srv_http *h, srv_conn *c)
+{
+    if (!c->listed)
+        return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->list = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->listed = false;
+}
+
+/* Resume a suspended connection (caller holds h->mu). */
+static void wake_locked(srv_conn *c)
+{
+    c->signaled = true;
+    if (c->suspended) {
+        c->suspended = false;
+        MHD_resume_connection(c->conn);
+    }
+}
+
+/* Engine thread: new output for the request in this slot. */
+static void on_notify(void *user)
+{
+    srv_slot *s = user;
+    srv_http *h = s->h;
+    pthread_mutex_lock(&h->mu);
+    if (s->c)
+        wake_locked(s->c);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Suspend c unless output (or a reason to stop) arrived since the pump.
+ * Returns true when suspended; false means "pump again". */
+static bool try_suspend(srv_conn *c)
+{
+    srv_http *h = c->h;
+    bool suspended = false;
+    pthread_mutex_lock(&h->mu);
+    bool abort_pending = atomic_load(&h->s->aborting) && !c->aborted;
+    if (!c->signaled && !c->client_gone && !h->closing && !abort_pending) {
+        c->suspended = true;
+        MHD_suspend_connection(c->conn);
+        suspended = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return suspended;
+}
+
+/* Before a pump: clear `signaled`; false when the request must be dropped
+ * (client gone or server closing). Aborts the generation on shutdown. */
+static bool begin_pump(srv_conn *c)
+{
+    srv_http *h = c->h;
+    pthread_mutex_lock(&h->mu);
+    bool gone = c->client_gone || h->closing;
+    c->signaled = false;
+    pthread_mutex_unlock(&h->mu);
+    if (gone) {
+        c->note = c->client_gone ? "client disconnected" : "server closing";
+        return false;
+    }
+    if (atomic_load(&h->s->aborting) && !c->aborted) {
+        c->aborted = true;
+        srv_gen_abort(c->gen);
+    }
+    return true;
+}
+
+static void conn_unref(srv_conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    srv_buf_free(&c->body);
+    xfree(c);
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+static void free_body(void *p)
+{
+    xfree(p);
+}
+
+/* Queue body (heap, taken) with status. extra: NULL-terminated header pairs. */
+static enum MHD_Result reply(srv_conn *c, int status, char *body, size_t len, const char *ctype,
+                             const char *const *extra)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free_body);
+    if (!r) {
+        xfree(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    for (int i = 0; extra && extra[i]; i += 2)
+        MHD_add_response_header(r, extra[i], extra[i + 1]);
+    if (atomic_load(&c->h->s->draining))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    srv_metrics_http(c->h->s->metrics, status);
+    return ret;
+}
+
+static enum MHD_Result reply_json(srv_conn *c, int status, char *body)
+{
+    return reply(c, status, body, strlen(body), "application/json", NULL);
+}
+
+/* Every error response goes through srv_error_render (srv_errors.c). */
+static enum MHD_Result reply_error(srv_conn *c, const srv_error *e)
+{
+    int status;
+    char *body = srv_error_render(e, &status);
+    const char *extra[5] = {NULL};
+    if (e->kind == SRV_ERR_QUEUE_FULL) {
+        extra[0] = "Retry-After";
+        extra[1] = "1";
+    } else if (e->kind == SRV_ERR_AUTH) {
+        extra[0] = "WWW-Authenticate";
+        extra[1] = "Bearer";
+    } else if (e->kind == SRV_ERR_METHOD && c->rt) {
+        extra[0] = "Allow";
+        extra[1] = c->rt->post ? "POST" : "GET, HEAD";
+    }
+    return reply(c, status, body, strlen(body), "application/json", extra);
+}
+
+/* ---- routing and admission -------------------------------------------------- */
+
+static const route *find_route(const char *url, bool *method_ok, const char *method)
+{
+    bool is_post = strcmp(method, "POST") == 0;
+    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    for (size_t i = 0; i < ARRAY_LEN(k_routes); i++) {
+        const route *r = &k_routes[i];
+        bool match = r->prefix ? strncmp(url, r->path, strlen(r->path)) == 0 && url[strlen(r->path)] != '\0'
+                               : strcmp(url, r->path) == 0;
+        if (match) {
+            *method_ok = r->post ? is_post : is_get;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static bool auth_ok(srv_conn *c, srv_error *err)
+{
+    const char *key = c->h->s->opts.api_key;
+    if (!key || !c->rt->auth)
+        return true;
+    const char *v = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v)
+        return srv_error_set(err, SRV_ERR_AUTH, NULL,
+                             "missing API key: send the header 'Authorization: Bearer YOUR_KEY'");
+    if (strncasecmp(v, "Bearer ", 7) != 0)
+        return srv_error_set(err, SRV_ERR_AUTH, NULL, "the Authorization header must be 'Bearer YOUR_KEY'");
+    v += 7;
+    if (!srv_ct_equal(v, strlen(v), key, strlen(key)))
+        return srv_error_set(err, SRV_ERR_AUTH, NULL, "invalid API key");
+    return true;
+}
+
+/* First call (headers in): refuse early what never needs the body. */
+static bool admit(srv_conn *c, const char *url, const char *method, srv_error *err)
+{
+    bool method_ok = false;
+    c->rt = find_route(url, &method_ok, method);
+    if (!c->rt)
+        return srv_error_set(err, SRV_ERR_NOT_FOUND, NULL, "no route for %.16s %.100s", method, url);
+    if (!method_ok)
+        return srv_error_set(err, SRV_ERR_METHOD, NULL, "method %.16s is not allowed on %s (use %s)", method,
+                             c->rt->path, c->rt->post ? "POST" : "GET");
+    if (!auth_ok(c, err))
+        return false;
+    const char *cl = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    long long n;
+    int64_t max = c->h->s->opts.max_body_bytes;
+    if (cl && util_parse_int(cl, 0, INT64_MAX, &n) && n > max)
+        return srv_error_set(err, SRV_ERR_TOO_LARGE, NULL,
+                             "request body of %lld bytes exceeds the limit of %lld bytes", n, (long long)max);
+    if (c->rt->needs_model && atomic_load(&c->h->s->draining))
+        return srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down");
+    if (c->rt->needs_model && !atomic_load(&c->h->s->ready))
+        return srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the model is loading; retry shortly");
+    return true;
+}
+
+/* ---- generation requests ------------------------------------------------- */
+
+/* Non-streaming: pump until finished, suspending while there is nothing. */
+static enum MHD_Result gen_wait(srv_conn *c)
+{
+    for (;;) {
+        if (!begin_pump(c))
+            return MHD_NO;
+        if (srv_gen_pump(c->gen)) {
+            int status;
+            char *body = srv_gen_response(c->gen, &status);
+            return reply_json(c, status, body);
+        }
+        if (try_suspend(c))
+            return MHD_YES;
+    }
+}
+
+/* Streaming reader: pending SSE bytes, or suspend until notify. */
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    srv_conn *c = cls;
+    for (;;) {
+        if (!c->gen || !begin_pump(c))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        bool done;
+        size_t n = srv_gen_sse_read(c->gen, buf, max, &done);
+        if (n == 0 && !done) {
+            srv_gen_pump(c->gen);
+            n = srv_gen_sse_read(c->gen, buf, max, &done);
+        }
+        if (n > 0)
+            return (ssize_t)n;
+        if (done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (try_suspend(c))
+            return 0;
+    }
+}
+
+static void sse_free(void *cls)
+{
+    conn_unref(cls);
+}
+
+static enum MHD_Result gen_start(srv_conn *c, srv_api api)
+{
+    srv_http *h = c->h;
+    pthread_mutex_lock(&h->mu);
+    c->slot = slot_alloc(h, c);
+    pthread_mutex_unlock(&h->mu);
+    srv_error err;
+    memset(&err, 0, sizeof err);
+    c->gen = srv_gen_start(h->s, api, c->body.data ? c->body.data : "", c->body.len, c->t_recv, on_notify,
+                           c->slot, &err);
+    srv_buf_free(&c->body);
+    pthread_mutex_lock(&h->mu);
+    if (c->gen) {
+        list_add(h, c);
+    } else {
+        slot_release(h, c->slot);
+        c->slot = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!c->gen)
+        return reply_error(c, &err);
+    atomic_fetch_add(&h->s->active, 1);
+    if (!srv_gen_is_stream(c->gen))
+        return gen_wait(c);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, c, sse_free);
+    if (!r)
+        return MHD_NO;
+    atomic_fetch_add(&c->refs, 1);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    c->status = MHD_HTTP_OK;
+    srv_metrics_http(h->s->metrics, MHD_HTTP_OK);
+    return ret;
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+static enum MHD_Result dispatch(srv_conn *c, const char *url)
+{
+    srv_server *s = c->h->s;
+    srv_error err;
+    memset(&err, 0, sizeof err);
+    char *body = NULL;
+    if (c->rt->post && c->body_seen > (uint64_t)s->opts.max_body_bytes) {
+        srv_error_set(&err, SRV_ERR_TOO_LARGE, NULL, "request body exceeds the limit of %lld bytes",
+                      (long long)s->opts.max_body_bytes);
+        return reply_error(c, &err);
+    }
+    if (c->rt->needs_model && (atomic_load(&s->draining) || !atomic_load(&s->ready))) {
+        srv_error_set(&err, SRV_ERR_UNAVAILABLE, NULL, "the server is %s",
+                      atomic_load(&s->draining) ? "shutting down" : "loading the model");
+        return reply_error(c, &err);
+    }
+    const char *data = c->body.data ? c->body.data : "";
+    switch (c->rt->id) {
+    case R_HEALTH: body = srv_routes_health(s, &err); break;
+    case R_MODELS: body = srv_routes_models(s, NULL, &err); break;
+    case R_MODEL: body = srv_routes_models(s, url + strlen(c->rt->path), &err); break;
+    case R_TOKENIZE: body = srv_routes_tokenize(s, data, c->body.len, &err); break;
+    case R_DETOKENIZE: body = srv_routes_detokenize(s, data, c->body.len, &err); break;
+    case R_METRICS: {
+        size_t len;
+        body = srv_routes_metrics(s, &len);
+        return reply(c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", NULL);
+    }
+    case R_COMPLETIONS: return gen_start(c, SRV_API_COMPLETIONS);
+    case R_CHAT: return gen_start(c, SRV_API_CHAT);
+    }
+    return body ? reply_json(c, 200, body) : reply_error(c, &err);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size,
+                                  void **con_cls)
+{
+    (void)version;
+    srv_http *h = cls;
+    srv_conn *c = *con_cls;
+    if (!c) {
+        c = xcalloc(1, sizeof *c);
+        c->h = h;
+        c->conn = conn;
+        c->t_recv = time_now_s();
+        c->fd = -1;
+        atomic_init(&c->refs, 1);
+        snprintf(c->method, sizeof c->method, "%s", method);
+        snprintf(c->path, sizeof c->path, "%s", url);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            c->fd = ci->connect_fd;
+        *con_cls = c;
+        atomic_fetch_add(&h->open, 1);
+        srv_error err;
+        memset(&err, 0, sizeof err);
+        if (!admit(c, url, method, &err))
+            return reply_error(c, &err);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (c->status)
+            return MHD_YES; /* refused already: drop the body */
+        c->body_seen += n;
+        uint64_t max = (uint64_t)h->s->opts.max_body_bytes;
+        if (c->body_seen <= max)
+            srv_buf_append(&c->body, upload, n);
+        else
+            srv_buf_free(&c->body);
+        /* a chunked upload far beyond the limit: stop reading it */
+        return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
+    }
+    if (c->status && !c->gen)
+        return MHD_YES;
+    if (!c->started) {
+        c->started = true;
+        return dispatch(c, url);
+    }
+    if (c->gen && !srv_gen_is_stream(c->gen))
+        return gen_wait(c);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    srv_http *h = cls;
+    srv_conn *c = *con_cls;
+    if (!c)
+        return;
+    *con_cls = NULL;
+    pthread_mutex_lock(&h->mu);
+    if (c->slot)
+        slot_release(h, c->slot);
+    c->slot = NULL;
+    list_remove(h, c);
+    c->suspended = false;
+    pthread_mutex_unlock(&h->mu);
+    srv_access a = {c->method, c->path, c->status ? c->status : 499,      NULL, 0,
+                    0,         -1,      (time_now_s() - c->t_recv) * 1e3, NULL, c->note};
+    if (!c->status)
+        srv_metrics_http(h->s->metrics, 499);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !a.note)
+        a.note =
+            toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? "client disconnected" : "connection closed early";
+    if (c->gen) {
+        srv_gen_summary sum;
+        srv_gen_get_summary(c->gen, &sum);
+        a.id = sum.id;
+        a.prompt_tokens = sum.prompt_tokens;
+        a.completion_tokens = sum.completion_tokens;
+        a.ttft_ms = sum.ttft_ms;
+        a.finish = sum.finish;
+    }
+    srv_log_access(&a);
+    if (c->gen) {
+        srv_gen_free(c->gen); /* releases the engine stream: aborts if unfinished */
+        c->gen = NULL;
+        atomic_fetch_sub(&h->s->active, 1);
+    }
+    atomic_fetch_sub(&h->open, 1);
+    conn_unref(c);
+}
+
+/* ---- watchdog ------------------------------------------------------------- */
+
+/* Cancel suspended requests whose client hung up (caller holds h->mu). */
+static void watchdog_scan(srv_http *h)
+{
+    size_t n = 0;
+    for (srv_conn *c = h->list; c; c = c->next) {
+        if (!c->suspended || c->fd < 0)
+            continue;
+        if (n == h->pcap) {
+            h->pcap = h->pcap ? 2 * h->pcap : 64;
+            h->pfds = xrealloc(h->pfds, sizeof *h->pfds * h->pcap);
+            h->pconns = xrealloc(h->pconns, sizeof *h->pconns * h->pcap);
+        }
+        h->pfds[n] = (struct pollfd){.fd = c->fd, .events = POLLRDHUP, .revents = 0};
+        h->pconns[n++] = c;
+    }
+    if (n == 0 || poll(h->pfds, (nfds_t)n, 0) <= 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (h->pfds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+            h->pconns[i]->client_gone = true;
+            wake_locked(h->pconns[i]);
+        }
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    srv_http *h = arg;
+    while (!atomic_load(&h->stop_watchdog)) {
+        struct timespec ts = {0, WATCHDOG_PERIOD_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&h->mu);
+        if (!h->closing)
+            watchdog_scan(h);
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (g_log_level > LOG_LEVEL_DEBUG)
+        return;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    LOG_DEBUG("mhd: %s", msg);
+}
+
+static bool resolve(const char *host, int port, struct sockaddr_storage *addr, bool *v6)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host, ps, &hints, &res) != 0 || !res)
+        return false;
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return true;
+}
+
+inferd_status srv_http_start(srv_server *s)
+{
+    const srv_opts *o = &s->opts;
+    struct sockaddr_storage addr;
+    bool v6 = false;
+    if (!resolve(o->host, o->port, &addr, &v6))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "--host: cannot resolve '%s'", o->host);
+    srv_http *h = xcalloc(1, sizeof *h);
+    h->s = s;
+    h->listen_fd = -1;
+    pthread_mutex_init(&h->mu, NULL);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+                            (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
+    if (!h->d) {
+        pthread_mutex_destroy(&h->mu);
+        xfree(h);
+        return inferd_set_error(INFERD_ERR_IO, "cannot listen on %s:%d (address in use or not permitted?)",
+                                o->host, o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : o->port;
+    if (pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0)
+        h->watchdog_started = true;
+    s->http = h;
+    return INFERD_OK;
+}
+
+int srv_http_port(const srv_http *h)
+{
+    return h->port;
+}
+
+int srv_http_open_requests(const srv_http *h)
+{
+    return atomic_load(&((srv_http *)h)->open);
+}
+
+void srv_http_quiesce(srv_http *h)
+{
+    if (h->listen_fd < 0) {
+        MHD_socket fd = MHD_quiesce_daemon(h->d);
+        h->listen_fd = (int)fd;
+    }
+}
+
+void srv_http_abort_all(srv_http *h)
+{
+    pthread_mutex_lock(&h->mu);
+    for (srv_conn *c = h->list; c; c = c->next)
+        wake_locked(c);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void srv_http_stop(srv_http *h)
+{
+    if (!h || !h->d)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->closing = true;
+    for (srv_conn *c = h->list; c; c = c->next)
+        wake_locked(c);
+    pthread_mutex_unlock(&h->mu);
+    atomic_store(&h->stop_watchdog, true);
+    if (h->watchdog_started)
+        pthread_join(h->watchdog, NULL);
+    h->watchdog_started = false;
+    MHD_stop_daemon(h->d);
+    h->d = NULL;
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
+    h->listen_fd = -1;
+}
+
+void srv_http_free(srv_http *h)
+{
+    if (!h)
+        return;
+    srv_http_stop(h);
+    for (int i = 0; i < h->n_chunks; i++)
+        xfree(h->chunks[i]);
+    xfree(h->chunks);
+    xfree(h->free_slots);
+    xfree(h->pfds);
+    xfree(h->pconns);
+    pthread_mutex_destroy(&h->mu);
+    h->s->http = NULL;
+    xfree(h);
+}

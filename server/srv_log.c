@@ -1,0 +1,40 @@
+/* server/srv_log.c: see srv_log.h. Lines go through LOG_INFO so they carry
+ * the common timestamp and are written whole (no interleaving across the
+ * HTTP threads). Keys are plain key=value pairs that grep and awk can read.
+ */
+#include "server/srv_log.h"
+
+#include <stdio.h>
+
+#include "common/log.h"
+
+void srv_log_access(const srv_access *a)
+{
+    char ttft[32] = "-";
+    if (a->ttft_ms >= 0)
+        snprintf(ttft, sizeof ttft, "%.1f", a->ttft_ms);
+    if (a->finish)
+        LOG_INFO("access: %s %s %d id=%s prompt_tokens=%d completion_tokens=%d ttft_ms=%s total_ms=%.1f "
+                 "finish=%s%s%s",
+                 a->method, a->path, a->status, a->id ? a->id : "-", a->prompt_tokens, a->completion_tokens,
+                 ttft, a->total_ms, a->finish, a->note ? " note=" : "", a->note ? a->note : "");
+    else
+        LOG_INFO("access: %s %s %d total_ms=%.1f%s%s", a->method, a->path, a->status, a->total_ms,
+                 a->note ? " note=" : "", a->note ? a->note : "");
+}
+
+bool srv_log_stats(const engine_stats *prev, const engine_stats *cur, double dt, int open_requests)
+{
+    uint64_t dp = cur->prompt_tokens - prev->prompt_tokens;
+    uint64_t dg = cur->generation_tokens - prev->generation_tokens;
+    if (cur->running == 0 && cur->waiting == 0 && dp == 0 && dg == 0)
+        return false;
+    if (dt <= 0)
+        dt = 1e-9;
+    LOG_INFO("stats: running=%d waiting=%d open_http=%d kv_usage=%.1f%% prompt_tok/s=%.1f gen_tok/s=%.1f "
+             "preemptions=%llu prefix_hit_rate=%.1f%%",
+             cur->running, cur->waiting, open_requests, cur->kv_usage * 100.0, (double)dp / dt,
+             (double)dg / dt, (unsigned long long)cur->preemptions,
+             cur->prefix_queries ? 100.0 * (double)cur->prefix_hits / (double)cur->prefix_queries : 0.0);
+    return true;
+}

@@ -1,0 +1,624 @@
+/* server/srv_openai.c: request parsing/validation for the OpenAI endpoints.
+ *
+ * Strict where OpenAI is strict (types, ranges, n == 1, echo false), lenient
+ * where it is lenient (unknown fields ignored, null means "not given").
+ * Every failure names the offending field in `param` and in the message.
+ * The JSON parser is cJSON with its nesting limit (CJSON_NESTING_LIMIT, 1000),
+ * so deeply nested bodies fail as malformed JSON instead of recursing deep.
+ * Response builders live in srv_openai_resp.c.
+ */
+#include "server/srv_openai.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "server/srv_util.h"
+
+/* ---- typed field access ---------------------------------------------------- */
+
+/* NULL when absent or JSON null. */
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
+                    srv_error *err)
+{
+    const cJSON *it = field(obj, name);
+    *present = it != NULL;
+    if (!it)
+        return true;
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || fabs(it->valuedouble) > 9.2e18)
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be an integer", name);
+    double v = it->valuedouble;
+    if (v < (double)lo || v > (double)hi)
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be between %lld and %lld, got %.0f", name,
+                             (long long)lo, (long long)hi, v);
+    *out = (int64_t)v;
+    return true;
+}
+
+static bool get_num(const cJSON *obj, const char *name, double lo, double hi, double *out, bool *present,
+                    srv_error *err)
+{
+    const cJSON *it = field(obj, name);
+    *present = it != NULL;
+    if (!it)
+        return true;
+    if (!cJSON_IsNumber(it))
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be a number", name);
+    double v = it->valuedouble;
+    if (!(v >= lo && v <= hi))
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be between %g and %g, got %g", name, lo,
+                             hi, v);
+    *out = v;
+    return true;
+}
+
+static bool get_bool(const cJSON *obj, const char *name, bool *out, bool *present, srv_error *err)
+{
+    const cJSON *it = field(obj, name);
+    *present = it != NULL;
+    if (!it)
+        return true;
+    if (!cJSON_IsBool(it))
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(it);
+    return true;
+}
+
+/* A valid UTF-8 string field; *out borrowed from the JSON tree or NULL. */
+static bool get_str(const cJSON *obj, const char *name, const char **out, srv_error *err)
+{
+    const cJSON *it = field(obj, name);
+    *out = NULL;
+    if (!it)
+        return true;
+    if (!cJSON_IsString(it))
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be a string", name);
+    if (!util_utf8_valid(it->valuestring, strlen(it->valuestring)))
+        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' is not valid UTF-8", name);
+    *out = it->valuestring;
+    return true;
+}
+
+static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
+{
+    *root = NULL;
+    if (len == 0 || srv_is_blank(body, len))
+        return srv_error_set(err, SRV_ERR_INVALID, NULL, "request body is empty; expected a JSON object");
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!j) {
+        size_t pos = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return srv_error_set(err, SRV_ERR_INVALID, NULL,
+                             "malformed JSON in request body near byte %zu (or nesting deeper than %d)", pos,
+                             CJSON_NESTING_LIMIT);
+    }
+    size_t used = (size_t)(end - body);
+    if (!srv_is_blank(end, len - used)) {
+        cJSON_Delete(j);
+        return srv_error_set(err, SRV_ERR_INVALID, NULL, "malformed JSON: trailing data after byte %zu",
+                             used);
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return srv_error_set(err, SRV_ERR_INVALID, NULL, "request body must be a JSON object");
+    }
+    *root = j;
+    return true;
+}
+
+static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
+{
+    const char *name;
+    if (!get_str(root, "model", &name, err))
+        return false;
+    if (!name)
+        return true;
+    if (lim->served_model_name && strcmp(name, lim->served_model_name) != 0)
+        return srv_error_set(err, SRV_ERR_MODEL_NOT_FOUND, "model",
+                             "The model '%.128s' does not exist (this server serves '%.128s')", name,
+                             lim->served_model_name);
+    *model_out = xstrdup(name);
+    return true;
+}
+
+/* One token id array; `what` names the field in messages. */
+static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **ids, int *n, srv_error *err)
+{
+    int cnt = cJSON_GetArraySize(arr);
+    if (cnt == 0)
+        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
+    int32_t *v = xmalloc(sizeof(int32_t) * (size_t)cnt);
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : -1.5;
+        if (d != floor(d)) {
+            xfree(v);
+            return srv_error_set(err, SRV_ERR_INVALID, what, "'%s'[%d] must be an integer token id", what, i);
+        }
+        if (d < 0 || d >= vocab) {
+            xfree(v);
+            return srv_error_set(err, SRV_ERR_INVALID, what,
+                                 "'%s'[%d]: token id %.0f is outside the vocabulary [0, %d)", what, i, d,
+                                 vocab);
+        }
+        v[i++] = (int32_t)d;
+    }
+    *ids = v;
+    *n = cnt;
+    return true;
+}
+
+static bool is_id_array(const cJSON *arr)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        if (!cJSON_IsNumber(it))
+            return false;
+    }
+    return true;
+}
+
+static bool set_text_prompt(const char *s, const char *what, char **out, size_t *out_len, srv_error *err)
+{
+    size_t n = strlen(s);
+    if (!util_utf8_valid(s, n))
+        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' is not valid UTF-8", what);
+    if (n == 0)
+        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
+    if (srv_is_blank(s, n))
+        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must contain non-whitespace text", what);
+    *out = xstrdup(s);
+    *out_len = n;
+    return true;
+}
+
+static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
+{
+    const cJSON *p = field(root, "prompt");
+    if (!p)
+        return srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' is required");
+    if (cJSON_IsString(p))
+        return set_text_prompt(p->valuestring, "prompt", &r->prompt, &r->prompt_len, err);
+    if (!cJSON_IsArray(p))
+        return srv_error_set(err, SRV_ERR_INVALID, "prompt",
+                             "'prompt' must be a string or an array of token ids");
+    int cnt = cJSON_GetArraySize(p);
+    if (cnt == 0)
+        return srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' must not be empty");
+    if (is_id_array(p))
+        return parse_ids(p, "prompt", lim->vocab_size, &r->prompt_ids, &r->n_prompt_ids, err);
+    if (cnt == 1 && cJSON_IsString(p->child))
+        return set_text_prompt(p->child->valuestring, "prompt", &r->prompt, &r->prompt_len, err);
+    if (cnt == 1 && cJSON_IsArray(p->child) && is_id_array(p->child))
+        return parse_ids(p->child, "prompt", lim->vocab_size, &r->prompt_ids, &r->n_prompt_ids, err);
+    return srv_error_set(
+        err, SRV_ERR_INVALID, "prompt",
+        "'prompt' must be a string or an array of token ids (batched prompts are not supported)");
+}
+
+/* content: string, or array of {"type": "text", "text": str} parts joined by "\n". */
+static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **out, srv_error *err)
+{
+    if (!c || cJSON_IsNull(c)) {
+        if (role == SRV_ROLE_ASSISTANT) {
+            *out = xstrdup("");
+            return true;
+        }
+        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is required", idx);
+    }
+    srv_buf b = {0};
+    if (cJSON_IsString(c)) {
+        srv_buf_puts(&b, c->valuestring);
+    } else if (cJSON_IsArray(c)) {
+        int k = 0;
+        const cJSON *part;
+        cJSON_ArrayForEach(part, c)
+        {
+            const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+            const cJSON *text = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+            if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
+                srv_buf_free(&b);
+                return srv_error_set(err, SRV_ERR_INVALID, "messages",
+                                     "messages[%d].content[%d]: only {\"type\": \"text\", \"text\": string} "
+                                     "parts are supported",
+                                     idx, k);
+            }
+            if (k++ > 0)
+                srv_buf_puts(&b, "\n");
+            srv_buf_puts(&b, text->valuestring);
+        }
+    } else {
+        return srv_error_set(err, SRV_ERR_INVALID, "messages",
+                             "messages[%d].content must be a string or an array of text parts", idx);
+    }
+    char *s = srv_buf_take(&b);
+    if (!util_utf8_valid(s, strlen(s))) {
+        xfree(s);
+        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is not valid UTF-8",
+                             idx);
+    }
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(const cJSON *root, srv_chat_msg **msgs, int *n_msgs, srv_error *err)
+{
+    const cJSON *m = field(root, "messages");
+    if (!m)
+        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' is required");
+    if (!cJSON_IsArray(m))
+        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' must be an array");
+    int cnt = cJSON_GetArraySize(m);
+    if (cnt == 0)
+        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' must not be empty");
+    srv_chat_msg *v = xcalloc((size_t)cnt, sizeof *v);
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, m)
+    {
+        const cJSON *role = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "role") : NULL;
+        if (!cJSON_IsString(role)) {
+            srv_error_set(err, SRV_ERR_INVALID, "messages",
+                          "messages[%d] must be an object with a string 'role'", i);
+            goto fail;
+        }
+        const char *r = role->valuestring;
+        if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)
+            v[i].role = SRV_ROLE_SYSTEM;
+        else if (strcmp(r, "user") == 0)
+            v[i].role = SRV_ROLE_USER;
+        else if (strcmp(r, "assistant") == 0)
+            v[i].role = SRV_ROLE_ASSISTANT;
+        else {
+            srv_error_set(err, SRV_ERR_INVALID, "messages",
+                          "messages[%d].role must be 'system', 'user' or 'assistant'", i);
+            goto fail;
+        }
+        if (!parse_content(cJSON_GetObjectItemCaseSensitive(it, "content"), i, v[i].role, &v[i].content, err))
+            goto fail;
+        i++;
+    }
+    *msgs = v;
+    *n_msgs = cnt;
+    return true;
+fail:
+    for (int k = 0; k < cnt; k++)
+        xfree(v[k].content);
+    xfree(v);
+    return false;
+}
+
+static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
+{
+    const cJSON *s = field(root, "stop");
+    if (!s)
+        return true;
+    if (!cJSON_IsString(s) && !cJSON_IsArray(s))
+        return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop' must be a string or an array of strings");
+    int cnt = cJSON_IsString(s) ? 1 : cJSON_GetArraySize(s);
+    if (cnt > SAMPLING_MAX_STOP)
+        return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop' has %d entries; at most %d are allowed",
+                             cnt, SAMPLING_MAX_STOP);
+    for (int i = 0; i < cnt; i++) {
+        const cJSON *it = cJSON_IsString(s) ? s : cJSON_GetArrayItem(s, i);
+        if (!cJSON_IsString(it))
+            return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] must be a string", i);
+        size_t n = strlen(it->valuestring);
+        if (n == 0 || n > SRV_MAX_STOP_LEN)
+            return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] must have 1 to %d bytes", i,
+                                 SRV_MAX_STOP_LEN);
+        if (!util_utf8_valid(it->valuestring, n))
+            return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] is not valid UTF-8", i);
+        r->stops[i] = xstrdup(it->valuestring);
+        r->sp.stop[i] = r->stops[i];
+        r->sp.n_stop = i + 1;
+    }
+    return true;
+}
+
+static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
+{
+    const cJSON *s = field(root, "stop_token_ids");
+    if (!s)
+        return true;
+    if (!cJSON_IsArray(s))
+        return srv_error_set(err, SRV_ERR_INVALID, "stop_token_ids",
+                             "'stop_token_ids' must be an array of token ids");
+    int cnt = cJSON_GetArraySize(s);
+    if (cnt == 0)
+        return true;
+    if (cnt > SAMPLING_MAX_STOP)
+        return srv_error_set(err, SRV_ERR_INVALID, "stop_token_ids",
+                             "'stop_token_ids' has %d entries; at most %d are allowed", cnt,
+                             SAMPLING_MAX_STOP);
+    int32_t *ids;
+    int n;
+    if (!parse_ids(s, "stop_token_ids", lim->vocab_size, &ids, &n, err))
+        return false;
+    memcpy(r->sp.stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
+    r->sp.n_stop_token_ids = n;
+    xfree(ids);
+    return true;
+}
+
+/* Fields we do not implement: accepted at their neutral value, 400 otherwise. */
+static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
+{
+    static const struct {
+        const char *name;
+        double neutral;
+    } k_num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repetition_penalty", 1}};
+    for (size_t i = 0; i < ARRAY_LEN(k_num); i++) {
+        const cJSON *it = field(root, k_num[i].name);
+        if (!it)
+            continue;
+        if (!cJSON_IsNumber(it))
+            return srv_error_set(err, SRV_ERR_INVALID, k_num[i].name, "'%s' must be a number", k_num[i].name);
+        if (it->valuedouble != k_num[i].neutral)
+            return srv_error_set(err, SRV_ERR_INVALID, k_num[i].name, "'%s' is not supported (only %g)",
+                                 k_num[i].name, k_num[i].neutral);
+    }
+    const cJSON *lb = field(root, "logit_bias");
+    if (lb && (!cJSON_IsObject(lb) || lb->child))
+        return srv_error_set(err, SRV_ERR_INVALID, "logit_bias", "'logit_bias' is not supported");
+    int64_t v;
+    bool present;
+    if (!get_int(root, "n", INT32_MIN, INT32_MAX, &v, &present, err))
+        return false;
+    if (present && v != 1)
+        return srv_error_set(err, SRV_ERR_INVALID, "n", "'n' must be 1 (got %lld): one choice per request",
+                             (long long)v);
+    if (!get_int(root, "best_of", INT32_MIN, INT32_MAX, &v, &present, err))
+        return false;
+    if (present && v != 1)
+        return srv_error_set(err, SRV_ERR_INVALID, "best_of", "'best_of' must be 1");
+    if (api == SRV_API_COMPLETIONS) {
+        bool echo = false;
+        if (!get_bool(root, "echo", &echo, &present, err))
+            return false;
+        if (echo)
+            return srv_error_set(err, SRV_ERR_INVALID, "echo",
+                                 "'echo' must be false: echoing the prompt is not supported");
+        const char *suffix;
+        if (!get_str(root, "suffix", &suffix, err))
+            return false;
+        if (suffix && *suffix)
+            return srv_error_set(err, SRV_ERR_INVALID, "suffix", "'suffix' is not supported");
+    } else {
+        const cJSON *tools = field(root, "tools");
+        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
+            return srv_error_set(err, SRV_ERR_INVALID, "tools", "'tools' is not supported");
+        const cJSON *rf = field(root, "response_format");
+        if (rf) {
+            const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
+                return srv_error_set(err, SRV_ERR_INVALID, "response_format",
+                                     "'response_format' other than {\"type\": \"text\"} is not supported");
+        }
+    }
+    return true;
+}
+
+static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
+{
+    sampling_params *sp = &r->sp;
+    double d;
+    int64_t v;
+    bool present, b;
+    if (!get_num(root, "temperature", 0.0, 2.0, &d, &present, err))
+        return false;
+    if (present)
+        sp->temperature = (float)d;
+    if (!get_num(root, "top_p", 0.0, 1.0, &d, &present, err))
+        return false;
+    if (present) {
+        if (d <= 0.0)
+            return srv_error_set(err, SRV_ERR_INVALID, "top_p", "'top_p' must be in (0, 1], got %g", d);
+        sp->top_p = (float)d;
+    }
+    if (!get_int(root, "top_k", -1, INT32_MAX, &v, &present, err))
+        return false;
+    if (present)
+        sp->top_k = v <= 0 ? 0 : (int32_t)v;
+    if (!get_num(root, "min_p", 0.0, 1.0, &d, &present, err))
+        return false;
+    if (present)
+        sp->min_p = (float)d;
+    if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &present, err))
+        return false;
+    if (present) {
+        sp->seed = (uint64_t)v;
+        sp->has_seed = true;
+    }
+    if (!get_bool(root, "ignore_eos", &b, &present, err))
+        return false;
+    if (present)
+        sp->ignore_eos = b;
+    if (!get_int(root, "min_tokens", 0, INT32_MAX, &v, &present, err))
+        return false;
+    if (present)
+        sp->min_tokens = (int32_t)v;
+    const char *mt_name = "max_tokens";
+    if (r->api == SRV_API_CHAT && field(root, "max_completion_tokens"))
+        mt_name = "max_completion_tokens";
+    if (!get_int(root, mt_name, 1, SRV_MAX_TOKENS_LIMIT, &v, &present, err))
+        return false;
+    if (present)
+        r->max_tokens = v;
+    if (r->max_tokens && sp->min_tokens > r->max_tokens)
+        return srv_error_set(err, SRV_ERR_INVALID, "min_tokens",
+                             "'min_tokens' (%d) must not exceed '%s' (%lld)", sp->min_tokens, mt_name,
+                             (long long)r->max_tokens);
+    return parse_stop(root, r, err);
+}
+
+static bool parse_logprobs(const cJSON *root, srv_request *r, srv_error *err)
+{
+    int64_t v;
+    bool present;
+    if (r->api == SRV_API_COMPLETIONS) {
+        const cJSON *lp = field(root, "logprobs");
+        if (lp && !cJSON_IsNumber(lp))
+            return srv_error_set(err, SRV_ERR_INVALID, "logprobs", "'logprobs' must be an integer in [0, %d]",
+                                 SAMPLING_MAX_LOGPROBS);
+        if (!get_int(root, "logprobs", 0, SAMPLING_MAX_LOGPROBS, &v, &present, err))
+            return false;
+        r->sp.logprobs = present ? (int)v : -1;
+        return true;
+    }
+    bool on = false;
+    if (!get_bool(root, "logprobs", &on, &present, err))
+        return false;
+    if (!get_int(root, "top_logprobs", 0, SAMPLING_MAX_LOGPROBS, &v, &present, err))
+        return false;
+    if (present && !on)
+        return srv_error_set(err, SRV_ERR_INVALID, "top_logprobs",
+                             "'top_logprobs' requires 'logprobs': true");
+    r->sp.logprobs = on ? (present ? (int)v : 0) : -1;
+    return true;
+}
+
+static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
+{
+    bool present;
+    if (!get_bool(root, "stream", &r->stream, &present, err))
+        return false;
+    const cJSON *so = field(root, "stream_options");
+    if (!so)
+        return true;
+    if (!cJSON_IsObject(so))
+        return srv_error_set(err, SRV_ERR_INVALID, "stream_options", "'stream_options' must be an object");
+    if (!r->stream)
+        return srv_error_set(err, SRV_ERR_INVALID, "stream_options",
+                             "'stream_options' is only allowed when 'stream' is true");
+    const cJSON *iu = field(so, "include_usage");
+    if (iu && !cJSON_IsBool(iu))
+        return srv_error_set(err, SRV_ERR_INVALID, "stream_options",
+                             "'stream_options.include_usage' must be a boolean");
+    r->include_usage = iu && cJSON_IsTrue(iu);
+    return true;
+}
+
+bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_parse_limits *lim, srv_request *r,
+                       srv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->api = api;
+    r->add_special_tokens = true;
+    sampling_params_default(&r->sp);
+    cJSON *root;
+    if (!parse_root(body, len, &root, err))
+        return false;
+    bool ok = check_model(root, lim, &r->model, err) && check_unsupported(root, api, err) &&
+              parse_sampling(root, r, err) && parse_stop_ids(root, lim, r, err) &&
+              parse_logprobs(root, r, err) && parse_stream(root, r, err);
+    if (ok && api == SRV_API_COMPLETIONS) {
+        bool present;
+        ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err) &&
+             parse_prompt(root, lim, r, err);
+    } else if (ok) {
+        ok = parse_messages(root, &r->msgs, &r->n_msgs, err);
+    }
+    cJSON_Delete(root);
+    if (!ok)
+        srv_request_free(r);
+    return ok;
+}
+
+void srv_request_free(srv_request *r)
+{
+    xfree(r->model);
+    xfree(r->prompt);
+    xfree(r->prompt_ids);
+    for (int i = 0; i < r->n_msgs; i++)
+        xfree(r->msgs[i].content);
+    xfree(r->msgs);
+    for (int i = 0; i < SAMPLING_MAX_STOP; i++)
+        xfree(r->stops[i]);
+    memset(r, 0, sizeof *r);
+}
+
+bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_tokenize_req *r,
+                        srv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    cJSON *root;
+    if (!parse_root(body, len, &root, err))
+        return false;
+    bool ok = check_model(root, lim, &r->model, err);
+    const cJSON *p = field(root, "prompt");
+    if (ok && p && field(root, "messages"))
+        ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "give either 'prompt' or 'messages', not both");
+    if (ok && p) {
+        r->add_special_tokens = true;
+        if (!cJSON_IsString(p))
+            ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' must be a string");
+        else if (!util_utf8_valid(p->valuestring, strlen(p->valuestring)))
+            ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' is not valid UTF-8");
+        else {
+            r->prompt = xstrdup(p->valuestring);
+            r->prompt_len = strlen(r->prompt);
+        }
+    } else if (ok) {
+        ok = parse_messages(root, &r->msgs, &r->n_msgs, err);
+        if (!ok && !field(root, "messages"))
+            srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' (string) or 'messages' is required");
+    }
+    bool present;
+    if (ok)
+        ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err);
+    cJSON_Delete(root);
+    if (!ok)
+        srv_tokenize_free(r);
+    return ok;
+}
+
+void srv_tokenize_free(srv_tokenize_req *r)
+{
+    xfree(r->model);
+    xfree(r->prompt);
+    for (int i = 0; i < r->n_msgs; i++)
+        xfree(r->msgs[i].content);
+    xfree(r->msgs);
+    memset(r, 0, sizeof *r);
+}
+
+bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_detokenize_req *r,
+                          srv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    cJSON *root;
+    if (!parse_root(body, len, &root, err))
+        return false;
+    bool ok = check_model(root, lim, &r->model, err);
+    const cJSON *t = field(root, "tokens");
+    if (ok && !t)
+        ok = srv_error_set(err, SRV_ERR_INVALID, "tokens", "'tokens' is required");
+    else if (ok && !cJSON_IsArray(t))
+        ok = srv_error_set(err, SRV_ERR_INVALID, "tokens", "'tokens' must be an array of token ids");
+    else if (ok && cJSON_GetArraySize(t) == 0)
+        r->n_ids = 0;
+    else if (ok)
+        ok = parse_ids(t, "tokens", lim->vocab_size, &r->ids, &r->n_ids, err);
+    cJSON_Delete(root);
+    if (!ok)
+        srv_detokenize_free(r);
+    return ok;
+}
+
+void srv_detokenize_free(srv_detokenize_req *r)
+{
+    xfree(r->model);
+    xfree(r->ids);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,135 @@
+/* server/srv_openai.h: the OpenAI wire format: parsing and validating
+ * request bodies (cJSON) into plain structs, and building response bodies
+ * and stream chunks. Pure functions: no tokenizer, no engine, no I/O, so the
+ * bad-input tables run as unit tests.
+ */
+#ifndef INFERD_SERVER_SRV_OPENAI_H
+#define INFERD_SERVER_SRV_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "scheduler/engine.h"
+#include "server/srv_chat.h"
+#include "server/srv_errors.h"
+
+typedef enum { SRV_API_COMPLETIONS = 0, SRV_API_CHAT } srv_api;
+
+/* Largest max_tokens accepted by the parser (the context check that follows
+ * reports anything above the model length with both numbers). */
+#define SRV_MAX_TOKENS_LIMIT (INT64_C(1) << 53)
+/* Longest stop string (bytes). */
+#define SRV_MAX_STOP_LEN 256
+
+typedef struct {
+    const char *served_model_name; /* requests naming another model get 404 */
+    int vocab_size;                /* token ids must be in [0, vocab_size) */
+} srv_parse_limits;
+
+/* A validated /v1/completions or /v1/chat/completions request. */
+typedef struct {
+    srv_api api;
+    char *model;  /* requested name (heap) or NULL */
+    char *prompt; /* completions text prompt (heap) or NULL */
+    size_t prompt_len;
+    int32_t *prompt_ids; /* completions token prompt [n_prompt_ids] (heap) or NULL */
+    int n_prompt_ids;
+    srv_chat_msg *msgs; /* chat messages [n_msgs] (heap) */
+    int n_msgs;
+    sampling_params sp; /* sp.stop[i] points into stops[i]; sp.max_tokens set later */
+    char *stops[SAMPLING_MAX_STOP];
+    int64_t max_tokens;      /* requested, 0 when not given */
+    bool add_special_tokens; /* completions text prompt: add BOS (default true) */
+    bool stream, include_usage;
+} srv_request;
+
+/* Parse and validate a request body. On failure returns false with *err set
+ * (400, or 404 for an unknown model) and *r freed. */
+bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_parse_limits *lim, srv_request *r,
+                       srv_error *err);
+void srv_request_free(srv_request *r);
+
+/* POST /tokenize: {"prompt": str} or {"messages": [...]}, optional
+ * "add_special_tokens" (default true for prompt, false for messages). */
+typedef struct {
+    char *model;
+    char *prompt;
+    size_t prompt_len;
+    srv_chat_msg *msgs;
+    int n_msgs;
+    bool add_special_tokens;
+} srv_tokenize_req;
+
+bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_tokenize_req *r,
+                        srv_error *err);
+void srv_tokenize_free(srv_tokenize_req *r);
+
+/* POST /detokenize: {"tokens": [ids]}. */
+typedef struct {
+    char *model;
+    int32_t *ids;
+    int n_ids;
+} srv_detokenize_req;
+
+bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_detokenize_req *r,
+                          srv_error *err);
+void srv_detokenize_free(srv_detokenize_req *r);
+
+/* ---- responses ----------------------------------------------------------- */
+
+typedef struct {
+    int prompt_tokens, completion_tokens, cached_tokens;
+} srv_usage;
+
+/* Per-request timings in milliseconds (negative = not reached). */
+typedef struct {
+    double queue_ms, ttft_ms, prefill_ms, decode_ms, total_ms;
+} srv_timings;
+
+/* The identity every body of one request shares. */
+typedef struct {
+    const char *id;  /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created; /* unix seconds */
+    const char *model;
+} srv_resp_meta;
+
+/* Full non-streaming body. text may contain any bytes (sanitized to UTF-8);
+ * logprobs (owned, may be NULL) is a srv_lp_* object. Heap string. */
+char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_t len, const char *finish,
+                    cJSON *logprobs, const srv_usage *u, const srv_timings *t);
+
+/* One SSE event payload (without "data: "): a text delta chunk. For chat,
+ * role (may be NULL) goes into the delta; text may be NULL (no content key).
+ * finish NULL = null. usage_null adds "usage": null (include_usage streams).
+ * timings (may be NULL) is added at the top level. Heap string. */
+char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, const char *role, const char *text, size_t len,
+                      const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t);
+
+/* The final usage chunk of include_usage streams: empty choices + usage
+ * (+ timings). Heap string. */
+char *srv_chunk_usage(srv_api api, const srv_resp_meta *m, const srv_usage *u, const srv_timings *t);
+
+/* GET /v1/models (one model) or /v1/models/{id} (single object). */
+char *srv_resp_models(const char *name, int64_t created, int max_model_len, bool single);
+
+/* /tokenize and /detokenize responses. */
+char *srv_resp_tokenize(const int32_t *ids, int n, int max_model_len);
+char *srv_resp_detokenize(const char *text, size_t len);
+
+/* ---- logprobs -------------------------------------------------------------- */
+
+/* Text of one token (heap, valid UTF-8). */
+typedef char *(*srv_token_text_fn)(void *user, int32_t id);
+
+/* New empty logprobs object: completions {"tokens":[], "token_logprobs":[],
+ * "top_logprobs":[], "text_offset":[]}; chat {"content": []}. */
+cJSON *srv_lp_new(srv_api api);
+/* Append n sampled tokens with their top-N alternatives. *text_offset
+ * (completions) advances by each token's text length. */
+void srv_lp_append(srv_api api, cJSON *lp, const engine_logprob *lps, int n, srv_token_text_fn fn, void *user,
+                   size_t *text_offset);
+
+#endif

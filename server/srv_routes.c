@@ -1,0 +1,92 @@
+/* server/srv_routes.c: see srv_routes.h. These run on the HTTP threads and
+ * touch only thread-safe state: the tokenizer (read-only after load), the
+ * engine's stats call and the metrics registry.
+ */
+#include "server/srv_routes.h"
+
+#include <string.h>
+
+#include "common/alloc.h"
+#include "server/srv_openai.h"
+
+char *srv_routes_health(srv_server *s, srv_error *err)
+{
+    if (atomic_load(&s->draining)) {
+        srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down");
+        return NULL;
+    }
+    if (!atomic_load(&s->ready)) {
+        srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the model is loading");
+        return NULL;
+    }
+    return xstrdup("{\"status\":\"ok\"}");
+}
+
+char *srv_routes_models(srv_server *s, const char *model_id, srv_error *err)
+{
+    const char *name = s->opts.served_model_name;
+    if (model_id && strcmp(model_id, name) != 0) {
+        srv_error_set(err, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.128s' does not exist", model_id);
+        return NULL;
+    }
+    return srv_resp_models(name, s->created, s->max_model_len, model_id != NULL);
+}
+
+char *srv_routes_metrics(srv_server *s, size_t *len)
+{
+    engine_stats st;
+    bool have = atomic_load(&s->ready) && s->eng;
+    if (have)
+        engine_get_stats(s->eng, &st);
+    return srv_metrics_render(s->metrics, have ? &st : NULL, len);
+}
+
+char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error *err)
+{
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
+    srv_tokenize_req r;
+    if (!srv_tokenize_parse(body, len, &lim, &r, err))
+        return NULL;
+    char *text = NULL;
+    const char *src = r.prompt;
+    size_t src_len = r.prompt_len;
+    if (r.msgs) {
+        if (!srv_chat_render(s->chat, r.msgs, r.n_msgs, s->bos_text, s->eos_text, &text, err)) {
+            srv_tokenize_free(&r);
+            return NULL;
+        }
+        src = text;
+        src_len = strlen(text);
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    inferd_status st = tok_encode(s->tok, src, src_len, r.add_special_tokens, true, &ids, &n);
+    xfree(text);
+    srv_tokenize_free(&r);
+    if (st != INFERD_OK) {
+        srv_error_from_status(err, st, "prompt");
+        return NULL;
+    }
+    char *out = srv_resp_tokenize(ids, n, s->max_model_len);
+    xfree(ids);
+    return out;
+}
+
+char *srv_routes_detokenize(srv_server *s, const char *body, size_t len, srv_error *err)
+{
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
+    srv_detokenize_req r;
+    if (!srv_detokenize_parse(body, len, &lim, &r, err))
+        return NULL;
+    char *text = NULL;
+    size_t tlen = 0;
+    inferd_status st = r.n_ids ? tok_decode(s->tok, r.ids, r.n_ids, false, &text, &tlen) : INFERD_OK;
+    srv_detokenize_free(&r);
+    if (st != INFERD_OK) {
+        srv_error_from_status(err, st, "tokens");
+        return NULL;
+    }
+    char *out = srv_resp_detokenize(text ? text : "", tlen);
+    xfree(text);
+    return out;
+}
