@@ -192,6 +192,7 @@ static void *engine_main(void *arg)
         int n_taken = e->n_pending;
         e->n_pending = 0;
         e->n_live += n_taken;
+        e->n_waiting_sched += n_taken; /* they wait in the scheduler until publish_stats recounts */
         bool stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
 

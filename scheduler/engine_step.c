@@ -123,13 +123,22 @@ static void fail_step(engine *e, const sched_output *out, const char *why)
         eng_finish(e, out->items[i].req->user, FINISH_ERROR, why);
 }
 
+/* Stamp first_scheduled before the step's forward pass runs, so queue time
+ * excludes the step's compute and prefill time includes it. */
+static void mark_scheduled(const sched_output *out, double now)
+{
+    for (int i = 0; i < out->n_items; i++) {
+        eng_req *r = out->items[i].req->user;
+        if (r->times.first_scheduled == 0)
+            r->times.first_scheduled = now;
+    }
+}
+
 static void mark_progress(engine *e, const sched_output *out, double now)
 {
     for (int i = 0; i < out->n_items; i++) {
         sched_req *sr = out->items[i].req;
         eng_req *r = sr->user;
-        if (r->times.first_scheduled == 0)
-            r->times.first_scheduled = now;
         if (!r->prefill_counted && sr->n_computed >= sr->n_prompt) {
             r->prefill_counted = true;
             r->times.prefill_done = now;
@@ -144,6 +153,7 @@ void eng_step(engine *e)
     sched_step(e->s, &out);
     if (out.n_items == 0)
         return;
+    mark_scheduled(&out, time_now_s());
     model_batch b;
     int n_logits = build_batch(e, &out, &b);
     inferd_status st = model_forward(e->m, &b);
