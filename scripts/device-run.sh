@@ -79,5 +79,10 @@ if $PY scripts/bench_gpu.py --inferd "$BIN" --config configs/models/llama3-8b >"
 then row "bench_gpu.py (llama3-8b dummy, batch 1)" "ok"
 else row "bench_gpu.py (llama3-8b dummy, batch 1)" "FAILED (bench.log)"; fi
 cat "$OUT/bench.log" | tail -30
+# 7. tokenizer encode speed vs HF tokenizers (Rust), same machine
+if $PY scripts/bench_tokenizer.py --fixtures "$FIX" --perf-bin "$BUILD/tests/tokenizer/test_tok_perf" >"$OUT/tok.log" 2>&1
+then row "bench_tokenizer.py (100 KB encode vs HF)" "ok"
+else row "bench_tokenizer.py (100 KB encode vs HF)" "FAILED (tok.log)"; fi
+cat "$OUT/tok.log"
 echo "=== summary"
 cat "$SUMMARY"
