@@ -54,7 +54,8 @@ def ceilings(torch):
 def n_params(cfg):
     d, f, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     hd = cfg.get("head_dim") or d // cfg["num_attention_heads"]
-    nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", nq)
+    nq = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nq)
     per_layer = d * (nq + 2 * nkv) * hd + nq * hd * d + 3 * d * f + 2 * d
     emb = V * d * (1 if cfg.get("tie_word_embeddings") else 2)
     return L * per_layer + emb + d, L * per_layer + V * d + d  # total, read per decode step

@@ -39,18 +39,26 @@ def make_prompt(fixtures):
 def hf_time(path, text):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(path)
-    best, n = 1e9, 0
+    best, ids = 1e9, []
     for _ in range(5):
         t = time.perf_counter()
-        n = len(tok.encode(text).ids)
+        ids = tok.encode(text).ids
         best = min(best, time.perf_counter() - t)
-    return best * 1e3, n
+    return best * 1e3, ids
+
+
+def inferd_ids(inferd, tok_dir, text, env):
+    """The ids `inferd tokenize` prints for text (checks equality with HF)."""
+    r = subprocess.run([inferd, "tokenize", "--tokenizer", tok_dir, "--", text], capture_output=True,
+                       text=True, env=env)
+    return json.loads(r.stdout) if r.returncode == 0 else None
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--perf-bin", required=True)
+    ap.add_argument("--inferd", help="inferd binary: also compare `inferd tokenize` ids with HF's")
     a = ap.parse_args()
     text = make_prompt(a.fixtures)
     env = dict(os.environ, INFERD_FIXTURES=a.fixtures)
@@ -65,9 +73,17 @@ def main():
     for name, rel in (("llama3", "tokenizers/llama3/tokenizer.json"),
                       ("llama2", "tokenizers/llama2/tokenizer.json"),
                       ("stories260K", "models/stories260K/tokenizer.json")):
-        hf_ms, hf_n = hf_time(os.path.join(a.fixtures, rel), text)
+        hf_ms, hf_ids = hf_time(os.path.join(a.fixtures, rel), text)
+        hf_n = len(hf_ids)
         our_ms, our_n = ours.get(name, (float("nan"), -1))
-        flag = "" if our_n == hf_n else f" (ids differ: {our_n} vs {hf_n})"
+        flag = "" if our_n == hf_n else f" (count differs: {our_n} vs {hf_n})"
+        if a.inferd:
+            ids = inferd_ids(a.inferd, os.path.dirname(os.path.join(a.fixtures, rel)), text, env)
+            if ids == hf_ids:
+                flag += " ids identical"
+            elif ids is not None:
+                k = next((i for i, (x, y) in enumerate(zip(ids, hf_ids)) if x != y), min(len(ids), len(hf_ids)))
+                flag += f" ids differ at {k}: ours {ids[max(0,k-3):k+3]} hf {hf_ids[max(0,k-3):k+3]}"
         print(f"| {name:<12} | {hf_n:>7} | {our_ms:>9.2f} | {hf_ms:>16.2f} | {our_ms / hf_ms:>10.2f}x |{flag}")
 
 

@@ -18,8 +18,12 @@
 #      HF transformers generate as the peer.
 set -euo pipefail
 ROOT=$(pwd)
-OUT=${OUT:-$ROOT/device-logs}
-mkdir -p "$OUT"
+# Logs are written under /tmp/inferd-device-logs and packed into one
+# $OUT/logs.tgz at exit (the device tool returns at most 8 files).
+FINAL_OUT=${OUT:-$ROOT/device-logs}
+OUT=/tmp/inferd-device-logs
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
+trap 'cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null; tar czf "$FINAL_OUT/logs.tgz" -C /tmp inferd-device-logs' EXIT
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 row() { printf "%-44s %s\n" "$1" "$2" | tee -a "$SUMMARY"; }
@@ -37,6 +41,10 @@ if ! command -v pkg-config >/dev/null; then
     export PATH=$DEPS/usr/bin:$PATH
     export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# libmicrohttpd.pc names gnutls in Requires.private; only its runtime library
+# (.deps/lib) is carried, so give pkg-config a stub entry for it.
+printf 'Name: gnutls\nDescription: stub (runtime carried in .deps/lib)\nVersion: 3.7.9\nLibs:\nCflags:\n' \
+    >"$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc"
 INFERD_LIBS=$DEPS/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib
 export INFERD_LD_LIBRARY_PATH=$INFERD_LIBS
 FIX=$ROOT/shared-fixtures
@@ -48,14 +56,14 @@ BUILD=$ROOT/build-gpu
 {
     LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
     cmake -S . -B "$BUILD" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
-          -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" &&
+          -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" &&
     cmake --build "$BUILD" -j "$(nproc)"
 } >"$OUT/build.log" 2>&1 && row "build (CUDA sm_90a)" "ok" || { row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -40 "$OUT/build.log"; exit 1; }
 export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BIN=$BUILD/server/inferd
 
 # 3. GPU kernel tests + compute-sanitizer
-if bash scripts/gpu-test.sh "$BUILD" >"$OUT/gpu-test.log" 2>&1; then row "gpu-test.sh (kernels vs CPU twins, memcheck)" "PASS"
+if OUT=$OUT/gpu bash scripts/gpu-test.sh "$BUILD" >"$OUT/gpu-test.log" 2>&1; then row "gpu-test.sh (kernels vs CPU twins, memcheck)" "PASS"
 else row "gpu-test.sh (kernels vs CPU twins, memcheck)" "FAIL (gpu-test.log)"; fi
 grep -E "^\| |PASS|FAIL" "$OUT/gpu-test.log" | tail -40 || true
 
@@ -80,7 +88,7 @@ then row "bench_gpu.py (llama3-8b dummy, batch 1)" "ok"
 else row "bench_gpu.py (llama3-8b dummy, batch 1)" "FAILED (bench.log)"; fi
 cat "$OUT/bench.log" | tail -30
 # 7. tokenizer encode speed vs HF tokenizers (Rust), same machine
-if $PY scripts/bench_tokenizer.py --fixtures "$FIX" --perf-bin "$BUILD/tests/tokenizer/test_tok_perf" >"$OUT/tok.log" 2>&1
+if $PY scripts/bench_tokenizer.py --fixtures "$FIX" --perf-bin "$BUILD/tests/tokenizer/test_tok_perf" --inferd "$BIN" >"$OUT/tok.log" 2>&1
 then row "bench_tokenizer.py (100 KB encode vs HF)" "ok"
 else row "bench_tokenizer.py (100 KB encode vs HF)" "FAILED (tok.log)"; fi
 cat "$OUT/tok.log"

@@ -77,7 +77,10 @@ def cmd_compare(a):
         cmd = [a.inferd, "generate", "--model", a.model, "--device", a.device, "--prompt-ids", a.prompt_ids,
                "--temperature", "0", "--ignore-eos", "--max-tokens", str(a.max_new), "--dump-logits", dump,
                "--print-ids"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        if env.get("INFERD_LD_LIBRARY_PATH"):
+            env["LD_LIBRARY_PATH"] = env["INFERD_LD_LIBRARY_PATH"]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             print(r.stderr, file=sys.stderr)
             sys.exit(f"inferd failed: {' '.join(cmd)}")

@@ -274,6 +274,7 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
     inferd_status st = INFERD_OK;
     for (int off = 0; off < n_ids && st == INFERD_OK; off += chunk)
         st = gen_step(&s, ids + off, MIN(chunk, n_ids - off));
+    kern_sync(model_kern(m)); /* kernels run asynchronously on the GPU */
     double t_prefill = time_now_s() - t0, t1 = time_now_s();
     if (st == INFERD_OK && g->dump_logits && dump_logits(m, g->dump_logits) != 0)
         st = INFERD_ERR_IO;

@@ -132,6 +132,9 @@ END_TEST
 
 int main(void)
 {
+    /* the CUDA runtime cannot be used in a child forked after the parent
+     * touched it (kern_cuda_available does): run the tests in-process */
+    setenv("CK_FORK", "no", 1);
     if (!kern_cuda_available())
         test_skip("no CUDA device");
     char *gp = test_fixture_path("golden/stories260K.json");

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# scripts/gpu-test.sh: the GPU test pass, run on the device machine.
+#
+#   bash scripts/gpu-test.sh [BUILD_DIR] [--deps DIR] [--no-sanitizer]
+#
+# 1. Dependencies: the device machine has CUDA 13 + cuBLAS but not
+#    libmicrohttpd / cJSON / jemalloc / Check / PCRE2 / libcurl. --deps DIR
+#    (or $INFERD_DEPS_ROOT) names Debian packages carried from the dev
+#    machine: a folder of .deb files (unpacked here with dpkg -x), a folder
+#    with debs/ (and optionally lib/, loose runtime libraries: the .deps
+#    layout of scripts/device-run.sh), or a root already unpacked with dpkg -x. PKG_CONFIG_*, CPATH, LIBRARY_PATH and
+#    LD_LIBRARY_PATH are pointed into it. Without --deps the environment is
+#    used as is (scripts/device-run.sh sets it up before calling this).
+# 2. Build: BUILD_DIR (default build-gpu) is configured with -DINFERD_CUDA=ON
+#    (sm_90a) when it has no CMakeCache.txt, else rebuilt in place. A build
+#    folder carried from another checkout path cannot be reused by CMake; it
+#    is left alone and build-gpu-test is configured instead.
+# 3. ctest -L gpu --output-on-failure (tests skip with 77 without a device).
+# 4. compute-sanitizer --tool memcheck on the kernel test binary
+#    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
+#    GPU_TEST_RACECHECK=1 adds a racecheck pass.
+# 5. A summary table (rows start with "| "), then the kernel test's per-op
+#    table. Logs go to $OUT when set (the device tool returns it), else
+#    ./gpu-test-logs. Exit status: 0 when every step passed.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+BUILD=""
+DEPS=${INFERD_DEPS_ROOT:-}
+SANITIZE=1
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --deps) DEPS=$2; shift 2 ;;
+    --no-sanitizer) SANITIZE=0; shift ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) BUILD=$1; shift ;;
+    esac
+done
+BUILD=${BUILD:-$ROOT/build-gpu}
+[[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
+OUT=${OUT:-$ROOT/gpu-test-logs}
+mkdir -p "$OUT"
+ROWS=()
+FAILED=0
+row() { ROWS+=("$(printf '| %-34s | %-6s | %s' "$1" "$2" "$3")"); [[ $2 == PASS || $2 == ok || $2 == SKIP ]] || FAILED=1; }
+
+# --- 1. dependencies ------------------------------------------------------------
+if [[ -n $DEPS ]]; then
+    [[ $DEPS = /* ]] || DEPS=$ROOT/$DEPS
+    DEBS=""
+    if compgen -G "$DEPS/*.deb" >/dev/null; then DEBS=$DEPS
+    elif compgen -G "$DEPS/debs/*.deb" >/dev/null; then DEBS=$DEPS/debs; fi
+    if [[ -n $DEBS ]]; then
+        ROOTFS=/tmp/inferd-gpu-test-deps
+        rm -rf "$ROOTFS" && mkdir -p "$ROOTFS"
+        for f in "$DEBS"/*.deb; do dpkg -x "$f" "$ROOTFS"; done
+    else
+        ROOTFS=$DEPS
+    fi
+    LIBD=$ROOTFS/usr/lib/x86_64-linux-gnu
+    # runtime libraries carried loose (the .deps/lib layout of device-run.sh)
+    [[ -d $DEPS/lib ]] && export LD_LIBRARY_PATH=$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PKG_CONFIG_SYSROOT_DIR=$ROOTFS
+    export PKG_CONFIG_PATH=$LIBD/pkgconfig:$ROOTFS/usr/share/pkgconfig
+    export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+    export CPATH=$ROOTFS/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$LIBD:$ROOTFS/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$LIBD:$ROOTFS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if ! command -v pkg-config >/dev/null && [[ -x $ROOTFS/usr/bin/pkgconf ]]; then
+        ln -sf "$ROOTFS/usr/bin/pkgconf" "$ROOTFS/usr/bin/pkg-config"
+        export PATH=$ROOTFS/usr/bin:$PATH
+    fi
+    row "dependencies ($DEPS)" ok "unpacked into $ROOTFS"
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 || true; nvcc --version 2>&1 | tail -2 || true; } | tee "$OUT/device.txt"
+
+# --- 2. build --------------------------------------------------------------------------
+if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT\$" "$BUILD/CMakeCache.txt"; then
+    echo "gpu-test: $BUILD was configured for another source path; using $ROOT/build-gpu-test"
+    BUILD=$ROOT/build-gpu-test
+fi
+NPROC=$(nproc 2>/dev/null || echo 4)
+if {
+    if [[ ! -f $BUILD/CMakeCache.txt ]]; then
+        cmake -S "$ROOT" -B "$BUILD" -DINFERD_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+              ${INFERD_FIXTURES:+-DINFERD_FIXTURES=$INFERD_FIXTURES}
+    fi
+    cmake --build "$BUILD" -j "$NPROC"
+} >"$OUT/gpu-build.log" 2>&1; then
+    row "build (INFERD_CUDA=ON, sm_90a)" ok "$BUILD"
+else
+    row "build (INFERD_CUDA=ON, sm_90a)" FAIL "gpu-build.log"
+    tail -40 "$OUT/gpu-build.log"
+    printf '%s\n' "${ROWS[@]}"
+    exit 1
+fi
+KTEST=$BUILD/tests/kernels_cuda/test_cuda_kernels
+
+# --- 3. ctest -L gpu -------------------------------------------------------------------
+set +e
+(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 900) >"$OUT/ctest-gpu.log" 2>&1
+RC=$?
+set -e
+cp "$BUILD/Testing/Temporary/LastTest.log" "$OUT/ctest-gpu-full.log" 2>/dev/null || true
+while read -r line; do
+    name=$(sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' <<<"$line")
+    if grep -q "Passed" <<<"$line"; then st=PASS
+    elif grep -q "Not Run\|Skipped" <<<"$line"; then st=SKIP
+    else st=FAIL; fi
+    time=$(grep -oE '[0-9.]+ sec' <<<"$line" || true)
+    row "ctest $name" "$st" "$time"
+done < <(grep -E "Test +#[0-9]+: " "$OUT/ctest-gpu.log" || true)
+[[ $RC -eq 0 ]] || row "ctest -L gpu (exit $RC)" FAIL "ctest-gpu.log"
+
+# --- 4. compute-sanitizer --------------------------------------------------------------
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [[ $SANITIZE -eq 1 ]]; then
+    if [[ ! -x $CS ]]; then
+        row "compute-sanitizer memcheck" FAIL "compute-sanitizer not found"
+    elif [[ ! -x $KTEST ]]; then
+        row "compute-sanitizer memcheck" FAIL "$KTEST not built"
+    else
+        tools=(memcheck)
+        [[ ${GPU_TEST_RACECHECK:-0} == 1 ]] && tools+=(racecheck)
+        for tool in "${tools[@]}"; do
+            set +e
+            # --report-api-errors no: the tests provoke API errors on purpose (an
+            # allocation larger than the device must fail cleanly); memory
+            # errors in kernels are what this pass is for.
+            RC=0
+            for bin in "$KTEST" "$BUILD/tests/model/test_stories_gpu"; do
+                [[ -x $bin ]] || continue
+                INFERD_TEST_QUICK=1 "$CS" --tool "$tool" --report-api-errors no --error-exitcode 99 "$bin" \
+                    >>"$OUT/sanitizer-$tool.log" 2>&1 || RC=$?
+            done
+            set -e
+            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1 || true)
+            if [[ $RC -eq 0 ]]; then row "compute-sanitizer $tool" PASS "${summary:-clean}"
+            elif [[ $RC -eq 77 ]]; then row "compute-sanitizer $tool" SKIP "no device"
+            else row "compute-sanitizer $tool (exit $RC)" FAIL "${summary:-see sanitizer-$tool.log}"; fi
+        done
+    fi
+fi
+
+# --- 5. summary --------------------------------------------------------------------------
+echo
+echo "=== kernel test, per op (from the ctest run)"
+awk '/^op +cases +max_abs_err/{p=1; print; next} p && /^[a-z_]+ +[0-9]+ /{print; next} {p=0}' \
+    "$OUT/ctest-gpu-full.log" 2>/dev/null | tee "$OUT/kernel-ops.txt" || true
+echo
+echo "=== gpu-test summary (logs in $OUT)"
+printf '%s\n' "${ROWS[@]}" | tee "$OUT/gpu-test-summary.txt"
+exit $FAILED
