@@ -82,7 +82,39 @@ def run_inferd(a, ids):
     return best, (mem[-1] if mem else "")
 
 
-def run_hf(torch, a, cfg, ids):
+def run_inferd_batch(a, prompts):
+    """Throughput: every prompt at once through the engine (--prompts-file)."""
+    import tempfile
+    env = dict(os.environ)
+    if env.get("INFERD_LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = env["INFERD_LD_LIBRARY_PATH"]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt_ids": p, "max_tokens": a.gen, "ignore_eos": True}) + "\n")
+        path = f.name
+    cmd = [a.inferd, "generate", "--device", "cuda", "--load-format", "dummy", "--model", a.config,
+           "--prompts-file", path, "--temperature", "0", "--max-num-seqs", str(len(prompts)),
+           "--max-num-batched-tokens", "8192", "--max-model-len", "4096", "--log-level", "warn"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    os.unlink(path)
+    if r.returncode != 0:
+        sys.exit(f"inferd batch failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    m = re.search(r"elapsed ([\d.]+) s", r.stderr)
+    return len(prompts) * a.gen / float(m.group(1)), float(m.group(1))
+
+
+def run_hf_batch(torch, model, prompts, gen):
+    x = torch.tensor(prompts, device="cuda")
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(x, max_new_tokens=gen, min_new_tokens=gen, do_sample=False)
+        torch.cuda.synchronize()
+    el = time.perf_counter() - t
+    return len(prompts) * gen / el, el
+
+
+def run_hf(torch, a, cfg, ids, prompts):
     from transformers import LlamaConfig, LlamaForCausalLM
     conf = LlamaConfig(**cfg)
     with torch.device("meta"):
@@ -106,9 +138,10 @@ def run_hf(torch, a, cfg, ids):
             torch.cuda.synchronize()
             g_ms = (time.perf_counter() - t) * 1e3
             res.append((p_ms, (g_ms - p_ms) / max(1, a.gen - 1)))
+    batch = run_hf_batch(torch, model, prompts, a.gen) if prompts else None
     del model
     torch.cuda.empty_cache()
-    return min(r[0] for r in res), min(r[1] for r in res)
+    return min(r[0] for r in res), min(r[1] for r in res), batch
 
 
 def main():
@@ -119,6 +152,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--batch", type=int, default=64, help="prompts for the throughput row (0 = skip)")
     a = ap.parse_args()
     import torch
     cfg = json.load(open(os.path.join(a.config, "config.json")))
@@ -127,9 +161,14 @@ def main():
     bw, gemm = ceilings(torch)
     (ip, idt), mem = run_inferd(a, ids)
     rows = [("inferd", ip, idt)]
+    prompts = [[(i * 7919 + 104729 * b) % (cfg["vocab_size"] - 1000) + 500 for i in range(a.prompt_len)]
+               for b in range(a.batch)]
+    tput = [("inferd (engine, --prompts-file)",) + run_inferd_batch(a, prompts)] if a.batch else []
     if not a.no_peer:
-        hp, hd = run_hf(torch, a, cfg, ids)
+        hp, hd, hb = run_hf(torch, a, cfg, ids, prompts)
         rows.append(("HF transformers (eager)", hp, hd))
+        if hb:
+            tput.append(("HF transformers generate",) + hb)
     name = torch.cuda.get_device_name()
     print(f"device: {name}; copy bandwidth {bw/1e9:.0f} GB/s; bf16 GEMM {gemm/1e12:.0f} TFLOP/s")
     print(f"model: {a.config} ({total/1e9:.2f} B params, {per_step*2/1e9:.2f} GB bf16 read per decode step)")
@@ -143,6 +182,12 @@ def main():
         print(f"| {n:<24} | {p_ms:>10.2f} | {a.prompt_len/(p_ms/1e3):>13.0f} | "
               f"{100*flops/(p_ms/1e3)/gemm:>10.1f}% | {d_ms:>13.3f} | {1e3/d_ms:>12.1f} | "
               f"{100*per_step*2/(d_ms/1e3)/bw:>8.1f}% |")
+    if tput:
+        print(f"\nthroughput: {a.batch} prompts x {a.prompt_len} tokens, {a.gen} generated each, all at once")
+        print(f"| {'engine':<32} | {'elapsed s':>9} | {'generated tok/s':>15} |")
+        print("|" + "|".join("-" * w for w in (34, 11, 17)) + "|")
+        for n, tps, el in tput:
+            print(f"| {n:<32} | {el:>9.2f} | {tps:>15.0f} |")
 
 
 if __name__ == "__main__":

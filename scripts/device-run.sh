@@ -68,10 +68,11 @@ else row "gpu-test.sh (kernels vs CPU twins, memcheck)" "FAIL (gpu-test.log)"; f
 grep -E "^\| |PASS|FAIL" "$OUT/gpu-test.log" | tail -40 || true
 
 # 4. the whole ctest suite on this machine, GPU variants on
-if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate}" --output-on-failure -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
 then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
 else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
-tail -5 "$OUT/ctest.log"
+grep -E "^[0-9]+: .*(preempt|prefix|cache hit|chunk|seeded|GPU|golden|concurrent|reproduced|tokens)" "$OUT/ctest.log" | head -30 || true
+tail -3 "$OUT/ctest.log"
 
 # 5. stories260K golden on the GPU + HF comparison on a random Llama-3-structured model
 PY="env -u LD_LIBRARY_PATH python3"
