@@ -8,9 +8,12 @@
 #    (or $INFERD_DEPS_ROOT) names Debian packages carried from the dev
 #    machine: a folder of .deb files (unpacked here with dpkg -x), a folder
 #    with debs/ (and optionally lib/, loose runtime libraries: the .deps
-#    layout of scripts/device-run.sh), or a root already unpacked with dpkg -x. PKG_CONFIG_*, CPATH, LIBRARY_PATH and
-#    LD_LIBRARY_PATH are pointed into it. Without --deps the environment is
-#    used as is (scripts/device-run.sh sets it up before calling this).
+#    layout of scripts/device-run.sh), or a root already unpacked with
+#    dpkg -x. PKG_CONFIG_*, CPATH, LIBRARY_PATH, CMAKE_PREFIX_PATH and
+#    LD_LIBRARY_PATH are pointed into it, and stub .pc files stand in for
+#    private requirements that were not carried (gnutls for libmicrohttpd).
+#    Without --deps the environment is used as is (scripts/device-run.sh
+#    sets it up before calling this).
 # 2. Build: BUILD_DIR (default build-gpu) is configured with -DINFERD_CUDA=ON
 #    (sm_90a) when it has no CMakeCache.txt, else rebuilt in place. A build
 #    folder carried from another checkout path cannot be reused by CMake; it
@@ -19,9 +22,9 @@
 # 4. compute-sanitizer --tool memcheck on the kernel test binary
 #    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
 #    GPU_TEST_RACECHECK=1 adds a racecheck pass.
-# 5. A summary table (rows start with "| "), then the kernel test's per-op
-#    table. Logs go to $OUT when set (the device tool returns it), else
-#    ./gpu-test-logs. Exit status: 0 when every step passed.
+# 5. The kernel test's per-op table, then a summary table (rows start with
+#    "| "). Logs go to $OUT when set (the device tool returns it), else
+#    BUILD_DIR/gpu-test-logs. Exit status: 0 when every step passed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -33,13 +36,13 @@ while [[ $# -gt 0 ]]; do
     case $1 in
     --deps) DEPS=$2; shift 2 ;;
     --no-sanitizer) SANITIZE=0; shift ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     *) BUILD=$1; shift ;;
     esac
 done
 BUILD=${BUILD:-$ROOT/build-gpu}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
-OUT=${OUT:-$ROOT/gpu-test-logs}
+OUT=${OUT:-$BUILD/gpu-test-logs}
 mkdir -p "$OUT"
 ROWS=()
 FAILED=0
@@ -65,12 +68,30 @@ if [[ -n $DEPS ]]; then
     export PKG_CONFIG_PATH=$LIBD/pkgconfig:$ROOTFS/usr/share/pkgconfig
     export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
     export CPATH=$ROOTFS/usr/include${CPATH:+:$CPATH}
+    export CMAKE_PREFIX_PATH=$ROOTFS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH} # find_library (unistring)
     export LIBRARY_PATH=$LIBD:$ROOTFS/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
     export LD_LIBRARY_PATH=$LIBD:$ROOTFS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if ! command -v pkg-config >/dev/null && [[ -x $ROOTFS/usr/bin/pkgconf ]]; then
         ln -sf "$ROOTFS/usr/bin/pkgconf" "$ROOTFS/usr/bin/pkg-config"
         export PATH=$ROOTFS/usr/bin:$PATH
     fi
+    # .pc files name private requirements (libmicrohttpd -> gnutls, libcurl ->
+    # ssl, ...) whose -dev packages are not carried; pkg-config refuses the
+    # module without them although a shared-library link never uses them.
+    # Stub the missing *required-by* modules (never a top-level one).
+    STUB=$ROOTFS/stub-pkgconfig
+    mkdir -p "$STUB"
+    export PKG_CONFIG_PATH=$PKG_CONFIG_PATH:$STUB
+    export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+    for _ in $(seq 1 30); do
+        missing=$(for m in libcjson libmicrohttpd libpcre2-8 libcurl check jemalloc; do
+                      pkg-config --print-errors --cflags --libs "$m" 2>&1 >/dev/null || true
+                  done | sed -nE "s/.*Package '([^']+)', required by .*/\1/p" | sort -u)
+        [[ -z $missing ]] && break
+        for m in $missing; do
+            printf 'Name: %s\nDescription: stub for a private requirement\nVersion: 999\n' "$m" >"$STUB/$m.pc"
+        done
+    done
     row "dependencies ($DEPS)" ok "unpacked into $ROOTFS"
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 || true; nvcc --version 2>&1 | tail -2 || true; } | tee "$OUT/device.txt"

@@ -1,0 +1,45 @@
+/* kernels/cuda/cuda_attn.cuh: private interface between the attention
+ * dispatcher (cuda_attention.cu) and its two kernels families:
+ * cuda_attn_decode.cu (one query per sequence, split-KV + log-sum-exp merge)
+ * and cuda_attn_prefill.cu (variable query length, causal, tiled).
+ *
+ * Both kernels take every sequence of the batch and skip, on the device, the
+ * sequences that belong to the other path (decode: q_len == 1; prefill:
+ * q_len > 1), so a mixed batch runs both launches over the same arguments.
+ */
+#ifndef INFERD_KERNELS_CUDA_ATTN_CUH
+#define INFERD_KERNELS_CUDA_ATTN_CUH
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define KC_ATTN_MAX_HD 256   /* largest head_dim (multiple of 8) */
+#define KC_ATTN_MIN_CHUNK 256 /* shortest KV range of one decode split */
+#define KC_ATTN_MAX_SPLITS 64 /* most splits of one sequence */
+
+/* Kernel arguments, passed by value. */
+typedef struct {
+    uint16_t *out;                /* [n_tokens, nh * hd] */
+    const uint16_t *qkv;          /* [n_tokens, (nh + 2 nkv) * hd], q in the first nh * hd columns */
+    const uint16_t *k_cache;      /* [n_blocks, nkv, bs, hd] */
+    const uint16_t *v_cache;      /* [n_blocks, nkv, bs, hd] */
+    const int32_t *qsl;           /* [n_seqs + 1] */
+    const int32_t *seq_lens;      /* [n_seqs] */
+    const int32_t *block_tables;  /* [n_seqs, max_blocks] */
+    float *part_o;                /* decode split: [n_seqs, nh, max_splits, hd], NULL = no split */
+    float *part_lse;              /* decode split: [n_seqs, nh, max_splits] */
+    int64_t qkv_stride, out_stride; /* elements per token row */
+    int n_seqs, max_blocks, nh, nkv, hd, bs, group;
+    int chunk, max_splits;        /* decode split plan (chunk tokens per split) */
+    int tg;                       /* decode: lanes per key (power of 2, tg * 8 >= hd) */
+    float scale;
+} kc_attn_args;
+
+/* Decode attention for every sequence with q_len == 1 (grid over all
+ * n_seqs); with a.part_o set, per-split partials then the merge. */
+void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
+
+/* Prefill attention for every sequence with q_len > 1; max_q_len bounds the
+ * query tiles. */
+void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len);
+
+#endif

@@ -1,0 +1,189 @@
+/* kernels/cuda/cuda_common.cuh: shared pieces of the CUDA backend.
+ *
+ * The backend state hung off kern_ctx::cuda (stream, cuBLASLt/cuBLAS handles,
+ * the GEMM workspace, device properties), the fatal check macros for CUDA and
+ * cuBLAS calls, and small device helpers: bf16 <-> fp32 conversion on raw
+ * uint16_t storage (the backend keeps every bf16 tensor as uint16_t so device
+ * code and host tests agree on the bits), 16-byte vector loads of 8 bf16, and
+ * warp / block reductions.
+ *
+ * Every op follows three tiers (DESIGN.md section 3): a static __global__
+ * kernel, a launcher that computes grid / shared memory, and the kcuda_*
+ * entry that takes the ctx's stream and checks cudaGetLastError through
+ * KCUDA_LAUNCH_CHECK.
+ */
+#ifndef INFERD_KERNELS_CUDA_COMMON_CUH
+#define INFERD_KERNELS_CUDA_COMMON_CUH
+
+/* C and C++ standard headers first, so the C headers below (which have no
+ * extern "C" guards of their own) only declare project functions inside the
+ * extern "C" block. */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/status.h"
+}
+#include "common/half.h"
+#include "common/rng.h"
+#include "kernels/kern_internal.h"
+
+/* One cached cuBLASLt plan (see cuda_gemm.cu). */
+typedef struct kcuda_gemm_plan kcuda_gemm_plan;
+
+/* Backend state, owned by kern_ctx::cuda. */
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;        /* fallback GEMM when cuBLASLt has no algorithm */
+    void *gemm_ws;              /* GEMM workspace, shared by lt and blas (one stream) */
+    size_t gemm_ws_bytes;
+    int n_sms;
+    size_t smem_optin;          /* max dynamic shared memory per block after opt-in */
+    char name[256];
+    kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, cuda_gemm.cu */
+    int n_plans, next_plan;
+} kcuda_state;
+
+#define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
+#define KCUDA_GEMM_PLANS 256
+
+/* Abort with the failed statement, the CUDA error, function, file:line and
+ * device. Defined in cuda_ctx.cu. */
+extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func, const char *file,
+                            int line) __attribute__((noreturn));
+
+#define CUDA_CHECK(stmt)                                                                    \
+    do {                                                                                    \
+        cudaError_t kc_err_ = (stmt);                                                       \
+        if (__builtin_expect(kc_err_ != cudaSuccess, 0))                                    \
+            kcuda_fatal(#stmt, cudaGetErrorString(kc_err_), __func__, __FILE__, __LINE__); \
+    } while (0)
+
+#define CUBLAS_CHECK(stmt)                                                                      \
+    do {                                                                                        \
+        cublasStatus_t kc_st_ = (stmt);                                                         \
+        if (__builtin_expect(kc_st_ != CUBLAS_STATUS_SUCCESS, 0))                               \
+            kcuda_fatal(#stmt, cublasGetStatusString(kc_st_), __func__, __FILE__, __LINE__);   \
+    } while (0)
+
+/* After every launch: a bad configuration shows up here, not three ops later. */
+#define KCUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+/* Destroys the cached cuBLASLt plans (cuda_gemm.cu); called by ctx free. */
+void kcuda_gemm_release(kcuda_state *st);
+
+/* The backend state of a CUDA ctx; makes its device current on this thread
+ * (cheap; lets another thread than the creator drive the ctx). */
+static inline kcuda_state *kcuda_st(const kern_ctx *ctx)
+{
+    kcuda_state *st = (kcuda_state *)ctx->cuda;
+    CHECK(ctx->backend == KERN_BACKEND_CUDA && st != NULL);
+    CUDA_CHECK(cudaSetDevice(st->device));
+    return st;
+}
+
+static inline unsigned kcuda_cdiv(int64_t a, int64_t b)
+{
+    return (unsigned)((a + b - 1) / b);
+}
+
+/* True when p is aligned to `a` bytes. */
+static inline bool kcuda_aligned(const void *p, size_t a)
+{
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+/* --- device helpers -------------------------------------------------------- */
+
+__device__ __forceinline__ float kc_bf2f(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+/* Round to nearest even, NaN kept (as common/half.h f32_to_bf16). */
+__device__ __forceinline__ uint16_t kc_f2bf(float f)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+/* 8 bf16 packed in a uint4 <-> 8 floats. */
+__device__ __forceinline__ void kc_unpack8(uint4 v, float *f)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 kc_pack8(const float *f)
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (uint32_t)kc_f2bf(f[2 * i]) | ((uint32_t)kc_f2bf(f[2 * i + 1]) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ float kc_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float kc_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+/* Sum of v over the block; every thread gets the result. red: __shared__
+ * float[33]. blockDim.x must be a multiple of 32. Contains barriers: call
+ * from all threads. */
+__device__ __forceinline__ float kc_block_sum(float v, float *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = kc_warp_sum(v);
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < nw ? red[lane] : 0.0f;
+        t = kc_warp_sum(t);
+        if (lane == 0)
+            red[32] = t;
+    }
+    __syncthreads();
+    float r = red[32];
+    __syncthreads(); /* red may be reused right after */
+    return r;
+}
+
+/* exp that maps a -inf difference to 0 (online-softmax rescale factors). */
+__device__ __forceinline__ float kc_exp_diff(float a, float b)
+{
+    return a == -INFINITY ? 0.0f : expf(a - b);
+}
+
+#endif

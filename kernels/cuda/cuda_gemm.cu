@@ -1,0 +1,164 @@
+/* kernels/cuda/cuda_gemm.cu: matmul and logits through cuBLASLt.
+ *
+ * Row-major out[n, R] = in[n, C] @ W^T with W [R, C] row-major is, in
+ * cuBLAS's column-major view, out^T [R, n] = W^T' [C, R]^T * in^T [C, n]:
+ * A = W stored as a column-major C x R matrix (lda = C) used transposed,
+ * B = in stored as C x n (ldb = C), D = out stored as R x n (ldd = R). Inputs
+ * are bf16, compute and scale fp32, output bf16 (matmul) or fp32 (logits).
+ *
+ * A plan (descriptors + heuristic algorithm) is cached per (R, C, n, output
+ * type, pointer alignments): the heuristic is slow (tens of microseconds) and
+ * the forward pass repeats the same few shapes. Pointer alignments are part
+ * of the key because cuBLASLt assumes 256-byte aligned buffers unless told
+ * otherwise, and activations may be sub-buffers of an arena. When cuBLASLt
+ * offers no algorithm (odd leading dimensions), cublasGemmEx computes the
+ * same product. Both use the ctx's one workspace on the ctx's stream.
+ *
+ * NOTE: cuBLAS may pick a different kernel (tile shape, split-K) for a
+ * different n, so a row's result can change in the last bits with the batch
+ * size; the CPU backend is bitwise batch-invariant, this one is not.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+struct kcuda_gemm_plan {
+    int64_t rows, cols, n;
+    int out_f32;
+    uint32_t al_a, al_b, al_d;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    int has_algo; /* 0: use cublasGemmEx */
+};
+
+/* Largest power of two (<= 256) dividing the address. */
+static uint32_t ptr_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a & (al - 1)))
+        al >>= 1;
+    return al;
+}
+
+static void plan_destroy(kcuda_gemm_plan *pl)
+{
+    if (pl->desc)
+        cublasLtMatmulDescDestroy(pl->desc);
+    if (pl->la)
+        cublasLtMatrixLayoutDestroy(pl->la);
+    if (pl->lb)
+        cublasLtMatrixLayoutDestroy(pl->lb);
+    if (pl->ld)
+        cublasLtMatrixLayoutDestroy(pl->ld);
+    memset(pl, 0, sizeof *pl);
+}
+
+void kcuda_gemm_release(kcuda_state *st)
+{
+    if (!st->plans)
+        return;
+    for (int i = 0; i < st->n_plans; i++)
+        plan_destroy(&st->plans[i]);
+    xfree(st->plans);
+    st->plans = NULL;
+    st->n_plans = st->next_plan = 0;
+}
+
+/* Build descriptors and ask the heuristic for one algorithm. */
+static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
+{
+    const cudaDataType_t out_t = pl->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->la, CUDA_R_16BF, (uint64_t)pl->cols, (uint64_t)pl->rows, pl->cols));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, CUDA_R_16BF, (uint64_t)pl->cols, (uint64_t)pl->n, pl->cols));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->ld, out_t, (uint64_t)pl->rows, (uint64_t)pl->n, pl->rows));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = st->gemm_ws_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &pl->al_a, sizeof pl->al_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &pl->al_b, sizeof pl->al_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &pl->al_d, sizeof pl->al_d));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &pl->al_d, sizeof pl->al_d));
+    cublasLtMatmulHeuristicResult_t res;
+    int n_res = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1,
+                                                       &res, &n_res);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    pl->has_algo = hs == CUBLAS_STATUS_SUCCESS && n_res > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
+                   res.workspaceSize <= st->gemm_ws_bytes;
+    if (pl->has_algo)
+        pl->algo = res.algo;
+    else
+        LOG_DEBUG("cuda gemm: no cuBLASLt algorithm for R=%lld C=%lld n=%lld, using cublasGemmEx",
+                  (long long)pl->rows, (long long)pl->cols, (long long)pl->n);
+}
+
+static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, int64_t n, int out_f32,
+                                 uint32_t al_a, uint32_t al_b, uint32_t al_d)
+{
+    if (!st->plans)
+        st->plans = (kcuda_gemm_plan *)xcalloc(KCUDA_GEMM_PLANS, sizeof(kcuda_gemm_plan));
+    for (int i = 0; i < st->n_plans; i++) {
+        kcuda_gemm_plan *pl = &st->plans[i];
+        if (pl->rows == rows && pl->cols == cols && pl->n == n && pl->out_f32 == out_f32 &&
+            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d)
+            return pl;
+    }
+    kcuda_gemm_plan *pl;
+    if (st->n_plans < KCUDA_GEMM_PLANS) {
+        pl = &st->plans[st->n_plans++];
+    } else {
+        pl = &st->plans[st->next_plan];
+        st->next_plan = (st->next_plan + 1) % KCUDA_GEMM_PLANS;
+        plan_destroy(pl);
+    }
+    pl->rows = rows;
+    pl->cols = cols;
+    pl->n = n;
+    pl->out_f32 = out_f32;
+    pl->al_a = al_a;
+    pl->al_b = al_b;
+    pl->al_d = al_d;
+    plan_build(st, pl);
+    return pl;
+}
+
+/* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16). */
+static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n)
+{
+    CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
+    CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
+    if (n <= 0)
+        return;
+    const float alpha = 1.0f, beta = 0.0f;
+    kcuda_gemm_plan *pl = plan_get(st, w->rows, w->cols, n, out_f32, ptr_align(w->data), ptr_align(in),
+                                   ptr_align(out));
+    if (pl->has_algo) {
+        CUBLAS_CHECK(cublasLtMatmul(st->lt, pl->desc, &alpha, w->data, pl->la, in, pl->lb, &beta, out, pl->ld,
+                                    out, pl->ld, &pl->algo, st->gemm_ws, st->gemm_ws_bytes, st->stream));
+    } else {
+        CUBLAS_CHECK(cublasGemmEx(st->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &alpha,
+                                  w->data, CUDA_R_16BF, (int)w->cols, in, CUDA_R_16BF, (int)w->cols, &beta, out,
+                                  out_f32 ? CUDA_R_32F : CUDA_R_16BF, (int)w->rows, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    }
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* Contract (kern_matmul): out[n, w->rows] = bf16(in[n, w->cols] @ w^T), fp32
+ * accumulation. out must not overlap in. */
+void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n)
+{
+    gemm_run(kcuda_st(ctx), out, 0, in, w, n);
+}
+
+/* Contract (kern_logits): logits[n, w->rows] (fp32) = in[n, w->cols] @ w^T. */
+void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
+{
+    gemm_run(kcuda_st(ctx), logits, 1, in, w, n);
+}

@@ -1,0 +1,295 @@
+/* kernels/cuda/cuda_ops.cu: the memory-bound per-token ops of the CUDA
+ * backend: embedding gather, fused residual add + RMSNorm, row gather,
+ * SiLU(gate) * up, and RoPE fused with the paged K/V write.
+ *
+ * All tensors are bf16 (uint16_t storage), arithmetic is fp32. Each op has a
+ * 16-byte path (8 bf16 per access) taken when the row length is a multiple of
+ * 8 and the pointers are 16-byte aligned, and a scalar path otherwise, so odd
+ * sizes work (tests cover both). Numerics follow the CPU twins in
+ * kernels/cpu: RMSNorm computes (x * inv_rms) * w with x the bf16-rounded
+ * residual; RoPE uses sinf/cosf of the fp32 product pos * inv_freq[j].
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* Threads for a row op processing `items` items per row: a multiple of 32 in
+ * [32, 1024]. */
+static int row_threads(int64_t items)
+{
+    int64_t t = (items + 31) / 32 * 32;
+    return (int)(t < 32 ? 32 : t > 1024 ? 1024 : t);
+}
+
+/* --- embedding / row gather -------------------------------------------------- */
+
+/* out[j, :] = src[idx[j], :] for rows of d bf16; idx outside [0, n_src) gives
+ * a zero row (n_src < 0: unchecked). VEC8: d % 8 == 0 and 16-byte aligned. */
+template <bool VEC8>
+static __global__ void gather_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ src,
+                                     const int32_t *__restrict__ idx, int64_t n_src, int d)
+{
+    const int64_t j = blockIdx.x;
+    const int32_t id = idx[j];
+    const bool ok = id >= 0 && (n_src < 0 || id < n_src);
+    uint16_t *o = out + j * d;
+    const uint16_t *s = src + (int64_t)(ok ? id : 0) * d;
+    if (VEC8) {
+        for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8)
+            *(uint4 *)(o + i) = ok ? *(const uint4 *)(s + i) : make_uint4(0, 0, 0, 0);
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x)
+            o[i] = ok ? s[i] : (uint16_t)0;
+    }
+}
+
+static void launch_gather(cudaStream_t s, uint16_t *out, const uint16_t *src, const int32_t *idx,
+                          int64_t n_src, int r, int d)
+{
+    const bool vec = d % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(src, 16);
+    if (vec)
+        gather_kernel<true><<<r, row_threads(d / 8), 0, s>>>(out, src, idx, n_src, d);
+    else
+        gather_kernel<false><<<r, row_threads(d), 0, s>>>(out, src, idx, n_src, d);
+}
+
+/* Contract (kern_embed): out[n, table->cols] = table rows tokens[i] (bf16).
+ * NOTE: a token id outside the table (a caller bug; the CPU twin aborts)
+ * yields a zero row instead of a device fault. */
+void kcuda_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    CHECK(t->dtype == KERN_DTYPE_BF16 && t->cols > 0 && t->cols <= INT32_MAX);
+    if (n <= 0)
+        return;
+    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)t->data, tokens, t->rows, n, (int)t->cols);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* Contract (kern_gather_rows): out[j, :] = in[idx[j], :] for j < r, rows of d
+ * bf16. out must not overlap in. */
+void kcuda_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    if (r <= 0 || d <= 0)
+        return;
+    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)in, idx, -1, r, d);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* --- fused residual add + RMSNorm ---------------------------------------------- */
+
+/* One block per row. Pass 1: resid = bf16(resid + add), sum of squares of the
+ * rounded values. Pass 2: out = bf16((resid * inv) * w). Each thread touches
+ * the same elements in both passes, so out may alias add or resid. */
+template <bool VEC8>
+static __global__ void add_rmsnorm_kernel(uint16_t *out, uint16_t *resid, const uint16_t *add,
+                                          const uint16_t *__restrict__ w, int d, float eps)
+{
+    __shared__ float red[33];
+    const int64_t row = blockIdx.x;
+    uint16_t *r = resid + row * d;            /* [d] */
+    const uint16_t *a = add ? add + row * d : NULL;
+    uint16_t *o = out + row * d;
+    float ss = 0.0f;
+    if (VEC8) {
+        for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
+            float x[8];
+            kc_unpack8(*(const uint4 *)(r + i), x);
+            if (a) {
+                float y[8];
+                kc_unpack8(*(const uint4 *)(a + i), y);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    x[e] += y[e];
+                uint4 pk = kc_pack8(x);
+                *(uint4 *)(r + i) = pk;
+                kc_unpack8(pk, x);
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                ss += x[e] * x[e];
+        }
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float x = kc_bf2f(r[i]);
+            if (a) {
+                uint16_t v = kc_f2bf(x + kc_bf2f(a[i]));
+                r[i] = v;
+                x = kc_bf2f(v);
+            }
+            ss += x * x;
+        }
+    }
+    const float tot = kc_block_sum(ss, red);
+    const float inv = (float)(1.0 / sqrt((double)tot / (double)d + (double)eps));
+    if (VEC8) {
+        for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
+            float x[8], g[8];
+            kc_unpack8(*(const uint4 *)(r + i), x);
+            kc_unpack8(*(const uint4 *)(w + i), g);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                x[e] = (x[e] * inv) * g[e];
+            *(uint4 *)(o + i) = kc_pack8(x);
+        }
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x)
+            o[i] = kc_f2bf((kc_bf2f(r[i]) * inv) * kc_bf2f(w[i]));
+    }
+}
+
+/* One block per row; the 16-byte path when every row start is 16-byte aligned. */
+static void launch_add_rmsnorm(cudaStream_t s, uint16_t *out, uint16_t *resid, const uint16_t *add,
+                               const uint16_t *w, int n, int d, float eps)
+{
+    const bool vec = d % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(resid, 16) && kcuda_aligned(add, 16) &&
+                     kcuda_aligned(w, 16);
+    if (vec)
+        add_rmsnorm_kernel<true><<<n, row_threads(d / 8), 0, s>>>(out, resid, add, w, d, eps);
+    else
+        add_rmsnorm_kernel<false><<<n, row_threads(d), 0, s>>>(out, resid, add, w, d, eps);
+}
+
+/* Contract (kern_add_rmsnorm): per row, resid = bf16(resid + add) when add is
+ * not NULL, then out = bf16((resid * rsqrt(mean(resid^2) + eps)) * w). out
+ * may alias add or resid. */
+void kcuda_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w,
+                       int n, float eps)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    CHECK(w->dtype == KERN_DTYPE_BF16 && w->rows == 1 && w->cols > 0 && w->cols <= INT32_MAX);
+    if (n <= 0)
+        return;
+    launch_add_rmsnorm(st->stream, (uint16_t *)out, (uint16_t *)resid, (const uint16_t *)add,
+                       (const uint16_t *)w->data, n, (int)w->cols, eps);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* --- SiLU(gate) * up ---------------------------------------------------------- */
+
+__device__ __forceinline__ float silu_mul1(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* out[n, f] = silu(gu[:, :f]) * gu[:, f:]; VEC8 handles 8 columns per item. */
+template <bool VEC8>
+static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ gu,
+                                       int64_t n, int f)
+{
+    const int per = VEC8 ? 8 : 1;
+    const int64_t items_per_row = f / per;
+    const int64_t total = n * items_per_row;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = it / items_per_row;
+        const int64_t col = (it - row * items_per_row) * per;
+        const uint16_t *g = gu + row * 2 * f + col;
+        uint16_t *o = out + row * f + col;
+        if (VEC8) {
+            float a[8], b[8];
+            kc_unpack8(*(const uint4 *)g, a);
+            kc_unpack8(*(const uint4 *)(g + f), b);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                a[e] = silu_mul1(a[e], b[e]);
+            *(uint4 *)o = kc_pack8(a);
+        } else {
+            o[0] = kc_f2bf(silu_mul1(kc_bf2f(g[0]), kc_bf2f(g[f])));
+        }
+    }
+}
+
+/* Grid-stride over n * f (or n * f / 8) items, at most 16 blocks per SM. */
+static void launch_silu_mul(const kcuda_state *st, uint16_t *out, const uint16_t *gate_up, int n, int f)
+{
+    const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
+    const int64_t items = (int64_t)n * (vec ? f / 8 : f);
+    unsigned grid = kcuda_cdiv(items, 256);
+    if (grid > (unsigned)st->n_sms * 16u)
+        grid = (unsigned)st->n_sms * 16u;
+    if (vec)
+        silu_mul_kernel<true><<<grid, 256, 0, st->stream>>>(out, gate_up, n, f);
+    else
+        silu_mul_kernel<false><<<grid, 256, 0, st->stream>>>(out, gate_up, n, f);
+}
+
+/* Contract (kern_silu_mul): out[n, f] = bf16(silu(g) * u), g = gate_up[:, :f],
+ * u = gate_up[:, f:], silu(g) = g / (1 + exp(-g)) in fp32. */
+void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    if (n <= 0 || f <= 0)
+        return;
+    launch_silu_mul(st, (uint16_t *)out, (const uint16_t *)gate_up, n, f);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* --- RoPE + paged K/V write ------------------------------------------------------ */
+
+/* One block per token: cos/sin of pos * inv_freq[j] into shared memory, then
+ * rotate the pairs (j, j + half) of every q and k head in place, then copy
+ * the roped k heads and the v heads to the cache slot (if any). The k values
+ * written to the cache are the bf16 values stored back into qkv. */
+static __global__ void rope_kv_kernel(kern_rope_kv_params p)
+{
+    extern __shared__ float rope_sm[]; /* cs[half], sn[half] */
+    const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
+    float *cs = rope_sm, *sn = rope_sm + half;
+    const int64_t t = blockIdx.x;
+    const float pos = (float)p.positions[t];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        float angle = pos * p.inv_freq[j];
+        cs[j] = cosf(angle);
+        sn[j] = sinf(angle);
+    }
+    __syncthreads();
+    uint16_t *x = (uint16_t *)p.qkv + t * (int64_t)(nh + 2 * nkv) * hd; /* [nh + 2 nkv, hd] */
+    const int64_t slot = p.slot_mapping[t];
+    const int64_t blk = slot >= 0 ? slot / p.block_size : 0, off = slot >= 0 ? slot % p.block_size : 0;
+    uint16_t *kc = (uint16_t *)p.k_cache, *vc = (uint16_t *)p.v_cache;
+    const int n_pairs = (nh + nkv) * half;
+    for (int q = threadIdx.x; q < n_pairs; q += blockDim.x) {
+        const int h = q / half, j = q - h * half;
+        uint16_t *v = x + (int64_t)h * hd;
+        const float x1 = kc_bf2f(v[j]), x2 = kc_bf2f(v[j + half]);
+        const uint16_t o1 = kc_f2bf(x1 * cs[j] - x2 * sn[j]);
+        const uint16_t o2 = kc_f2bf(x2 * cs[j] + x1 * sn[j]);
+        v[j] = o1;
+        v[j + half] = o2;
+        if (h >= nh && slot >= 0) {
+            const int64_t dst = ((blk * nkv + (h - nh)) * p.block_size + off) * hd;
+            kc[dst + j] = o1;
+            kc[dst + j + half] = o2;
+        }
+    }
+    if (slot < 0)
+        return;
+    const uint16_t *vsrc = x + (int64_t)(nh + nkv) * hd; /* [nkv, hd] */
+    for (int i = threadIdx.x; i < nkv * hd; i += blockDim.x) {
+        const int h = i / hd, e = i - h * hd;
+        vc[((blk * nkv + h) * p.block_size + off) * hd + e] = vsrc[i];
+    }
+}
+
+/* One block of 128 threads per token; cos/sin tables in shared memory. */
+static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p)
+{
+    const size_t smem = (size_t)p->head_dim * sizeof(float);
+    rope_kv_kernel<<<p->n_tokens, 128, smem, s>>>(*p);
+}
+
+/* Contract (kern_rope_kv_write): HF rotate_half RoPE in place on the q and k
+ * heads of each token's qkv row (bf16), then, for slot_mapping >= 0, the
+ * roped k heads and the v heads stored at cache slot s = block * block_size +
+ * offset, head h at ((block * n_kv_heads + h) * block_size + offset) *
+ * head_dim. */
+void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= 1024 && p->block_size > 0 &&
+          p->n_heads > 0 && p->n_kv_heads > 0);
+    if (p->n_tokens <= 0)
+        return;
+    launch_rope_kv(st->stream, p);
+    KCUDA_LAUNCH_CHECK();
+}
