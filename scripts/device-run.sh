@@ -88,6 +88,13 @@ if $PY scripts/bench_gpu.py --inferd "$BIN" --config configs/models/llama3-8b >"
 then row "bench_gpu.py (llama3-8b dummy, batch 1)" "ok"
 else row "bench_gpu.py (llama3-8b dummy, batch 1)" "FAILED (bench.log)"; fi
 cat "$OUT/bench.log" | tail -30
+# 6b. issue 5's acceptance command, verbatim but for the paths (text prompt through the llama3 tokenizer)
+if "$BIN" generate --load-format dummy --model configs/models/llama3-8b --tokenizer "$FIX/tokenizers/llama3" \
+      --prompt "The capital of France is" --max-tokens 64 --ignore-eos --temperature 0 >"$OUT/gen8b.log" 2>&1
+then row "generate --load-format dummy llama3-8b (text prompt)" "ok"
+else row "generate --load-format dummy llama3-8b (text prompt)" "FAILED (gen8b.log)"; fi
+grep -E "memory:|prompt tokens:" "$OUT/gen8b.log" || tail -5 "$OUT/gen8b.log"
+
 # 7. tokenizer encode speed vs HF tokenizers (Rust), same machine
 if $PY scripts/bench_tokenizer.py --fixtures "$FIX" --perf-bin "$BUILD/tests/tokenizer/test_tok_perf" --inferd "$BIN" >"$OUT/tok.log" 2>&1
 then row "bench_tokenizer.py (100 KB encode vs HF)" "ok"
