@@ -99,7 +99,8 @@ def run_inferd_batch(a, prompts):
     os.unlink(path)
     if r.returncode != 0:
         sys.exit(f"inferd batch failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    m = re.search(r"elapsed ([\d.]+) s", r.stderr)
+    m = re.search(r"elapsed ([\d.]+) s, steps (\d+)", r.stderr)
+    run_inferd_batch.steps = int(m.group(2))
     return len(prompts) * a.gen / float(m.group(1)), float(m.group(1))
 
 
@@ -153,6 +154,8 @@ def main():
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--batch", type=int, default=64, help="prompts for the throughput row (0 = skip)")
+    ap.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
+                    help="decode step time at batch 1/8/32/64")
     a = ap.parse_args()
     import torch
     cfg = json.load(open(os.path.join(a.config, "config.json")))
@@ -182,6 +185,17 @@ def main():
         print(f"| {n:<24} | {p_ms:>10.2f} | {a.prompt_len/(p_ms/1e3):>13.0f} | "
               f"{100*flops/(p_ms/1e3)/gemm:>10.1f}% | {d_ms:>13.3f} | {1e3/d_ms:>12.1f} | "
               f"{100*per_step*2/(d_ms/1e3)/bw:>8.1f}% |")
+    if a.scaling:
+        # decode-dominated runs: 16-token prompts, a.gen tokens each; ms per engine step
+        print(f"\ndecode step time vs batch size (16-token prompts, {a.gen} generated each)")
+        print(f"| {'batch':>5} | {'steps':>5} | {'ms/step':>8} | {'generated tok/s':>15} | {'weights % copy BW':>17} |")
+        print("|" + "|".join("-" * w for w in (7, 7, 10, 17, 19)) + "|")
+        for bsz in (1, 8, 32, 64):
+            ps = [[(i * 31 + 977 * b) % (cfg["vocab_size"] - 1000) + 500 for i in range(16)] for b in range(bsz)]
+            tps, el = run_inferd_batch(a, ps)
+            steps = run_inferd_batch.steps
+            ms = el * 1e3 / steps
+            print(f"| {bsz:>5} | {steps:>5} | {ms:>8.2f} | {tps:>15.0f} | {100*per_step*2/(ms/1e3)/bw:>16.1f}% |")
     if tput:
         print(f"\nthroughput: {a.batch} prompts x {a.prompt_len} tokens, {a.gen} generated each, all at once")
         print(f"| {'engine':<32} | {'elapsed s':>9} | {'generated tok/s':>15} |")
