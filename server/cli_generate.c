@@ -329,11 +329,15 @@ int cli_generate(int argc, char **argv)
 {
     gen_args g;
     int pr = parse_args(argc, argv, &g);
-    if (pr != 0)
+    if (pr != 0) {
+        cli_model_args_free(&g.ma);
         return pr == 3 ? 0 : 2;
+    }
     cli_loaded L;
-    if (cli_load(&g.ma, &L) != 0)
+    if (cli_load(&g.ma, &L) != 0) {
+        cli_model_args_free(&g.ma);
         return 1;
+    }
     int rc;
     if (g.prompts_file) {
         rc = gen_run_prompts_file(L.m, L.tok, &L.eo, &g.sp, g.prompts_file);
@@ -344,5 +348,6 @@ int cli_generate(int argc, char **argv)
         xfree(ids);
     }
     cli_unload(&L);
+    cli_model_args_free(&g.ma);
     return rc;
 }

@@ -1,9 +1,11 @@
 /* server/srv_opts.h: `inferd serve` options: defaults, command-line flags
  * and a JSON config file (--config FILE), with flags overriding the file.
  *
- * One table describes every option once; the same parser handles
- * "--name VALUE", "--name=VALUE", boolean "--name" / "--no-name", and the
- * config file's {"name": value} (keys may use '-' or '_').
+ * Every option is described once, in a table: the model/engine rows are
+ * shared with `inferd generate` (server/cli_common.h), the rest are serve's
+ * own. The same parser handles "--name VALUE", "--name=VALUE", boolean
+ * "--name" / "--no-name", and the config file's {"name": value} (keys may
+ * use '-' or '_').
  */
 #ifndef INFERD_SERVER_SRV_OPTS_H
 #define INFERD_SERVER_SRV_OPTS_H

@@ -90,6 +90,14 @@ START_TEST(test_bad_invocations)
         {"--model", "@M", "--prompt-ids", "1", "--max-tokens", NULL}, /* missing value */
         {"--model", "@M", "--prompt", "x", "--prompt-ids", "1", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "100", NULL}, /* too small */
+        {"--model", "@M", "--prompt-ids", "1", "--gpu-memory-utilization", "1.5", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--load-format", "gguf", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--log-level", "loud", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--threads", "-1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "1Q", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--no-max-num-seqs", NULL},      /* not a boolean */
+        {"--model", "@M", "--prompt-ids", "1", "--no-enable-prefix-caching=1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--max-model-len", NULL},        /* missing value */
     };
     for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
         char *argv[16] = {(char *)g_bin, "generate", "--device", "cpu"};

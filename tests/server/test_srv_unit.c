@@ -589,6 +589,13 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--no-port"},        {"serve", "--model", "m", "--chat-template=x"},
         {"serve", "--model", "m", "--max-num-seqs=0"}, {"serve", "--port", "1", "extra"},
         {"serve", "--host", "h", "--threads=-1"},
+        {"serve", "--model", "m", "--gpu-memory-utilization=0"},
+        {"serve", "--model", "m", "--kv-cache-bytes=1Q"},
+        {"serve", "--model", "m", "--no-enable-prefix-caching=1"},
+        {"serve", "--model", "m", "--log-level=loud"},
+        {"serve", "--model", "m", "--load-format=gguf"},
+        {"serve", "--model", "m", "--block-size=0"},
+        {"serve", "--model", "m", "--max-model-len"},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         srv_opts_default(&o);
