@@ -11,12 +11,12 @@
 #include "kernels/kern_internal.h"
 
 #ifdef INFERD_HAVE_CUDA
-#define DISPATCH(ctx, call)               \
-    do {                                  \
-        if ((ctx)->backend == KERN_BACKEND_CUDA) \
-            kcuda_##call;                 \
-        else                              \
-            kcpu_##call;                  \
+#define DISPATCH(ctx, call)                                                                                  \
+    do {                                                                                                     \
+        if ((ctx)->backend == KERN_BACKEND_CUDA)                                                             \
+            kcuda_##call;                                                                                    \
+        else                                                                                                 \
+            kcpu_##call;                                                                                     \
     } while (0)
 #define DISPATCH_RET(ctx, call) ((ctx)->backend == KERN_BACKEND_CUDA ? kcuda_##call : kcpu_##call)
 #else
@@ -202,8 +202,8 @@ void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const ke
     DISPATCH(ctx, embed(ctx, out, tokens, n, table));
 }
 
-void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w,
-                      int n, float eps)
+void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w, int n,
+                      float eps)
 {
     DISPATCH(ctx, add_rmsnorm(ctx, out, resid, add, w, n, eps));
 }
@@ -238,14 +238,14 @@ void kern_attention(kern_ctx *ctx, const kern_attn_params *p)
     DISPATCH(ctx, attention(ctx, p));
 }
 
-size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
-                                 int head_dim, int max_seq_len)
+size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads, int head_dim,
+                                 int max_seq_len)
 {
     return DISPATCH_RET(ctx, attn_workspace_bytes(ctx, max_tokens, max_seqs, n_heads, head_dim, max_seq_len));
 }
 
-void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params,
-                 int r, int vocab, void *workspace)
+void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params, int r,
+                 int vocab, void *workspace)
 {
     DISPATCH(ctx, sample(ctx, tokens, logits, params, r, vocab, workspace));
 }

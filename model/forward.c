@@ -21,9 +21,11 @@
 static inferd_status check_batch(const model *m, const model_batch *b)
 {
     if (b->n_tokens < 1 || b->n_tokens > m->T)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d tokens outside [1, %d]", b->n_tokens, m->T);
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d tokens outside [1, %d]", b->n_tokens,
+                                m->T);
     if (b->n_seqs < 1 || b->n_seqs > m->S)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d sequences outside [1, %d]", b->n_seqs, m->S);
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d sequences outside [1, %d]", b->n_seqs,
+                                m->S);
     if (b->n_logits < 0 || b->n_logits > m->R)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "%d logits rows outside [0, %d]", b->n_logits, m->R);
     if (b->max_blocks_per_seq < 1 || b->max_blocks_per_seq > m->max_blocks_per_seq)
@@ -44,7 +46,8 @@ static inferd_status check_batch(const model *m, const model_batch *b)
                                     b->tokens[i], m->cfg.vocab_size);
     for (int i = 0; i < b->n_logits; i++)
         if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->n_tokens)
-            return inferd_set_error(INFERD_ERR_INVALID_ARG, "logits index %d out of range", b->logits_indices[i]);
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "logits index %d out of range",
+                                    b->logits_indices[i]);
     return INFERD_OK;
 }
 
@@ -78,18 +81,39 @@ static void attention_block(model *m, const model_layer *L, const model_batch *b
     model_acts *a = &m->a;
     kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
     kern_rope_kv_params rp = {
-        .qkv = a->qkv, .positions = a->positions, .slot_mapping = a->slots, .inv_freq = a->inv_freq,
-        .k_cache = L->k_cache, .v_cache = L->v_cache, .n_tokens = b->n_tokens, .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .block_size = m->block_size,
+        .qkv = a->qkv,
+        .positions = a->positions,
+        .slot_mapping = a->slots,
+        .inv_freq = a->inv_freq,
+        .k_cache = L->k_cache,
+        .v_cache = L->v_cache,
+        .n_tokens = b->n_tokens,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim,
+        .block_size = m->block_size,
     };
     kern_rope_kv_write(m->kc, &rp);
     kern_attn_params ap = {
-        .out = a->attn, .qkv = a->qkv, .k_cache = L->k_cache, .v_cache = L->v_cache,
-        .query_start_loc = a->qsl, .seq_lens = a->seq_lens, .block_tables = a->block_tables,
-        .h_query_start_loc = m->h_qsl, .h_seq_lens = m->h_seq_lens, .workspace = a->attn_ws,
-        .n_seqs = b->n_seqs, .n_tokens = b->n_tokens, .max_blocks_per_seq = b->max_blocks_per_seq,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-        .block_size = m->block_size, .max_query_len = max_q, .max_seq_len = max_len,
+        .out = a->attn,
+        .qkv = a->qkv,
+        .k_cache = L->k_cache,
+        .v_cache = L->v_cache,
+        .query_start_loc = a->qsl,
+        .seq_lens = a->seq_lens,
+        .block_tables = a->block_tables,
+        .h_query_start_loc = m->h_qsl,
+        .h_seq_lens = m->h_seq_lens,
+        .workspace = a->attn_ws,
+        .n_seqs = b->n_seqs,
+        .n_tokens = b->n_tokens,
+        .max_blocks_per_seq = b->max_blocks_per_seq,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim,
+        .block_size = m->block_size,
+        .max_query_len = max_q,
+        .max_seq_len = max_len,
         .scale = 1.0f / sqrtf((float)c->head_dim),
     };
     kern_attention(m->kc, &ap);

@@ -64,8 +64,8 @@ static void plan_acts(model *m, arena *a)
     x->sparams = arena_take(a, R * sizeof(kern_sample_params));
     x->sampled = arena_take(a, R * sizeof(int32_t));
     x->inv_freq = arena_take(a, (size_t)c->head_dim / 2 * sizeof(float));
-    x->attn_ws = arena_take(a, kern_attn_workspace_bytes(m->kc, m->T, m->S, c->n_heads, c->head_dim,
-                                                         m->max_model_len));
+    x->attn_ws = arena_take(
+        a, kern_attn_workspace_bytes(m->kc, m->T, m->S, c->n_heads, c->head_dim, m->max_model_len));
     x->sample_ws = arena_take(a, kern_sample_workspace_bytes(m->kc, m->R, c->vocab_size));
 }
 
@@ -113,8 +113,8 @@ static inferd_status alloc_kv(model *m)
         return inferd_set_error(INFERD_ERR_NOMEM,
                                 "model does not fit: weights %.1f MiB, activations %.1f MiB, KV budget "
                                 "%.1f MiB holds %lld blocks of %.2f MiB (need >= 2)",
-                                m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0,
-                                budget / 1048576.0, (long long)n_blocks, per_block / 1048576.0);
+                                m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, budget / 1048576.0,
+                                (long long)n_blocks, per_block / 1048576.0);
     if (n_blocks > INT32_MAX / 2)
         n_blocks = INT32_MAX / 2;
     m->n_blocks = (int)n_blocks;
@@ -137,10 +137,9 @@ static inferd_status alloc_kv(model *m)
 static void log_plan(const model *m)
 {
     int64_t kv_tokens = (int64_t)(m->n_blocks - 1) * m->block_size;
-    LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)",
-             m->cfg.arch, m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads,
-             m->cfg.head_dim, m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)),
-             kern_dtype_name(m->embed.dtype));
+    LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)", m->cfg.arch,
+             m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
+             m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)), kern_dtype_name(m->embed.dtype));
     LOG_INFO("memory: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
              "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
              m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T, m->kv_bytes / 1048576.0,
@@ -151,7 +150,8 @@ static void log_plan(const model *m)
 static inferd_status check_opts(const model_opts *o, const model_config *c)
 {
     if (o->block_size < 1 || o->block_size > 1024)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "block size %d out of range [1, 1024]", o->block_size);
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "block size %d out of range [1, 1024]",
+                                o->block_size);
     if (o->max_num_seqs < 1 || o->max_num_seqs > 65536)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_seqs %d out of range", o->max_num_seqs);
     if (o->max_num_batched_tokens < 1 || o->max_num_batched_tokens > (1 << 20))
@@ -185,9 +185,16 @@ static inferd_status model_warmup(model *m)
     for (int pass = 0; pass < 2 && st == INFERD_OK; pass++) {
         int q = pass == 0 ? n : 1; /* prefill path, then decode path */
         int32_t qsl[2] = {0, q}, len = n, last = q - 1;
-        model_batch b = {.n_tokens = q, .tokens = toks, .positions = pass == 0 ? pos : &pos[n - 1],
-                         .slot_mapping = slots, .n_seqs = 1, .query_start_loc = qsl, .seq_lens = &len,
-                         .block_tables = table, .max_blocks_per_seq = m->max_blocks_per_seq, .n_logits = 1,
+        model_batch b = {.n_tokens = q,
+                         .tokens = toks,
+                         .positions = pass == 0 ? pos : &pos[n - 1],
+                         .slot_mapping = slots,
+                         .n_seqs = 1,
+                         .query_start_loc = qsl,
+                         .seq_lens = &len,
+                         .block_tables = table,
+                         .max_blocks_per_seq = m->max_blocks_per_seq,
+                         .n_logits = 1,
                          .logits_indices = &last};
         st = model_forward(m, &b);
     }
@@ -207,8 +214,8 @@ static inferd_status load_all(model *m)
         return st;
     if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK)
         return st;
-    kern_ctx_opts ko = {.backend = m->opts.backend, .n_threads = m->opts.n_threads,
-                        .device_id = m->opts.device_id};
+    kern_ctx_opts ko = {
+        .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id};
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
         return st;
     m->act_dtype = kern_act_dtype(m->kc);
@@ -264,14 +271,38 @@ void model_free(model *m)
     xfree(m);
 }
 
-const model_config *model_get_config(const model *m) { return &m->cfg; }
-kern_ctx *model_kern(model *m) { return m->kc; }
-int model_num_kv_blocks(const model *m) { return m->n_blocks; }
-int model_block_size(const model *m) { return m->block_size; }
-int model_max_model_len(const model *m) { return m->max_model_len; }
-int model_max_num_batched_tokens(const model *m) { return m->T; }
-int model_max_num_seqs(const model *m) { return m->S; }
-int model_max_blocks_per_seq(const model *m) { return m->max_blocks_per_seq; }
+const model_config *model_get_config(const model *m)
+{
+    return &m->cfg;
+}
+kern_ctx *model_kern(model *m)
+{
+    return m->kc;
+}
+int model_num_kv_blocks(const model *m)
+{
+    return m->n_blocks;
+}
+int model_block_size(const model *m)
+{
+    return m->block_size;
+}
+int model_max_model_len(const model *m)
+{
+    return m->max_model_len;
+}
+int model_max_num_batched_tokens(const model *m)
+{
+    return m->T;
+}
+int model_max_num_seqs(const model *m)
+{
+    return m->S;
+}
+int model_max_blocks_per_seq(const model *m)
+{
+    return m->max_blocks_per_seq;
+}
 
 int64_t model_kv_bytes_per_block(const model *m)
 {

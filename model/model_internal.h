@@ -7,37 +7,37 @@
 #include "model/model.h"
 
 typedef struct {
-    kern_weight attn_norm;   /* [1, d] */
-    kern_weight wqkv;        /* [(n_heads + 2*n_kv_heads) * head_dim, d]: q | k | v rows */
-    kern_weight wo;          /* [d, n_heads * head_dim] */
-    kern_weight mlp_norm;    /* [1, d] */
-    kern_weight w_gate_up;   /* [2 * ffn, d]: gate | up rows */
-    kern_weight w_down;      /* [d, ffn] */
-    void *k_cache;           /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
-    void *v_cache;           /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
+    kern_weight attn_norm; /* [1, d] */
+    kern_weight wqkv;      /* [(n_heads + 2*n_kv_heads) * head_dim, d]: q | k | v rows */
+    kern_weight wo;        /* [d, n_heads * head_dim] */
+    kern_weight mlp_norm;  /* [1, d] */
+    kern_weight w_gate_up; /* [2 * ffn, d]: gate | up rows */
+    kern_weight w_down;    /* [d, ffn] */
+    void *k_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
+    void *v_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
 } model_layer;
 
 /* Activation arena: every per-step buffer, sized once for T tokens, S seqs, R logits rows. */
 typedef struct {
-    void *x;                 /* [T, d] residual stream */
-    void *h;                 /* [T, d] normed */
-    void *qkv;               /* [T, (nh + 2*nkv) * hd] */
-    void *attn;              /* [T, nh * hd] */
-    void *proj;              /* [T, d] o_proj / down_proj output */
-    void *gate_up;           /* [T, 2 * ffn] */
-    void *act;               /* [T, ffn] */
-    void *gx, *gp, *gn;      /* [R, d] gathered residual / add / normed rows */
-    float *logits;           /* [R, vocab] */
-    int32_t *tokens;         /* [T] */
-    int32_t *positions;      /* [T] */
-    int64_t *slots;          /* [T] */
-    int32_t *qsl;            /* [S + 1] */
-    int32_t *seq_lens;       /* [S] */
-    int32_t *block_tables;   /* [S, max_blocks_per_seq] */
-    int32_t *logits_idx;     /* [R] */
+    void *x;                     /* [T, d] residual stream */
+    void *h;                     /* [T, d] normed */
+    void *qkv;                   /* [T, (nh + 2*nkv) * hd] */
+    void *attn;                  /* [T, nh * hd] */
+    void *proj;                  /* [T, d] o_proj / down_proj output */
+    void *gate_up;               /* [T, 2 * ffn] */
+    void *act;                   /* [T, ffn] */
+    void *gx, *gp, *gn;          /* [R, d] gathered residual / add / normed rows */
+    float *logits;               /* [R, vocab] */
+    int32_t *tokens;             /* [T] */
+    int32_t *positions;          /* [T] */
+    int64_t *slots;              /* [T] */
+    int32_t *qsl;                /* [S + 1] */
+    int32_t *seq_lens;           /* [S] */
+    int32_t *block_tables;       /* [S, max_blocks_per_seq] */
+    int32_t *logits_idx;         /* [R] */
     kern_sample_params *sparams; /* [R] */
-    int32_t *sampled;        /* [R] */
-    float *inv_freq;         /* [hd / 2] */
+    int32_t *sampled;            /* [R] */
+    float *inv_freq;             /* [hd / 2] */
     void *attn_ws;
     void *sample_ws;
 } model_acts;
@@ -47,10 +47,10 @@ struct model {
     model_opts opts;
     kern_ctx *kc;
     kern_dtype act_dtype;
-    kern_weight embed;       /* [vocab, d] */
-    kern_weight final_norm;  /* [1, d] */
-    kern_weight lm_head;     /* [vocab, d] (aliases embed when tied) */
-    model_layer *layers;     /* [n_layers] */
+    kern_weight embed;      /* [vocab, d] */
+    kern_weight final_norm; /* [1, d] */
+    kern_weight lm_head;    /* [vocab, d] (aliases embed when tied) */
+    model_layer *layers;    /* [n_layers] */
     void *weight_slab;
     size_t weight_bytes;
     void *act_slab;
@@ -58,9 +58,9 @@ struct model {
     void *kv_slab;
     size_t kv_bytes;
     model_acts a;
-    int T, S, R;             /* arena limits: tokens, seqs, logits rows */
+    int T, S, R; /* arena limits: tokens, seqs, logits rows */
     int max_model_len, block_size, n_blocks, max_blocks_per_seq;
-    int last_n_logits;       /* rows of logits from the last forward */
+    int last_n_logits; /* rows of logits from the last forward */
     /* host copy of the last batch's seq metadata, for attention planning */
     int32_t *h_qsl, *h_seq_lens;
 };

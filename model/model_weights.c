@@ -25,8 +25,8 @@
 
 typedef struct {
     model *m;
-    st_set *st;          /* NULL for dummy */
-    bool assign;         /* pass 1: assign offsets; pass 2: fill */
+    st_set *st;  /* NULL for dummy */
+    bool assign; /* pass 1: assign offsets; pass 2: fill */
     size_t offset;
     uint64_t seed;
     int64_t done_bytes, total_bytes;
@@ -37,7 +37,7 @@ typedef struct {
 typedef struct {
     char name[128];
     int64_t rows, cols;
-    int n_dims;          /* 1 for norm vectors, 2 for matrices */
+    int n_dims; /* 1 for norm vectors, 2 for matrices */
 } weight_src;
 
 static kern_dtype file_dtype_of(weight_pass *p, const char *name)
@@ -142,7 +142,7 @@ static inferd_status do_layer(weight_pass *p, int l)
     char n[6][128];
     static const char *names[6] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                    "self_attn.v_proj.weight", "mlp.gate_proj.weight",
-                                   "mlp.up_proj.weight", "input_layernorm.weight"};
+                                   "mlp.up_proj.weight",      "input_layernorm.weight"};
     for (int i = 0; i < 6; i++)
         snprintf(n[i], sizeof n[i], "%s%s", pre, names[i]);
     weight_src qkv[3] = {src1(n[0], c->n_heads * hd, d, 2), src1(n[1], c->n_kv_heads * hd, d, 2),

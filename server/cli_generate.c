@@ -66,7 +66,7 @@ static int parse_sampling(int argc, char **argv, int *i, sampling_params *sp)
         sp->ignore_eos = true;
         return 1;
     }
-    static const char *valued[] = {"--max-tokens", "--temperature", "--top-p", "--top-k",
+    static const char *valued[] = {"--max-tokens", "--temperature", "--top-p",         "--top-k",
                                    "--min-p",      "--seed",        "--stop-token-ids"};
     size_t k = 0;
     while (k < ARRAY_LEN(valued) && strcmp(a, valued[k]) != 0)
@@ -189,8 +189,8 @@ static bool is_stop(const model_config *c, const sampling_params *sp, int32_t to
 
 typedef struct {
     model *m;
-    int32_t *table;   /* [max_blocks_per_seq] blocks 1.. of the single sequence */
-    int n_ctx;        /* tokens already in the cache */
+    int32_t *table; /* [max_blocks_per_seq] blocks 1.. of the single sequence */
+    int n_ctx;      /* tokens already in the cache */
 } gen_seq;
 
 /* Run `n` new tokens of the single sequence; logits for the last one. */
@@ -205,9 +205,16 @@ static inferd_status gen_step(gen_seq *s, const int32_t *toks, int n)
         slots[i] = (int64_t)s->table[p / bs] * bs + p % bs;
     }
     int32_t qsl[2] = {0, n}, seq_len = s->n_ctx + n, last = n - 1;
-    model_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
-                     .query_start_loc = qsl, .seq_lens = &seq_len, .block_tables = s->table,
-                     .max_blocks_per_seq = model_max_blocks_per_seq(s->m), .n_logits = 1,
+    model_batch b = {.n_tokens = n,
+                     .tokens = toks,
+                     .positions = pos,
+                     .slot_mapping = slots,
+                     .n_seqs = 1,
+                     .query_start_loc = qsl,
+                     .seq_lens = &seq_len,
+                     .block_tables = s->table,
+                     .max_blocks_per_seq = model_max_blocks_per_seq(s->m),
+                     .n_logits = 1,
                      .logits_indices = &last};
     inferd_status st = model_forward(s->m, &b);
     if (st == INFERD_OK)
@@ -256,10 +263,9 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
     }
     int max_new = MIN(g->sp.max_tokens, max_len - n_ids);
     int nb = model_max_blocks_per_seq(m);
-    if (nb + 1 > model_num_kv_blocks(m))
-        {
+    if (nb + 1 > model_num_kv_blocks(m)) {
         cli_fail("KV cache too small for one sequence of %d tokens (%d blocks)", max_len,
-                        model_num_kv_blocks(m));
+                 model_num_kv_blocks(m));
         return 1;
     }
     gen_seq s = {.m = m, .table = xmalloc(sizeof(int32_t) * (size_t)nb)};
@@ -279,8 +285,12 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
     if (st == INFERD_OK && g->dump_logits && dump_logits(m, g->dump_logits) != 0)
         st = INFERD_ERR_IO;
     while (st == INFERD_OK && n_gen < max_new) {
-        kern_sample_params sp = {.temperature = g->sp.temperature, .top_p = g->sp.top_p, .min_p = g->sp.min_p,
-                                 .top_k = g->sp.top_k, .seed = seed, .counter = (uint64_t)n_gen};
+        kern_sample_params sp = {.temperature = g->sp.temperature,
+                                 .top_p = g->sp.top_p,
+                                 .min_p = g->sp.min_p,
+                                 .top_k = g->sp.top_k,
+                                 .seed = seed,
+                                 .counter = (uint64_t)n_gen};
         int32_t next;
         if ((st = model_sample(m, &sp, &next)) != INFERD_OK)
             break;
@@ -292,8 +302,7 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
             st = gen_step(&s, &next, 1);
     }
     double t_decode = time_now_s() - t1;
-    if (st != INFERD_OK)
-        {
+    if (st != INFERD_OK) {
         cli_fail("generation failed: %s", inferd_last_error());
         rc = 1;
     }

@@ -42,9 +42,21 @@ static void golden_case(const cJSON *c, bool from_text)
     char *ids = ids_csv(cJSON_GetObjectItem(c, "prompt_ids"));
     char maxtok[16];
     snprintf(maxtok, sizeof maxtok, "%d", steps - np + 1); /* run.c samples at every position */
-    char *argv[] = {(char *)g_bin, "generate", "--model", g_model, from_text ? "--prompt" : "--prompt-ids",
-                    from_text ? (char *)prompt : ids, "--temperature", "0", "--stop-token-ids", "1",
-                    "--max-tokens", maxtok, "--device", "cpu", NULL};
+    char *argv[] = {(char *)g_bin,
+                    "generate",
+                    "--model",
+                    g_model,
+                    from_text ? "--prompt" : "--prompt-ids",
+                    from_text ? (char *)prompt : ids,
+                    "--temperature",
+                    "0",
+                    "--stop-token-ids",
+                    "1",
+                    "--max-tokens",
+                    maxtok,
+                    "--device",
+                    "cpu",
+                    NULL};
     char *out, *err;
     int rc;
     run(argv, &out, &err, &rc);
@@ -80,7 +92,7 @@ START_TEST(test_bad_invocations)
         {"--model", "/nonexistent/dir", "--prompt-ids", "1", NULL}, /* missing model */
         {"--model", "@M", NULL},                                    /* no prompt */
         {"--model", "@M", "--prompt-ids", "1,x,3", NULL},
-        {"--model", "@M", "--prompt-ids", "1,99999", NULL},         /* id outside vocab */
+        {"--model", "@M", "--prompt-ids", "1,99999", NULL}, /* id outside vocab */
         {"--model", "@M", "--prompt-ids", "1", "--max-tokens", "0", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--temperature", "-1", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--top-p", "1.5", NULL},
@@ -95,9 +107,9 @@ START_TEST(test_bad_invocations)
         {"--model", "@M", "--prompt-ids", "1", "--log-level", "loud", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--threads", "-1", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "1Q", NULL},
-        {"--model", "@M", "--prompt-ids", "1", "--no-max-num-seqs", NULL},      /* not a boolean */
+        {"--model", "@M", "--prompt-ids", "1", "--no-max-num-seqs", NULL}, /* not a boolean */
         {"--model", "@M", "--prompt-ids", "1", "--no-enable-prefix-caching=1", NULL},
-        {"--model", "@M", "--prompt-ids", "1", "--max-model-len", NULL},        /* missing value */
+        {"--model", "@M", "--prompt-ids", "1", "--max-model-len", NULL}, /* missing value */
     };
     for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
         char *argv[16] = {(char *)g_bin, "generate", "--device", "cpu"};

@@ -89,9 +89,17 @@ static void forward_seq(model *m, const int32_t *toks, int start, int n, int log
     for (int i = logit_from; i < n; i++)
         idx[nl++] = i;
     int32_t qsl[2] = {0, n}, seq_len = start + n;
-    model_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
-                     .query_start_loc = qsl, .seq_lens = &seq_len, .block_tables = table,
-                     .max_blocks_per_seq = nb, .n_logits = nl, .logits_indices = idx};
+    model_batch b = {.n_tokens = n,
+                     .tokens = toks,
+                     .positions = pos,
+                     .slot_mapping = slots,
+                     .n_seqs = 1,
+                     .query_start_loc = qsl,
+                     .seq_lens = &seq_len,
+                     .block_tables = table,
+                     .max_blocks_per_seq = nb,
+                     .n_logits = nl,
+                     .logits_indices = idx};
     inferd_status st = model_forward(m, &b);
     ck_assert_msg(st == INFERD_OK, "forward: %s", inferd_last_error());
     xfree(table);
@@ -179,15 +187,25 @@ static void greedy_cases(int block_size, int chunk)
         ck_assert_int_eq(got, nw);
         n_cases++;
     }
-    printf("greedy: %d golden cases reproduced (block size %d, prefill chunk %d)\n", n_cases, block_size, chunk);
+    printf("greedy: %d golden cases reproduced (block size %d, prefill chunk %d)\n", n_cases, block_size,
+           chunk);
     model_free(m);
 }
 
-START_TEST(test_greedy_golden) { greedy_cases(16, 64); }
+START_TEST(test_greedy_golden)
+{
+    greedy_cases(16, 64);
+}
 END_TEST
-START_TEST(test_greedy_golden_block1_chunk3) { greedy_cases(1, 3); }
+START_TEST(test_greedy_golden_block1_chunk3)
+{
+    greedy_cases(1, 3);
+}
 END_TEST
-START_TEST(test_greedy_golden_block7_chunk2) { greedy_cases(7, 2); }
+START_TEST(test_greedy_golden_block7_chunk2)
+{
+    greedy_cases(7, 2);
+}
 END_TEST
 
 START_TEST(test_bad_batch_rejected)
@@ -195,9 +213,17 @@ START_TEST(test_bad_batch_rejected)
     model *m = load_model(16, 64, 1);
     int32_t tok = 9999, pos = 0, qsl[2] = {0, 1}, len = 1, table[64] = {1}, idx = 0;
     int64_t slot = 16;
-    model_batch b = {.n_tokens = 1, .tokens = &tok, .positions = &pos, .slot_mapping = &slot, .n_seqs = 1,
-                     .query_start_loc = qsl, .seq_lens = &len, .block_tables = table,
-                     .max_blocks_per_seq = model_max_blocks_per_seq(m), .n_logits = 1, .logits_indices = &idx};
+    model_batch b = {.n_tokens = 1,
+                     .tokens = &tok,
+                     .positions = &pos,
+                     .slot_mapping = &slot,
+                     .n_seqs = 1,
+                     .query_start_loc = qsl,
+                     .seq_lens = &len,
+                     .block_tables = table,
+                     .max_blocks_per_seq = model_max_blocks_per_seq(m),
+                     .n_logits = 1,
+                     .logits_indices = &idx};
     ck_assert_int_eq(model_forward(m, &b), INFERD_ERR_INVALID_ARG); /* token outside vocab */
     tok = 5;
     b.n_tokens = 65;

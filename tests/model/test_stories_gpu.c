@@ -57,9 +57,17 @@ static void fwd(model *m, const int32_t *toks, int start, int n, int from)
     }
     for (int i = from; i < n; i++)
         idx[i - from] = i;
-    model_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
-                     .query_start_loc = qsl, .seq_lens = &len, .block_tables = table,
-                     .max_blocks_per_seq = nb, .n_logits = n - from, .logits_indices = idx};
+    model_batch b = {.n_tokens = n,
+                     .tokens = toks,
+                     .positions = pos,
+                     .slot_mapping = slots,
+                     .n_seqs = 1,
+                     .query_start_loc = qsl,
+                     .seq_lens = &len,
+                     .block_tables = table,
+                     .max_blocks_per_seq = nb,
+                     .n_logits = n - from,
+                     .logits_indices = idx};
     ck_assert_msg(model_forward(m, &b) == INFERD_OK, "forward: %s", inferd_last_error());
 }
 
