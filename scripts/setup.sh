@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# scripts/setup.sh: install every build and test dependency from Debian's
-# packages. Idempotent: returns quickly when everything is installed.
+# scripts/setup.sh: install the build dependencies from Debian's packages;
+# with --test also what the tests need (Node.js + npm for the official openai
+# client test). Idempotent: returns quickly when everything is installed.
+#   bash scripts/setup.sh [--test]
 set -euo pipefail
 
 PKGS=(cmake gcc make pkg-config libmicrohttpd-dev libcjson-dev libjemalloc-dev check
-      libpcre2-dev libcurl4-openssl-dev libunistring-dev nodejs npm python3)
+      libpcre2-dev libcurl4-openssl-dev libunistring-dev python3)
+if [[ ${1:-} == --test ]]; then
+    PKGS+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

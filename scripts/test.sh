@@ -9,7 +9,7 @@ ROOT=$(pwd)
 JOBS=${JOBS:-$(nproc)}
 FIX=${INFERD_FIXTURES:-$ROOT/../shared/fixtures}
 
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 
 run_build() {
     local dir=$1; shift
