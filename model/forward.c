@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "kvcache/kv_layout.h"
 #include "model/model_internal.h"
 
 static inferd_status check_batch(const model *m, const model_batch *b)
@@ -153,6 +154,33 @@ inferd_status model_forward(model *m, const model_batch *b)
     kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, b->n_logits, c->rms_norm_eps);
     kern_logits(m->kc, a->logits, a->gn, &m->lm_head, b->n_logits);
     return INFERD_OK;
+}
+
+inferd_status model_forward_seq(model *m, const int32_t *table, const int32_t *toks, int start, int n,
+                                int logits_from)
+{
+    if (n < 1 || n > m->T || start < 0 || logits_from < 0 || logits_from > n)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "sequence step of %d tokens at %d outside the arena",
+                                n, start);
+    for (int i = 0; i < n; i++) {
+        m->h_pos[i] = start + i;
+        m->h_slots[i] = table ? kv_slot(table, start + i, m->block_size) : -1;
+    }
+    for (int i = logits_from; i < n; i++)
+        m->h_idx[i - logits_from] = i;
+    int32_t qsl[2] = {0, n}, seq_len = start + n;
+    model_batch b = {.n_tokens = n,
+                     .tokens = toks,
+                     .positions = m->h_pos,
+                     .slot_mapping = m->h_slots,
+                     .n_seqs = 1,
+                     .query_start_loc = qsl,
+                     .seq_lens = &seq_len,
+                     .block_tables = table ? table : m->h_null_table,
+                     .max_blocks_per_seq = m->max_blocks_per_seq,
+                     .n_logits = n - logits_from,
+                     .logits_indices = m->h_idx};
+    return model_forward(m, &b);
 }
 
 inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)

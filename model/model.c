@@ -168,42 +168,18 @@ static inferd_status check_opts(const model_opts *o, const model_config *c)
 
 /* One throw-away prefill of up to 512 tokens and one decode step, so that
  * lazily loaded kernels and cuBLASLt plans are ready before the first real
- * request (vLLM's profile run plays the same role). Slots are -1: nothing is
- * written to the KV cache; attention reads the zeroed null block 0. */
+ * request (vLLM's profile run plays the same role). No block table: nothing
+ * is written to the KV cache and attention reads the zeroed null block 0. */
 static inferd_status model_warmup(model *m)
 {
-    int n = MIN(m->T, 512);
-    n = MIN(n, m->max_model_len);
-    int32_t *toks = xcalloc((size_t)n, sizeof(int32_t)), *pos = xcalloc((size_t)n, sizeof(int32_t));
-    int64_t *slots = xmalloc(sizeof(int64_t) * (size_t)n);
-    int32_t *table = xcalloc((size_t)m->max_blocks_per_seq, sizeof(int32_t));
-    for (int i = 0; i < n; i++) {
-        pos[i] = i;
-        slots[i] = -1;
-    }
-    inferd_status st = INFERD_OK;
-    for (int pass = 0; pass < 2 && st == INFERD_OK; pass++) {
-        int q = pass == 0 ? n : 1; /* prefill path, then decode path */
-        int32_t qsl[2] = {0, q}, len = n, last = q - 1;
-        model_batch b = {.n_tokens = q,
-                         .tokens = toks,
-                         .positions = pass == 0 ? pos : &pos[n - 1],
-                         .slot_mapping = slots,
-                         .n_seqs = 1,
-                         .query_start_loc = qsl,
-                         .seq_lens = &len,
-                         .block_tables = table,
-                         .max_blocks_per_seq = m->max_blocks_per_seq,
-                         .n_logits = 1,
-                         .logits_indices = &last};
-        st = model_forward(m, &b);
-    }
+    int n = MIN(MIN(m->T, 512), m->max_model_len);
+    int32_t *toks = xcalloc((size_t)n, sizeof(int32_t));
+    inferd_status st = model_forward_seq(m, NULL, toks, 0, n, n - 1); /* prefill path */
+    if (st == INFERD_OK)
+        st = model_forward_seq(m, NULL, toks, n - 1, 1, 0); /* decode path */
     kern_sync(m->kc);
     m->last_n_logits = 0;
     xfree(toks);
-    xfree(pos);
-    xfree(slots);
-    xfree(table);
     return st;
 }
 
@@ -227,6 +203,10 @@ static inferd_status load_all(model *m)
     m->R = m->S;
     m->h_qsl = xcalloc((size_t)m->S + 1, sizeof(int32_t));
     m->h_seq_lens = xcalloc((size_t)m->S, sizeof(int32_t));
+    m->h_pos = xcalloc((size_t)m->T, sizeof(int32_t));
+    m->h_idx = xcalloc((size_t)m->T, sizeof(int32_t));
+    m->h_slots = xcalloc((size_t)m->T, sizeof(int64_t));
+    m->h_null_table = xcalloc((size_t)m->max_blocks_per_seq, sizeof(int32_t));
     if ((st = model_weights_load(m)) != INFERD_OK)
         return st;
     if ((st = alloc_acts(m)) != INFERD_OK)
@@ -268,6 +248,10 @@ void model_free(model *m)
     xfree(m->layers);
     xfree(m->h_qsl);
     xfree(m->h_seq_lens);
+    xfree(m->h_pos);
+    xfree(m->h_idx);
+    xfree(m->h_slots);
+    xfree(m->h_null_table);
     xfree(m);
 }
 

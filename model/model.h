@@ -72,6 +72,14 @@ typedef struct {
 /* Run the forward pass; keeps logits [n_logits, vocab] (F32) on the device. */
 inferd_status model_forward(model *m, const model_batch *b);
 
+/* One sequence, the common case of `inferd generate`, tests and warm-up:
+ * forward tokens toks[0, n) at positions [start, start + n) of a sequence
+ * whose blocks are table[0, model_max_blocks_per_seq) (NULL: write no KV and
+ * read the null block 0), with logits for rows [logits_from, n). Builds the
+ * model_batch in preallocated host scratch (no allocation). */
+inferd_status model_forward_seq(model *m, const int32_t *table, const int32_t *toks, int start, int n,
+                                int logits_from);
+
 /* Sample one token per logits row of the last forward pass. params: [n_logits]
  * host array; tokens: [n_logits] host output. */
 inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens);

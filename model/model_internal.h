@@ -63,6 +63,9 @@ struct model {
     int last_n_logits; /* rows of logits from the last forward */
     /* host copy of the last batch's seq metadata, for attention planning */
     int32_t *h_qsl, *h_seq_lens;
+    /* host scratch for model_forward_seq: [T] positions, slots, logits rows; [max_blocks_per_seq] null table */
+    int32_t *h_pos, *h_idx, *h_null_table;
+    int64_t *h_slots;
 };
 
 /* Plan and allocate the weight slab, then load weights (or fill dummy). */

@@ -187,43 +187,6 @@ static bool is_stop(const model_config *c, const sampling_params *sp, int32_t to
     return false;
 }
 
-typedef struct {
-    model *m;
-    int32_t *table; /* [max_blocks_per_seq] blocks 1.. of the single sequence */
-    int n_ctx;      /* tokens already in the cache */
-} gen_seq;
-
-/* Run `n` new tokens of the single sequence; logits for the last one. */
-static inferd_status gen_step(gen_seq *s, const int32_t *toks, int n)
-{
-    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)n);
-    int64_t *slots = xmalloc(sizeof(int64_t) * (size_t)n);
-    int bs = model_block_size(s->m);
-    for (int i = 0; i < n; i++) {
-        int p = s->n_ctx + i;
-        pos[i] = p;
-        slots[i] = (int64_t)s->table[p / bs] * bs + p % bs;
-    }
-    int32_t qsl[2] = {0, n}, seq_len = s->n_ctx + n, last = n - 1;
-    model_batch b = {.n_tokens = n,
-                     .tokens = toks,
-                     .positions = pos,
-                     .slot_mapping = slots,
-                     .n_seqs = 1,
-                     .query_start_loc = qsl,
-                     .seq_lens = &seq_len,
-                     .block_tables = s->table,
-                     .max_blocks_per_seq = model_max_blocks_per_seq(s->m),
-                     .n_logits = 1,
-                     .logits_indices = &last};
-    inferd_status st = model_forward(s->m, &b);
-    if (st == INFERD_OK)
-        s->n_ctx += n;
-    xfree(pos);
-    xfree(slots);
-    return st;
-}
-
 static void emit(tok_stream *ts, int32_t tok)
 {
     if (!ts) {
@@ -268,9 +231,9 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
                  model_num_kv_blocks(m));
         return 1;
     }
-    gen_seq s = {.m = m, .table = xmalloc(sizeof(int32_t) * (size_t)nb)};
+    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)nb); /* the one sequence owns blocks 1..nb */
     for (int i = 0; i < nb; i++)
-        s.table[i] = i + 1; /* block 0 is the null block */
+        table[i] = i + 1; /* block 0 is the null block */
     tok_stream *ts = tok && !g->print_ids ? tok_stream_new(tok, true) : NULL;
     if (ts)
         tok_stream_prefill(ts, ids, n_ids);
@@ -278,8 +241,10 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
     int chunk = model_max_num_batched_tokens(m), n_gen = 0, rc = 0;
     double t0 = time_now_s();
     inferd_status st = INFERD_OK;
-    for (int off = 0; off < n_ids && st == INFERD_OK; off += chunk)
-        st = gen_step(&s, ids + off, MIN(chunk, n_ids - off));
+    for (int off = 0; off < n_ids && st == INFERD_OK; off += chunk) {
+        int n = MIN(chunk, n_ids - off);
+        st = model_forward_seq(m, table, ids + off, off, n, n - 1);
+    }
     kern_sync(model_kern(m)); /* kernels run asynchronously on the GPU */
     double t_prefill = time_now_s() - t0, t1 = time_now_s();
     if (st == INFERD_OK && g->dump_logits && dump_logits(m, g->dump_logits) != 0)
@@ -299,7 +264,7 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
         emit(ts, next);
         n_gen++;
         if (n_gen < max_new)
-            st = gen_step(&s, &next, 1);
+            st = model_forward_seq(m, table, &next, n_ids + n_gen - 1, 1, 0);
     }
     double t_decode = time_now_s() - t1;
     if (st != INFERD_OK) {
@@ -316,7 +281,7 @@ static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t
             n_gen ? t_decode * 1e3 / n_gen : 0.0, n_gen / (t_decode > 0 ? t_decode : 1e-9));
     if (ts)
         tok_stream_free(ts);
-    xfree(s.table);
+    xfree(table);
     return rc;
 }
 

@@ -535,14 +535,19 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
     return ok;
 }
 
+static void msgs_free(srv_chat_msg *msgs, int n)
+{
+    for (int i = 0; i < n; i++)
+        xfree(msgs[i].content);
+    xfree(msgs);
+}
+
 void srv_request_free(srv_request *r)
 {
     xfree(r->model);
     xfree(r->prompt);
     xfree(r->prompt_ids);
-    for (int i = 0; i < r->n_msgs; i++)
-        xfree(r->msgs[i].content);
-    xfree(r->msgs);
+    msgs_free(r->msgs, r->n_msgs);
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
         xfree(r->stops[i]);
     memset(r, 0, sizeof *r);
@@ -561,12 +566,9 @@ bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *li
         ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "give either 'prompt' or 'messages', not both");
     if (ok && p) {
         r->add_special_tokens = true;
-        if (!cJSON_IsString(p))
-            ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' must be a string");
-        else if (!util_utf8_valid(p->valuestring, strlen(p->valuestring)))
-            ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' is not valid UTF-8");
-        else {
-            r->prompt = xstrdup(p->valuestring);
+        const char *text;
+        if ((ok = get_str(root, "prompt", &text, err))) {
+            r->prompt = xstrdup(text);
             r->prompt_len = strlen(r->prompt);
         }
     } else if (ok) {
@@ -587,9 +589,7 @@ void srv_tokenize_free(srv_tokenize_req *r)
 {
     xfree(r->model);
     xfree(r->prompt);
-    for (int i = 0; i < r->n_msgs; i++)
-        xfree(r->msgs[i].content);
-    xfree(r->msgs);
+    msgs_free(r->msgs, r->n_msgs);
     memset(r, 0, sizeof *r);
 }
 

@@ -108,64 +108,51 @@ __device__ __forceinline__ int32_t smp_key_id(uint64_t key)
 
 /* --- block reductions (fixed order: deterministic) ------------------------------ */
 
-__device__ double smp_sum_d(smp_shared &S, double v)
+/* Block-wide reduction in a fixed order (warp shuffles, then thread 0 folds
+ * the warp partials in warp order), so results are deterministic. red:
+ * [KC_SMP_WARPS] scratch; bcast: the broadcast slot; every thread returns
+ * the result. */
+template <typename T, typename Op>
+__device__ T smp_block_reduce(T v, T *red, T *bcast, T init, Op op)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+        v = op(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
     if (lane == 0)
-        S.dred[warp] = v;
+        red[warp] = v;
     __syncthreads();
     if (threadIdx.x == 0) {
-        double t = 0.0;
+        T t = init;
         for (int w = 0; w < KC_SMP_WARPS; w++)
-            t += S.dred[w];
-        S.bcast_d = t;
+            t = op(t, red[w]);
+        *bcast = t;
     }
     __syncthreads();
-    const double r = S.bcast_d;
+    const T r = *bcast;
     __syncthreads();
     return r;
+}
+
+struct smp_add {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct smp_fmax {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ double smp_sum_d(smp_shared &S, double v)
+{
+    return smp_block_reduce(v, S.dred, &S.bcast_d, 0.0, smp_add());
 }
 
 __device__ int smp_sum_i(smp_shared &S, int v)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xFFFFFFFFu, v, o);
-    if (lane == 0)
-        S.ired[warp] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int t = 0;
-        for (int w = 0; w < KC_SMP_WARPS; w++)
-            t += S.ired[w];
-        S.bcast_i = t;
-    }
-    __syncthreads();
-    const int r = S.bcast_i;
-    __syncthreads();
-    return r;
+    return smp_block_reduce(v, S.ired, &S.bcast_i, 0, smp_add());
 }
 
 __device__ float smp_max_f(smp_shared &S, float v)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
-    if (lane == 0)
-        S.fred[warp] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = -INFINITY;
-        for (int w = 0; w < KC_SMP_WARPS; w++)
-            t = fmaxf(t, S.fred[w]);
-        S.bcast_f = t;
-    }
-    __syncthreads();
-    const float r = S.bcast_f;
-    __syncthreads();
-    return r;
+    return smp_block_reduce(v, S.fred, &S.bcast_f, -INFINITY, smp_fmax());
 }
 
 /* Step 1: lowest id of a maximal logit; NaN never wins; all-NaN gives 0. */

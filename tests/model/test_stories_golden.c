@@ -72,35 +72,14 @@ static int json_ints(const cJSON *arr, int32_t *out, int cap)
 }
 
 /* Forward `n` tokens of one sequence starting at position `start`, with
- * logits for rows [logit_from, n). Block table: blocks 1, 2, 3, ... */
+ * logits for rows [logit_from, n), through a reversed block table. */
 static void forward_seq(model *m, const int32_t *toks, int start, int n, int logit_from)
 {
-    int bs = model_block_size(m), nb = model_max_blocks_per_seq(m);
+    int nb = model_max_blocks_per_seq(m);
     int32_t *table = xmalloc(sizeof(int32_t) * (size_t)nb);
     for (int i = 0; i < nb; i++)
         table[i] = nb - i; /* reversed: block ids need not be contiguous or increasing */
-    int32_t pos[512], idx[512];
-    int64_t slots[512];
-    for (int i = 0; i < n; i++) {
-        pos[i] = start + i;
-        slots[i] = (int64_t)table[(start + i) / bs] * bs + (start + i) % bs;
-    }
-    int nl = 0;
-    for (int i = logit_from; i < n; i++)
-        idx[nl++] = i;
-    int32_t qsl[2] = {0, n}, seq_len = start + n;
-    model_batch b = {.n_tokens = n,
-                     .tokens = toks,
-                     .positions = pos,
-                     .slot_mapping = slots,
-                     .n_seqs = 1,
-                     .query_start_loc = qsl,
-                     .seq_lens = &seq_len,
-                     .block_tables = table,
-                     .max_blocks_per_seq = nb,
-                     .n_logits = nl,
-                     .logits_indices = idx};
-    inferd_status st = model_forward(m, &b);
+    inferd_status st = model_forward_seq(m, table, toks, start, n, logit_from);
     ck_assert_msg(st == INFERD_OK, "forward: %s", inferd_last_error());
     xfree(table);
 }

@@ -46,29 +46,12 @@ static int ints(const char *key, int32_t *out)
 /* One sequence, tokens [start, start+n), logits for rows [from, n). */
 static void fwd(model *m, const int32_t *toks, int start, int n, int from)
 {
-    int bs = model_block_size(m), nb = model_max_blocks_per_seq(m);
-    int32_t table[1024], pos[128], idx[128], qsl[2] = {0, n}, len = start + n;
-    int64_t slots[128];
+    int nb = model_max_blocks_per_seq(m);
+    int32_t table[1024];
     for (int i = 0; i < nb; i++)
         table[i] = 2 * i + 3; /* sparse, non-contiguous block ids */
-    for (int i = 0; i < n; i++) {
-        pos[i] = start + i;
-        slots[i] = (int64_t)table[(start + i) / bs] * bs + (start + i) % bs;
-    }
-    for (int i = from; i < n; i++)
-        idx[i - from] = i;
-    model_batch b = {.n_tokens = n,
-                     .tokens = toks,
-                     .positions = pos,
-                     .slot_mapping = slots,
-                     .n_seqs = 1,
-                     .query_start_loc = qsl,
-                     .seq_lens = &len,
-                     .block_tables = table,
-                     .max_blocks_per_seq = nb,
-                     .n_logits = n - from,
-                     .logits_indices = idx};
-    ck_assert_msg(model_forward(m, &b) == INFERD_OK, "forward: %s", inferd_last_error());
+    ck_assert_msg(model_forward_seq(m, table, toks, start, n, from) == INFERD_OK, "forward: %s",
+                  inferd_last_error());
 }
 
 START_TEST(test_logits_vs_cpu)
