@@ -80,8 +80,10 @@ static void row_logprobs(const float *logits, int vocab, int32_t token, int n_to
     lp->token = token;
     lp->logprob = logits[token] - lse;
     n_top = MIN(n_top, MIN(vocab, SAMPLING_MAX_LOGPROBS));
+    /* NOTE: n_top == 0 (logprobs without alternatives) must skip the list:
+     * its insertion index would be n_top - 1 = -1. */
     /* insertion into a sorted top-n list: ties keep the lower id first */
-    for (int v = 0; v < vocab; v++) {
+    for (int v = 0; v < vocab && n_top > 0; v++) {
         float x = logits[v];
         if (lp->n_top == n_top && x <= lp->top_logprobs[n_top - 1])
             continue;

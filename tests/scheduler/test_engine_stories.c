@@ -693,6 +693,37 @@ START_TEST(test_stop_conditions)
 }
 END_TEST
 
+/* Every logprobs value 0..20 (0 = the sampled token's logprob, no
+ * alternatives: it once wrote at index -1 of the top list). */
+START_TEST(test_logprobs_every_count)
+{
+    static prompt p[1];
+    make_prompts(p, 1);
+    model *m = load_model(8, 128, 0);
+    engine *e = make_engine(m, NULL, 8, 128, true);
+    for (int n = 0; n <= SAMPLING_MAX_LOGPROBS; n++) {
+        sampling_params sp;
+        greedy_params(&sp, 4);
+        sp.logprobs = n;
+        result r = {0};
+        collect(submit(e, &p[0], &sp), &r);
+        ck_assert_int_eq(r.n_lp, r.n);
+        for (int k = 0; k < r.n; k++) {
+            const engine_logprob *lp = &r.lp[k];
+            ck_assert_int_eq(lp->token, r.toks[k]);
+            ck_assert_msg(lp->n_top == n, "logprobs %d: n_top %d", n, lp->n_top);
+            ck_assert(isfinite(lp->logprob) && lp->logprob <= 0);
+            if (n > 0)
+                ck_assert_int_eq(lp->top_ids[0], r.toks[k]);
+            for (int j = 0; j < lp->n_top; j++)
+                ck_assert(lp->top_ids[j] >= 0 && isfinite(lp->top_logprobs[j]) && lp->top_logprobs[j] <= 0);
+        }
+    }
+    finish_engine(e, NULL);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(test_logprobs_and_timeout)
 {
     static prompt p[2];
@@ -761,6 +792,7 @@ int main(void)
     tcase_add_test(tc, test_seeded_sampling);
     tcase_add_test(tc, test_rejections);
     tcase_add_test(tc, test_stop_conditions);
+    tcase_add_test(tc, test_logprobs_every_count);
     tcase_add_test(tc, test_logprobs_and_timeout);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

@@ -160,6 +160,64 @@ START_TEST(test_completions_and_chat)
 }
 END_TEST
 
+/* Every logprobs / top_logprobs value 0..20 in both APIs: the right number
+ * of alternatives per token, each a finite log-probability. 0 (and chat's
+ * bare "logprobs": true) once corrupted the engine thread's stack. */
+static void check_lp_entry(const cJSON *e, int n_top)
+{
+    const cJSON *lp = cJSON_GetObjectItem(e, "logprob");
+    ck_assert(cJSON_IsNumber(lp) && lp->valuedouble <= 0);
+    const cJSON *top = cJSON_GetObjectItem(e, "top_logprobs");
+    ck_assert_int_eq(cJSON_GetArraySize(top), n_top);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, top) ck_assert(cJSON_GetObjectItem(t, "logprob")->valuedouble <= 0);
+}
+
+START_TEST(test_logprobs_every_count)
+{
+    ts_server s;
+    const char *args[] = {"--chat-template", "chatml", NULL};
+    ck_assert(ts_start(&s, args));
+    for (int n = 0; n <= 20; n++) {
+        char body[256];
+        long st;
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"" GOLDEN_PROMPT "\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":%d}", n);
+        cJSON *j = ts_post_json(&s, "/v1/completions", body, &st);
+        ck_assert_int_eq(st, 200);
+        const cJSON *lp = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "token_logprobs")), 3);
+        const cJSON *top;
+        /* a dict keyed by token text: ids that decode alike share a key */
+        cJSON_ArrayForEach(top, cJSON_GetObjectItem(lp, "top_logprobs"))
+            ck_assert_msg(cJSON_GetArraySize(top) <= n && (n == 0 || cJSON_GetArraySize(top) > 0),
+                          "completions logprobs %d: %d alternatives", n, cJSON_GetArraySize(top));
+        cJSON_Delete(j);
+
+        /* chat: n = 0 is the common bare form, "logprobs": true alone */
+        if (n == 0)
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,"
+                     "\"temperature\":0,\"logprobs\":true}");
+        else
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,"
+                     "\"temperature\":0,\"logprobs\":true,\"top_logprobs\":%d}", n);
+        j = ts_post_json(&s, "/v1/chat/completions", body, &st);
+        ck_assert_int_eq(st, 200);
+        const cJSON *content = cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"), "content");
+        ck_assert_int_eq(cJSON_GetArraySize(content),
+                         cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint);
+        ck_assert_int_gt(cJSON_GetArraySize(content), 0);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, content) check_lp_entry(e, n);
+        cJSON_Delete(j);
+    }
+    stop_ok(&s);
+}
+END_TEST
+
 START_TEST(test_aux_endpoints)
 {
     ts_server s;
@@ -565,6 +623,7 @@ int main(void)
     TCase *tc = tcase_create("blackbox");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_completions_and_chat);
+    tcase_add_test(tc, test_logprobs_every_count);
     tcase_add_test(tc, test_aux_endpoints);
     tcase_add_test(tc, test_stream_equals_nonstream);
     tcase_add_test(tc, test_concurrent_clients);
