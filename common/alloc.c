@@ -13,7 +13,7 @@ static void oom(size_t n)
     abort();
 }
 
-void *xmalloc(size_t n)
+void *inferd_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     if (!p)
@@ -21,7 +21,7 @@ void *xmalloc(size_t n)
     return p;
 }
 
-void *xcalloc(size_t count, size_t size)
+void *inferd_calloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p)
@@ -29,7 +29,7 @@ void *xcalloc(size_t count, size_t size)
     return p;
 }
 
-void *xrealloc(void *p, size_t n)
+void *inferd_realloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
     if (!q)
@@ -37,30 +37,30 @@ void *xrealloc(void *p, size_t n)
     return q;
 }
 
-char *xstrdup(const char *s)
+char *inferd_strdup(const char *s)
 {
-    return xstrndup(s, strlen(s));
+    return inferd_strndup(s, strlen(s));
 }
 
-char *xstrndup(const char *s, size_t n)
+char *inferd_strndup(const char *s, size_t n)
 {
-    char *p = xmalloc(n + 1);
+    char *p = inferd_malloc(n + 1);
     memcpy(p, s, n);
     p[n] = '\0';
     return p;
 }
 
-void xfree(void *p)
+void inferd_free(void *p)
 {
     free(p);
 }
 
-void *try_malloc(size_t n)
+void *inferd_try_malloc(size_t n)
 {
     return malloc(n ? n : 1);
 }
 
-void *try_calloc(size_t count, size_t size)
+void *inferd_try_calloc(size_t count, size_t size)
 {
     return calloc(count ? count : 1, size ? size : 1);
 }

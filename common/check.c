@@ -1,4 +1,4 @@
-/* common/check.c: the abort path of CHECK and the CUDA check macros. */
+/* common/check.c: the abort path of INFERD_CHECK and the CUDA check macros. */
 #include "common/check.h"
 
 void inferd_fatal(const char *what, const char *detail, const char *func, const char *file, int line)

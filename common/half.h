@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float bf16_to_f32(uint16_t h)
+static inline float half_bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -18,7 +18,7 @@ static inline float bf16_to_f32(uint16_t h)
     return f;
 }
 
-static inline uint16_t f32_to_bf16(float f)
+static inline uint16_t half_f32_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -28,7 +28,7 @@ static inline uint16_t f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float f16_to_f32(uint16_t h)
+static inline float half_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
@@ -55,7 +55,7 @@ static inline float f16_to_f32(uint16_t h)
     return f;
 }
 
-static inline uint16_t f32_to_f16(float f)
+static inline uint16_t half_f32_to_f16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);

@@ -17,14 +17,14 @@ void log_set_level(log_level lvl);
 int log_parse_level(const char *s);
 void log_write(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define LOG_AT(lvl, ...)                      \
+#define INFERD_LOG_AT(lvl, ...)                      \
     do {                                      \
         if ((lvl) >= g_log_level)             \
             log_write((lvl), __VA_ARGS__);    \
     } while (0)
-#define LOG_DEBUG(...) LOG_AT(LOG_LEVEL_DEBUG, __VA_ARGS__)
-#define LOG_INFO(...) LOG_AT(LOG_LEVEL_INFO, __VA_ARGS__)
-#define LOG_WARN(...) LOG_AT(LOG_LEVEL_WARN, __VA_ARGS__)
-#define LOG_ERROR(...) LOG_AT(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define INFERD_LOG_DEBUG(...) INFERD_LOG_AT(LOG_LEVEL_DEBUG, __VA_ARGS__)
+#define INFERD_LOG_INFO(...) INFERD_LOG_AT(LOG_LEVEL_INFO, __VA_ARGS__)
+#define INFERD_LOG_WARN(...) INFERD_LOG_AT(LOG_LEVEL_WARN, __VA_ARGS__)
+#define INFERD_LOG_ERROR(...) INFERD_LOG_AT(LOG_LEVEL_ERROR, __VA_ARGS__)
 
 #endif

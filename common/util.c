@@ -12,21 +12,21 @@
 
 #include "common/alloc.h"
 
-int64_t time_now_us(void)
+int64_t util_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-double time_now_s(void)
+double util_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int64_t time_unix_s(void)
+int64_t util_unix_s(void)
 {
     return (int64_t)time(NULL);
 }
@@ -49,7 +49,7 @@ inferd_status util_read_file(const char *path, size_t max_bytes, char **out, siz
                                 (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
-    char *buf = try_malloc(n + 1);
+    char *buf = inferd_try_malloc(n + 1);
     if (!buf) {
         fclose(f);
         return inferd_set_error(INFERD_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n);
@@ -57,7 +57,7 @@ inferd_status util_read_file(const char *path, size_t max_bytes, char **out, siz
     size_t got = fread(buf, 1, n, f);
     fclose(f);
     if (got != n) {
-        xfree(buf);
+        inferd_free(buf);
         return inferd_set_error(INFERD_ERR_IO, "%s: short read", path);
     }
     buf[n] = '\0';
@@ -76,7 +76,7 @@ bool util_file_exists(const char *path)
 char *util_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
-    char *p = xmalloc(a + b + 2);
+    char *p = inferd_malloc(a + b + 2);
     memcpy(p, dir, a);
     size_t k = a;
     if (a > 0 && dir[a - 1] != '/')
@@ -114,26 +114,26 @@ bool util_parse_double(const char *s, double *out)
 inferd_status util_parse_int_list(const char *s, int32_t **out, int *n_out)
 {
     int cap = 16, n = 0;
-    int32_t *v = xmalloc(sizeof(int32_t) * cap);
+    int32_t *v = inferd_malloc(sizeof(int32_t) * cap);
     const char *p = s;
     for (;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) {
-            xfree(v);
+            inferd_free(v);
             return inferd_set_error(INFERD_ERR_INVALID_ARG, "bad integer list '%s'", s);
         }
         memcpy(item, p, len);
         item[len] = '\0';
         long long x;
         if (!util_parse_int(item, INT32_MIN, INT32_MAX, &x)) {
-            xfree(v);
+            inferd_free(v);
             return inferd_set_error(INFERD_ERR_INVALID_ARG, "bad integer '%s' in list", item);
         }
         if (n == cap) {
             cap *= 2;
-            v = xrealloc(v, sizeof(int32_t) * cap);
+            v = inferd_realloc(v, sizeof(int32_t) * cap);
         }
         v[n++] = (int32_t)x;
         if (!comma)

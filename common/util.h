@@ -9,18 +9,18 @@
 
 #include "common/status.h"
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
-#define CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+#define INFERD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define INFERD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define INFERD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define INFERD_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
 
 /* Monotonic clock in microseconds / seconds. */
-int64_t time_now_us(void);
-double time_now_s(void);
+int64_t util_now_us(void);
+double util_now_s(void);
 /* Wall clock (unix epoch) in seconds. */
-int64_t time_unix_s(void);
+int64_t util_unix_s(void);
 
-/* Read a whole file into a NUL-terminated heap buffer (xfree it).
+/* Read a whole file into a NUL-terminated heap buffer (inferd_free it).
  * max_bytes bounds the size (0 = 1 GiB). Errors name the path. */
 inferd_status util_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
 bool util_file_exists(const char *path);
@@ -37,7 +37,7 @@ static inline bool util_add_u64(uint64_t a, uint64_t b, uint64_t *out)
     return !__builtin_add_overflow(a, b, out);
 }
 
-/* Parse a comma-separated list of int32 ("1,2,3"). *out is heap (xfree).
+/* Parse a comma-separated list of int32 ("1,2,3"). *out is heap (inferd_free).
  * Empty items, junk and out-of-range values are errors. */
 inferd_status util_parse_int_list(const char *s, int32_t **out, int *n_out);
 /* Strict number parsing of a whole string; false on junk or range error. */

@@ -55,7 +55,7 @@ bool kern_cuda_available(void)
 
 inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
 {
-    kern_ctx *ctx = xcalloc(1, sizeof *ctx);
+    kern_ctx *ctx = inferd_calloc(1, sizeof *ctx);
     ctx->backend = opts->backend;
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -66,13 +66,13 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
 #ifdef INFERD_HAVE_CUDA
     inferd_status st = kcuda_ctx_init(ctx, opts->device_id);
     if (st != INFERD_OK) {
-        xfree(ctx);
+        inferd_free(ctx);
         return st;
     }
     *out = ctx;
     return INFERD_OK;
 #else
-    xfree(ctx);
+    inferd_free(ctx);
     return inferd_set_error(INFERD_ERR_UNSUPPORTED, "this build of inferd has no CUDA backend");
 #endif
 }
@@ -85,7 +85,7 @@ void kern_ctx_free(kern_ctx *ctx)
     if (ctx->backend == KERN_BACKEND_CUDA)
         kcuda_ctx_free(ctx);
 #endif
-    xfree(ctx);
+    inferd_free(ctx);
 }
 
 kern_backend kern_ctx_backend(const kern_ctx *ctx)
@@ -188,7 +188,7 @@ void kern_sync(kern_ctx *ctx)
 void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,
                         kern_dtype src_dtype, int64_t n_rows)
 {
-    CHECK(row_offset >= 0 && n_rows >= 0 && row_offset + n_rows <= w->rows);
+    INFERD_CHECK(row_offset >= 0 && n_rows >= 0 && row_offset + n_rows <= w->rows);
     DISPATCH(ctx, weight_upload(ctx, w, row_offset, src, src_dtype, n_rows));
 }
 

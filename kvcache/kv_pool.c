@@ -43,7 +43,7 @@ struct kv_pool {
 static void fl_push_tail(kv_pool *p, int32_t id)
 {
     kv_block *b = &p->blocks[id];
-    DCHECK(!b->in_free);
+    INFERD_DCHECK(!b->in_free);
     b->prev = p->tail;
     b->next = -1;
     if (p->tail >= 0)
@@ -58,7 +58,7 @@ static void fl_push_tail(kv_pool *p, int32_t id)
 static void fl_remove(kv_pool *p, int32_t id)
 {
     kv_block *b = &p->blocks[id];
-    DCHECK(b->in_free);
+    INFERD_DCHECK(b->in_free);
     if (b->prev >= 0)
         p->blocks[b->prev].next = b->next;
     else
@@ -101,7 +101,7 @@ static void ht_remove(kv_pool *p, int32_t id)
     kv_block *b = &p->blocks[id];
     int32_t *link = &p->buckets[bucket_of(p, b->hash)];
     while (*link != id) {
-        CHECK(*link >= 0);
+        INFERD_CHECK(*link >= 0);
         link = &p->blocks[*link].hnext;
     }
     *link = b->hnext;
@@ -123,17 +123,17 @@ inferd_status kv_pool_init(int n_blocks, int block_size, bool enable_caching, kv
     if (block_size < 1 || block_size > 4096)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "kv pool: block size %d out of [1, 4096]",
                                 block_size);
-    kv_pool *p = xcalloc(1, sizeof *p);
+    kv_pool *p = inferd_calloc(1, sizeof *p);
     p->n_blocks = n_blocks;
     p->block_size = block_size;
     p->caching = enable_caching;
-    p->blocks = try_calloc((size_t)n_blocks, sizeof *p->blocks);
+    p->blocks = inferd_try_calloc((size_t)n_blocks, sizeof *p->blocks);
     p->n_buckets = 1;
     while (p->n_buckets < 2u * (uint32_t)n_blocks)
         p->n_buckets <<= 1;
-    p->buckets = try_malloc((size_t)p->n_buckets * sizeof *p->buckets);
+    p->buckets = inferd_try_malloc((size_t)p->n_buckets * sizeof *p->buckets);
     if (enable_caching)
-        p->tokens = try_malloc((size_t)n_blocks * (size_t)block_size * sizeof *p->tokens);
+        p->tokens = inferd_try_malloc((size_t)n_blocks * (size_t)block_size * sizeof *p->tokens);
     if (!p->blocks || !p->buckets || (enable_caching && !p->tokens)) {
         kv_pool_free(p);
         return inferd_set_error(INFERD_ERR_NOMEM, "kv pool: out of memory for %d blocks", n_blocks);
@@ -153,10 +153,10 @@ void kv_pool_free(kv_pool *p)
 {
     if (!p)
         return;
-    xfree(p->blocks);
-    xfree(p->buckets);
-    xfree(p->tokens);
-    xfree(p);
+    inferd_free(p->blocks);
+    inferd_free(p->buckets);
+    inferd_free(p->tokens);
+    inferd_free(p);
 }
 
 int kv_pool_num_blocks(const kv_pool *p)
@@ -182,13 +182,13 @@ bool kv_pool_caching(const kv_pool *p)
 
 int kv_pool_ref_count(const kv_pool *p, int32_t id)
 {
-    CHECK(id >= 0 && id < p->n_blocks);
+    INFERD_CHECK(id >= 0 && id < p->n_blocks);
     return p->blocks[id].ref;
 }
 
 bool kv_pool_is_cached(const kv_pool *p, int32_t id)
 {
-    CHECK(id >= 0 && id < p->n_blocks);
+    INFERD_CHECK(id >= 0 && id < p->n_blocks);
     return p->blocks[id].cached;
 }
 
@@ -236,7 +236,7 @@ inferd_status kv_pool_alloc(kv_pool *p, int n, int32_t *out)
             ht_remove(p, id);
             p->evictions++;
         }
-        DCHECK(b->ref == 0);
+        INFERD_DCHECK(b->ref == 0);
         b->ref = 1;
         out[i] = id;
     }
@@ -247,11 +247,11 @@ void kv_pool_release(kv_pool *p, const int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
-        CHECK(id >= 0 && id < p->n_blocks);
+        INFERD_CHECK(id >= 0 && id < p->n_blocks);
         if (id == KV_NULL_BLOCK)
             continue;
         kv_block *b = &p->blocks[id];
-        CHECK_MSG(b->ref > 0, "kv pool: release of an unreferenced block");
+        INFERD_CHECK_MSG(b->ref > 0, "kv pool: release of an unreferenced block");
         if (--b->ref == 0)
             fl_push_tail(p, id);
     }
@@ -259,8 +259,8 @@ void kv_pool_release(kv_pool *p, const int32_t *ids, int n)
 
 void kv_pool_ref(kv_pool *p, int32_t id)
 {
-    CHECK(id > KV_NULL_BLOCK && id < p->n_blocks);
-    CHECK_MSG(p->blocks[id].ref > 0, "kv pool: ref of a free block (use lookup)");
+    INFERD_CHECK(id > KV_NULL_BLOCK && id < p->n_blocks);
+    INFERD_CHECK_MSG(p->blocks[id].ref > 0, "kv pool: ref of a free block (use lookup)");
     p->blocks[id].ref++;
 }
 
@@ -268,9 +268,9 @@ void kv_pool_ref(kv_pool *p, int32_t id)
 
 bool kv_pool_cache_block(kv_pool *p, int32_t id, kv_hash parent, kv_hash h, const int32_t *tokens)
 {
-    CHECK(id > KV_NULL_BLOCK && id < p->n_blocks);
+    INFERD_CHECK(id > KV_NULL_BLOCK && id < p->n_blocks);
     kv_block *b = &p->blocks[id];
-    CHECK_MSG(b->ref > 0, "kv pool: caching an unreferenced block");
+    INFERD_CHECK_MSG(b->ref > 0, "kv pool: caching an unreferenced block");
     if (!p->caching)
         return false;
     if (b->cached)

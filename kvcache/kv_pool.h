@@ -76,7 +76,7 @@ inferd_status kv_pool_alloc(kv_pool *p, int n, int32_t *out);
 /* Drop one reference from each of ids[n] (in order). Blocks reaching zero are
  * appended to the LRU tail in that order, so pass a sequence's blocks last
  * first: its tail blocks are then evicted before the shared prefix. The null
- * block is ignored. Releasing an unreferenced block is a bug (CHECK). */
+ * block is ignored. Releasing an unreferenced block is a bug (INFERD_CHECK). */
 void kv_pool_release(kv_pool *p, const int32_t *ids, int n);
 
 /* Take one more reference on a referenced block (sharing). CHECKs ref > 0. */

@@ -212,7 +212,7 @@ static inferd_status cfg_parse_llama3(const cJSON *o, const char *name, const ch
 {
     static const char *const req[] = {"factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings"};
-    for (size_t i = 0; i < ARRAY_LEN(req); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(req); i++) {
         if (!cfg_field(o, req[i]))
             return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.%s' is required for rope_type llama3", name,
                                     what, req[i]);
@@ -325,7 +325,7 @@ static inferd_status cfg_parse_eos(const cJSON *obj, const char *name, int32_t v
 static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, const model_config *c)
 {
     static const char *const no_bias[] = {"attention_bias", "mlp_bias"};
-    for (size_t i = 0; i < ARRAY_LEN(no_bias); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(no_bias); i++) {
         bool b;
         inferd_status st = cfg_bool(root, name, no_bias[i], false, &b);
         if (st != INFERD_OK)
@@ -431,7 +431,7 @@ static inferd_status cfg_apply_generation(const char *path, model_config *c)
         return st;
     cJSON *root = NULL;
     st = cfg_parse_object(text, path, &root);
-    xfree(text);
+    inferd_free(text);
     if (st != INFERD_OK)
         return st;
     int32_t ids[MODEL_MAX_EOS];
@@ -455,19 +455,19 @@ inferd_status model_config_load(const char *dir, model_config *cfg)
     if (st != INFERD_OK) {
         if (!util_file_exists(path))
             st = inferd_set_error(INFERD_ERR_NOT_FOUND, "%s: not found", path);
-        xfree(path);
+        inferd_free(path);
         return st;
     }
     model_config c;
     st = model_config_parse(text, path, &c);
-    xfree(text);
-    xfree(path);
+    inferd_free(text);
+    inferd_free(path);
     if (st != INFERD_OK)
         return st;
     char *gen = util_path_join(dir, "generation_config.json");
     if (util_file_exists(gen))
         st = cfg_apply_generation(gen, &c);
-    xfree(gen);
+    inferd_free(gen);
     if (st == INFERD_OK)
         *cfg = c;
     return st;

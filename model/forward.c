@@ -37,7 +37,7 @@ static inferd_status check_batch(const model *m, const model_batch *b)
     for (int i = 0; i < b->n_seqs; i++) {
         int q = b->query_start_loc[i + 1] - b->query_start_loc[i];
         if (q < 1 || q > b->seq_lens[i] || b->seq_lens[i] > m->max_model_len ||
-            CEIL_DIV(b->seq_lens[i], m->block_size) > b->max_blocks_per_seq)
+            INFERD_CEIL_DIV(b->seq_lens[i], m->block_size) > b->max_blocks_per_seq)
             return inferd_set_error(INFERD_ERR_INVALID_ARG, "sequence %d: %d new of %d tokens invalid", i, q,
                                     b->seq_lens[i]);
     }
@@ -71,8 +71,8 @@ static void upload_batch(model *m, const model_batch *b, int *max_q, int *max_le
     *max_q = 0;
     *max_len = 0;
     for (int i = 0; i < b->n_seqs; i++) {
-        *max_q = MAX(*max_q, b->query_start_loc[i + 1] - b->query_start_loc[i]);
-        *max_len = MAX(*max_len, b->seq_lens[i]);
+        *max_q = INFERD_MAX(*max_q, b->query_start_loc[i + 1] - b->query_start_loc[i]);
+        *max_len = INFERD_MAX(*max_len, b->seq_lens[i]);
     }
 }
 

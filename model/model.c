@@ -82,10 +82,10 @@ static inferd_status alloc_acts(model *m)
     a.base = m->act_slab;
     a.off = 0;
     plan_acts(m, &a);
-    float *inv = xmalloc(sizeof(float) * (size_t)(m->cfg.head_dim / 2));
+    float *inv = inferd_malloc(sizeof(float) * (size_t)(m->cfg.head_dim / 2));
     model_rope_inv_freq(&m->cfg, inv);
     kern_memcpy_h2d(m->kc, m->a.inv_freq, inv, sizeof(float) * (size_t)(m->cfg.head_dim / 2));
-    xfree(inv);
+    inferd_free(inv);
     return INFERD_OK;
 }
 
@@ -105,7 +105,7 @@ static inferd_status alloc_kv(model *m)
         } else {
             /* CPU: room for max_num_seqs sequences of max length, at most 1/4 of free RAM */
             int64_t want = (int64_t)m->S * m->max_blocks_per_seq * per_block;
-            budget = MIN(want, (int64_t)(free_b / 4));
+            budget = INFERD_MIN(want, (int64_t)(free_b / 4));
         }
     }
     int64_t n_blocks = budget / per_block;
@@ -137,10 +137,10 @@ static inferd_status alloc_kv(model *m)
 static void log_plan(const model *m)
 {
     int64_t kv_tokens = (int64_t)(m->n_blocks - 1) * m->block_size;
-    LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)", m->cfg.arch,
+    INFERD_LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)", m->cfg.arch,
              m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
              m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)), kern_dtype_name(m->embed.dtype));
-    LOG_INFO("memory: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
+    INFERD_LOG_INFO("memory: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
              "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
              m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T, m->kv_bytes / 1048576.0,
              m->n_blocks, m->block_size, (long long)kv_tokens, (double)kv_tokens / m->max_model_len,
@@ -172,14 +172,14 @@ static inferd_status check_opts(const model_opts *o, const model_config *c)
  * is written to the KV cache and attention reads the zeroed null block 0. */
 static inferd_status model_warmup(model *m)
 {
-    int n = MIN(MIN(m->T, 512), m->max_model_len);
-    int32_t *toks = xcalloc((size_t)n, sizeof(int32_t));
+    int n = INFERD_MIN(INFERD_MIN(m->T, 512), m->max_model_len);
+    int32_t *toks = inferd_calloc((size_t)n, sizeof(int32_t));
     inferd_status st = model_forward_seq(m, NULL, toks, 0, n, n - 1); /* prefill path */
     if (st == INFERD_OK)
         st = model_forward_seq(m, NULL, toks, n - 1, 1, 0); /* decode path */
     kern_sync(m->kc);
     m->last_n_logits = 0;
-    xfree(toks);
+    inferd_free(toks);
     return st;
 }
 
@@ -197,16 +197,16 @@ static inferd_status load_all(model *m)
     m->act_dtype = kern_act_dtype(m->kc);
     m->block_size = m->opts.block_size;
     m->max_model_len = m->opts.max_model_len > 0 ? m->opts.max_model_len : m->cfg.max_position_embeddings;
-    m->max_blocks_per_seq = CEIL_DIV(m->max_model_len, m->block_size);
+    m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
     m->T = m->opts.max_num_batched_tokens;
     m->S = m->opts.max_num_seqs;
     m->R = m->S;
-    m->h_qsl = xcalloc((size_t)m->S + 1, sizeof(int32_t));
-    m->h_seq_lens = xcalloc((size_t)m->S, sizeof(int32_t));
-    m->h_pos = xcalloc((size_t)m->T, sizeof(int32_t));
-    m->h_idx = xcalloc((size_t)m->T, sizeof(int32_t));
-    m->h_slots = xcalloc((size_t)m->T, sizeof(int64_t));
-    m->h_null_table = xcalloc((size_t)m->max_blocks_per_seq, sizeof(int32_t));
+    m->h_qsl = inferd_calloc((size_t)m->S + 1, sizeof(int32_t));
+    m->h_seq_lens = inferd_calloc((size_t)m->S, sizeof(int32_t));
+    m->h_pos = inferd_calloc((size_t)m->T, sizeof(int32_t));
+    m->h_idx = inferd_calloc((size_t)m->T, sizeof(int32_t));
+    m->h_slots = inferd_calloc((size_t)m->T, sizeof(int64_t));
+    m->h_null_table = inferd_calloc((size_t)m->max_blocks_per_seq, sizeof(int32_t));
     if ((st = model_weights_load(m)) != INFERD_OK)
         return st;
     if ((st = alloc_acts(m)) != INFERD_OK)
@@ -223,7 +223,7 @@ inferd_status model_load(const model_opts *opts, model **out)
 {
     if (!opts->model_dir)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "no model directory given");
-    model *m = xcalloc(1, sizeof *m);
+    model *m = inferd_calloc(1, sizeof *m);
     m->opts = *opts;
     inferd_status st = load_all(m);
     if (st != INFERD_OK) {
@@ -245,14 +245,14 @@ void model_free(model *m)
         kern_free(m->kc, m->kv_slab);
         kern_ctx_free(m->kc);
     }
-    xfree(m->layers);
-    xfree(m->h_qsl);
-    xfree(m->h_seq_lens);
-    xfree(m->h_pos);
-    xfree(m->h_idx);
-    xfree(m->h_slots);
-    xfree(m->h_null_table);
-    xfree(m);
+    inferd_free(m->layers);
+    inferd_free(m->h_qsl);
+    inferd_free(m->h_seq_lens);
+    inferd_free(m->h_pos);
+    inferd_free(m->h_idx);
+    inferd_free(m->h_slots);
+    inferd_free(m->h_null_table);
+    inferd_free(m);
 }
 
 const model_config *model_get_config(const model *m)

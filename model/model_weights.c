@@ -86,11 +86,11 @@ static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight
 static void fill_dummy(weight_pass *p, kern_weight *w, bool is_norm)
 {
     if (is_norm) {
-        float *ones = xmalloc(sizeof(float) * (size_t)w->cols);
+        float *ones = inferd_malloc(sizeof(float) * (size_t)w->cols);
         for (int64_t i = 0; i < w->cols; i++)
             ones[i] = 1.0f;
         kern_weight_upload(p->m->kc, w, 0, ones, KERN_DTYPE_F32, 1);
-        xfree(ones);
+        inferd_free(ones);
     } else {
         /* uniform(-s, s) with s = 1/sqrt(cols) keeps activations O(1) */
         float scale = 1.0f / sqrtf((float)w->cols);
@@ -188,7 +188,7 @@ static inferd_status do_all(weight_pass *p)
     bool has_head = p->st ? st_find(p->st, "lm_head.weight") != NULL : !c->tie_word_embeddings;
     if (c->tie_word_embeddings || !has_head) {
         if (!c->tie_word_embeddings && p->assign)
-            LOG_WARN("lm_head.weight absent: using model.embed_tokens.weight (tied)");
+            INFERD_LOG_WARN("lm_head.weight absent: using model.embed_tokens.weight (tied)");
         m->lm_head = m->embed;
         return INFERD_OK;
     }
@@ -214,7 +214,7 @@ static void relocate_all(model *m)
     for (int l = 0; l < m->cfg.n_layers; l++) {
         model_layer *L = &m->layers[l];
         kern_weight *ws[] = {&L->attn_norm, &L->wqkv, &L->wo, &L->mlp_norm, &L->w_gate_up, &L->w_down};
-        for (size_t i = 0; i < ARRAY_LEN(ws); i++)
+        for (size_t i = 0; i < INFERD_ARRAY_LEN(ws); i++)
             relocate(ws[i], base);
     }
 }
@@ -228,7 +228,7 @@ inferd_status model_weights_load(model *m)
         if (st != INFERD_OK)
             return st;
     }
-    m->layers = xcalloc((size_t)m->cfg.n_layers, sizeof(model_layer));
+    m->layers = inferd_calloc((size_t)m->cfg.n_layers, sizeof(model_layer));
     st = do_all(&p); /* pass 1: layout (also checks presence of lm_head) */
     if (st == INFERD_OK) {
         m->weight_bytes = p.offset;

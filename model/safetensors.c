@@ -58,11 +58,11 @@ struct st_set {
 static void st_shard_free(st_shard *sh)
 {
     for (int i = 0; i < sh->n; i++)
-        xfree((void *)sh->tensors[i].name);
-    xfree(sh->tensors);
+        inferd_free((void *)sh->tensors[i].name);
+    inferd_free(sh->tensors);
     if (sh->map)
         munmap((void *)sh->map, sh->map_len);
-    xfree(sh->path);
+    inferd_free(sh->path);
     memset(sh, 0, sizeof *sh);
 }
 
@@ -84,7 +84,7 @@ static inferd_status st_parse_dtype(const char *path, const char *name, const ch
         *elem = 2;
         return INFERD_OK;
     }
-    for (size_t i = 0; i < ARRAY_LEN(other); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(other); i++) {
         if (strcmp(s, other[i]) == 0)
             return inferd_set_error(INFERD_ERR_UNSUPPORTED,
                                     "%s: tensor '%s': dtype %s is not supported (F32, F16, BF16)", path, name, s);
@@ -187,7 +187,7 @@ static inferd_status st_check_layout(st_shard *sh)
             return inferd_set_error(INFERD_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", sh->path,
                                     sh->tensors[i].name);
     }
-    const st_tensor **by_begin = xmalloc(sizeof *by_begin * (size_t)(sh->n > 0 ? sh->n : 1));
+    const st_tensor **by_begin = inferd_malloc(sizeof *by_begin * (size_t)(sh->n > 0 ? sh->n : 1));
     for (int i = 0; i < sh->n; i++)
         by_begin[i] = &sh->tensors[i];
     qsort(by_begin, (size_t)sh->n, sizeof *by_begin, st_cmp_begin);
@@ -198,7 +198,7 @@ static inferd_status st_check_layout(st_shard *sh)
             st = inferd_set_error(INFERD_ERR_FORMAT, "%s: tensor '%s' overlaps tensor '%s' in the data region",
                                   sh->path, q->name, p->name);
     }
-    xfree(by_begin);
+    inferd_free(by_begin);
     return st;
 }
 
@@ -229,7 +229,7 @@ static inferd_status st_parse_header(st_shard *sh, const char *hdr, uint64_t n, 
         return inferd_set_error(INFERD_ERR_FORMAT, "%s: header is not a JSON object", sh->path);
     }
     int total = cJSON_GetArraySize(root);
-    sh->tensors = xcalloc((size_t)(total > 0 ? total : 1), sizeof *sh->tensors);
+    sh->tensors = inferd_calloc((size_t)(total > 0 ? total : 1), sizeof *sh->tensors);
     inferd_status st = INFERD_OK;
     for (const cJSON *it = root->child; it && st == INFERD_OK; it = it->next) {
         if (strcmp(it->string, "__metadata__") == 0) {
@@ -240,7 +240,7 @@ static inferd_status st_parse_header(st_shard *sh, const char *hdr, uint64_t n, 
         st_tensor *t = &sh->tensors[sh->n];
         st = st_parse_entry(sh->path, it, data, data_len, t);
         if (st == INFERD_OK) {
-            t->name = xstrdup(it->string);
+            t->name = inferd_strdup(it->string);
             t->file = sh->path;
             sh->n++;
         }
@@ -282,7 +282,7 @@ static inferd_status st_map_file(st_shard *sh)
 static inferd_status st_shard_open(const char *path, st_shard *sh)
 {
     memset(sh, 0, sizeof *sh);
-    sh->path = xstrdup(path);
+    sh->path = inferd_strdup(path);
     inferd_status st = st_map_file(sh);
     if (st != INFERD_OK) {
         st_shard_free(sh);
@@ -301,11 +301,11 @@ static inferd_status st_shard_open(const char *path, st_shard *sh)
         return st;
     }
     /* A NUL-terminated copy: the parser never reads past the mapping. */
-    char *hdr = xmalloc((size_t)n + 1);
+    char *hdr = inferd_malloc((size_t)n + 1);
     memcpy(hdr, sh->map + 8, (size_t)n);
     hdr[n] = '\0';
     st = st_parse_header(sh, hdr, n, sh->map + 8 + n, room - n);
-    xfree(hdr);
+    inferd_free(hdr);
     if (st != INFERD_OK)
         st_shard_free(sh);
     return st;
@@ -318,9 +318,9 @@ static int st_cmp_ptr_name(const void *a, const void *b)
 
 static st_set *st_set_new(const char *where, int n_shards)
 {
-    st_set *s = xcalloc(1, sizeof *s);
-    s->where = xstrdup(where);
-    s->shards = xcalloc((size_t)n_shards, sizeof *s->shards);
+    st_set *s = inferd_calloc(1, sizeof *s);
+    s->where = inferd_strdup(where);
+    s->shards = inferd_calloc((size_t)n_shards, sizeof *s->shards);
     return s;
 }
 
@@ -336,7 +336,7 @@ inferd_status st_open_file(const char *path, st_set **out)
     }
     s->n_shards = 1;
     s->n = s->shards[0].n;
-    s->sorted = xmalloc(sizeof *s->sorted * (size_t)(s->n > 0 ? s->n : 1));
+    s->sorted = inferd_malloc(sizeof *s->sorted * (size_t)(s->n > 0 ? s->n : 1));
     for (int i = 0; i < s->n; i++)
         s->sorted[i] = &s->shards[0].tensors[i];
     *out = s;
@@ -363,7 +363,7 @@ static inferd_status st_read_index(const char *path, cJSON **root_out, st_index_
     if (st != INFERD_OK)
         return st;
     cJSON *root = cJSON_Parse(text);
-    xfree(text);
+    inferd_free(text);
     const cJSON *wm = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     int n = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;
     if (n == 0) {
@@ -371,7 +371,7 @@ static inferd_status st_read_index(const char *path, cJSON **root_out, st_index_
         return inferd_set_error(INFERD_ERR_FORMAT, "%s: %s", path,
                                 !root ? "invalid JSON" : "missing or empty 'weight_map' object");
     }
-    st_index_entry *e = xcalloc((size_t)n, sizeof *e);
+    st_index_entry *e = inferd_calloc((size_t)n, sizeof *e);
     int i = 0;
     for (const cJSON *it = wm->child; it; it = it->next, i++) {
         const char *f = cJSON_IsString(it) ? it->valuestring : NULL;
@@ -379,7 +379,7 @@ static inferd_status st_read_index(const char *path, cJSON **root_out, st_index_
         if (!f || !*f || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0) {
             inferd_set_error(INFERD_ERR_FORMAT, "%s: tensor '%s': shard must be a plain file name", path,
                              it->string);
-            xfree(e);
+            inferd_free(e);
             cJSON_Delete(root);
             return INFERD_ERR_FORMAT;
         }
@@ -402,7 +402,7 @@ static inferd_status st_open_shards(const char *dir, const char *index, st_index
         }
         char *p = util_path_join(dir, e[i].shard);
         inferd_status st = st_shard_open(p, &s->shards[s->n_shards]);
-        xfree(p);
+        inferd_free(p);
         if (st != INFERD_OK) {
             if (st == INFERD_ERR_NOT_FOUND)
                 st = inferd_set_error(st, "%s: shard '%s' (holding tensor '%s') not found", index, e[i].shard,
@@ -417,7 +417,7 @@ static inferd_status st_open_shards(const char *dir, const char *index, st_index
 /* Resolve every index entry to its tensor in its shard into s->sorted. */
 static inferd_status st_resolve_index(const char *index, const st_index_entry *e, int n, st_set *s)
 {
-    s->sorted = xmalloc(sizeof *s->sorted * (size_t)n);
+    s->sorted = inferd_malloc(sizeof *s->sorted * (size_t)n);
     for (int i = 0; i < n; i++) {
         const st_shard *sh = &s->shards[e[i].shard_idx];
         st_tensor key = {.name = e[i].tensor};
@@ -452,13 +452,13 @@ static inferd_status st_open_index(const char *dir, const char *index, st_set **
     st = st_open_shards(dir, index, e, n, s);
     if (st == INFERD_OK)
         st = st_resolve_index(index, e, n, s);
-    xfree(e);
+    inferd_free(e);
     cJSON_Delete(root);
     if (st != INFERD_OK) {
         st_close(s);
         return st;
     }
-    LOG_DEBUG("safetensors: %s: %d tensors in %d shards", dir, s->n, s->n_shards);
+    INFERD_LOG_DEBUG("safetensors: %s: %d tensors in %d shards", dir, s->n, s->n_shards);
     *out = s;
     return INFERD_OK;
 }
@@ -477,8 +477,8 @@ inferd_status st_open_dir(const char *dir, st_set **out)
         st = st_open_index(dir, index, out);
     else
         st = inferd_set_error(INFERD_ERR_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
-    xfree(single);
-    xfree(index);
+    inferd_free(single);
+    inferd_free(index);
     return st;
 }
 
@@ -488,10 +488,10 @@ void st_close(st_set *s)
         return;
     for (int i = 0; i < s->n_shards; i++)
         st_shard_free(&s->shards[i]);
-    xfree(s->shards);
-    xfree(s->sorted);
-    xfree(s->where);
-    xfree(s);
+    inferd_free(s->shards);
+    inferd_free(s->sorted);
+    inferd_free(s->where);
+    inferd_free(s);
 }
 
 const st_tensor *st_find(const st_set *s, const char *name)

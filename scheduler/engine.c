@@ -28,16 +28,16 @@
 static void alloc_buffers(engine *e)
 {
     size_t T = (size_t)e->opts.max_num_batched_tokens, S = (size_t)e->opts.max_num_seqs;
-    e->b_tokens = xmalloc(T * sizeof(int32_t));
-    e->b_positions = xmalloc(T * sizeof(int32_t));
-    e->b_slots = xmalloc(T * sizeof(int64_t));
-    e->b_qsl = xmalloc((S + 1) * sizeof(int32_t));
-    e->b_seq_lens = xmalloc(S * sizeof(int32_t));
-    e->b_tables = xmalloc(S * (size_t)e->max_blocks_per_seq * sizeof(int32_t));
-    e->b_logits_idx = xmalloc(S * sizeof(int32_t));
-    e->b_row_item = xmalloc(S * sizeof(int32_t));
-    e->b_sparams = xmalloc(S * sizeof(kern_sample_params));
-    e->b_sampled = xmalloc(S * sizeof(int32_t));
+    e->b_tokens = inferd_malloc(T * sizeof(int32_t));
+    e->b_positions = inferd_malloc(T * sizeof(int32_t));
+    e->b_slots = inferd_malloc(T * sizeof(int64_t));
+    e->b_qsl = inferd_malloc((S + 1) * sizeof(int32_t));
+    e->b_seq_lens = inferd_malloc(S * sizeof(int32_t));
+    e->b_tables = inferd_malloc(S * (size_t)e->max_blocks_per_seq * sizeof(int32_t));
+    e->b_logits_idx = inferd_malloc(S * sizeof(int32_t));
+    e->b_row_item = inferd_malloc(S * sizeof(int32_t));
+    e->b_sparams = inferd_malloc(S * sizeof(kern_sample_params));
+    e->b_sampled = inferd_malloc(S * sizeof(int32_t));
 }
 
 static inferd_status check_opts(const engine_opts *o)
@@ -64,17 +64,17 @@ static void clamp_opts(engine *e)
     int T = model_max_num_batched_tokens(e->m), S = model_max_num_seqs(e->m);
     int L = model_max_model_len(e->m);
     if (o->max_num_batched_tokens > T) {
-        LOG_WARN("engine: max_num_batched_tokens %d > the model's %d; using %d", o->max_num_batched_tokens, T,
+        INFERD_LOG_WARN("engine: max_num_batched_tokens %d > the model's %d; using %d", o->max_num_batched_tokens, T,
                  T);
         o->max_num_batched_tokens = T;
     }
     if (o->max_num_seqs > S) {
-        LOG_WARN("engine: max_num_seqs %d > the model's %d; using %d", o->max_num_seqs, S, S);
+        INFERD_LOG_WARN("engine: max_num_seqs %d > the model's %d; using %d", o->max_num_seqs, S, S);
         o->max_num_seqs = S;
     }
     if (o->max_model_len == 0 || o->max_model_len > L) {
         if (o->max_model_len > L)
-            LOG_WARN("engine: max_model_len %d > the model's %d; using %d", o->max_model_len, L, L);
+            INFERD_LOG_WARN("engine: max_model_len %d > the model's %d; using %d", o->max_model_len, L, L);
         o->max_model_len = L;
     }
 }
@@ -85,7 +85,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     inferd_status st = check_opts(opts);
     if (st != INFERD_OK)
         return st;
-    engine *e = xcalloc(1, sizeof *e);
+    engine *e = inferd_calloc(1, sizeof *e);
     e->opts = *opts;
     e->m = m;
     e->tok = tok;
@@ -96,7 +96,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     clamp_opts(e);
     st = kv_pool_init(model_num_kv_blocks(m), e->block_size, opts->enable_prefix_caching, &e->pool);
     if (st != INFERD_OK) {
-        xfree(e);
+        inferd_free(e);
         return st;
     }
     sched_opts so = {.max_num_seqs = e->opts.max_num_seqs,
@@ -104,7 +104,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
                      .max_model_len = e->opts.max_model_len};
     if ((st = sched_init(&so, e->pool, &e->s)) != INFERD_OK) {
         kv_pool_free(e->pool);
-        xfree(e);
+        inferd_free(e);
         return st;
     }
     alloc_buffers(e);
@@ -118,7 +118,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     pthread_condattr_destroy(&ca);
     e->next_id = 1;
     e->stats.kv_blocks_total = kv_pool_num_usable(e->pool);
-    LOG_INFO(
+    INFERD_LOG_INFO(
         "engine: %d seqs, %d tokens/step, max model len %d, %d KV blocks of %d tokens, prefix caching %s",
         e->opts.max_num_seqs, e->opts.max_num_batched_tokens, e->opts.max_model_len,
         kv_pool_num_usable(e->pool), e->block_size, opts->enable_prefix_caching ? "on" : "off");
@@ -141,13 +141,13 @@ static void admit(engine *e, eng_req *r)
         eng_finish(e, r, FINISH_ERROR, inferd_last_error());
         return;
     }
-    xfree(r->prompt);
+    inferd_free(r->prompt);
     r->prompt = NULL;
 }
 
 static void reap_aborts(engine *e, bool stopping)
 {
-    double now = time_now_s();
+    double now = util_now_s();
     eng_req *next;
     for (eng_req *r = e->live_head; r; r = next) {
         next = r->next;
@@ -269,16 +269,16 @@ void engine_free(engine *e)
     pthread_mutex_destroy(&e->step_mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->idle_cv);
-    xfree(e->b_tokens);
-    xfree(e->b_positions);
-    xfree(e->b_slots);
-    xfree(e->b_qsl);
-    xfree(e->b_seq_lens);
-    xfree(e->b_tables);
-    xfree(e->b_logits_idx);
-    xfree(e->b_row_item);
-    xfree(e->b_sparams);
-    xfree(e->b_sampled);
-    xfree(e->h_logits);
-    xfree(e);
+    inferd_free(e->b_tokens);
+    inferd_free(e->b_positions);
+    inferd_free(e->b_slots);
+    inferd_free(e->b_qsl);
+    inferd_free(e->b_seq_lens);
+    inferd_free(e->b_tables);
+    inferd_free(e->b_logits_idx);
+    inferd_free(e->b_row_item);
+    inferd_free(e->b_sparams);
+    inferd_free(e->b_sampled);
+    inferd_free(e->h_logits);
+    inferd_free(e);
 }

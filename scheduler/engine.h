@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum {
     FINISH_NONE = 0,
@@ -64,7 +64,7 @@ typedef struct {
     void *notify_user;
 } engine_request;
 
-/* Timestamps in seconds on the monotonic clock (time_now_s); 0 = not yet. */
+/* Timestamps in seconds on the monotonic clock (util_now_s); 0 = not yet. */
 typedef struct {
     double arrival, first_scheduled, first_token, last_token, finished;
     double prefill_done;       /* when the whole prompt had been computed */

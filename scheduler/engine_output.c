@@ -25,19 +25,19 @@ void eng_req_free(eng_req *r)
     if (!r)
         return;
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
-        xfree(r->stop_copy[i]);
+        inferd_free(r->stop_copy[i]);
     if (r->detok)
         tok_stream_free(r->detok);
-    xfree(r->prompt);
-    xfree(r->text);
-    xfree(r);
+    inferd_free(r->prompt);
+    inferd_free(r->text);
+    inferd_free(r);
 }
 
 static void text_append(eng_req *r, const char *s, size_t n)
 {
     if (r->text_len + n + 1 > r->text_cap) {
         r->text_cap = (r->text_len + n + 1) * 2;
-        r->text = xrealloc(r->text, r->text_cap);
+        r->text = inferd_realloc(r->text, r->text_cap);
     }
     memcpy(r->text + r->text_len, s, n);
     r->text_len += n;
@@ -73,7 +73,7 @@ static size_t holdback(const eng_req *r)
     size_t keep = 0;
     for (int i = 0; i < r->sp.n_stop; i++) {
         size_t nl = strlen(r->sp.stop[i]);
-        for (size_t k = MIN(avail, nl - 1); k > keep; k--) {
+        for (size_t k = INFERD_MIN(avail, nl - 1); k > keep; k--) {
             if (memcmp(r->text + r->text_len - k, r->sp.stop[i], k) == 0) {
                 keep = k;
                 break;
@@ -114,7 +114,7 @@ static bool flush_detok(eng_req *r, bool may_stop)
     size_t old_len = r->text_len;
     if (tok_stream_flush(r->detok, &delta, &dlen) == INFERD_OK && dlen > 0)
         text_append(r, delta, dlen);
-    xfree(delta);
+    inferd_free(delta);
     return may_stop && match_stop(r, old_len);
 }
 
@@ -162,7 +162,7 @@ static int cached_tokens_of(const eng_req *r)
 
 void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
 {
-    r->times.finished = time_now_s();
+    r->times.finished = util_now_s();
     if (reason != FINISH_ERROR)
         flush_detok(r, r->n_gen >= r->sp.min_tokens);
     size_t n = r->text_len - r->emitted;
@@ -174,7 +174,7 @@ void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
 
 bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob *lp)
 {
-    double now = time_now_s();
+    double now = util_now_s();
     sched_append_token(e->s, r->sr, token);
     r->n_gen++;
     e->n_gen_tokens++;
@@ -193,7 +193,7 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
         size_t dlen = 0;
         if (tok_stream_push(r->detok, token, &delta, &dlen) == INFERD_OK && dlen > 0)
             text_append(r, delta, dlen);
-        xfree(delta);
+        inferd_free(delta);
     }
     if (fin == FINISH_NONE && may_stop && match_stop(r, old_len))
         fin = FINISH_STOP;

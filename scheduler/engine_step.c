@@ -25,8 +25,8 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
     int bs = e->block_size;
     int width = 1;
     for (int i = 0; i < out->n_items; i++)
-        width = MAX(width, out->items[i].req->n_blocks);
-    CHECK(width <= e->max_blocks_per_seq);
+        width = INFERD_MAX(width, out->items[i].req->n_blocks);
+    INFERD_CHECK(width <= e->max_blocks_per_seq);
     int off = 0, n_logits = 0;
     for (int i = 0; i < out->n_items; i++) {
         const sched_item *it = &out->items[i];
@@ -50,7 +50,7 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
         }
     }
     e->b_qsl[out->n_items] = off;
-    CHECK(off == out->n_tokens);
+    INFERD_CHECK(off == out->n_tokens);
     memset(b, 0, sizeof *b);
     b->n_tokens = off;
     b->tokens = e->b_tokens;
@@ -79,7 +79,7 @@ static void row_logprobs(const float *logits, int vocab, int32_t token, int n_to
     memset(lp, 0, sizeof *lp);
     lp->token = token;
     lp->logprob = logits[token] - lse;
-    n_top = MIN(n_top, MIN(vocab, SAMPLING_MAX_LOGPROBS));
+    n_top = INFERD_MIN(n_top, INFERD_MIN(vocab, SAMPLING_MAX_LOGPROBS));
     /* NOTE: n_top == 0 (logprobs without alternatives) must skip the list:
      * its insertion index would be n_top - 1 = -1. */
     /* insertion into a sorted top-n list: ties keep the lower id first */
@@ -120,7 +120,7 @@ static void fill_sample_params(engine *e, const sched_output *out, int n_logits,
 /* The forward pass failed: every request of the step finishes with an error. */
 static void fail_step(engine *e, const sched_output *out, const char *why)
 {
-    LOG_ERROR("engine: step failed: %s", why);
+    INFERD_LOG_ERROR("engine: step failed: %s", why);
     for (int i = 0; i < out->n_items; i++)
         eng_finish(e, out->items[i].req->user, FINISH_ERROR, why);
 }
@@ -155,7 +155,7 @@ void eng_step(engine *e)
     sched_step(e->s, &out);
     if (out.n_items == 0)
         return;
-    mark_scheduled(&out, time_now_s());
+    mark_scheduled(&out, util_now_s());
     model_batch b;
     int n_logits = build_batch(e, &out, &b);
     inferd_status st = model_forward(e->m, &b);
@@ -168,7 +168,7 @@ void eng_step(engine *e)
         fill_sample_params(e, &out, n_logits, &want_lp);
         if (want_lp) {
             if (!e->h_logits)
-                e->h_logits = xmalloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
+                e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
             model_logits_to_host(e->m, e->h_logits);
         }
         st = model_sample(e->m, e->b_sparams, e->b_sampled);
@@ -178,13 +178,13 @@ void eng_step(engine *e)
         }
     }
     sched_commit(e->s, &out);
-    mark_progress(e, &out, time_now_s());
+    mark_progress(e, &out, util_now_s());
     for (int k = 0; k < n_logits; k++) {
         eng_req *r = out.items[e->b_row_item[k]].req->user;
         engine_logprob lp;
         bool has_lp = want_lp && r->sp.logprobs >= 0;
         int32_t tok = e->b_sampled[k];
-        CHECK_MSG(tok >= 0 && tok < e->vocab, "sampled token outside the vocabulary");
+        INFERD_CHECK_MSG(tok >= 0 && tok < e->vocab, "sampled token outside the vocabulary");
         if (has_lp)
             row_logprobs(e->h_logits + (size_t)k * e->vocab, e->vocab, tok, r->sp.logprobs, &lp);
         eng_accept_token(e, r, tok, has_lp ? &lp : NULL);
@@ -192,6 +192,6 @@ void eng_step(engine *e)
 #ifndef NDEBUG
     /* debug builds: the full pool + scheduler invariant check every step */
     char msg[256];
-    CHECK_MSG(sched_check(e->s, msg, sizeof msg), msg);
+    INFERD_CHECK_MSG(sched_check(e->s, msg, sizeof msg), msg);
 #endif
 }

@@ -18,7 +18,7 @@
 
 engine_stream *stream_new(uint64_t id, const engine_request *req)
 {
-    engine_stream *s = xcalloc(1, sizeof *s);
+    engine_stream *s = inferd_calloc(1, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -32,7 +32,7 @@ engine_stream *stream_new(uint64_t id, const engine_request *req)
     s->notify = req->notify;
     s->notify_user = req->notify_user;
     s->prompt_tokens = req->n_prompt;
-    s->text = xmalloc(1);
+    s->text = inferd_malloc(1);
     s->text[0] = '\0';
     s->text_cap = 1;
     return s;
@@ -42,16 +42,16 @@ static void stream_destroy(engine_stream *s)
 {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    xfree(s->tok);
-    xfree(s->lp);
-    xfree(s->text);
-    xfree(s);
+    inferd_free(s->tok);
+    inferd_free(s->lp);
+    inferd_free(s->text);
+    inferd_free(s);
 }
 
 void stream_unref(engine_stream *s)
 {
     pthread_mutex_lock(&s->mu);
-    CHECK(s->refs > 0);
+    INFERD_CHECK(s->refs > 0);
     int left = --s->refs;
     pthread_mutex_unlock(&s->mu);
     if (left == 0)
@@ -66,9 +66,9 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
     if (n_tok > 0) {
         if (s->n_tok + n_tok > s->cap_tok) {
             s->cap_tok = (s->n_tok + n_tok) * 2;
-            s->tok = xrealloc(s->tok, (size_t)s->cap_tok * sizeof *s->tok);
+            s->tok = inferd_realloc(s->tok, (size_t)s->cap_tok * sizeof *s->tok);
             if (s->want_logprobs)
-                s->lp = xrealloc(s->lp, (size_t)s->cap_tok * sizeof *s->lp);
+                s->lp = inferd_realloc(s->lp, (size_t)s->cap_tok * sizeof *s->lp);
         }
         memcpy(s->tok + s->n_tok, tok, (size_t)n_tok * sizeof *tok);
         if (s->want_logprobs) {
@@ -84,7 +84,7 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
     if (text_len > 0) {
         if (s->text_len + text_len + 1 > s->text_cap) {
             s->text_cap = (s->text_len + text_len + 1) * 2;
-            s->text = xrealloc(s->text, s->text_cap);
+            s->text = inferd_realloc(s->text, s->text_cap);
         }
         memcpy(s->text + s->text_len, text, text_len);
         s->text_len += text_len;
@@ -122,13 +122,13 @@ static void take(engine_stream *s, engine_output *out)
     out->token_ids = s->tok;
     out->logprobs = s->want_logprobs ? s->lp : NULL;
     if (!s->want_logprobs)
-        xfree(s->lp);
+        inferd_free(s->lp);
     s->tok = NULL;
     s->lp = NULL;
     s->n_tok = s->cap_tok = 0;
     out->text = s->text;
     out->text_len = s->text_len;
-    s->text = xmalloc(1);
+    s->text = inferd_malloc(1);
     s->text[0] = '\0';
     s->text_len = 0;
     s->text_cap = 1;
@@ -159,9 +159,9 @@ void engine_output_free(engine_output *o)
 {
     if (!o)
         return;
-    xfree(o->token_ids);
-    xfree(o->logprobs);
-    xfree(o->text);
+    inferd_free(o->token_ids);
+    inferd_free(o->logprobs);
+    inferd_free(o->text);
     o->token_ids = NULL;
     o->logprobs = NULL;
     o->text = NULL;

@@ -71,7 +71,7 @@ static inferd_status check_request(const engine *e, const engine_request *req)
             "prompt (%d tokens) + max_tokens (%d) = %lld tokens exceeds the maximum model "
             "length of %d tokens",
             req->n_prompt, req->sp.max_tokens, (long long)total, e->opts.max_model_len);
-    int64_t need = CEIL_DIV(total - 1, (int64_t)e->block_size);
+    int64_t need = INFERD_CEIL_DIV(total - 1, (int64_t)e->block_size);
     int usable = kv_pool_num_usable(e->pool);
     if (need > usable)
         return inferd_set_error(
@@ -85,28 +85,28 @@ static inferd_status check_request(const engine *e, const engine_request *req)
 
 static eng_req *make_req(const engine_request *req, engine_stream *s, const tokenizer *tok)
 {
-    eng_req *r = xcalloc(1, sizeof *r);
+    eng_req *r = inferd_calloc(1, sizeof *r);
     r->stream = s;
     r->n_prompt = req->n_prompt;
-    r->prompt = xmalloc((size_t)req->n_prompt * sizeof *r->prompt);
+    r->prompt = inferd_malloc((size_t)req->n_prompt * sizeof *r->prompt);
     memcpy(r->prompt, req->prompt_ids, (size_t)req->n_prompt * sizeof *r->prompt);
     r->sp = req->sp;
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
         r->sp.stop[i] = NULL;
     for (int i = 0; i < req->sp.n_stop; i++) {
-        r->stop_copy[i] = xstrdup(req->sp.stop[i]);
+        r->stop_copy[i] = inferd_strdup(req->sp.stop[i]);
         r->sp.stop[i] = r->stop_copy[i];
-        r->max_stop_len = MAX(r->max_stop_len, strlen(r->stop_copy[i]));
+        r->max_stop_len = INFERD_MAX(r->max_stop_len, strlen(r->stop_copy[i]));
     }
     r->seed = req->sp.has_seed ? req->sp.seed
-                               : rng_mix64((uint64_t)time_now_us() ^ (s->id * 0x9E3779B97F4A7C15ull));
-    r->times.arrival = time_now_s();
+                               : rng_mix64((uint64_t)util_now_us() ^ (s->id * 0x9E3779B97F4A7C15ull));
+    r->times.arrival = util_now_s();
     r->deadline = req->timeout_s > 0 ? r->times.arrival + req->timeout_s : 0;
     if (tok) {
         r->detok = tok_stream_new(tok, true);
         tok_stream_prefill(r->detok, req->prompt_ids, req->n_prompt);
     }
-    r->text = xmalloc(1);
+    r->text = inferd_malloc(1);
     r->text[0] = '\0';
     r->text_cap = 1;
     s->times.arrival = r->times.arrival;

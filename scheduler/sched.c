@@ -90,21 +90,21 @@ inferd_status sched_init(const sched_opts *o, kv_pool *pool, sched **out)
                                 "scheduler: max_num_seqs %d, max_num_batched_tokens %d, "
                                 "max_model_len %d must all be >= 1",
                                 o->max_num_seqs, o->max_num_batched_tokens, o->max_model_len);
-    sched *s = xcalloc(1, sizeof *s);
+    sched *s = inferd_calloc(1, sizeof *s);
     s->o = *o;
     s->pool = pool;
     s->block_size = kv_pool_block_size(pool);
-    s->items = xcalloc((size_t)o->max_num_seqs, sizeof *s->items);
+    s->items = inferd_calloc((size_t)o->max_num_seqs, sizeof *s->items);
     *out = s;
     return INFERD_OK;
 }
 
 static void req_destroy(sched_req *r)
 {
-    xfree(r->tokens);
-    xfree(r->blocks);
-    xfree(r->hashes);
-    xfree(r);
+    inferd_free(r->tokens);
+    inferd_free(r->blocks);
+    inferd_free(r->hashes);
+    inferd_free(r);
 }
 
 void sched_free(sched *s)
@@ -115,8 +115,8 @@ void sched_free(sched *s)
         sched_remove(s, s->running.head);
     while (s->waiting.head)
         sched_remove(s, s->waiting.head);
-    xfree(s->items);
-    xfree(s);
+    inferd_free(s->items);
+    inferd_free(s);
 }
 
 inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prompt, int max_tokens,
@@ -134,7 +134,7 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
                                 "maximum model length of %d tokens",
                                 n_prompt, max_tokens, (long long)cap, s->o.max_model_len);
     /* The last sampled token never needs KV: cap - 1 tokens at most. */
-    int64_t need = CEIL_DIV(cap - 1, (int64_t)s->block_size);
+    int64_t need = INFERD_CEIL_DIV(cap - 1, (int64_t)s->block_size);
     int usable = kv_pool_num_usable(s->pool);
     if (need > usable)
         return inferd_set_error(INFERD_ERR_TOO_LONG,
@@ -142,16 +142,16 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
                                 "tokens, but the whole KV cache holds %d blocks (%lld tokens)",
                                 n_prompt, max_tokens, (long long)need, s->block_size, usable,
                                 (long long)usable * s->block_size);
-    sched_req *r = xcalloc(1, sizeof *r);
+    sched_req *r = inferd_calloc(1, sizeof *r);
     r->id = id;
     r->state = REQ_STATE_WAITING;
     r->cap = (int)cap;
-    r->tokens = xmalloc((size_t)cap * sizeof *r->tokens);
+    r->tokens = inferd_malloc((size_t)cap * sizeof *r->tokens);
     memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
     r->n_prompt = r->n_total = n_prompt;
-    r->max_blocks = (int)CEIL_DIV(cap, (int64_t)s->block_size);
-    r->blocks = xmalloc((size_t)r->max_blocks * sizeof *r->blocks);
-    r->hashes = xmalloc((size_t)r->max_blocks * sizeof *r->hashes);
+    r->max_blocks = (int)INFERD_CEIL_DIV(cap, (int64_t)s->block_size);
+    r->blocks = inferd_malloc((size_t)r->max_blocks * sizeof *r->blocks);
+    r->hashes = inferd_malloc((size_t)r->max_blocks * sizeof *r->hashes);
     r->user = user;
     list_push_back(&s->waiting, r);
     *out = r;
@@ -175,8 +175,8 @@ static void release_blocks(sched *s, sched_req *r)
  * the pool has too few free blocks. */
 static bool reserve(sched *s, sched_req *r, int n_tokens)
 {
-    int want = CEIL_DIV(n_tokens, s->block_size);
-    CHECK(want <= r->max_blocks);
+    int want = INFERD_CEIL_DIV(n_tokens, s->block_size);
+    INFERD_CHECK(want <= r->max_blocks);
     int need = want - r->n_blocks;
     if (need <= 0)
         return true;
@@ -188,7 +188,7 @@ static bool reserve(sched *s, sched_req *r, int n_tokens)
 
 static void preempt(sched *s, sched_req *r)
 {
-    CHECK(r->state == REQ_STATE_RUNNING);
+    INFERD_CHECK(r->state == REQ_STATE_RUNNING);
     list_remove(&s->running, r);
     release_blocks(s, r);
     r->state = REQ_STATE_PREEMPTED;
@@ -201,7 +201,7 @@ static void preempt(sched *s, sched_req *r)
 
 static void add_item(sched *s, sched_output *out, sched_req *r, int n_new)
 {
-    CHECK(out->n_items < s->o.max_num_seqs);
+    INFERD_CHECK(out->n_items < s->o.max_num_seqs);
     sched_item *it = &s->items[out->n_items++];
     it->req = r;
     it->start = r->n_computed;
@@ -217,7 +217,7 @@ static int schedule_running(sched *s, sched_output *out, int budget)
 {
     sched_req *r = s->running.head;
     while (r && budget > 0) {
-        int n_new = MIN(r->n_total - r->n_computed, budget);
+        int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
         if (n_new <= 0) {
             r = r->next;
             continue;
@@ -260,7 +260,7 @@ static void schedule_waiting(sched *s, sched_output *out, int budget)
     while (s->waiting.head && budget > 0 && s->running.n < s->o.max_num_seqs) {
         sched_req *r = s->waiting.head;
         admit_prefix(s, r);
-        int n_new = MIN(r->n_total - r->n_computed, budget);
+        int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
         if (!reserve(s, r, r->n_computed + n_new)) {
             release_blocks(s, r); /* give back the prefix hits: retry next step */
             break;
@@ -292,7 +292,7 @@ void sched_step(sched *s, sched_output *out)
         schedule_waiting(s, out, budget);
     s->st.steps++;
     /* Liveness: with every block free, the oldest request always fits. */
-    CHECK_MSG(out->n_items > 0 || !sched_has_work(s), "scheduler: live requests but nothing scheduled");
+    INFERD_CHECK_MSG(out->n_items > 0 || !sched_has_work(s), "scheduler: live requests but nothing scheduled");
 }
 
 /* Offer r's newly full, computed blocks to the prefix cache. */
@@ -305,7 +305,7 @@ static void cache_full_blocks(sched *s, sched_req *r)
         if (i > 0)
             parent = r->hashes[i - 1];
         if (i >= r->n_hashes) {
-            CHECK(i == r->n_hashes);
+            INFERD_CHECK(i == r->n_hashes);
             r->hashes[i] = kv_hash_block(parent, blk, s->block_size);
             r->n_hashes++;
         }
@@ -319,9 +319,9 @@ void sched_commit(sched *s, const sched_output *out)
 {
     for (int i = 0; i < out->n_items; i++) {
         sched_req *r = out->items[i].req;
-        CHECK(r->state == REQ_STATE_RUNNING && r->n_computed == out->items[i].start);
+        INFERD_CHECK(r->state == REQ_STATE_RUNNING && r->n_computed == out->items[i].start);
         r->n_computed += out->items[i].n_new;
-        CHECK(r->n_computed <= r->n_total);
+        INFERD_CHECK(r->n_computed <= r->n_total);
         if (kv_pool_caching(s->pool))
             cache_full_blocks(s, r);
     }
@@ -330,7 +330,7 @@ void sched_commit(sched *s, const sched_output *out)
 void sched_append_token(sched *s, sched_req *r, int32_t token)
 {
     (void)s;
-    CHECK_MSG(r->n_total < r->cap, "scheduler: token appended beyond prompt + max_tokens");
+    INFERD_CHECK_MSG(r->n_total < r->cap, "scheduler: token appended beyond prompt + max_tokens");
     r->tokens[r->n_total++] = token;
 }
 
@@ -396,8 +396,8 @@ static bool check_list(const req_list *l, bool running, int block_size, int32_t 
         if (!running && (r->n_blocks != 0 || r->n_computed != 0))
             FAIL("waiting request %llu holds %d blocks, %d computed", (unsigned long long)r->id, r->n_blocks,
                  r->n_computed);
-        if (r->n_blocks < CEIL_DIV(r->n_computed, block_size) ||
-            r->n_blocks > CEIL_DIV(r->n_total, block_size))
+        if (r->n_blocks < INFERD_CEIL_DIV(r->n_computed, block_size) ||
+            r->n_blocks > INFERD_CEIL_DIV(r->n_total, block_size))
             FAIL("request %llu: %d blocks for %d computed / %d total tokens", (unsigned long long)r->id,
                  r->n_blocks, r->n_computed, r->n_total);
         for (int i = 0; i < r->n_blocks; i++) {
@@ -417,7 +417,7 @@ fail:
 bool sched_check(const sched *s, char *msg, size_t msg_len)
 {
     int n_blocks = kv_pool_num_blocks(s->pool);
-    int32_t *refs = xcalloc((size_t)n_blocks, sizeof *refs);
+    int32_t *refs = inferd_calloc((size_t)n_blocks, sizeof *refs);
     if (!kv_pool_check(s->pool, msg, msg_len))
         goto fail;
     if (s->running.n > s->o.max_num_seqs)
@@ -429,9 +429,9 @@ bool sched_check(const sched *s, char *msg, size_t msg_len)
         if (refs[id] != kv_pool_ref_count(s->pool, id))
             FAIL("block %d: %d block-table entries but ref count %d", id, refs[id],
                  kv_pool_ref_count(s->pool, id));
-    xfree(refs);
+    inferd_free(refs);
     return true;
 fail:
-    xfree(refs);
+    inferd_free(refs);
     return false;
 }

@@ -122,7 +122,7 @@ else
     printf '%s\n' "${ROWS[@]}"
     exit 1
 fi
-KTEST=$BUILD/tests/kernels_cuda/test_cuda_kernels
+KTEST=$BUILD/tests/kernels/cuda/test_cuda_kernels
 
 # --- 3. ctest -L gpu -------------------------------------------------------------------
 set +e

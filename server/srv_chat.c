@@ -47,7 +47,7 @@ bool srv_chat_from_name(const char *name, srv_chat_family *out)
         {"llama3", SRV_CHAT_LLAMA3},  {"llama-3.1", SRV_CHAT_LLAMA31}, {"llama3.1", SRV_CHAT_LLAMA31},
         {"chatml", SRV_CHAT_CHATML},  {"mistral", SRV_CHAT_MISTRAL},
     };
-    for (size_t i = 0; i < ARRAY_LEN(k_alias); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_alias); i++) {
         if (strcmp(name, k_alias[i].name) == 0) {
             *out = k_alias[i].f;
             return true;

@@ -44,7 +44,7 @@ const char *srv_chat_names(void);
 /* Render messages plus the assistant generation prompt. bos/eos are the
  * tokenizer's BOS/EOS token texts ("" when none). Returns false and fills
  * *err (400) when the conversation does not fit the family (roles out of
- * order, no user turn). *out is heap (xfree). */
+ * order, no user turn). *out is heap (inferd_free). */
 bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, const char *bos,
                      const char *eos, char **out, srv_error *err);
 

@@ -91,16 +91,16 @@ char *srv_error_render(const srv_error *e, int *http_status)
     if (e->param[0]) {
         char *p = srv_utf8_sanitize(e->param, strnlen(e->param, sizeof e->param));
         cJSON_AddStringToObject(err, "param", p);
-        xfree(p);
+        inferd_free(p);
     } else {
         cJSON_AddNullToObject(err, "param");
     }
     cJSON_AddStringToObject(err, "code", m->code);
     char *out = cJSON_PrintUnformatted(root);
-    CHECK(out != NULL);
+    INFERD_CHECK(out != NULL);
     cJSON_Delete(root);
-    xfree(msg);
-    char *body = xstrdup(out);
+    inferd_free(msg);
+    char *body = inferd_strdup(out);
     cJSON_free(out);
     if (http_status)
         *http_status = m->http;

@@ -48,7 +48,7 @@ srv_err_kind srv_err_kind_from_status(inferd_status st);
 /* Fill *e from a failed status and this thread's inferd_last_error(). */
 void srv_error_from_status(srv_error *e, inferd_status st, const char *param);
 
-/* THE mapping: the HTTP status of e's kind and its JSON body (heap, xfree).
+/* THE mapping: the HTTP status of e's kind and its JSON body (heap, inferd_free).
  * The message is made valid UTF-8 before it goes into the JSON. */
 char *srv_error_render(const srv_error *e, int *http_status);
 

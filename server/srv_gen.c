@@ -55,7 +55,7 @@ static char *token_text(void *user, int32_t id)
     size_t len = 0;
     if (tok_decode(tok, &id, 1, false, &txt, &len) == INFERD_OK && util_utf8_valid(txt, len) && len > 0)
         return txt;
-    xfree(txt);
+    inferd_free(txt);
     const char *piece = tok_id_to_piece(tok, id);
     return srv_utf8_sanitize(piece ? piece : "", piece ? strlen(piece) : 0);
 }
@@ -67,7 +67,7 @@ static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
     srv_request *r = &g->req;
     inferd_status st;
     if (r->prompt_ids) {
-        *ids = xmalloc(sizeof(int32_t) * (size_t)r->n_prompt_ids);
+        *ids = inferd_malloc(sizeof(int32_t) * (size_t)r->n_prompt_ids);
         memcpy(*ids, r->prompt_ids, sizeof(int32_t) * (size_t)r->n_prompt_ids);
         *n = r->n_prompt_ids;
         return true;
@@ -79,14 +79,14 @@ static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
         if (!srv_chat_render(s->chat, r->msgs, r->n_msgs, s->bos_text, s->eos_text, &text, err))
             return false;
         st = tok_encode(s->tok, text, strlen(text), false, true, ids, n);
-        xfree(text);
+        inferd_free(text);
     }
     if (st != INFERD_OK) {
         srv_error_from_status(err, st, r->api == SRV_API_CHAT ? "messages" : "prompt");
         return false;
     }
     if (*n == 0) {
-        xfree(*ids);
+        inferd_free(*ids);
         *ids = NULL;
         return srv_error_set(err, SRV_ERR_INVALID, "prompt", "the prompt encodes to zero tokens");
     }
@@ -107,7 +107,7 @@ static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
                              max_len, n_prompt);
     int room = max_len - n_prompt;
     if (r->max_tokens == 0) {
-        r->sp.max_tokens = r->api == SRV_API_COMPLETIONS ? MIN(16, room) : room;
+        r->sp.max_tokens = r->api == SRV_API_COMPLETIONS ? INFERD_MIN(16, room) : room;
     } else if (r->max_tokens > room) {
         return srv_error_set(
             err, SRV_ERR_CONTEXT_LENGTH, mname,
@@ -137,7 +137,7 @@ static void add_chat_stop(srv_gen *g)
                 return;
         sp->stop_token_ids[sp->n_stop_token_ids++] = s->chat_stop_id;
     } else if (s->chat_stop_str && sp->n_stop < SAMPLING_MAX_STOP) {
-        g->req.stops[sp->n_stop] = xstrdup(s->chat_stop_str);
+        g->req.stops[sp->n_stop] = inferd_strdup(s->chat_stop_str);
         sp->stop[sp->n_stop] = g->req.stops[sp->n_stop];
         sp->n_stop++;
     }
@@ -148,7 +148,7 @@ static void sse_event(srv_gen *g, char *json)
     srv_buf_puts(&g->sse, "data: ");
     srv_buf_puts(&g->sse, json);
     srv_buf_puts(&g->sse, "\n\n");
-    xfree(json);
+    inferd_free(json);
 }
 
 static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void *user, srv_error *err)
@@ -177,12 +177,12 @@ static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void
 srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len, double t_recv,
                        void (*notify)(void *), void *notify_user, srv_error *err)
 {
-    srv_gen *g = xcalloc(1, sizeof *g);
+    srv_gen *g = inferd_calloc(1, sizeof *g);
     g->s = s;
     g->t_recv = t_recv;
     srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
     if (!srv_request_parse(api, body, len, &lim, &g->req, err)) {
-        xfree(g);
+        inferd_free(g);
         return NULL;
     }
     if (api == SRV_API_CHAT && s->chat == SRV_CHAT_NONE) {
@@ -200,7 +200,7 @@ srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len,
         add_chat_stop(g);
         ok = submit(g, ids, n, notify, notify_user, err);
     }
-    xfree(ids);
+    inferd_free(ids);
     if (!ok) {
         srv_gen_free(g);
         return NULL;
@@ -210,7 +210,7 @@ srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len,
              (unsigned long long)engine_stream_id(g->stream),
              (unsigned long long)(atomic_fetch_add(&s->next_id, 1) & 0xffff));
     g->meta.id = g->id;
-    g->meta.created = time_unix_s();
+    g->meta.created = util_unix_s();
     g->meta.model = s->opts.served_model_name;
     if (g->req.stream && api == SRV_API_CHAT)
         sse_event(g,
@@ -231,7 +231,7 @@ static double ms_between(double a, double b)
 static void observe_finish(srv_gen *g)
 {
     const engine_times *t = &g->times;
-    double end = t->finished > 0 ? t->finished : time_now_s();
+    double end = t->finished > 0 ? t->finished : util_now_s();
     srv_timings *tm = &g->timings;
     tm->queue_ms = ms_between(t->arrival, t->first_scheduled);
     tm->prefill_ms = ms_between(t->first_scheduled, t->prefill_done);
@@ -247,7 +247,7 @@ static void observe_finish(srv_gen *g)
              {SRV_HIST_TTFT, tm->ttft_ms},
              {SRV_HIST_DECODE, tm->decode_ms},
              {SRV_HIST_E2E, tm->total_ms}};
-    for (size_t i = 0; i < ARRAY_LEN(k); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k); i++)
         if (k[i].ms >= 0)
             srv_metrics_observe(m, k[i].h, k[i].ms / 1e3, 1);
     srv_metrics_observe(m, SRV_HIST_PROMPT_LEN, g->prompt_tokens, 1);
@@ -264,7 +264,7 @@ static void set_failure(srv_gen *g, const engine_output *o)
                       o->error[0] ? o->error : "engine error");
     else if (atomic_load(&s->aborting) || atomic_load(&s->draining))
         srv_error_set(&g->fail, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down; request aborted");
-    else if (to > 0 && time_now_s() - g->t_recv >= to * 0.98)
+    else if (to > 0 && util_now_s() - g->t_recv >= to * 0.98)
         srv_error_set(&g->fail, SRV_ERR_TIMEOUT, NULL,
                       "the request exceeded the server's request timeout of %g s", to);
     else
@@ -367,7 +367,7 @@ char *srv_gen_response(srv_gen *g, int *http_status)
 
 size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
 {
-    size_t n = MIN(max, g->sse.len);
+    size_t n = INFERD_MIN(max, g->sse.len);
     if (n)
         memcpy(buf, g->sse.data, n);
     srv_buf_consume(&g->sse, n);
@@ -393,7 +393,7 @@ void srv_gen_free(srv_gen *g)
     srv_buf_free(&g->text);
     srv_buf_free(&g->sse);
     cJSON_Delete(g->logprobs);
-    xfree(g);
+    inferd_free(g);
 }
 
 void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out)
@@ -402,6 +402,6 @@ void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out)
     out->prompt_tokens = g->prompt_tokens;
     out->completion_tokens = g->completion_tokens;
     out->ttft_ms = g->finished ? g->timings.ttft_ms : ms_between(g->t_recv, g->times.first_token);
-    out->total_ms = (time_now_s() - g->t_recv) * 1e3;
+    out->total_ms = (util_now_s() - g->t_recv) * 1e3;
     out->finish = g->finished ? finish_reason_str(g->finish) : "none";
 }

@@ -142,12 +142,12 @@ struct srv_http {
 static srv_slot *slot_alloc(srv_http *h, srv_conn *c)
 {
     if (h->n_free == 0) {
-        srv_slot *chunk = xcalloc(SLOT_CHUNK, sizeof *chunk);
-        h->chunks = xrealloc(h->chunks, sizeof *h->chunks * (size_t)(h->n_chunks + 1));
+        srv_slot *chunk = inferd_calloc(SLOT_CHUNK, sizeof *chunk);
+        h->chunks = inferd_realloc(h->chunks, sizeof *h->chunks * (size_t)(h->n_chunks + 1));
         h->chunks[h->n_chunks++] = chunk;
         if (h->cap_free < h->n_free + SLOT_CHUNK) {
             h->cap_free = h->n_free + SLOT_CHUNK;
-            h->free_slots = xrealloc(h->free_slots, sizeof *h->free_slots * (size_t)h->cap_free);
+            h->free_slots = inferd_realloc(h->free_slots, sizeof *h->free_slots * (size_t)h->cap_free);
         }
         for (int i = SLOT_CHUNK - 1; i >= 0; i--) {
             chunk[i].h = h;
@@ -251,14 +251,14 @@ static void conn_unref(srv_conn *c)
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     srv_buf_free(&c->body);
-    xfree(c);
+    inferd_free(c);
 }
 
 /* ---- responses ------------------------------------------------------------ */
 
 static void free_body(void *p)
 {
-    xfree(p);
+    inferd_free(p);
 }
 
 /* Queue body (heap, taken) with status. extra: NULL-terminated header pairs. */
@@ -267,7 +267,7 @@ static enum MHD_Result reply(srv_conn *c, int status, char *body, size_t len, co
 {
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free_body);
     if (!r) {
-        xfree(body);
+        inferd_free(body);
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
@@ -312,7 +312,7 @@ static const route *find_route(const char *url, bool *method_ok, const char *met
 {
     bool is_post = strcmp(method, "POST") == 0;
     bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    for (size_t i = 0; i < ARRAY_LEN(k_routes); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_routes); i++) {
         const route *r = &k_routes[i];
         bool match = r->prefix ? strncmp(url, r->path, strlen(r->path)) == 0 && url[strlen(r->path)] != '\0'
                                : strcmp(url, r->path) == 0;
@@ -495,10 +495,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     srv_http *h = cls;
     srv_conn *c = *con_cls;
     if (!c) {
-        c = xcalloc(1, sizeof *c);
+        c = inferd_calloc(1, sizeof *c);
         c->h = h;
         c->conn = conn;
-        c->t_recv = time_now_s();
+        c->t_recv = util_now_s();
         c->fd = -1;
         atomic_init(&c->refs, 1);
         snprintf(c->method, sizeof c->method, "%s", method);
@@ -556,7 +556,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     c->suspended = false;
     pthread_mutex_unlock(&h->mu);
     srv_access a = {c->method, c->path, c->status ? c->status : 499,      NULL, 0,
-                    0,         -1,      (time_now_s() - c->t_recv) * 1e3, NULL, c->note};
+                    0,         -1,      (util_now_s() - c->t_recv) * 1e3, NULL, c->note};
     if (!c->status)
         srv_metrics_http(h->s->metrics, 499);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !a.note)
@@ -592,8 +592,8 @@ static void watchdog_scan(srv_http *h)
             continue;
         if (n == h->pcap) {
             h->pcap = h->pcap ? 2 * h->pcap : 64;
-            h->pfds = xrealloc(h->pfds, sizeof *h->pfds * h->pcap);
-            h->pconns = xrealloc(h->pconns, sizeof *h->pconns * h->pcap);
+            h->pfds = inferd_realloc(h->pfds, sizeof *h->pfds * h->pcap);
+            h->pconns = inferd_realloc(h->pconns, sizeof *h->pconns * h->pcap);
         }
         h->pfds[n] = (struct pollfd){.fd = c->fd, .events = POLLRDHUP, .revents = 0};
         h->pconns[n++] = c;
@@ -634,7 +634,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    LOG_DEBUG("mhd: %s", msg);
+    INFERD_LOG_DEBUG("mhd: %s", msg);
 }
 
 static bool resolve(const char *host, int port, struct sockaddr_storage *addr, bool *v6)
@@ -661,7 +661,7 @@ inferd_status srv_http_start(srv_server *s)
     bool v6 = false;
     if (!resolve(o->host, o->port, &addr, &v6))
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "--host: cannot resolve '%s'", o->host);
-    srv_http *h = xcalloc(1, sizeof *h);
+    srv_http *h = inferd_calloc(1, sizeof *h);
     h->s = s;
     h->listen_fd = -1;
     pthread_mutex_init(&h->mu, NULL);
@@ -677,7 +677,7 @@ inferd_status srv_http_start(srv_server *s)
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         pthread_mutex_destroy(&h->mu);
-        xfree(h);
+        inferd_free(h);
         return inferd_set_error(INFERD_ERR_IO, "cannot listen on %s:%d (address in use or not permitted?)",
                                 o->host, o->port);
     }
@@ -741,12 +741,12 @@ void srv_http_free(srv_http *h)
         return;
     srv_http_stop(h);
     for (int i = 0; i < h->n_chunks; i++)
-        xfree(h->chunks[i]);
-    xfree(h->chunks);
-    xfree(h->free_slots);
-    xfree(h->pfds);
-    xfree(h->pconns);
+        inferd_free(h->chunks[i]);
+    inferd_free(h->chunks);
+    inferd_free(h->free_slots);
+    inferd_free(h->pfds);
+    inferd_free(h->pconns);
     pthread_mutex_destroy(&h->mu);
     h->s->http = NULL;
-    xfree(h);
+    inferd_free(h);
 }

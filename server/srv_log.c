@@ -1,4 +1,4 @@
-/* server/srv_log.c: see srv_log.h. Lines go through LOG_INFO so they carry
+/* server/srv_log.c: see srv_log.h. Lines go through INFERD_LOG_INFO so they carry
  * the common timestamp and are written whole (no interleaving across the
  * HTTP threads). Keys are plain key=value pairs that grep and awk can read.
  */
@@ -14,12 +14,12 @@ void srv_log_access(const srv_access *a)
     if (a->ttft_ms >= 0)
         snprintf(ttft, sizeof ttft, "%.1f", a->ttft_ms);
     if (a->finish)
-        LOG_INFO("access: %s %s %d id=%s prompt_tokens=%d completion_tokens=%d ttft_ms=%s total_ms=%.1f "
+        INFERD_LOG_INFO("access: %s %s %d id=%s prompt_tokens=%d completion_tokens=%d ttft_ms=%s total_ms=%.1f "
                  "finish=%s%s%s",
                  a->method, a->path, a->status, a->id ? a->id : "-", a->prompt_tokens, a->completion_tokens,
                  ttft, a->total_ms, a->finish, a->note ? " note=" : "", a->note ? a->note : "");
     else
-        LOG_INFO("access: %s %s %d total_ms=%.1f%s%s", a->method, a->path, a->status, a->total_ms,
+        INFERD_LOG_INFO("access: %s %s %d total_ms=%.1f%s%s", a->method, a->path, a->status, a->total_ms,
                  a->note ? " note=" : "", a->note ? a->note : "");
 }
 
@@ -31,7 +31,7 @@ bool srv_log_stats(const engine_stats *prev, const engine_stats *cur, double dt,
         return false;
     if (dt <= 0)
         dt = 1e-9;
-    LOG_INFO("stats: running=%d waiting=%d open_http=%d kv_usage=%.1f%% prompt_tok/s=%.1f gen_tok/s=%.1f "
+    INFERD_LOG_INFO("stats: running=%d waiting=%d open_http=%d kv_usage=%.1f%% prompt_tok/s=%.1f gen_tok/s=%.1f "
              "preemptions=%llu prefix_hit_rate=%.1f%%",
              cur->running, cur->waiting, open_requests, cur->kv_usage * 100.0, (double)dp / dt,
              (double)dg / dt, (unsigned long long)cur->preemptions,

@@ -22,7 +22,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "server/cli.h"
+#include "cli/cli.h"
 #include "server/srv_http.h"
 #include "server/srv_log.h"
 #include "server/srv_server.h"
@@ -48,7 +48,7 @@ static void setup_chat(srv_server *s)
     } else {
         s->chat = srv_chat_detect(tmpl);
         if (tmpl && s->chat == SRV_CHAT_NONE)
-            LOG_WARN(
+            INFERD_LOG_WARN(
                 "the tokenizer's chat_template is not one of the supported families (%s); chat requests get "
                 "400 unless --chat-template NAME is given",
                 srv_chat_names());
@@ -56,8 +56,8 @@ static void setup_chat(srv_server *s)
     int32_t bos = tok_bos_id(s->tok), eos = tok_eos_id(s->tok);
     const char *bp = bos >= 0 ? tok_id_to_piece(s->tok, bos) : NULL;
     const char *ep = eos >= 0 ? tok_id_to_piece(s->tok, eos) : NULL;
-    s->bos_text = xstrdup(bp ? bp : "");
-    s->eos_text = xstrdup(ep ? ep : "");
+    s->bos_text = inferd_strdup(bp ? bp : "");
+    s->eos_text = inferd_strdup(ep ? ep : "");
     s->chat_stop_id = -1;
     const char *marker = srv_chat_end_marker(s->chat);
     if (!marker)
@@ -66,7 +66,7 @@ static void setup_chat(srv_server *s)
     if (id >= 0 && tok_is_special(s->tok, id))
         s->chat_stop_id = id;
     else
-        s->chat_stop_str = xstrdup(marker);
+        s->chat_stop_str = inferd_strdup(marker);
 }
 
 static bool load(srv_server *s)
@@ -106,7 +106,7 @@ static bool load(srv_server *s)
     int mv = model_get_config(s->m)->vocab_size, tv = tok_vocab_size(s->tok);
     s->vocab_size = mv < tv ? mv : tv;
     setup_chat(s);
-    s->created = time_unix_s();
+    s->created = util_unix_s();
     return true;
 }
 
@@ -122,12 +122,12 @@ static int serve_loop(srv_server *s, const sigset_t *set)
 {
     engine_stats prev, cur;
     engine_get_stats(s->eng, &prev);
-    double t_prev = time_now_s();
+    double t_prev = util_now_s();
     for (;;) {
         int sig = wait_signal(set, 0.25);
         if (sig)
             return sig;
-        double now = time_now_s();
+        double now = util_now_s();
         if (s->opts.stats_interval_s > 0 && now - t_prev >= s->opts.stats_interval_s) {
             engine_get_stats(s->eng, &cur);
             srv_log_stats(&prev, &cur, now - t_prev, srv_http_open_requests(s->http));
@@ -140,13 +140,13 @@ static int serve_loop(srv_server *s, const sigset_t *set)
 /* Wait until no generation is in flight; false on timeout or a signal. */
 static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
 {
-    double deadline = time_now_s() + timeout_s;
+    double deadline = util_now_s() + timeout_s;
     while (atomic_load(&s->active) > 0) {
-        double left = deadline - time_now_s();
+        double left = deadline - util_now_s();
         if (left <= 0)
             return false;
         if (wait_signal(set, left < 0.05 ? left : 0.05)) {
-            LOG_WARN("second signal: aborting in-flight requests now");
+            INFERD_LOG_WARN("second signal: aborting in-flight requests now");
             return false;
         }
     }
@@ -155,12 +155,12 @@ static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
 
 static void shutdown_server(srv_server *s, int sig, const sigset_t *set)
 {
-    LOG_INFO("received %s: no new requests; waiting up to %.1f s for %d in-flight request(s)",
+    INFERD_LOG_INFO("received %s: no new requests; waiting up to %.1f s for %d in-flight request(s)",
              sig == SIGINT ? "SIGINT" : "SIGTERM", s->opts.shutdown_timeout_s, atomic_load(&s->active));
     atomic_store(&s->draining, true);
     srv_http_quiesce(s->http);
     if (!wait_drained(s, set, s->opts.shutdown_timeout_s)) {
-        LOG_WARN("aborting %d in-flight request(s)", atomic_load(&s->active));
+        INFERD_LOG_WARN("aborting %d in-flight request(s)", atomic_load(&s->active));
         atomic_store(&s->aborting, true);
         srv_http_abort_all(s->http);
         wait_drained(s, set, ABORT_WAIT_S);
@@ -178,23 +178,23 @@ static void free_server(srv_server *s)
     model_free(s->m);
     tok_free(s->tok);
     srv_metrics_free(s->metrics);
-    xfree(s->bos_text);
-    xfree(s->eos_text);
-    xfree(s->chat_stop_str);
+    inferd_free(s->bos_text);
+    inferd_free(s->eos_text);
+    inferd_free(s->chat_stop_str);
     srv_opts_free(&s->opts);
-    xfree(s);
+    inferd_free(s);
 }
 
 int cli_serve(int argc, char **argv)
 {
-    srv_server *s = xcalloc(1, sizeof *s);
+    srv_server *s = inferd_calloc(1, sizeof *s);
     srv_opts_default(&s->opts);
     int rc = srv_opts_parse(&s->opts, argc, argv, stdout);
     if (rc != 0) {
         if (rc == 2)
             fprintf(stderr, "inferd serve: %s\n(see inferd serve --help)\n", inferd_last_error());
         srv_opts_free(&s->opts);
-        xfree(s);
+        inferd_free(s);
         return rc == 1 ? 0 : 2;
     }
     log_set_level((log_level)log_parse_level(s->opts.log_level));
@@ -208,25 +208,25 @@ int cli_serve(int argc, char **argv)
     s->metrics = srv_metrics_new();
     s->chat_stop_id = -1;
     if (srv_http_start(s) != INFERD_OK) {
-        LOG_ERROR("%s", inferd_last_error());
+        INFERD_LOG_ERROR("%s", inferd_last_error());
         free_server(s);
         return 1;
     }
-    LOG_INFO("listening on http://%s:%d; loading %s", s->opts.host, srv_http_port(s->http),
+    INFERD_LOG_INFO("listening on http://%s:%d; loading %s", s->opts.host, srv_http_port(s->http),
              s->opts.model_dir);
     if (!load(s)) {
-        LOG_ERROR("loading the model failed: %s", inferd_last_error());
+        INFERD_LOG_ERROR("loading the model failed: %s", inferd_last_error());
         srv_http_stop(s->http);
         free_server(s);
         return 1;
     }
     atomic_store(&s->ready, true);
-    LOG_INFO("ready: model '%s' (max_model_len %d, vocab %d, chat template %s) on http://%s:%d",
+    INFERD_LOG_INFO("ready: model '%s' (max_model_len %d, vocab %d, chat template %s) on http://%s:%d",
              s->opts.served_model_name, s->max_model_len, s->vocab_size, srv_chat_name(s->chat), s->opts.host,
              srv_http_port(s->http));
     int sig = serve_loop(s, &set);
     shutdown_server(s, sig, &set);
     free_server(s);
-    LOG_INFO("shut down cleanly");
+    INFERD_LOG_INFO("shut down cleanly");
     return 0;
 }

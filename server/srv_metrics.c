@@ -83,7 +83,7 @@ struct srv_metrics {
 
 srv_metrics *srv_metrics_new(void)
 {
-    srv_metrics *m = xcalloc(1, sizeof *m);
+    srv_metrics *m = inferd_calloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     return m;
 }
@@ -93,7 +93,7 @@ void srv_metrics_free(srv_metrics *m)
     if (!m)
         return;
     pthread_mutex_destroy(&m->mu);
-    xfree(m);
+    inferd_free(m);
 }
 
 void srv_metrics_observe(srv_metrics *m, srv_hist_id id, double v, int count)
@@ -183,7 +183,7 @@ static void render_engine(srv_buf *b, const engine_stats *st)
     counter(b, "inferd:engine_steps_total", "Engine steps run.", st->steps);
     family(b, "inferd:request_success_total", "counter", "Finished requests by finish reason.");
     static const finish_reason k_reasons[] = {FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR};
-    for (size_t i = 0; i < ARRAY_LEN(k_reasons); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_reasons); i++)
         srv_buf_printf(b, "inferd:request_success_total{finished_reason=\"%s\"} %llu\n",
                        finish_reason_str(k_reasons[i]), (unsigned long long)st->finished[k_reasons[i]]);
 }

@@ -34,7 +34,7 @@ void srv_metrics_observe(srv_metrics *m, srv_hist_id h, double v, int count);
 /* Count one HTTP response by status code (100..599). */
 void srv_metrics_http(srv_metrics *m, int status);
 
-/* Render the whole exposition (heap, xfree). st may be NULL while the model
+/* Render the whole exposition (heap, inferd_free). st may be NULL while the model
  * is loading (engine gauges and counters then read 0). */
 char *srv_metrics_render(srv_metrics *m, const engine_stats *st, size_t *len);
 

@@ -124,7 +124,7 @@ static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **m
         return srv_error_set(err, SRV_ERR_MODEL_NOT_FOUND, "model",
                              "The model '%.128s' does not exist (this server serves '%.128s')", name,
                              lim->served_model_name);
-    *model_out = xstrdup(name);
+    *model_out = inferd_strdup(name);
     return true;
 }
 
@@ -134,18 +134,18 @@ static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **i
     int cnt = cJSON_GetArraySize(arr);
     if (cnt == 0)
         return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
-    int32_t *v = xmalloc(sizeof(int32_t) * (size_t)cnt);
+    int32_t *v = inferd_malloc(sizeof(int32_t) * (size_t)cnt);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, arr)
     {
         double d = cJSON_IsNumber(it) ? it->valuedouble : -1.5;
         if (d != floor(d)) {
-            xfree(v);
+            inferd_free(v);
             return srv_error_set(err, SRV_ERR_INVALID, what, "'%s'[%d] must be an integer token id", what, i);
         }
         if (d < 0 || d >= vocab) {
-            xfree(v);
+            inferd_free(v);
             return srv_error_set(err, SRV_ERR_INVALID, what,
                                  "'%s'[%d]: token id %.0f is outside the vocabulary [0, %d)", what, i, d,
                                  vocab);
@@ -177,7 +177,7 @@ static bool set_text_prompt(const char *s, const char *what, char **out, size_t 
         return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
     if (srv_is_blank(s, n))
         return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must contain non-whitespace text", what);
-    *out = xstrdup(s);
+    *out = inferd_strdup(s);
     *out_len = n;
     return true;
 }
@@ -211,7 +211,7 @@ static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **ou
 {
     if (!c || cJSON_IsNull(c)) {
         if (role == SRV_ROLE_ASSISTANT) {
-            *out = xstrdup("");
+            *out = inferd_strdup("");
             return true;
         }
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is required", idx);
@@ -243,7 +243,7 @@ static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **ou
     }
     char *s = srv_buf_take(&b);
     if (!util_utf8_valid(s, strlen(s))) {
-        xfree(s);
+        inferd_free(s);
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is not valid UTF-8",
                              idx);
     }
@@ -261,7 +261,7 @@ static bool parse_messages(const cJSON *root, srv_chat_msg **msgs, int *n_msgs, 
     int cnt = cJSON_GetArraySize(m);
     if (cnt == 0)
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' must not be empty");
-    srv_chat_msg *v = xcalloc((size_t)cnt, sizeof *v);
+    srv_chat_msg *v = inferd_calloc((size_t)cnt, sizeof *v);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, m)
@@ -293,8 +293,8 @@ static bool parse_messages(const cJSON *root, srv_chat_msg **msgs, int *n_msgs, 
     return true;
 fail:
     for (int k = 0; k < cnt; k++)
-        xfree(v[k].content);
-    xfree(v);
+        inferd_free(v[k].content);
+    inferd_free(v);
     return false;
 }
 
@@ -319,7 +319,7 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
                                  SRV_MAX_STOP_LEN);
         if (!util_utf8_valid(it->valuestring, n))
             return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] is not valid UTF-8", i);
-        r->stops[i] = xstrdup(it->valuestring);
+        r->stops[i] = inferd_strdup(it->valuestring);
         r->sp.stop[i] = r->stops[i];
         r->sp.n_stop = i + 1;
     }
@@ -347,7 +347,7 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
         return false;
     memcpy(r->sp.stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
     r->sp.n_stop_token_ids = n;
-    xfree(ids);
+    inferd_free(ids);
     return true;
 }
 
@@ -358,7 +358,7 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
         const char *name;
         double neutral;
     } k_num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repetition_penalty", 1}};
-    for (size_t i = 0; i < ARRAY_LEN(k_num); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_num); i++) {
         const cJSON *it = field(root, k_num[i].name);
         if (!it)
             continue;
@@ -538,18 +538,18 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
 static void msgs_free(srv_chat_msg *msgs, int n)
 {
     for (int i = 0; i < n; i++)
-        xfree(msgs[i].content);
-    xfree(msgs);
+        inferd_free(msgs[i].content);
+    inferd_free(msgs);
 }
 
 void srv_request_free(srv_request *r)
 {
-    xfree(r->model);
-    xfree(r->prompt);
-    xfree(r->prompt_ids);
+    inferd_free(r->model);
+    inferd_free(r->prompt);
+    inferd_free(r->prompt_ids);
     msgs_free(r->msgs, r->n_msgs);
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
-        xfree(r->stops[i]);
+        inferd_free(r->stops[i]);
     memset(r, 0, sizeof *r);
 }
 
@@ -568,7 +568,7 @@ bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *li
         r->add_special_tokens = true;
         const char *text;
         if ((ok = get_str(root, "prompt", &text, err))) {
-            r->prompt = xstrdup(text);
+            r->prompt = inferd_strdup(text);
             r->prompt_len = strlen(r->prompt);
         }
     } else if (ok) {
@@ -587,8 +587,8 @@ bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *li
 
 void srv_tokenize_free(srv_tokenize_req *r)
 {
-    xfree(r->model);
-    xfree(r->prompt);
+    inferd_free(r->model);
+    inferd_free(r->prompt);
     msgs_free(r->msgs, r->n_msgs);
     memset(r, 0, sizeof *r);
 }
@@ -618,7 +618,7 @@ bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *
 
 void srv_detokenize_free(srv_detokenize_req *r)
 {
-    xfree(r->model);
-    xfree(r->ids);
+    inferd_free(r->model);
+    inferd_free(r->ids);
     memset(r, 0, sizeof *r);
 }

@@ -17,15 +17,15 @@ static void add_text(cJSON *obj, const char *key, const char *text, size_t len)
 {
     char *s = srv_utf8_sanitize(text ? text : "", text ? len : 0);
     cJSON_AddStringToObject(obj, key, s);
-    xfree(s);
+    inferd_free(s);
 }
 
 static char *print_take(cJSON *root)
 {
     char *out = cJSON_PrintUnformatted(root);
-    CHECK(out != NULL);
+    INFERD_CHECK(out != NULL);
     cJSON_Delete(root);
-    char *s = xstrdup(out);
+    char *s = inferd_strdup(out);
     cJSON_free(out);
     return s;
 }
@@ -223,12 +223,12 @@ static void append_chat(cJSON *lp, const engine_logprob *l, srv_token_text_fn fn
 {
     char *tok = fn(user, l->token);
     cJSON *e = chat_entry(tok, l->logprob);
-    xfree(tok);
+    inferd_free(tok);
     cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
     for (int k = 0; k < l->n_top; k++) {
         char *t = fn(user, l->top_ids[k]);
         cJSON_AddItemToArray(top, chat_entry(t, l->top_logprobs[k]));
-        xfree(t);
+        inferd_free(t);
     }
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "content"), e);
 }
@@ -243,13 +243,13 @@ static void append_completion(cJSON *lp, const engine_logprob *l, srv_token_text
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"),
                          cJSON_CreateNumber((double)*text_offset));
     *text_offset += strlen(tok);
-    xfree(tok);
+    inferd_free(tok);
     cJSON *top = cJSON_CreateObject();
     for (int k = 0; k < l->n_top; k++) {
         char *t = fn(user, l->top_ids[k]);
         if (!cJSON_GetObjectItemCaseSensitive(top, t))
             cJSON_AddNumberToObject(top, t, l->top_logprobs[k]);
-        xfree(t);
+        inferd_free(t);
     }
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), top);
 }

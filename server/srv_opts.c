@@ -21,7 +21,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "scheduler/engine.h"
-#include "server/cli_common.h"
+#include "cli/cli_common.h"
 
 #define OFF(f) offsetof(srv_opts, f)
 
@@ -116,7 +116,7 @@ void srv_opts_default(srv_opts *o)
     o->device_id = mo.device_id;
     o->seed = (int64_t)mo.dummy_seed;
     o->max_queued_requests = eo.max_queued_requests;
-    o->host = xstrdup("127.0.0.1");
+    o->host = inferd_strdup("127.0.0.1");
     o->port = 8000;
     o->http_threads = 4;
     o->max_connections = 10000;
@@ -127,13 +127,13 @@ void srv_opts_default(srv_opts *o)
 
 void srv_opts_free(srv_opts *o)
 {
-    xfree(o->model_dir);
-    xfree(o->tokenizer_dir);
-    xfree(o->served_model_name);
-    xfree(o->chat_template);
-    xfree(o->host);
-    xfree(o->api_key);
-    xfree(o->log_level);
+    inferd_free(o->model_dir);
+    inferd_free(o->tokenizer_dir);
+    inferd_free(o->served_model_name);
+    inferd_free(o->chat_template);
+    inferd_free(o->host);
+    inferd_free(o->api_key);
+    inferd_free(o->log_level);
     memset(o, 0, sizeof *o);
 }
 
@@ -146,7 +146,7 @@ void srv_opts_usage(FILE *f)
                "/tokenize, /detokenize, /health, /metrics. Options (also as JSON keys in --config):\n\n");
     cli_opt_usage(f, k_opts, 1);
     cli_opt_usage(f, shared, n);
-    cli_opt_usage(f, k_opts + 1, ARRAY_LEN(k_opts) - 1);
+    cli_opt_usage(f, k_opts + 1, INFERD_ARRAY_LEN(k_opts) - 1);
     fprintf(f, "  --%-24s %s\n", "help", "this text");
 }
 
@@ -154,7 +154,7 @@ static const cli_opt_def *find_opt(const char *name, size_t len)
 {
     size_t n;
     const cli_opt_def *shared = cli_model_opt_table(&n);
-    const cli_opt_def *d = cli_opt_find(k_opts, ARRAY_LEN(k_opts), name, len);
+    const cli_opt_def *d = cli_opt_find(k_opts, INFERD_ARRAY_LEN(k_opts), name, len);
     return d ? d : cli_opt_find(shared, n, name, len);
 }
 
@@ -175,8 +175,8 @@ static bool set_value(srv_opts *o, const cli_opt_def *d, const char *val)
                          srv_chat_names());
         return false;
     }
-    xfree(o->chat_template);
-    o->chat_template = xstrdup(val);
+    inferd_free(o->chat_template);
+    o->chat_template = inferd_strdup(val);
     return true;
 }
 
@@ -238,7 +238,7 @@ static bool parse_arg(srv_opts *o, int argc, char **argv, int *i)
     const cli_opt_def *shared = cli_model_opt_table(&n);
     const cli_opt_def *d = NULL;
     const char *val = NULL;
-    int r = cli_opt_arg(k_opts, ARRAY_LEN(k_opts), argc, argv, i, &d, &val);
+    int r = cli_opt_arg(k_opts, INFERD_ARRAY_LEN(k_opts), argc, argv, i, &d, &val);
     if (r == 0)
         r = cli_opt_arg(shared, n, argc, argv, i, &d, &val);
     if (r < 0)
@@ -260,7 +260,7 @@ static bool load_config(srv_opts *o, const char *path)
     if (util_read_file(path, 16 << 20, &text, &len) != INFERD_OK)
         return false;
     bool ok = srv_opts_apply_json(o, text, path);
-    xfree(text);
+    inferd_free(text);
     return ok;
 }
 
@@ -274,7 +274,7 @@ static void default_served_name(srv_opts *o)
     size_t s = n;
     while (s > 0 && o->model_dir[s - 1] != '/')
         s--;
-    o->served_model_name = n > s ? xstrndup(o->model_dir + s, n - s) : xstrdup(o->model_dir);
+    o->served_model_name = n > s ? inferd_strndup(o->model_dir + s, n - s) : inferd_strdup(o->model_dir);
 }
 
 int srv_opts_parse(srv_opts *o, int argc, char **argv, FILE *out)

@@ -2,7 +2,7 @@
  * and a JSON config file (--config FILE), with flags overriding the file.
  *
  * Every option is described once, in a table: the model/engine rows are
- * shared with `inferd generate` (server/cli_common.h), the rest are serve's
+ * shared with `inferd generate` (cli/cli_common.h), the rest are serve's
  * own. The same parser handles "--name VALUE", "--name=VALUE", boolean
  * "--name" / "--no-name", and the config file's {"name": value} (keys may
  * use '-' or '_').

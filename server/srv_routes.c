@@ -19,7 +19,7 @@ char *srv_routes_health(srv_server *s, srv_error *err)
         srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the model is loading");
         return NULL;
     }
-    return xstrdup("{\"status\":\"ok\"}");
+    return inferd_strdup("{\"status\":\"ok\"}");
 }
 
 char *srv_routes_models(srv_server *s, const char *model_id, srv_error *err)
@@ -61,14 +61,14 @@ char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error
     int32_t *ids = NULL;
     int n = 0;
     inferd_status st = tok_encode(s->tok, src, src_len, r.add_special_tokens, true, &ids, &n);
-    xfree(text);
+    inferd_free(text);
     srv_tokenize_free(&r);
     if (st != INFERD_OK) {
         srv_error_from_status(err, st, "prompt");
         return NULL;
     }
     char *out = srv_resp_tokenize(ids, n, s->max_model_len);
-    xfree(ids);
+    inferd_free(ids);
     return out;
 }
 
@@ -87,6 +87,6 @@ char *srv_routes_detokenize(srv_server *s, const char *body, size_t len, srv_err
         return NULL;
     }
     char *out = srv_resp_detokenize(text ? text : "", tlen);
-    xfree(text);
+    inferd_free(text);
     return out;
 }

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "scheduler/engine.h"
 #include "server/srv_chat.h"
 #include "server/srv_metrics.h"

@@ -22,7 +22,7 @@ static void buf_reserve(srv_buf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need)
         cap *= 2;
-    b->data = xrealloc(b->data, cap);
+    b->data = inferd_realloc(b->data, cap);
     b->cap = cap;
 }
 
@@ -71,7 +71,7 @@ void srv_buf_consume(srv_buf *b, size_t n)
 
 char *srv_buf_take(srv_buf *b)
 {
-    char *p = b->data ? b->data : xstrdup("");
+    char *p = b->data ? b->data : inferd_strdup("");
     b->data = NULL;
     b->len = b->cap = 0;
     return p;
@@ -79,7 +79,7 @@ char *srv_buf_take(srv_buf *b)
 
 void srv_buf_free(srv_buf *b)
 {
-    xfree(b->data);
+    inferd_free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
 }

@@ -30,7 +30,7 @@ char *test_fixture_path(const char *rel)
     if (!d)
         return NULL;
     size_t n = strlen(d) + strlen(rel) + 2;
-    char *p = xmalloc(n);
+    char *p = inferd_malloc(n);
     snprintf(p, n, "%s/%s", d, rel);
     return p;
 }
@@ -84,7 +84,7 @@ char *test_write_temp(const char *prefix, const void *data, size_t len)
         off += (size_t)w;
     }
     close(fd);
-    return xstrdup(tmpl);
+    return inferd_strdup(tmpl);
 }
 
 char *test_make_temp_dir(const char *prefix)
@@ -93,17 +93,17 @@ char *test_make_temp_dir(const char *prefix)
     snprintf(tmpl, sizeof tmpl, "/tmp/%s-XXXXXX", prefix);
     if (!mkdtemp(tmpl))
         return NULL;
-    return xstrdup(tmpl);
+    return inferd_strdup(tmpl);
 }
 
 static char *slurp_fd(int fd)
 {
     size_t cap = 4096, n = 0;
-    char *buf = xmalloc(cap);
+    char *buf = inferd_malloc(cap);
     for (;;) {
         if (n + 1 >= cap) {
             cap *= 2;
-            buf = xrealloc(buf, cap);
+            buf = inferd_realloc(buf, cap);
         }
         ssize_t r = read(fd, buf + n, cap - n - 1);
         if (r <= 0)
@@ -139,7 +139,7 @@ bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code)
     close(fe);
     unlink(out_path);
     unlink(err_path);
-    xfree(out_path);
-    xfree(err_path);
+    inferd_free(out_path);
+    inferd_free(err_path);
     return true;
 }

@@ -46,7 +46,7 @@ static void rope_heads(float *x, int n_rot, int hd, const float *cs, const float
 void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 {
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads, bs = p->block_size;
-    CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
+    INFERD_CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
     const int64_t row = (int64_t)(nh + 2 * nkv) * hd;
     float *qkv = p->qkv;          /* [n_tokens, (nh + 2*nkv) * hd] */
     float *kc = p->k_cache;       /* [n_blocks, nkv, bs, hd] */
@@ -143,7 +143,7 @@ static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const
     memset(st.acc, 0, (size_t)hd * sizeof(float));
     const int n_ctx = pos + 1;
     for (int b = 0; b * bs < n_ctx; b++) {
-        CHECK(b < p->max_blocks_per_seq && bt[b] >= 0);
+        INFERD_CHECK(b < p->max_blocks_per_seq && bt[b] >= 0);
         int64_t base = (((int64_t)bt[b] * p->n_kv_heads + kvh) * bs) * hd;
         int in_block = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         for (int c0 = 0; c0 < in_block; c0 += ATTN_RUN) {
@@ -167,10 +167,10 @@ static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const
 void kcpu_attention(kern_ctx *ctx, const kern_attn_params *p)
 {
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
-    CHECK(hd > 0 && hd <= KCPU_MAX_HEAD_DIM && nkv > 0 && nh % nkv == 0 && p->block_size > 0);
+    INFERD_CHECK(hd > 0 && hd <= KCPU_MAX_HEAD_DIM && nkv > 0 && nh % nkv == 0 && p->block_size > 0);
     for (int i = 0; i < p->n_seqs; i++) {
         int q_len = p->query_start_loc[i + 1] - p->query_start_loc[i];
-        CHECK(q_len >= 0 && p->seq_lens[i] >= q_len);
+        INFERD_CHECK(q_len >= 0 && p->seq_lens[i] >= q_len);
     }
     const int group = nh / nkv;
     const int64_t qkv_row = (int64_t)(nh + 2 * nkv) * hd;

@@ -134,7 +134,7 @@ void kcpu_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, co
     float *o = out;         /* [n, d] */
     float *res = resid;     /* [n, d] */
     const float *a = add;   /* [n, d] or NULL */
-    CHECK(w->rows == 1 && d > 0);
+    INFERD_CHECK(w->rows == 1 && d > 0);
     int nt = kcpu_threads(ctx, (int64_t)n * d * 4);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < n; i++) {
@@ -167,7 +167,7 @@ void kcpu_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *i
     float *o = out;         /* [r, d] */
     const float *src = in;  /* [*, d] */
     for (int j = 0; j < r; j++) {
-        CHECK(idx[j] >= 0);
+        INFERD_CHECK(idx[j] >= 0);
         memcpy(o + (int64_t)j * d, src + (int64_t)idx[j] * d, (size_t)d * sizeof(float));
     }
 }

@@ -177,12 +177,12 @@ void kcpu_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sampl
 {
     if (r <= 0)
         return;
-    CHECK(vocab > 0);
+    INFERD_CHECK(vocab > 0);
     const int slots = sample_slots(ctx, r);
     sample_cand *ws = workspace;
     sample_cand *own = NULL;
     if (!ws)
-        ws = own = xmalloc((size_t)slots * (size_t)vocab * sizeof(sample_cand));
+        ws = own = inferd_malloc((size_t)slots * (size_t)vocab * sizeof(sample_cand));
     int nt = kcpu_threads(ctx, (int64_t)r * vocab * 8);
     if (nt > slots)
         nt = slots;
@@ -196,5 +196,5 @@ void kcpu_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sampl
         tokens[j] = sample_row(logits + (int64_t)j * vocab, vocab, &params[j],
                                ws + (size_t)slot * (size_t)vocab);
     }
-    xfree(own);
+    inferd_free(own);
 }

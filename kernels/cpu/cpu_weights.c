@@ -32,13 +32,13 @@ void kcpu_weight_to_f32(const kern_weight *w, int64_t i0, int64_t n, float *dst)
             memcpy(dst + i, &v, sizeof v);
         }
         for (; i < n; i++)
-            dst[i] = bf16_to_f32(s[i]);
+            dst[i] = half_bf16_to_f32(s[i]);
         return;
     }
     case KERN_DTYPE_F16: {
         const uint16_t *s = (const uint16_t *)w->data + i0;
         for (int64_t i = 0; i < n; i++)
-            dst[i] = f16_to_f32(s[i]);
+            dst[i] = half_f16_to_f32(s[i]);
         return;
     }
     }
@@ -49,8 +49,8 @@ static inline float load_as_f32(const void *src, kern_dtype dt, int64_t i)
 {
     switch (dt) {
     case KERN_DTYPE_F32: return ((const float *)src)[i];
-    case KERN_DTYPE_F16: return f16_to_f32(((const uint16_t *)src)[i]);
-    case KERN_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)src)[i]);
+    case KERN_DTYPE_F16: return half_f16_to_f32(((const uint16_t *)src)[i]);
+    case KERN_DTYPE_BF16: return half_bf16_to_f32(((const uint16_t *)src)[i]);
     }
     return 0.0f;
 }
@@ -60,8 +60,8 @@ static inline void store_f32(kern_weight *w, int64_t i, float v)
 {
     switch (w->dtype) {
     case KERN_DTYPE_F32: ((float *)w->data)[i] = v; return;
-    case KERN_DTYPE_F16: ((uint16_t *)w->data)[i] = f32_to_f16(v); return;
-    case KERN_DTYPE_BF16: ((uint16_t *)w->data)[i] = f32_to_bf16(v); return;
+    case KERN_DTYPE_F16: ((uint16_t *)w->data)[i] = half_f32_to_f16(v); return;
+    case KERN_DTYPE_BF16: ((uint16_t *)w->data)[i] = half_f32_to_bf16(v); return;
     }
 }
 
@@ -110,7 +110,7 @@ void kcpu_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const ke
     float *o = out; /* [n, d] */
     const int64_t d = t->cols;
     for (int i = 0; i < n; i++)
-        CHECK_MSG(tokens[i] >= 0 && tokens[i] < t->rows, "token id out of vocabulary");
+        INFERD_CHECK_MSG(tokens[i] >= 0 && tokens[i] < t->rows, "token id out of vocabulary");
     int nt = kcpu_threads(ctx, (int64_t)n * d);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int i = 0; i < n; i++)

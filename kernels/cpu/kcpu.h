@@ -26,8 +26,8 @@ static inline float kcpu_weight_get(const kern_weight *w, int64_t i)
 {
     switch (w->dtype) {
     case KERN_DTYPE_F32: return ((const float *)w->data)[i];
-    case KERN_DTYPE_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
-    case KERN_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case KERN_DTYPE_F16: return half_f16_to_f32(((const uint16_t *)w->data)[i]);
+    case KERN_DTYPE_BF16: return half_bf16_to_f32(((const uint16_t *)w->data)[i]);
     }
     return 0.0f;
 }

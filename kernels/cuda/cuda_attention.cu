@@ -88,10 +88,10 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
 {
     kcuda_state *st = kcuda_st(ctx);
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
-    CHECK_MSG(hd > 0 && hd % 8 == 0 && hd <= KC_ATTN_MAX_HD, "CUDA attention needs head_dim % 8 == 0, <= 256");
-    CHECK(nkv > 0 && nh % nkv == 0 && p->block_size > 0 && p->n_seqs >= 0 && p->n_tokens >= 0);
-    CHECK(p->h_query_start_loc && p->h_seq_lens);
-    CHECK(kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->out, 16) && kcuda_aligned(p->k_cache, 16) &&
+    INFERD_CHECK_MSG(hd > 0 && hd % 8 == 0 && hd <= KC_ATTN_MAX_HD, "CUDA attention needs head_dim % 8 == 0, <= 256");
+    INFERD_CHECK(nkv > 0 && nh % nkv == 0 && p->block_size > 0 && p->n_seqs >= 0 && p->n_tokens >= 0);
+    INFERD_CHECK(p->h_query_start_loc && p->h_seq_lens);
+    INFERD_CHECK(kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->out, 16) && kcuda_aligned(p->k_cache, 16) &&
           kcuda_aligned(p->v_cache, 16));
     kcuda_attn_last_splits = 0;
     if (p->n_seqs == 0) {
@@ -102,7 +102,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     int n_dec = 0, n_pre = 0, max_dec_len = 0, max_q = 0;
     for (int i = 0; i < p->n_seqs; i++) {
         const int q_len = hq[i + 1] - hq[i];
-        CHECK(q_len >= 0 && p->h_seq_lens[i] >= q_len);
+        INFERD_CHECK(q_len >= 0 && p->h_seq_lens[i] >= q_len);
         if (q_len == 1) {
             n_dec++;
             if (p->h_seq_lens[i] > max_dec_len)
@@ -113,7 +113,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
                 max_q = q_len;
         }
     }
-    CHECK(hq[0] >= 0 && hq[p->n_seqs] <= p->n_tokens);
+    INFERD_CHECK(hq[0] >= 0 && hq[p->n_seqs] <= p->n_tokens);
     kc_attn_args a;
     memset(&a, 0, sizeof a);
     a.out = (uint16_t *)p->out;

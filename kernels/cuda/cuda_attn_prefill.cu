@@ -206,7 +206,7 @@ static __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(const k
 void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
     const size_t smem = pf_smem_bytes(a->hd);
-    CHECK_MSG(smem <= st->smem_optin, "prefill attention tile exceeds the device's shared memory");
+    INFERD_CHECK_MSG(smem <= st->smem_optin, "prefill attention tile exceeds the device's shared memory");
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, PF_BQ));

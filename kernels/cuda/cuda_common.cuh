@@ -93,7 +93,7 @@ void kcuda_gemm_release(kcuda_state *st);
 static inline kcuda_state *kcuda_st(const kern_ctx *ctx)
 {
     kcuda_state *st = (kcuda_state *)ctx->cuda;
-    CHECK(ctx->backend == KERN_BACKEND_CUDA && st != NULL);
+    INFERD_CHECK(ctx->backend == KERN_BACKEND_CUDA && st != NULL);
     CUDA_CHECK(cudaSetDevice(st->device));
     return st;
 }
@@ -116,7 +116,7 @@ __device__ __forceinline__ float kc_bf2f(uint16_t h)
     return __uint_as_float((uint32_t)h << 16);
 }
 
-/* Round to nearest even, NaN kept (as common/half.h f32_to_bf16). */
+/* Round to nearest even, NaN kept (as common/half.h half_f32_to_bf16). */
 __device__ __forceinline__ uint16_t kc_f2bf(float f)
 {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));

@@ -52,7 +52,7 @@ static void ctx_state_destroy(kcuda_state *st)
         cudaFree(st->gemm_ws);
     if (st->stream)
         cudaStreamDestroy(st->stream);
-    xfree(st);
+    inferd_free(st);
 }
 
 /* Contract: create the backend state of ctx on device_id: stream, cuBLASLt +
@@ -72,7 +72,7 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
     if (device_id < 0 || device_id >= n)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "CUDA device %d out of range (%d devices)",
                                 device_id, n);
-    kcuda_state *st = (kcuda_state *)xcalloc(1, sizeof *st);
+    kcuda_state *st = (kcuda_state *)inferd_calloc(1, sizeof *st);
     st->device = device_id;
     inferd_status rc = INFERD_OK;
     cudaDeviceProp prop;
@@ -109,7 +109,7 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
         goto fail;
     }
     ctx->cuda = st;
-    LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,
+    INFERD_LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (double)(1u << 30));
     return INFERD_OK;
 fail:
@@ -225,7 +225,7 @@ void kcuda_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, cons
                          kern_dtype src_dtype, int64_t n_rows)
 {
     kcuda_state *st = kcuda_st(ctx);
-    CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
+    INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
     const int64_t n = n_rows * w->cols;
     if (n == 0)
         return;
@@ -270,7 +270,7 @@ static void launch_fill_random(const kcuda_state *st, uint16_t *dst, int64_t n, 
 void kcuda_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
 {
     kcuda_state *st = kcuda_st(ctx);
-    CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
+    INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
     const int64_t n = w->rows * w->cols;
     if (n == 0)
         return;

@@ -59,7 +59,7 @@ void kcuda_gemm_release(kcuda_state *st)
         return;
     for (int i = 0; i < st->n_plans; i++)
         plan_destroy(&st->plans[i]);
-    xfree(st->plans);
+    inferd_free(st->plans);
     st->plans = NULL;
     st->n_plans = st->next_plan = 0;
 }
@@ -94,7 +94,7 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
     if (pl->has_algo)
         pl->algo = res.algo;
     else
-        LOG_DEBUG("cuda gemm: no cuBLASLt algorithm for R=%lld C=%lld n=%lld, using cublasGemmEx",
+        INFERD_LOG_DEBUG("cuda gemm: no cuBLASLt algorithm for R=%lld C=%lld n=%lld, using cublasGemmEx",
                   (long long)pl->rows, (long long)pl->cols, (long long)pl->n);
 }
 
@@ -102,7 +102,7 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
                                  uint32_t al_a, uint32_t al_b, uint32_t al_d)
 {
     if (!st->plans)
-        st->plans = (kcuda_gemm_plan *)xcalloc(KCUDA_GEMM_PLANS, sizeof(kcuda_gemm_plan));
+        st->plans = (kcuda_gemm_plan *)inferd_calloc(KCUDA_GEMM_PLANS, sizeof(kcuda_gemm_plan));
     for (int i = 0; i < st->n_plans; i++) {
         kcuda_gemm_plan *pl = &st->plans[i];
         if (pl->rows == rows && pl->cols == cols && pl->n == n && pl->out_f32 == out_f32 &&
@@ -131,8 +131,8 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
 /* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16). */
 static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n)
 {
-    CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
-    CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
+    INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
+    INFERD_CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
     if (n <= 0)
         return;
     const float alpha = 1.0f, beta = 0.0f;

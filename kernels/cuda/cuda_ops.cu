@@ -57,7 +57,7 @@ static void launch_gather(cudaStream_t s, uint16_t *out, const uint16_t *src, co
 void kcuda_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
 {
     kcuda_state *st = kcuda_st(ctx);
-    CHECK(t->dtype == KERN_DTYPE_BF16 && t->cols > 0 && t->cols <= INT32_MAX);
+    INFERD_CHECK(t->dtype == KERN_DTYPE_BF16 && t->cols > 0 && t->cols <= INT32_MAX);
     if (n <= 0)
         return;
     launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)t->data, tokens, t->rows, n, (int)t->cols);
@@ -156,7 +156,7 @@ void kcuda_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, c
                        int n, float eps)
 {
     kcuda_state *st = kcuda_st(ctx);
-    CHECK(w->dtype == KERN_DTYPE_BF16 && w->rows == 1 && w->cols > 0 && w->cols <= INT32_MAX);
+    INFERD_CHECK(w->dtype == KERN_DTYPE_BF16 && w->rows == 1 && w->cols > 0 && w->cols <= INT32_MAX);
     if (n <= 0)
         return;
     launch_add_rmsnorm(st->stream, (uint16_t *)out, (uint16_t *)resid, (const uint16_t *)add,
@@ -286,7 +286,7 @@ static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p)
 void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 {
     kcuda_state *st = kcuda_st(ctx);
-    CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= 1024 && p->block_size > 0 &&
+    INFERD_CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= 1024 && p->block_size > 0 &&
           p->n_heads > 0 && p->n_kv_heads > 0);
     if (p->n_tokens <= 0)
         return;

@@ -464,7 +464,7 @@ void kcuda_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_samp
     kcuda_state *st = kcuda_st(ctx);
     if (r <= 0)
         return;
-    CHECK(vocab > 0);
+    INFERD_CHECK(vocab > 0);
     launch_sample(st->stream, tokens, logits, params, r, vocab);
     KCUDA_LAUNCH_CHECK();
 }

@@ -76,8 +76,8 @@ typedef struct {
 
 static void bench_run_free(bench_run *r)
 {
-    xfree(r->out);
-    xfree(r->err);
+    inferd_free(r->out);
+    inferd_free(r->err);
     cJSON_Delete(r->result);
 }
 
@@ -222,7 +222,7 @@ static char *served_model(const ts_server *s)
     cJSON *j = cJSON_Parse(r.body);
     const cJSON *id = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0), "id");
     ck_assert_msg(cJSON_IsString(id), "GET /v1/models: no data[0].id in %s", r.body);
-    char *name = xstrdup(id->valuestring);
+    char *name = inferd_strdup(id->valuestring);
     cJSON_Delete(j);
     ts_resp_free(&r);
     return name;
@@ -270,24 +270,24 @@ static bench_run run_bench(const char *base_url, const char *model_name, const c
                            json_path};
     const char *argv[64];
     size_t n = 0;
-    for (size_t i = 0; i < ARRAY_LEN(fixed); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(fixed); i++)
         argv[n++] = fixed[i];
-    for (size_t i = 0; extra && extra[i] && n < ARRAY_LEN(argv) - 1; i++)
+    for (size_t i = 0; extra && extra[i] && n < INFERD_ARRAY_LEN(argv) - 1; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
 
     bench_run r = {0};
-    double t0 = time_now_s();
+    double t0 = util_now_s();
     ck_assert(test_run_cmd((char *const *)argv, &r.out, &r.err, &r.exit_code));
     fprintf(stderr, "bench (%d prompts, %s) exit %d in %.2f s\n", n_prompts, base_url, r.exit_code,
-            time_now_s() - t0);
+            util_now_s() - t0);
     char *txt = NULL;
     if (util_read_file(json_path, 0, &txt, NULL) == INFERD_OK) {
         r.result = cJSON_Parse(txt);
-        xfree(txt);
+        inferd_free(txt);
     }
     unlink(json_path);
-    xfree(json_path);
+    inferd_free(json_path);
     return r;
 }
 
@@ -312,9 +312,9 @@ static void check_percentiles(const cJSON *res)
 {
     static const char *const metrics[] = {"ttft", "tpot", "itl", "e2el"};
     static const char *const stats[] = {"mean", "median", "p90", "p95", "p99"};
-    for (size_t m = 0; m < ARRAY_LEN(metrics); m++) {
-        double v[ARRAY_LEN(stats)];
-        for (size_t s = 0; s < ARRAY_LEN(stats); s++) {
+    for (size_t m = 0; m < INFERD_ARRAY_LEN(metrics); m++) {
+        double v[INFERD_ARRAY_LEN(stats)];
+        for (size_t s = 0; s < INFERD_ARRAY_LEN(stats); s++) {
             char key[64];
             snprintf(key, sizeof key, "%s_%s_ms", stats[s], metrics[m]);
             v[s] = num(res, key);
@@ -394,7 +394,7 @@ static void bench_against_server(const char *const *server_extra, const char *co
 {
     char *model = require_model();
     const char *args[8] = {"--max-num-seqs", "16"};
-    for (size_t i = 0; server_extra && server_extra[i] && i + 3 < ARRAY_LEN(args); i++)
+    for (size_t i = 0; server_extra && server_extra[i] && i + 3 < INFERD_ARRAY_LEN(args); i++)
         args[2 + i] = server_extra[i];
     ts_server s;
     ck_assert_msg(start_server(&s, model, args), "inferd serve did not come up");
@@ -430,8 +430,8 @@ static void bench_against_server(const char *const *server_extra, const char *co
     check_percentiles(res);
 
     bench_run_free(&r);
-    xfree(name);
-    xfree(model);
+    inferd_free(name);
+    inferd_free(model);
     stop_ok(&s);
 }
 
@@ -471,7 +471,7 @@ START_TEST(test_bench_unreachable)
         ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(types, i)), "connect");
     ck_assert(strstr(r.out, "Failed requests:") != NULL);
     bench_run_free(&r);
-    xfree(model);
+    inferd_free(model);
 }
 END_TEST
 
@@ -502,7 +502,7 @@ int main(void)
     const char *bin = test_inferd_bin();
     if (!bin || access(bin, X_OK) != 0)
         test_skip("inferd binary not built (run through ctest)");
-    xfree(require_model());
+    inferd_free(require_model());
     void *page = mmap(NULL, sizeof(live_server), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) {
         perror("mmap");

@@ -19,7 +19,7 @@
 #include "common/alloc.h"
 #include "common/util.h"
 #include "mock_openai.h"
-#include "server/bench_serve.h"
+#include "bench/bench_serve.h"
 #include "test_util.h"
 
 static char g_url[64];
@@ -147,7 +147,7 @@ START_TEST(test_usage_accounting)
         {{.first_delay_ms = 5, .token_delay_ms = 1, .no_usage = true}, 8 * 10, false},
         {{.first_delay_ms = 5, .token_delay_ms = 1, .split_writes = true}, 8 * 10, true},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         mock_server *m = start_mock(rows[i].cfg);
         bench_serve_opts o = base_opts(8, 4, 8, 10);
         bench_serve_report rep;
@@ -173,9 +173,9 @@ START_TEST(test_unreachable)
     snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", port);
     bench_serve_opts o = base_opts(12, 4, 8, 4);
     bench_serve_report rep;
-    double t0 = time_now_s();
+    double t0 = util_now_s();
     int rc = bench_serve_run(&o, NULL, &rep);
-    double dt = time_now_s() - t0;
+    double dt = util_now_s() - t0;
     printf("unreachable: rc %d, %d connect errors in %.3f s\n", rc, rep.summary.errors[BENCH_ERR_CONNECT], dt);
     ck_assert_int_eq(rc, 1);
     ck_assert_int_eq(rep.summary.completed, 0);
@@ -200,7 +200,7 @@ START_TEST(test_http_errors)
         {500, BENCH_ERR_HTTP_5XX}, {503, BENCH_ERR_HTTP_5XX}, {429, BENCH_ERR_HTTP_4XX},
         {400, BENCH_ERR_HTTP_4XX}, {401, BENCH_ERR_HTTP_4XX},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         mock_server *m = start_mock((mock_cfg){.status = rows[i].status});
         bench_serve_opts o = base_opts(10, 3, 8, 4);
         bench_serve_report rep;
@@ -227,7 +227,7 @@ START_TEST(test_bad_streams)
         {.first_delay_ms = 1, .token_delay_ms = 1, .omit_done = true},
         {.first_delay_ms = 1, .token_delay_ms = 1, .malformed = true},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         mock_server *m = start_mock(rows[i]);
         bench_serve_opts o = base_opts(6, 3, 8, 4);
         bench_serve_report rep;
@@ -276,9 +276,9 @@ START_TEST(test_interrupt)
     g_stop = 0;
     pthread_t th;
     pthread_create(&th, NULL, stop_later, NULL);
-    double t0 = time_now_s();
+    double t0 = util_now_s();
     int rc = bench_serve_run(&o, &g_stop, &rep);
-    double dt = time_now_s() - t0;
+    double dt = util_now_s() - t0;
     pthread_join(th, NULL);
     ck_assert_int_eq(rc, 1);
     ck_assert(rep.interrupted);
@@ -347,18 +347,18 @@ START_TEST(test_save_result)
         "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
         "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms", "failed_by_type",
     };
-    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(keys); i++)
         ck_assert_msg(cJSON_GetObjectItemCaseSensitive(root, keys[i]) != NULL, "missing key %s", keys[i]);
     ck_assert_int_eq(cJSON_GetObjectItem(root, "completed")->valueint, 6);
     ck_assert_int_eq(cJSON_GetObjectItem(root, "total_output_tokens")->valueint, 24);
     ck_assert_str_eq(cJSON_GetObjectItem(root, "request_rate")->valuestring, "inf");
     static const char *const arrays[] = {"input_lens", "output_lens", "ttfts", "itls", "errors", "e2els"};
-    for (size_t i = 0; i < ARRAY_LEN(arrays); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(arrays); i++)
         ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, arrays[i])), 6);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "itls"), 0)), 3);
     ck_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "errors"), 0)->valuestring, "");
     cJSON_Delete(root);
-    xfree(txt);
+    inferd_free(txt);
     unlink(path);
     rmdir(dir);
     free(dir);

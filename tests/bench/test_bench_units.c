@@ -13,10 +13,10 @@
 
 #include "common/alloc.h"
 #include "common/util.h"
-#include "server/bench_client.h"
-#include "server/bench_dataset.h"
-#include "server/bench_serve.h"
-#include "server/bench_stats.h"
+#include "bench/bench_client.h"
+#include "bench/bench_dataset.h"
+#include "bench/bench_serve.h"
+#include "bench/bench_stats.h"
 #include "test_util.h"
 
 START_TEST(test_percentiles)
@@ -31,7 +31,7 @@ START_TEST(test_percentiles)
         {{0}, 0, 50, 0},              {{10, 20}, 2, 95, 19.5},      {{1, 1, 1, 9}, 4, 50, 1},
         {{0, 10, 20, 30, 40, 50, 60, 70}, 8, 90, 63},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         double got = bench_percentile(rows[i].v, rows[i].n, rows[i].p);
         ck_assert_msg(fabs(got - rows[i].want) < 1e-9, "row %zu: p%g = %g, want %g", i, rows[i].p, got,
                       rows[i].want);
@@ -67,7 +67,7 @@ static void parse_stream(const char *s, size_t step, bool chat, bench_result *r)
     size_t n = strlen(s), off = 0;
     double t = 0.001;
     while (off < n) {
-        size_t k = step ? MIN(step, n - off) : n;
+        size_t k = step ? INFERD_MIN(step, n - off) : n;
         bench_sse_feed(&p, s + off, k, t);
         off += k;
         t += 0.001;
@@ -79,7 +79,7 @@ static void parse_stream(const char *s, size_t step, bool chat, bench_result *r)
 START_TEST(test_sse_splits)
 {
     size_t steps[] = {0, 1, 2, 3, 7, 64};
-    for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(steps); i++) {
         bench_result r;
         parse_stream(k_stream, steps[i], false, &r);
         ck_assert_msg(r.err == BENCH_ERR_NONE, "step %zu: %s", steps[i], r.error ? r.error : "");
@@ -130,7 +130,7 @@ START_TEST(test_sse_table)
          BENCH_ERR_BAD_RESPONSE, 0, 0}, /* no content, no usage */
         {"data: [1,2]\n\ndata: [DONE]\n\n", false, BENCH_ERR_BAD_RESPONSE, 0, 0},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         bench_result r;
         parse_stream(rows[i].body, 5, rows[i].chat, &r);
         ck_assert_msg(r.err == rows[i].err, "row %zu: err %s (%s)", i, bench_err_name(r.err), r.error ? r.error : "");
@@ -166,7 +166,7 @@ END_TEST
 static bench_result fake(bench_err err, double start, double ttft, int n_chunks, double gap, int out)
 {
     bench_result r = {.err = err, .start_s = start, .ttft_s = ttft, .prompt_tokens = -1, .output_tokens = out};
-    r.chunk_s = xmalloc((size_t)MAX(n_chunks, 1) * sizeof(double));
+    r.chunk_s = inferd_malloc((size_t)INFERD_MAX(n_chunks, 1) * sizeof(double));
     for (int k = 0; k < n_chunks; k++)
         r.chunk_s[k] = ttft + k * gap;
     r.n_chunks = r.cap_chunks = n_chunks;
@@ -214,12 +214,12 @@ END_TEST
 START_TEST(test_arrivals)
 {
     enum { N = 20001 };
-    double *t = xmalloc(N * sizeof *t);
+    double *t = inferd_malloc(N * sizeof *t);
     bench_arrivals(5, INFINITY, 1.0, 1, t);
     for (int i = 0; i < 5; i++)
         ck_assert(t[i] == 0.0);
     static const double shapes[] = {1.0, 0.5, 4.0};
-    for (size_t k = 0; k < ARRAY_LEN(shapes); k++) {
+    for (size_t k = 0; k < INFERD_ARRAY_LEN(shapes); k++) {
         bench_arrivals(N, 10.0, shapes[k], 42, t);
         ck_assert(t[0] == 0.0);
         double sum = 0, ss = 0;
@@ -234,12 +234,12 @@ START_TEST(test_arrivals)
         ck_assert_msg(fabs(mean - 0.1) < 0.004, "shape %g mean %g", shapes[k], mean);
         ck_assert_msg(fabs(cv2 * shapes[k] - 1.0) < 0.1, "shape %g cv2 %g", shapes[k], cv2);
     }
-    double *u = xmalloc(N * sizeof *u);
+    double *u = inferd_malloc(N * sizeof *u);
     bench_arrivals(100, 3.0, 1.0, 7, t);
     bench_arrivals(100, 3.0, 1.0, 7, u);
     ck_assert(memcmp(t, u, 100 * sizeof *t) == 0);
-    xfree(t);
-    xfree(u);
+    inferd_free(t);
+    inferd_free(u);
 }
 END_TEST
 
@@ -257,8 +257,8 @@ START_TEST(test_random_no_tokenizer)
         ck_assert_int_eq(p[i].n_ids, p[i].prompt_len);
         ck_assert(p[i].prompt_len >= 50 && p[i].prompt_len <= 150);
         ck_assert(p[i].output_len >= 10 && p[i].output_len <= 30);
-        min_in = MIN(min_in, p[i].prompt_len);
-        max_in = MAX(max_in, p[i].prompt_len);
+        min_in = INFERD_MIN(min_in, p[i].prompt_len);
+        max_in = INFERD_MAX(max_in, p[i].prompt_len);
         for (int k = 0; k < p[i].n_ids; k++)
             ck_assert(p[i].ids[k] >= 3 && p[i].ids[k] < 259);
     }
@@ -307,7 +307,7 @@ START_TEST(test_random_tokenizer)
         ck_assert_int_eq(tok_encode(tok, p[i].text, strlen(p[i].text), false, false, &ids, &m), INFERD_OK);
         ck_assert_int_eq(m, p[i].prompt_len); /* the recorded length is the tokenizer's count */
         exact += m == 64;
-        xfree(ids);
+        inferd_free(ids);
     }
     ck_assert_msg(exact >= n * 9 / 10, "only %d/%d text prompts hit 64 tokens", exact, n);
     bench_dataset_free(p, n);
@@ -336,7 +336,7 @@ START_TEST(test_jsonl_table)
         {"{\"prompt\":\"a\",\"output_len\":\"9\"}\n", false, 0, 0},
         {"\n\n", false, 0, 0},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         char *path = test_write_temp("bench-jsonl", rows[i].file, strlen(rows[i].file));
         bench_dataset_opts o = {.kind = BENCH_DATA_JSONL, .path = path, .num_prompts = 5, .seed = 1};
         bench_prompt *p = NULL;
@@ -415,7 +415,7 @@ START_TEST(test_flags)
         {{"serve", "--endpoint", "v1/completions"}, 2},
         {{"serve", "--model", ""}, 2},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         int argc = 0;
         while (argc < 6 && rows[i].args[argc])
             argc++;

@@ -28,14 +28,14 @@ START_TEST(test_int_list)
         {"1,2,3", 1, 3}, {"7", 1, 1}, {"-5,0", 1, 2}, {"", 0, 0}, {"1,,2", 0, 0},
         {"1,", 0, 0},   {"a", 0, 0},  {"1.5", 0, 0}, {"99999999999", 0, 0},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         int32_t *v = NULL;
         int n = 0;
         inferd_status st = util_parse_int_list(rows[i].in, &v, &n);
         ck_assert_msg((st == INFERD_OK) == rows[i].ok, "row %zu '%s'", i, rows[i].in);
         if (st == INFERD_OK) {
             ck_assert_int_eq(n, rows[i].n);
-            xfree(v);
+            inferd_free(v);
         }
     }
 }
@@ -55,16 +55,16 @@ END_TEST
 START_TEST(test_half_roundtrip)
 {
     float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 3.14159f};
-    for (size_t i = 0; i < ARRAY_LEN(vals); i++) {
-        float h = f16_to_f32(f32_to_f16(vals[i]));
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(vals); i++) {
+        float h = half_f16_to_f32(half_f32_to_f16(vals[i]));
         ck_assert_msg(fabsf(h - vals[i]) <= fabsf(vals[i]) * 1e-3f, "f16 %g -> %g", vals[i], h);
-        float b = bf16_to_f32(f32_to_bf16(vals[i]));
+        float b = half_bf16_to_f32(half_f32_to_bf16(vals[i]));
         ck_assert_msg(fabsf(b - vals[i]) <= fabsf(vals[i]) * 8e-3f, "bf16 %g -> %g", vals[i], b);
     }
     /* round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 */
-    ck_assert_uint_eq(f32_to_bf16(1.00390625f), 0x3F80);
-    ck_assert(isinf(f16_to_f32(f32_to_f16(1e6f))));
-    ck_assert(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    ck_assert_uint_eq(half_f32_to_bf16(1.00390625f), 0x3F80);
+    ck_assert(isinf(half_f16_to_f32(half_f32_to_f16(1e6f))));
+    ck_assert(isnan(half_bf16_to_f32(half_f32_to_bf16(NAN))));
 }
 END_TEST
 

@@ -41,7 +41,7 @@ START_TEST(test_init_errors)
         {2, 1, INFERD_OK},
         {100, 16, INFERD_OK},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         kv_pool *p = (kv_pool *)1;
         inferd_status st = kv_pool_init(rows[i].n, rows[i].bs, true, &p);
         ck_assert_msg(st == rows[i].st, "row %zu: status %d", i, st);
@@ -327,7 +327,7 @@ static void op_new_seq(world *w, int s)
     w->n_hits += hits;
     q->n_blocks = hits;
     q->n_cached = hits;
-    int want = CEIL_DIV(q->n_tokens, P_BS);
+    int want = INFERD_CEIL_DIV(q->n_tokens, P_BS);
     if (kv_pool_alloc(w->p, want - hits, q->blocks + hits) != INFERD_OK) {
         for (int i = hits - 1; i >= 0; i--)
             kv_pool_release(w->p, &q->blocks[i], 1);
@@ -358,7 +358,7 @@ static void op_grow(world *w, shadow_seq *q)
     int add = 1 + (int)rnd(w, 6);
     if (q->n_tokens + add > P_MAXB * P_BS)
         return;
-    int want = CEIL_DIV(q->n_tokens + add, P_BS);
+    int want = INFERD_CEIL_DIV(q->n_tokens + add, P_BS);
     int free_before = kv_pool_num_free(w->p);
     if (kv_pool_alloc(w->p, want - q->n_blocks, q->blocks + q->n_blocks) != INFERD_OK) {
         ck_assert_int_eq(kv_pool_num_free(w->p), free_before);
@@ -400,7 +400,7 @@ static void op_fork(world *w, shadow_seq *src, shadow_seq *dst)
 
 static void run_property(uint64_t seed, int n_ops)
 {
-    world *w = xcalloc(1, sizeof *w);
+    world *w = inferd_calloc(1, sizeof *w);
     w->seed = seed;
     ck_assert_int_eq(kv_pool_init(P_BLOCKS, P_BS, true, &w->p), INFERD_OK);
     for (int op = 0; op < n_ops; op++) {
@@ -442,7 +442,7 @@ static void run_property(uint64_t seed, int n_ops)
     ck_assert_int_gt(w->n_alloc_fail, 0);
     ck_assert_int_gt((int)st.evictions, 0);
     kv_pool_free(w->p);
-    xfree(w);
+    inferd_free(w);
 }
 
 START_TEST(test_property_random_ops)

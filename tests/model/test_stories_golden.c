@@ -35,12 +35,12 @@ static void load_golden(void)
         exit(1);
     }
     g_golden = cJSON_Parse(text);
-    xfree(text);
+    inferd_free(text);
     if (!g_golden) {
         fprintf(stderr, "%s: invalid JSON\n", path);
         exit(1);
     }
-    xfree(path);
+    inferd_free(path);
 }
 
 static model *load_model(int block_size, int max_tokens, int threads)
@@ -76,12 +76,12 @@ static int json_ints(const cJSON *arr, int32_t *out, int cap)
 static void forward_seq(model *m, const int32_t *toks, int start, int n, int logit_from)
 {
     int nb = model_max_blocks_per_seq(m);
-    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)nb);
+    int32_t *table = inferd_malloc(sizeof(int32_t) * (size_t)nb);
     for (int i = 0; i < nb; i++)
         table[i] = nb - i; /* reversed: block ids need not be contiguous or increasing */
     inferd_status st = model_forward_seq(m, table, toks, start, n, logit_from);
     ck_assert_msg(st == INFERD_OK, "forward: %s", inferd_last_error());
-    xfree(table);
+    inferd_free(table);
 }
 
 START_TEST(test_teacher_forced_logits)
@@ -95,10 +95,10 @@ START_TEST(test_teacher_forced_logits)
     ck_assert_int_le(n_pos, np + ng);
     model *m = load_model(16, 64, 0);
     int vocab = model_get_config(m)->vocab_size;
-    float *logits = xmalloc(sizeof(float) * (size_t)vocab * 64);
+    float *logits = inferd_malloc(sizeof(float) * (size_t)vocab * 64);
     double max_err = 0;
     for (int start = 0; start < n_pos; start += 64) {
-        int n = MIN(64, n_pos - start);
+        int n = INFERD_MIN(64, n_pos - start);
         forward_seq(m, toks + start, start, n, 0);
         model_logits_to_host(m, logits);
         for (int i = 0; i < n; i++) {
@@ -128,7 +128,7 @@ START_TEST(test_teacher_forced_logits)
     const cJSON *lg = cJSON_GetObjectItem(last, "logits");
     for (int v = 0; v < vocab; v++)
         ck_assert(fabs(logits[v] - cJSON_GetArrayItem(lg, v)->valuedouble) <= 1e-4);
-    xfree(logits);
+    inferd_free(logits);
     model_free(m);
 }
 END_TEST
@@ -146,7 +146,7 @@ static void greedy_cases(int block_size, int chunk)
         int nw = json_ints(cJSON_GetObjectItem(c, "generated_ids"), want, 512);
         int steps = cJSON_GetObjectItem(c, "steps")->valueint;
         for (int off = 0; off < np; off += chunk) {
-            int n = MIN(chunk, np - off);
+            int n = INFERD_MIN(chunk, np - off);
             forward_seq(m, toks + off, off, n, n - 1);
         }
         int n = np, got = 0;
@@ -230,6 +230,6 @@ int main(void)
     suite_add_tcase(s, tc);
     int rc = test_run_suite(s);
     cJSON_Delete(g_golden);
-    xfree(g_model_dir);
+    inferd_free(g_model_dir);
     return rc;
 }

@@ -59,10 +59,10 @@ START_TEST(test_logits_vs_cpu)
     int32_t toks[512];
     int np = ints("prompt_ids", toks);
     int ng = ints("generated_ids", toks + np);
-    int n = MIN(64, np + ng);
+    int n = INFERD_MIN(64, np + ng);
     model *cpu = load(KERN_BACKEND_CPU), *gpu = load(KERN_BACKEND_CUDA);
     int V = model_get_config(cpu)->vocab_size;
-    float *a = xmalloc(sizeof(float) * (size_t)V * n), *b = xmalloc(sizeof(float) * (size_t)V * n);
+    float *a = inferd_malloc(sizeof(float) * (size_t)V * n), *b = inferd_malloc(sizeof(float) * (size_t)V * n);
     fwd(cpu, toks, 0, n, 0);
     fwd(gpu, toks, 0, n, 0);
     model_logits_to_host(cpu, a);
@@ -86,8 +86,8 @@ START_TEST(test_logits_vs_cpu)
     printf("stories260K GPU vs CPU logits over %d positions: max |err| %.4f, mean |err| %.5f, "
            "argmax equal at %d/%d (tolerance %.2f + %.2f*|ref|)\n",
            n, max_err, sum_err / ((double)n * V), argmax_same, n, LOGIT_ATOL, LOGIT_RTOL);
-    xfree(a);
-    xfree(b);
+    inferd_free(a);
+    inferd_free(b);
     model_free(cpu);
     model_free(gpu);
 }
@@ -134,8 +134,8 @@ int main(void)
     if (!gp || util_read_file(gp, 0, &text, NULL) != INFERD_OK)
         test_skip("fixtures not found");
     cJSON *root = cJSON_Parse(text);
-    xfree(text);
-    xfree(gp);
+    inferd_free(text);
+    inferd_free(gp);
     g_case0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cases"), 0);
     Suite *s = suite_create("stories260K gpu");
     TCase *tc = tcase_create("gpu");
@@ -145,6 +145,6 @@ int main(void)
     suite_add_tcase(s, tc);
     int rc = test_run_suite(s);
     cJSON_Delete(root);
-    xfree(g_model_dir);
+    inferd_free(g_model_dir);
     return rc;
 }

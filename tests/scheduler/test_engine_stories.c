@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "scheduler/engine.h"
 #include "test_util.h"
 
@@ -66,8 +66,8 @@ static void load_golden(void)
     g_n_corpus +=
         json_ids(cJSON_GetObjectItem(c2, "generated_ids"), g_corpus + g_n_corpus, 1024 - g_n_corpus);
     cJSON_Delete(j);
-    xfree(buf);
-    xfree(path);
+    inferd_free(buf);
+    inferd_free(path);
     ck_assert_int_gt(g_n_corpus, 300);
 }
 
@@ -128,7 +128,7 @@ static model *load_model(int max_seqs, int max_tokens, int kv_blocks)
     ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
     if (kv_blocks > 0)
         ck_assert_int_eq(model_num_kv_blocks(m), kv_blocks);
-    xfree(dir);
+    inferd_free(dir);
     return m;
 }
 
@@ -138,7 +138,7 @@ static tokenizer *load_tok(void)
     tokenizer *t = NULL;
     if (dir && tok_load(dir, &t) != INFERD_OK)
         t = NULL;
-    xfree(dir);
+    inferd_free(dir);
     return t;
 }
 
@@ -361,7 +361,7 @@ START_TEST(test_chunked_prefill_invariance)
     run_alone(p, sp, N_PROMPTS, alone);
     int longest = 0;
     for (int i = 0; i < N_PROMPTS; i++)
-        longest = MAX(longest, p[i].n);
+        longest = INFERD_MAX(longest, p[i].n);
     model *m = load_model(8, 7, 0);
     engine *e = make_engine(m, NULL, 8, 7, false);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
@@ -561,7 +561,7 @@ START_TEST(test_rejections)
         {"beyond model length", 11, 500, INFERD_ERR_TOO_LONG, "560", "512"},
         {"beyond the KV pool", 12, 20, INFERD_ERR_TOO_LONG, "5 KV blocks", "4 blocks"},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         engine_request rq = {.prompt_ids = p.ids, .n_prompt = p.n};
         greedy_params(&rq.sp, 8);
         int32_t bad_tok[1] = {(int32_t)rows[i].v};
@@ -773,8 +773,8 @@ int main(void)
     char *gold = test_fixture_path("golden/stories260K.json");
     if (!dir || !util_file_exists(dir) || !gold || !util_file_exists(gold))
         test_skip("stories260K model or golden not found (set INFERD_FIXTURES)");
-    xfree(dir);
-    xfree(gold);
+    inferd_free(dir);
+    inferd_free(gold);
     if (test_use_cuda()) {
         setenv("CK_FORK", "no", 1); /* CUDA cannot be used in a child forked after init */
         if (!kern_cuda_available())

@@ -51,7 +51,7 @@ static void h_init(harness *h, int n_blocks, int bs, bool caching, int max_seqs,
     h->o.max_num_batched_tokens = max_tokens;
     h->o.max_model_len = max_len;
     ck_assert_int_eq(sched_init(&h->o, h->pool, &h->s), INFERD_OK);
-    h->kv = xcalloc((size_t)n_blocks * bs, sizeof *h->kv);
+    h->kv = inferd_calloc((size_t)n_blocks * bs, sizeof *h->kv);
     for (int i = 0; i < MAX_REQ; i++)
         h->finish_step[i] = -1;
 }
@@ -64,9 +64,9 @@ static void h_free(harness *h)
     ck_assert_int_eq(kv_pool_num_free(h->pool), kv_pool_num_usable(h->pool));
     sched_free(h->s);
     kv_pool_free(h->pool);
-    xfree(h->kv);
+    inferd_free(h->kv);
     for (int i = 0; i < MAX_REQ; i++)
-        xfree(h->out[i]);
+        inferd_free(h->out[i]);
 }
 
 static intptr_t req_index(const sched_req *r)
@@ -80,7 +80,7 @@ static sched_req *h_add(harness *h, int idx, const int32_t *prompt, int n, int m
     ck_assert_int_eq(sched_add(h->s, (uint64_t)idx, prompt, n, max_tokens, (void *)(intptr_t)idx, &r),
                      INFERD_OK);
     h->live[idx] = r;
-    h->out[idx] = xcalloc((size_t)max_tokens, sizeof(int32_t));
+    h->out[idx] = inferd_calloc((size_t)max_tokens, sizeof(int32_t));
     return r;
 }
 
@@ -110,7 +110,7 @@ static int h_step(harness *h)
     ck_assert_int_le(out.n_tokens, h->o.max_num_batched_tokens);
     ck_assert_int_le(out.n_items, h->o.max_num_seqs);
     h->n_preempted += out.n_preempted;
-    h->max_step_tokens = MAX(h->max_step_tokens, out.n_tokens);
+    h->max_step_tokens = INFERD_MAX(h->max_step_tokens, out.n_tokens);
     int32_t next[MAX_REQ];
     for (int i = 0; i < out.n_items; i++) {
         const sched_item *it = &out.items[i];
@@ -188,7 +188,7 @@ START_TEST(test_reject_table)
         {30, 11, INFERD_OK, NULL, NULL},                            /* 40 KV tokens: exactly fits */
         {1, 1, INFERD_OK, NULL, NULL},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         sched_req *r = (sched_req *)1;
         inferd_status st = sched_add(h.s, i, p, rows[i].n_prompt, rows[i].max_tokens, NULL, &r);
         ck_assert_msg(st == rows[i].st, "row %zu: status %d (%s)", i, st, inferd_last_error());
@@ -217,7 +217,7 @@ START_TEST(test_budget_and_chunking)
     make_prompt(p, 20, 1);
     sched_req *r = h_add(&h, 0, p, 20, 3);
     int expect[] = {8, 8, 4, 1, 1};
-    for (size_t i = 0; i < ARRAY_LEN(expect); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(expect); i++) {
         int before = r->n_computed;
         h_step(&h);
         if (h.live[0])
@@ -435,7 +435,7 @@ START_TEST(test_no_starvation)
         ck_assert_int_ge(h.finish_step[i], 0);
         if (i > 0)
             ck_assert_int_ge(h.finish_step[i], h.finish_step[i - 1]);
-        max_delay = MAX(max_delay, h.finish_step[i] - arrival[i]);
+        max_delay = INFERD_MAX(max_delay, h.finish_step[i] - arrival[i]);
     }
     printf("no-starvation test: %d requests, %d steps, max delay %d steps, %d preemptions\n", n_req,
            h.n_steps, max_delay, h.n_preempted);
@@ -472,7 +472,7 @@ static void stress(uint64_t seed)
     harness h;
     int bs = 1 + (int)(rng_uniform(seed, 1) * 6);
     int max_len = 64;
-    int min_blocks = CEIL_DIV(max_len, bs) + 1;
+    int min_blocks = INFERD_CEIL_DIV(max_len, bs) + 1;
     int n_blocks = min_blocks + (int)(rng_uniform(seed, 2) * 3 * min_blocks);
     int max_seqs = 1 + (int)(rng_uniform(seed, 3) * 8);
     int max_tok = 1 + (int)(rng_uniform(seed, 4) * 40);

@@ -545,7 +545,7 @@ START_TEST(test_metrics_exposition)
         snprintf(cmd, sizeof cmd, "promtool check metrics < %s >/dev/null 2>&1", path);
         ck_assert_msg(system(cmd) == 0, "promtool rejects /metrics");
         unlink(path);
-        xfree(path);
+        inferd_free(path);
     }
     free(m);
     stop_ok(&s);
@@ -587,27 +587,27 @@ START_TEST(test_config_file)
     ck_assert(test_run_cmd(bad1, &out, &errs, &code));
     ck_assert_int_eq(code, 2);
     ck_assert(strstr(errs, "no-such-flag") != NULL);
-    xfree(out);
-    xfree(errs);
+    inferd_free(out);
+    inferd_free(errs);
     const char *badcfg = "{\"model\": \"x\", \"max-num-seqz\": 3}";
     char *cfg2 = test_write_temp("inferd-serve-cfg", badcfg, strlen(badcfg));
     char *const bad2[] = {(char *)bin, "serve", "--config", cfg2, NULL};
     ck_assert(test_run_cmd(bad2, &out, &errs, &code));
     ck_assert_int_eq(code, 2);
     ck_assert(strstr(errs, "max-num-seqz") != NULL);
-    xfree(out);
-    xfree(errs);
+    inferd_free(out);
+    inferd_free(errs);
     char *const help[] = {(char *)bin, "serve", "--help", NULL};
     ck_assert(test_run_cmd(help, &out, &errs, &code));
     ck_assert_int_eq(code, 0);
     ck_assert(strstr(out, "--max-queued-requests") != NULL);
-    xfree(out);
-    xfree(errs);
+    inferd_free(out);
+    inferd_free(errs);
     unlink(cfg);
     unlink(cfg2);
-    xfree(cfg);
-    xfree(cfg2);
-    xfree(model);
+    inferd_free(cfg);
+    inferd_free(cfg2);
+    inferd_free(model);
 }
 END_TEST
 
@@ -618,7 +618,7 @@ int main(void)
         test_skip("INFERD_BIN not set (run through ctest)");
     if (!model || !util_file_exists(model))
         test_skip("fixture models/stories260K not found");
-    xfree(model);
+    inferd_free(model);
     Suite *s = suite_create("server");
     TCase *tc = tcase_create("blackbox");
     tcase_set_timeout(tc, 300);

@@ -258,13 +258,13 @@ static void check_row(const ts_server *s, size_t i)
 
 START_TEST(test_bad_input_table)
 {
-    ck_assert_int_ge((int)ARRAY_LEN(k_rows), 30);
+    ck_assert_int_ge((int)INFERD_ARRAY_LEN(k_rows), 30);
     ts_server s;
     const char *args[] = {"--api-key", KEY, "--max-body-bytes", "65536", "--chat-template", "llama-2", NULL};
     ck_assert(ts_start(&s, args));
-    for (size_t i = 0; i < ARRAY_LEN(k_rows); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++)
         check_row(&s, i);
-    printf("bad-input table: %zu rows passed\n", ARRAY_LEN(k_rows));
+    printf("bad-input table: %zu rows passed\n", INFERD_ARRAY_LEN(k_rows));
     /* the server still serves correctly */
     long st;
     cJSON *j = ts_post_json(&s, "/v1/completions",
@@ -298,7 +298,7 @@ int main(void)
         test_skip("INFERD_BIN not set (run through ctest)");
     if (!model || !util_file_exists(model))
         test_skip("fixture models/stories260K not found");
-    xfree(model);
+    inferd_free(model);
     Suite *s = suite_create("server_bad_input");
     TCase *tc = tcase_create("table");
     tcase_set_timeout(tc, 300);

@@ -291,7 +291,7 @@ int main(void)
         test_skip("fixture models/stories260K not found");
     snprintf(g_slow_dir, sizeof g_slow_dir, "%s/tests/server/slow_model", src);
     snprintf(g_tok_dir, sizeof g_tok_dir, "%s", tok);
-    xfree(tok);
+    inferd_free(tok);
     Suite *s = suite_create("server_cancel");
     TCase *tc = tcase_create("cancel");
     tcase_set_timeout(tc, 300);

@@ -113,7 +113,7 @@ static const parse_row k_parse[] = {
 
 START_TEST(test_parse_table)
 {
-    for (size_t i = 0; i < ARRAY_LEN(k_parse); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_parse); i++) {
         const parse_row *r = &k_parse[i];
         srv_request req;
         srv_error err;
@@ -175,12 +175,12 @@ START_TEST(test_parse_values)
     ck_assert_str_eq(e.param, "stop");
     /* nesting beyond cJSON's limit is a parse error, not a crash */
     size_t depth = 100000;
-    char *deep = xmalloc(depth + 32);
+    char *deep = inferd_malloc(depth + 32);
     memset(deep, '[', depth);
     deep[depth] = '\0';
     ck_assert(!srv_request_parse(C, deep, depth, &k_lim, &r, &e));
     ck_assert_int_eq(e.kind, SRV_ERR_INVALID);
-    xfree(deep);
+    inferd_free(deep);
 }
 END_TEST
 
@@ -218,7 +218,7 @@ static char *tok_text(void *user, int32_t id)
     (void)user;
     char buf[16];
     snprintf(buf, sizeof buf, "t%d", id);
-    return xstrdup(buf);
+    return inferd_strdup(buf);
 }
 
 START_TEST(test_response_shapes)
@@ -237,14 +237,14 @@ START_TEST(test_response_shapes)
     ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "timings"), "total_ms")->valuedouble,
                         41.0);
     cJSON_Delete(j);
-    xfree(s);
+    inferd_free(s);
     /* chat chunk with role only, then a usage chunk */
     s = srv_chunk_delta(H, &m, "assistant", "", 0, NULL, NULL, true, NULL);
     ck_assert_str_eq(
         s, "{\"id\":\"cmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m\","
            "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
            "\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}");
-    xfree(s);
+    inferd_free(s);
     s = srv_chunk_usage(H, &m, &u, &t);
     j = cJSON_Parse(s);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 0);
@@ -254,7 +254,7 @@ START_TEST(test_response_shapes)
             ->valueint,
         2);
     cJSON_Delete(j);
-    xfree(s);
+    inferd_free(s);
     /* logprobs in both shapes */
     engine_logprob lp = {
         .token = 7, .logprob = -0.5f, .n_top = 2, .top_ids = {7, 8}, .top_logprobs = {-0.5f, -1.5f}};
@@ -279,7 +279,7 @@ START_TEST(test_response_shapes)
     s = srv_resp_models("m", 5, 512, false);
     ck_assert_str_eq(s, "{\"object\":\"list\",\"data\":[{\"id\":\"m\",\"object\":\"model\",\"created\":5,"
                         "\"owned_by\":\"inferd\",\"max_model_len\":512}]}");
-    xfree(s);
+    inferd_free(s);
 }
 END_TEST
 
@@ -332,19 +332,19 @@ START_TEST(test_chat_templates)
          "<|im_start|>assistant\n"},
         {SRV_CHAT_MISTRAL, "<s>[INST] Be brief.\n\n Hi there \n [/INST]Hello!</s>[INST] Bye [/INST]"},
     };
-    for (size_t i = 0; i < ARRAY_LEN(k); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k); i++) {
         char *out = render(k[i].f, conv, 4);
         ck_assert_msg(!strcmp(out, k[i].want), "%s:\n got  '%s'\n want '%s'", srv_chat_name(k[i].f), out,
                       k[i].want);
-        xfree(out);
+        inferd_free(out);
     }
     /* no system message */
     char *out = render(SRV_CHAT_LLAMA2, conv + 1, 1);
     ck_assert_str_eq(out, "<s>[INST] Hi there [/INST]");
-    xfree(out);
+    inferd_free(out);
     out = render(SRV_CHAT_LLAMA31, conv + 3, 1);
     ck_assert(strstr(out, "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user") != NULL);
-    xfree(out);
+    inferd_free(out);
     /* families that need alternation reject other orders */
     srv_chat_msg bad1[] = {msg(SRV_ROLE_USER, "a"), msg(SRV_ROLE_USER, "b")};
     srv_chat_msg bad2[] = {msg(SRV_ROLE_USER, "a"), msg(SRV_ROLE_ASSISTANT, "b")};
@@ -393,9 +393,9 @@ START_TEST(test_chat_detect)
         const cJSON *t = cJSON_GetObjectItem(j, "chat_template");
         ck_assert_int_eq(srv_chat_detect(cJSON_GetStringValue(t)), SRV_CHAT_LLAMA3);
         cJSON_Delete(j);
-        xfree(text);
+        inferd_free(text);
     }
-    xfree(p);
+    inferd_free(p);
 }
 END_TEST
 
@@ -421,8 +421,8 @@ START_TEST(test_error_mapping)
         {SRV_ERR_UNAVAILABLE, 503, "service_unavailable", "unavailable"},
         {SRV_ERR_TIMEOUT, 503, "timeout_error", "request_timeout"},
     };
-    ck_assert_int_eq((int)ARRAY_LEN(k), SRV_ERR_KIND_COUNT - 1);
-    for (size_t i = 0; i < ARRAY_LEN(k); i++) {
+    ck_assert_int_eq((int)INFERD_ARRAY_LEN(k), SRV_ERR_KIND_COUNT - 1);
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k); i++) {
         srv_error e;
         srv_error_set(&e, k[i].k, i % 2 ? "field" : NULL, "msg %zu", i);
         int http;
@@ -439,7 +439,7 @@ START_TEST(test_error_mapping)
         else
             ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "param")));
         cJSON_Delete(j);
-        xfree(body);
+        inferd_free(body);
     }
     static const struct {
         inferd_status st;
@@ -448,7 +448,7 @@ START_TEST(test_error_mapping)
              {INFERD_ERR_QUEUE_FULL, SRV_ERR_QUEUE_FULL}, {INFERD_ERR_UNAVAILABLE, SRV_ERR_UNAVAILABLE},
              {INFERD_ERR_TIMEOUT, SRV_ERR_TIMEOUT},       {INFERD_ERR_NOMEM, SRV_ERR_INTERNAL},
              {INFERD_ERR_DEVICE, SRV_ERR_INTERNAL}};
-    for (size_t i = 0; i < ARRAY_LEN(m); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(m); i++)
         ck_assert_int_eq(srv_err_kind_from_status(m[i].st), m[i].k);
     srv_error e;
     inferd_set_error(INFERD_ERR_TOO_LONG, "prompt has 9 tokens");
@@ -461,7 +461,7 @@ START_TEST(test_error_mapping)
     ck_assert(util_utf8_valid(body, strlen(body)));
     ck_assert(j != NULL);
     cJSON_Delete(j);
-    xfree(body);
+    inferd_free(body);
 }
 END_TEST
 
@@ -475,7 +475,7 @@ START_TEST(test_metrics_render)
     char *t = srv_metrics_render(m, NULL, &len);
     ck_assert_msg(prom_validate(t, err, sizeof err), "%s", err);
     ck_assert_int_eq(len, strlen(t));
-    xfree(t);
+    inferd_free(t);
     srv_metrics_observe(m, SRV_HIST_TTFT, 0.003, 1);
     srv_metrics_observe(m, SRV_HIST_TTFT, 0.3, 2);
     srv_metrics_observe(m, SRV_HIST_TTFT, 1000.0, 1);
@@ -509,7 +509,7 @@ START_TEST(test_metrics_render)
     ck_assert(prom_value(t, "inferd:num_requests_running", &v) && v == 3);
     ck_assert(prom_value(t, "inferd:kv_cache_usage_perc", &v) && v == 0.25);
     ck_assert(prom_value(t, "inferd:request_success_total{finished_reason=\"abort\"}", &v) && v == 4);
-    xfree(t);
+    inferd_free(t);
     srv_metrics_free(m);
 }
 END_TEST
@@ -541,7 +541,7 @@ START_TEST(test_prom_validator_rejects)
         "# TYPE a bogus\na 1\n",
     };
     char err[256];
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++)
         ck_assert_msg(!prom_validate(bad[i], err, sizeof err), "accepted bad exposition %zu", i);
     ck_assert(
         prom_validate("# HELP a x\n# TYPE a gauge\na{b=\"q\\\"\\n\"} NaN 123\nb +Inf\n", err, sizeof err));
@@ -597,7 +597,7 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--block-size=0"},
         {"serve", "--model", "m", "--max-model-len"},
     };
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
         srv_opts_default(&o);
         ck_assert_msg(srv_opts_parse(&o, 4, (char **)bad[i], null) == 2, "row %zu accepted", i);
         srv_opts_free(&o);
@@ -619,7 +619,7 @@ START_TEST(test_opts)
     srv_opts_free(&o);
     fclose(null);
     unlink(path);
-    xfree(path);
+    inferd_free(path);
 }
 END_TEST
 
@@ -632,7 +632,7 @@ START_TEST(test_util)
     ck_assert(!srv_ct_equal("", 0, "secret", 6));
     char *s = srv_utf8_sanitize("a\xc3\xa9\xff\xe2\x82", 6);
     ck_assert_str_eq(s, "a\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
-    xfree(s);
+    inferd_free(s);
     size_t a, n;
     srv_strip("  x y \n", 7, &a, &n);
     ck_assert(a == 2 && n == 3);

@@ -51,13 +51,13 @@ static void check_fixture(const tok_fixture *f)
         snprintf(what, sizeof what, "%s case %d", f->name, idx);
         failed += !tt_encode_eq(t, text, true, want, n, what);
         g_ids_checked += n;
-        xfree(want);
+        inferd_free(want);
         n = golden_ids(c, f, "ids_no_special_parsing", &want);
         if (n >= 0) {
             snprintf(what, sizeof what, "%s case %d (no special parsing)", f->name, idx);
             failed += !tt_encode_eq(t, text, false, want, n, what);
             g_ids_checked += n;
-            xfree(want);
+            inferd_free(want);
         }
         n_cases++;
         idx++;
@@ -102,8 +102,8 @@ START_TEST(test_roundtrip)
         ck_assert_msg(len == strlen(text) && memcmp(out, text, len) == 0, "%s case %d: decode '%s' != '%s'",
                       f->name, idx - 1, out, text);
         checked++;
-        xfree(out);
-        xfree(ids);
+        inferd_free(out);
+        inferd_free(ids);
     }
     printf("%s: %d round trips\n", f->name, checked);
     ck_assert_int_gt(checked, 15);
@@ -125,7 +125,7 @@ START_TEST(test_official_llama2)
         int n = tt_ids(cJSON_GetObjectItemCaseSensitive(c, "ids"), &want);
         ck_assert(tt_encode_eq(t, cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring, true, want, n,
                                "official llama2 vector"));
-        xfree(want);
+        inferd_free(want);
         n_cases++;
     }
     ck_assert_int_eq(n_cases, 3);
@@ -139,17 +139,17 @@ static char *stream_continuation(const tokenizer *t, const int32_t *prompt, int 
 {
     tok_stream *s = tok_stream_new(t, true);
     tok_stream_prefill(s, prompt, np);
-    char *acc = xstrdup("");
+    char *acc = inferd_strdup("");
     size_t acc_len = 0;
     for (int i = 0; i <= ng; i++) {
         char *d = NULL;
         size_t dl = 0;
         inferd_status st = i < ng ? tok_stream_push(s, gen[i], &d, &dl) : tok_stream_flush(s, &d, &dl);
         ck_assert(st == INFERD_OK);
-        acc = xrealloc(acc, acc_len + dl + 1);
+        acc = inferd_realloc(acc, acc_len + dl + 1);
         memcpy(acc + acc_len, d, dl + 1);
         acc_len += dl;
-        xfree(d);
+        inferd_free(d);
     }
     tok_stream_free(s);
     return acc;
@@ -177,9 +177,9 @@ START_TEST(test_stories_prompts)
                                                       strncmp(cont, out + pl, strlen(cont)) == 0 &&
                                                       out[strlen(out) - 1] == '\n'),
                       "case %d: continuation\n'%s'\n!=\n'%s'", n_cases, cont, out + pl);
-        xfree(cont);
-        xfree(want);
-        xfree(gen);
+        inferd_free(cont);
+        inferd_free(want);
+        inferd_free(gen);
         n_cases++;
     }
     printf("stories260K: %d generation prompts\n", n_cases);
@@ -240,9 +240,9 @@ static void *encode_all(void *p)
             char *out = NULL;
             if (tok_decode(a->t, ids, n, true, &out, NULL) != INFERD_OK)
                 a->mismatches++;
-            xfree(out);
-            xfree(ids);
-            xfree(want);
+            inferd_free(out);
+            inferd_free(ids);
+            inferd_free(want);
         }
     }
     return NULL;

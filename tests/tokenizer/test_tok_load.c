@@ -17,14 +17,14 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/util.h"
-#include "model/tok_internal.h"
-#include "model/tok_nfc.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tok_nfc.h"
 #include "test_util.h"
 
 /* A BPE tokenizer.json around a vocab, merges and extra top-level fields. */
 static char *mk_json(const char *vocab, const char *merges, const char *model_extra, const char *extra)
 {
-    char *buf = xmalloc(8192);
+    char *buf = inferd_malloc(8192);
     snprintf(buf, 8192, "{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": %s%s}%s}", vocab, merges,
              model_extra, extra);
     return buf;
@@ -127,7 +127,7 @@ static const struct {
 
 START_TEST(test_malformed_table)
 {
-    for (size_t i = 0; i < ARRAY_LEN(k_bad); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_bad); i++) {
         tokenizer *t = (tokenizer *)0x1;
         inferd_status st = tok_load_json(k_bad[i].json, NULL, &t);
         ck_assert_msg(st == k_bad[i].st, "row %zu: status %s, want %s (%s)", i, inferd_status_str(st),
@@ -138,7 +138,7 @@ START_TEST(test_malformed_table)
                       inferd_last_error());
         ck_assert_ptr_null(t);
     }
-    printf("malformed table: %zu rows\n", ARRAY_LEN(k_bad));
+    printf("malformed table: %zu rows\n", INFERD_ARRAY_LEN(k_bad));
 }
 END_TEST
 
@@ -152,13 +152,13 @@ START_TEST(test_deep_nesting)
     char *j = mk_json(V_ABC, "[]", "", "");
     size_t n = strlen(j);
     j[n - 1] = '\0';
-    char *full = xmalloc(8192);
+    char *full = inferd_malloc(8192);
     snprintf(full, 8192, "%s, \"normalizer\": %s%s}", j, pre, post);
     tokenizer *t = NULL;
     ck_assert_int_eq(tok_load_json(full, NULL, &t), INFERD_ERR_FORMAT);
     ck_assert(strstr(inferd_last_error(), "nested too deep") != NULL);
-    xfree(j);
-    xfree(full);
+    inferd_free(j);
+    inferd_free(full);
 }
 END_TEST
 
@@ -197,10 +197,10 @@ START_TEST(test_load_files)
     remove(cfg);
     remove(path);
     remove(dir);
-    xfree(cfg);
-    xfree(ok);
-    xfree(path);
-    xfree(dir);
+    inferd_free(cfg);
+    inferd_free(ok);
+    inferd_free(path);
+    inferd_free(dir);
 }
 END_TEST
 
@@ -219,7 +219,7 @@ static void enc_eq(const char *json, const char *text, bool parse_special, const
     for (int i = 0; i < n_want; i++)
         snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%d ", (int)want[i]);
     ck_assert_msg(strcmp(got, exp) == 0, "'%s': got [%s] want [%s]", text, got, exp);
-    xfree(ids);
+    inferd_free(ids);
     tok_free(t);
 }
 
@@ -230,36 +230,36 @@ START_TEST(test_bpe_semantics)
     char *j = mk_json(V_ABC, "[\"a b\", \"ab c\"]", "", "");
     enc_eq(j, "abc", true, IDS(5));
     enc_eq(j, "cab", true, IDS(2, 3));
-    xfree(j);
+    inferd_free(j);
     /* rank decides, not position: "b c" (rank 0) before "a b" */
     j = mk_json(V_ABC, "[\"b c\", \"a b\"]", "", "");
     enc_eq(j, "abc", true, IDS(0, 4));
-    xfree(j);
+    inferd_free(j);
     /* unknown characters: fused, not fused, dropped without unk_token */
     j = mk_json(V_ABC, "[]", ", \"unk_token\": \"<unk>\", \"fuse_unk\": true", "");
     enc_eq(j, "yya", true, IDS(6, 0));
-    xfree(j);
+    inferd_free(j);
     j = mk_json(V_ABC, "[]", ", \"unk_token\": \"<unk>\", \"fuse_unk\": false", "");
     enc_eq(j, "yya", true, IDS(6, 6, 0));
-    xfree(j);
+    inferd_free(j);
     j = mk_json(V_ABC, "[]", "", "");
     enc_eq(j, "yya", true, IDS(0));
-    xfree(j);
+    inferd_free(j);
     /* byte fallback: x -> <0x78>; y has no byte token -> unk */
     j = mk_json(V_ABC, "[]", ", \"byte_fallback\": true, \"unk_token\": \"<unk>\"", "");
     enc_eq(j, "xay", true, IDS(7, 0, 6));
-    xfree(j);
+    inferd_free(j);
     /* ignore_merges: a word in the vocab is emitted whole */
     j = mk_json(V_ABC, "[\"a b\"]", ", \"ignore_merges\": true", "");
     enc_eq(j, "abc", true, IDS(5));
-    xfree(j);
+    inferd_free(j);
     j = mk_json(V_ABC, "[\"a b\"]", "", "");
     enc_eq(j, "abc", true, IDS(3, 2));
-    xfree(j);
+    inferd_free(j);
     /* a later duplicate merge overwrites the earlier rank (HF HashMap) */
     j = mk_json(V_ABC, "[\"a b\", \"b c\", \"a b\"]", "", "");
     enc_eq(j, "abc", true, IDS(0, 4));
-    xfree(j);
+    inferd_free(j);
 }
 END_TEST
 
@@ -282,7 +282,7 @@ static void pretok_eq(const char *pre_json, const char *text, const char *want)
     tok_list_free(&io);
     tok_list_free(&tmp);
     tok_free(t);
-    xfree(j);
+    inferd_free(j);
 }
 
 #define SPLIT(b) "{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"" b "\"}"
@@ -322,7 +322,7 @@ static const char k_added_base[] =
 
 static char *mk_added(const char *tokens, const char *extra)
 {
-    char *buf = xmalloc(8192);
+    char *buf = inferd_malloc(8192);
     snprintf(buf, 8192, k_added_base, tokens, extra);
     return buf;
 }
@@ -333,31 +333,31 @@ START_TEST(test_added_tokens)
     char *j = mk_added("{\"id\": 20, \"content\": \"<m>\", \"special\": true}", "");
     enc_eq(j, "a <m> b", true, IDS(0, 8, 20, 8, 1));
     enc_eq(j, "a <m> b", false, IDS(0, 8, 6, 6, 6, 8, 1)); /* left as text: < m > are unknown */
-    xfree(j);
+    inferd_free(j);
     /* lstrip + rstrip swallow the spaces around the token */
     j = mk_added("{\"id\": 20, \"content\": \"<m>\", \"special\": true, \"lstrip\": true, \"rstrip\": true}", "");
     enc_eq(j, "a  <m>  b", true, IDS(0, 20, 1));
-    xfree(j);
+    inferd_free(j);
     /* single_word: only where no word character touches it */
     j = mk_added("{\"id\": 21, \"content\": \"ab\", \"single_word\": true, \"normalized\": false}", "");
     enc_eq(j, "cab ab", true, IDS(2, 0, 1, 8, 21));
-    xfree(j);
+    inferd_free(j);
     /* longest match wins at the leftmost position */
     j = mk_added("{\"id\": 20, \"content\": \"<m\", \"normalized\": false}, {\"id\": 21, \"content\": \"<m>\", "
                  "\"normalized\": false}",
                  "");
     enc_eq(j, "<m><m", true, IDS(21, 20));
-    xfree(j);
+    inferd_free(j);
     /* a normalized token is matched after normalization (Replace b -> c) */
     j = mk_added("{\"id\": 22, \"content\": \"cc\", \"normalized\": true}",
                  ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"b\"}, \"content\": \"c\"}");
     enc_eq(j, "abba", true, IDS(0, 22, 0));
-    xfree(j);
+    inferd_free(j);
     /* Prepend normalizer applies to each piece between special tokens (HF) */
     j = mk_added("{\"id\": 20, \"content\": \"<m>\", \"special\": true}",
                  ", \"normalizer\": {\"type\": \"Prepend\", \"prepend\": \"-\"}");
     enc_eq(j, "a<m>b", true, IDS(9, 0, 20, 9, 1));
-    xfree(j);
+    inferd_free(j);
 }
 END_TEST
 
@@ -372,9 +372,9 @@ static void dec_eq(const char *extra, const int32_t *ids, int n, bool skip, cons
     ck_assert(tok_decode(t, ids, n, skip, &text, &len) == INFERD_OK);
     ck_assert_msg(strcmp(text, want) == 0, "%s: got '%s' want '%s'", extra, text, want);
     ck_assert_uint_eq(len, strlen(want));
-    xfree(text);
+    inferd_free(text);
     tok_free(t);
-    xfree(j);
+    inferd_free(j);
 }
 
 START_TEST(test_decoders)
@@ -414,7 +414,7 @@ START_TEST(test_nfc)
         {"\xE0\xAD\x87\xE0\xAC\xBE", "\xE0\xAD\x8B", "\xE0\xAD\x87\xE0\xAC\xBE"},     /* starter + starter */
         {"plain ascii", "plain ascii", "plain ascii"},
     };
-    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         tok_buf a = {0}, b = {0};
         tok_unicode_normalize(rows[i].in, strlen(rows[i].in), true, &a);
         tok_unicode_normalize(rows[i].in, strlen(rows[i].in), false, &b);
@@ -433,7 +433,7 @@ START_TEST(test_nfc)
     ck_assert_str_eq(out.p, "-\xC3\xA9");
     tok_buf_free(&out);
     tok_free(t);
-    xfree(j);
+    inferd_free(j);
 }
 END_TEST
 
@@ -448,12 +448,12 @@ START_TEST(test_bad_input)
     ck_assert(strstr(inferd_last_error(), "UTF-8") != NULL);
     ck_assert_int_eq(tok_encode(t, "", 0, true, true, &ids, &n), INFERD_OK);
     ck_assert_int_eq(n, 0);
-    xfree(ids);
+    inferd_free(ids);
     ck_assert_int_eq(tok_encode(t, "a\0b", 3, true, true, &ids, &n), INFERD_OK); /* NUL is a character */
     ck_assert_int_eq(n, 2);
-    xfree(ids);
+    inferd_free(ids);
     tok_free(t);
-    xfree(j);
+    inferd_free(j);
 }
 END_TEST
 
@@ -475,7 +475,7 @@ START_TEST(test_mutations)
     size_t n = strlen(base);
     static const char k_junk[] = "{}[]\",:0-9ae \\";
     int ok = 0, failed = 0;
-    char *m = xmalloc(n + 1);
+    char *m = inferd_malloc(n + 1);
     for (uint64_t r = 0; r < 3000; r++) {
         memcpy(m, base, n + 1);
         uint64_t u = rng_mix64(r + 77);
@@ -498,16 +498,16 @@ START_TEST(test_mutations)
         static const char k_text[] = "ab c<m>a\xCC\x81 bc";
         if (tok_encode(t, k_text, sizeof k_text - 1, true, true, &ids, &ni) == INFERD_OK) {
             if (tok_decode(t, ids, ni, false, &text, NULL) == INFERD_OK)
-                xfree(text);
-            xfree(ids);
+                inferd_free(text);
+            inferd_free(ids);
         }
         tok_free(t);
         ok++;
     }
     printf("mutations: %d loaded, %d rejected with a message\n", ok, failed);
     ck_assert_int_gt(failed, 0);
-    xfree(m);
-    xfree(base);
+    inferd_free(m);
+    inferd_free(base);
 }
 END_TEST
 

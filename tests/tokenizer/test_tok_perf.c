@@ -9,7 +9,7 @@
 
 #include "common/alloc.h"
 #include "common/util.h"
-#include "model/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 #include "test_util.h"
 #include "tok_test_util.h"
 
@@ -20,7 +20,7 @@
 static char *make_prompt(size_t *len)
 {
     cJSON *g = tt_load_json("golden/tokenizers.json");
-    char *buf = xmalloc(PROMPT_BYTES + 4096);
+    char *buf = inferd_malloc(PROMPT_BYTES + 4096);
     size_t n = 0;
     while (n < PROMPT_BYTES) {
         const cJSON *c;
@@ -59,20 +59,20 @@ START_TEST(test_encode_100k)
     int n_ids = 0;
     for (int rep = 0; rep < 5; rep++) {
         int32_t *ids = NULL;
-        double t0 = time_now_s();
+        double t0 = util_now_s();
         ck_assert(tok_encode(t, prompt, len, true, true, &ids, &n_ids) == INFERD_OK);
-        double dt = time_now_s() - t0;
+        double dt = util_now_s() - t0;
         best = dt < best ? dt : best;
-        xfree(ids);
+        inferd_free(ids);
     }
     /* decode it back as a throughput figure too */
     int32_t *ids = NULL;
     ck_assert(tok_encode(t, prompt, len, false, true, &ids, &n_ids) == INFERD_OK);
     char *text = NULL;
     size_t tl = 0;
-    double t0 = time_now_s();
+    double t0 = util_now_s();
     ck_assert(tok_decode(t, ids, n_ids, true, &text, &tl) == INFERD_OK);
-    double dec = time_now_s() - t0;
+    double dec = util_now_s() - t0;
     if (strcmp(f->name, "llama3") == 0 || strcmp(f->name, "llama2") == 0)
         ck_assert(tl == len && memcmp(text, prompt, len) == 0);
     /* the chunked BPE path gives exactly the ids of the one-word path */
@@ -80,20 +80,20 @@ START_TEST(test_encode_100k)
         t->chunk_meta = false;
         int32_t *ref = NULL;
         int n_ref = 0;
-        double t1 = time_now_s();
+        double t1 = util_now_s();
         ck_assert(tok_encode(t, prompt, len, false, true, &ref, &n_ref) == INFERD_OK);
-        printf("PERF encode %-12s without chunking: %.2f ms\n", f->name, (time_now_s() - t1) * 1e3);
+        printf("PERF encode %-12s without chunking: %.2f ms\n", f->name, (util_now_s() - t1) * 1e3);
         ck_assert_int_eq(n_ref, n_ids);
         ck_assert(memcmp(ref, ids, (size_t)n_ids * sizeof *ids) == 0);
         t->chunk_meta = true;
-        xfree(ref);
+        inferd_free(ref);
     }
     printf("PERF encode %-12s %zu bytes -> %d tokens: %.2f ms (best of 5), %.0f tokens/s; decode %.2f ms\n", f->name,
            len, n_ids, best * 1e3, n_ids / best, dec * 1e3);
     ck_assert_msg(best < 2.0, "encode took %.0f ms: something is quadratic", best * 1e3);
-    xfree(text);
-    xfree(ids);
-    xfree(prompt);
+    inferd_free(text);
+    inferd_free(ids);
+    inferd_free(prompt);
     tok_free(t);
 }
 END_TEST

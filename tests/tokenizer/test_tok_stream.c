@@ -30,7 +30,7 @@ typedef struct {
 
 static void str_add(str *s, const char *d, size_t n)
 {
-    s->p = xrealloc(s->p, s->len + n + 1);
+    s->p = inferd_realloc(s->p, s->len + n + 1);
     memcpy(s->p + s->len, d, n);
     s->len += n;
     s->p[s->len] = '\0';
@@ -40,7 +40,7 @@ static void str_add(str *s, const char *d, size_t n)
  * delta must be valid UTF-8. flush_empty: the flush must add nothing. */
 static str stream_all(const tokenizer *t, const int32_t *ids, int np, int n, bool skip, bool flush_empty)
 {
-    str acc = {xstrdup(""), 0};
+    str acc = {inferd_strdup(""), 0};
     tok_stream *s = tok_stream_new(t, skip);
     tok_stream_prefill(s, ids, np);
     for (int i = np; i <= n; i++) {
@@ -52,7 +52,7 @@ static str stream_all(const tokenizer *t, const int32_t *ids, int np, int n, boo
         if (i == n && flush_empty)
             ck_assert_msg(dl == 0, "flush emitted '%s' for complete text", d);
         str_add(&acc, d, dl);
-        xfree(d);
+        inferd_free(d);
     }
     tok_stream_free(s);
     return acc;
@@ -110,7 +110,7 @@ static int check_text(const tokenizer *t, const char *text, bool byte_level)
                 str g = stream_all(t, ids, 0, k, skip, false);
                 ck_assert_msg(g.len == pre.len && memcmp(g.p, pre.p, g.len) == 0,
                               "truncated at %d: stream '%s' != decode '%s'", k, g.p, pre.p);
-                xfree(g.p);
+                inferd_free(g.p);
                 checks++;
             }
             /* prefill the first k ids: the rest streams to full minus pre */
@@ -118,15 +118,15 @@ static int check_text(const tokenizer *t, const char *text, bool byte_level)
                 str g = stream_all(t, ids, k, n, skip, true);
                 ck_assert_msg(g.len == full.len - pre.len && memcmp(g.p, full.p + pre.len, g.len) == 0,
                               "prefill %d: '%s' != '%s'", k, g.p, full.p + pre.len);
-                xfree(g.p);
+                inferd_free(g.p);
                 checks++;
             }
-            xfree(pre.p);
+            inferd_free(pre.p);
         }
-        xfree(full.p);
-        xfree(got.p);
+        inferd_free(full.p);
+        inferd_free(got.p);
     }
-    xfree(ids);
+    inferd_free(ids);
     return checks;
 }
 
@@ -143,7 +143,7 @@ START_TEST(test_stream_golden_and_extras)
         checks += check_text(t, cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring, byte_level);
         texts++;
     }
-    for (size_t i = 0; i < ARRAY_LEN(k_extras); i++) {
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_extras); i++) {
         checks += check_text(t, k_extras[i], byte_level);
         texts++;
     }
@@ -197,8 +197,8 @@ START_TEST(test_stream_random)
                               "random %d: stream '%s' != decode '%s'", r, got.p, full.p);
                 equal++;
             }
-            xfree(full.p);
-            xfree(got.p);
+            inferd_free(full.p);
+            inferd_free(got.p);
         }
     }
     printf("%s: 400 random streams, %d compared equal to the full decode\n", f->name, equal);
@@ -218,7 +218,7 @@ START_TEST(test_stream_bad_id)
     ck_assert(tok_stream_push(s, -1, &d, &dl) == INFERD_ERR_INVALID_ARG);
     ck_assert(tok_stream_push(s, 403, &d, &dl) == INFERD_OK); /* state unchanged by the failures */
     ck_assert_str_eq(d, "Once");
-    xfree(d);
+    inferd_free(d);
     tok_stream_free(s);
     int32_t bad[] = {1, 99999};
     char *text = NULL;

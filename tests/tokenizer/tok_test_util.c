@@ -15,7 +15,7 @@ const tok_fixture k_tok_fixtures[] = {
     {"llama3-nobos", "tokenizers/llama3-nobos", "llama3", true},
     {"stories260K", "models/stories260K", "stories260K", false},
 };
-const int k_n_tok_fixtures = (int)ARRAY_LEN(k_tok_fixtures);
+const int k_n_tok_fixtures = (int)INFERD_ARRAY_LEN(k_tok_fixtures);
 
 tokenizer *tt_load(const tok_fixture *f)
 {
@@ -25,7 +25,7 @@ tokenizer *tt_load(const tok_fixture *f)
     tokenizer *t = NULL;
     inferd_status st = tok_load(dir, &t);
     ck_assert_msg(st == INFERD_OK, "tok_load(%s): %s", dir, inferd_last_error());
-    xfree(dir);
+    inferd_free(dir);
     return t;
 }
 
@@ -39,15 +39,15 @@ cJSON *tt_load_json(const char *rel)
     ck_assert_msg(util_read_file(path, 0, &text, &len) == INFERD_OK, "%s", inferd_last_error());
     cJSON *j = cJSON_Parse(text);
     ck_assert_msg(j != NULL, "%s: invalid JSON", path);
-    xfree(text);
-    xfree(path);
+    inferd_free(text);
+    inferd_free(path);
     return j;
 }
 
 int tt_ids(const cJSON *arr, int32_t **out)
 {
     int n = cJSON_GetArraySize(arr);
-    *out = xmalloc((size_t)(n > 0 ? n : 1) * sizeof **out);
+    *out = inferd_malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
     for (int i = 0; i < n; i++)
         (*out)[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
     return n;
@@ -81,6 +81,6 @@ bool tt_encode_eq(const tokenizer *t, const char *text, bool parse_special, cons
         printf("FAIL %s\n  got  %s\n  want %s\n", what, tt_fmt_ids(ids, n, a, sizeof a),
                tt_fmt_ids(want, n_want, b, sizeof b));
     }
-    xfree(ids);
+    inferd_free(ids);
     return eq;
 }

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* The fixture tokenizers under test. golden_key names the entry in
  * golden/tokenizers.json (llama3-nobos uses llama3's ids minus BOS). */

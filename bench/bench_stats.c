@@ -1,0 +1,381 @@
+/* bench/bench_stats.c: percentiles, the run summary, the printed table and
+ * the result JSON of `inferd bench serve` (definitions in bench_stats.h).
+ *
+ * The table mirrors `vllm bench serve` line for line where the metric exists
+ * there (labels padded to 40 columns, section rules 50 wide) and adds P90/P95
+ * rows, E2E latency and the failure classes; the JSON uses vLLM's key names so
+ * existing plotting scripts read it unchanged.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "bench/bench_stats.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_percentile(const double *sorted, int n, double p)
+{
+    if (n <= 0)
+        return 0.0;
+    if (p <= 0)
+        return sorted[0];
+    if (p >= 100)
+        return sorted[n - 1];
+    double rank = p / 100.0 * (double)(n - 1);
+    int lo = (int)floor(rank);
+    int hi = INFERD_MIN(lo + 1, n - 1);
+    double frac = rank - (double)lo;
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
+}
+
+void bench_dist_compute(double *vals, int n, bench_dist *d)
+{
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    if (n <= 0)
+        return;
+    qsort(vals, (size_t)n, sizeof *vals, cmp_double);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += vals[i];
+    d->mean = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (vals[i] - d->mean) * (vals[i] - d->mean);
+    d->std = sqrt(ss / n);
+    d->median = bench_percentile(vals, n, 50);
+    d->p90 = bench_percentile(vals, n, 90);
+    d->p95 = bench_percentile(vals, n, 95);
+    d->p99 = bench_percentile(vals, n, 99);
+}
+
+/* Output tokens per 1 s bucket of the run clock; the largest bucket. */
+static double peak_output_rate(const bench_result *res, int n, double duration_s)
+{
+    int nb = (int)ceil(INFERD_MAX(duration_s, 0.0)) + 2;
+    double *bucket = inferd_calloc((size_t)nb, sizeof *bucket);
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        if (r->err != BENCH_ERR_NONE || r->output_tokens <= 0)
+            continue;
+        if (r->n_chunks == 0) {
+            int b = (int)(r->start_s + r->e2el_s);
+            bucket[INFERD_MIN(INFERD_MAX(b, 0), nb - 1)] += r->output_tokens;
+            continue;
+        }
+        double w = (double)r->output_tokens / r->n_chunks;
+        for (int k = 0; k < r->n_chunks; k++) {
+            int b = (int)(r->start_s + r->chunk_s[k]);
+            bucket[INFERD_MIN(INFERD_MAX(b, 0), nb - 1)] += w;
+        }
+    }
+    double peak = 0;
+    for (int b = 0; b < nb; b++)
+        peak = INFERD_MAX(peak, bucket[b]);
+    inferd_free(bucket);
+    return peak;
+}
+
+typedef struct {
+    double t;
+    int delta;
+} conc_event;
+
+static int cmp_event(const void *a, const void *b)
+{
+    const conc_event *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->delta - y->delta; /* ends (-1) before starts (+1) */
+}
+
+/* Most requests in flight at once, from launch/end intervals. */
+static int peak_concurrency(const bench_result *res, int n)
+{
+    conc_event *ev = inferd_malloc((size_t)INFERD_MAX(2 * n, 1) * sizeof *ev);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (res[i].start_s < 0)
+            continue;
+        ev[m++] = (conc_event){res[i].start_s, +1};
+        ev[m++] = (conc_event){res[i].start_s + res[i].e2el_s, -1};
+    }
+    qsort(ev, (size_t)m, sizeof *ev, cmp_event);
+    int cur = 0, peak = 0;
+    for (int i = 0; i < m; i++) {
+        cur += ev[i].delta;
+        peak = INFERD_MAX(peak, cur);
+    }
+    inferd_free(ev);
+    return peak;
+}
+
+void bench_summarize(const bench_result *results, int n, const int *sent_len, const bool *sent_exact,
+                     double duration_s, bench_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    s->num_prompts = n;
+    s->duration_s = duration_s;
+    size_t n_itl = 0;
+    for (int i = 0; i < n; i++)
+        if (results[i].err == BENCH_ERR_NONE && results[i].n_chunks > 1)
+            n_itl += (size_t)results[i].n_chunks - 1;
+    double *ttft = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *ttft);
+    double *tpot = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *tpot);
+    double *e2el = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *e2el);
+    double *itl = inferd_malloc(INFERD_MAX(n_itl, 1) * sizeof *itl);
+    int n_tpot = 0;
+    size_t k_itl = 0;
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &results[i];
+        s->errors[r->err]++;
+        if (r->err == BENCH_ERR_CANCELLED) {
+            s->cancelled++;
+            continue;
+        }
+        if (r->err != BENCH_ERR_NONE) {
+            s->failed++;
+            continue;
+        }
+        int sent = sent_len ? sent_len[i] : 0;
+        s->total_input_tokens += r->prompt_tokens >= 0 ? r->prompt_tokens : INFERD_MAX(sent, 0);
+        if (sent_exact && sent_exact[i] && r->prompt_tokens >= 0 && r->prompt_tokens != sent)
+            s->input_len_mismatches++;
+        s->total_output_tokens += r->output_tokens;
+        ttft[s->completed] = r->ttft_s * 1e3;
+        e2el[s->completed] = r->e2el_s * 1e3;
+        s->completed++;
+        if (r->output_tokens > 1)
+            tpot[n_tpot++] = (r->e2el_s - r->ttft_s) / (r->output_tokens - 1) * 1e3;
+        for (int k = 1; k < r->n_chunks; k++)
+            itl[k_itl++] = (r->chunk_s[k] - r->chunk_s[k - 1]) * 1e3;
+    }
+    bench_dist_compute(ttft, s->completed, &s->ttft);
+    bench_dist_compute(tpot, n_tpot, &s->tpot);
+    bench_dist_compute(e2el, s->completed, &s->e2el);
+    bench_dist_compute(itl, (int)k_itl, &s->itl);
+    inferd_free(ttft);
+    inferd_free(tpot);
+    inferd_free(e2el);
+    inferd_free(itl);
+    if (duration_s > 0) {
+        s->request_throughput = s->completed / duration_s;
+        s->output_throughput = (double)s->total_output_tokens / duration_s;
+        s->total_token_throughput = (double)(s->total_input_tokens + s->total_output_tokens) / duration_s;
+    }
+    s->max_output_tokens_per_s = peak_output_rate(results, n, duration_s);
+    s->max_concurrent_requests = peak_concurrency(results, n);
+}
+
+/* ---- table --------------------------------------------------------------- */
+
+static void rule(FILE *f, const char *title, char c)
+{
+    enum { WIDTH = 50 };
+    int len = (int)strlen(title);
+    int pad = INFERD_MAX(WIDTH - len, 0);
+    int left = pad / 2;
+    for (int i = 0; i < left; i++)
+        fputc(c, f);
+    fputs(title, f);
+    for (int i = 0; i < pad - left; i++)
+        fputc(c, f);
+    fputc('\n', f);
+}
+
+static void row_i(FILE *f, const char *label, long long v)
+{
+    fprintf(f, "%-40s %-10lld\n", label, v);
+}
+
+static void row_f(FILE *f, const char *label, double v)
+{
+    fprintf(f, "%-40s %-10.2f\n", label, v);
+}
+
+static void dist_rows(FILE *f, const char *title, const char *abbr, const bench_dist *d)
+{
+    static const char *const k_names[] = {"Mean", "Median", "P90", "P95", "P99"};
+    const double vals[] = {d->mean, d->median, d->p90, d->p95, d->p99};
+    rule(f, title, '-');
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(vals); i++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s %s (ms):", k_names[i], abbr);
+        row_f(f, label, vals[i]);
+    }
+}
+
+void bench_print_table(FILE *f, const bench_summary *s, const bench_meta *m)
+{
+    static const char *const k_err_labels[BENCH_ERR_COUNT] = {
+        "", "  connect errors:", "  timeouts:", "  HTTP 4xx:", "  HTTP 5xx:", "  bad responses:", "",
+    };
+    rule(f, " Serving Benchmark Result ", '=');
+    row_i(f, "Successful requests:", s->completed);
+    row_i(f, "Failed requests:", s->failed);
+    for (int e = BENCH_ERR_CONNECT; e < BENCH_ERR_CANCELLED; e++)
+        if (s->errors[e] > 0)
+            row_i(f, k_err_labels[e], s->errors[e]);
+    if (s->cancelled > 0 || m->interrupted)
+        row_i(f, "Interrupted (not completed):", s->cancelled);
+    if (m->max_concurrency > 0)
+        row_i(f, "Maximum request concurrency:", m->max_concurrency);
+    if (isinf(m->request_rate))
+        fprintf(f, "%-40s %-10s\n", "Request rate configured (RPS):", "inf");
+    else
+        row_f(f, "Request rate configured (RPS):", m->request_rate);
+    row_f(f, "Benchmark duration (s):", s->duration_s);
+    row_i(f, "Total input tokens:", (long long)s->total_input_tokens);
+    row_i(f, "Total generated tokens:", (long long)s->total_output_tokens);
+    row_f(f, "Request throughput (req/s):", s->request_throughput);
+    row_f(f, "Output token throughput (tok/s):", s->output_throughput);
+    row_f(f, "Peak output token throughput (tok/s):", s->max_output_tokens_per_s);
+    row_i(f, "Peak concurrent requests:", s->max_concurrent_requests);
+    row_f(f, "Total Token throughput (tok/s):", s->total_token_throughput);
+    dist_rows(f, "Time to First Token", "TTFT", &s->ttft);
+    dist_rows(f, "Time per Output Token (excl. 1st token)", "TPOT", &s->tpot);
+    dist_rows(f, "Inter-token Latency", "ITL", &s->itl);
+    dist_rows(f, "End-to-end Latency", "E2EL", &s->e2el);
+    rule(f, "", '=');
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static void add_dist(cJSON *o, const char *metric, const bench_dist *d)
+{
+    static const char *const k_stats[] = {"mean", "median", "std", "p90", "p95", "p99"};
+    const double vals[] = {d->mean, d->median, d->std, d->p90, d->p95, d->p99};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(vals); i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s_%s_ms", k_stats[i], metric);
+        cJSON_AddNumberToObject(o, key, vals[i]);
+    }
+}
+
+static void add_str_or_null(cJSON *o, const char *key, const char *v)
+{
+    if (v)
+        cJSON_AddStringToObject(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
+static void add_meta(cJSON *o, const bench_summary *s, const bench_meta *m)
+{
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    localtime_r(&now, &tmv);
+    strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tmv);
+    cJSON_AddStringToObject(o, "date", date);
+    add_str_or_null(o, "backend", m->backend);
+    add_str_or_null(o, "base_url", m->base_url);
+    add_str_or_null(o, "endpoint", m->endpoint);
+    add_str_or_null(o, "model_id", m->model_id);
+    add_str_or_null(o, "tokenizer_id", m->tokenizer_id);
+    add_str_or_null(o, "dataset_name", m->dataset_name);
+    cJSON_AddNumberToObject(o, "num_prompts", s->num_prompts);
+    if (isinf(m->request_rate))
+        cJSON_AddStringToObject(o, "request_rate", "inf");
+    else
+        cJSON_AddNumberToObject(o, "request_rate", m->request_rate);
+    cJSON_AddNumberToObject(o, "burstiness", m->burstiness);
+    if (m->max_concurrency > 0)
+        cJSON_AddNumberToObject(o, "max_concurrency", m->max_concurrency);
+    else
+        cJSON_AddNullToObject(o, "max_concurrency");
+    cJSON_AddBoolToObject(o, "interrupted", m->interrupted);
+}
+
+static void add_summary(cJSON *o, const bench_summary *s)
+{
+    cJSON_AddNumberToObject(o, "duration", s->duration_s);
+    cJSON_AddNumberToObject(o, "completed", s->completed);
+    cJSON_AddNumberToObject(o, "failed", s->failed);
+    cJSON_AddNumberToObject(o, "cancelled", s->cancelled);
+    cJSON *by = cJSON_AddObjectToObject(o, "failed_by_type");
+    for (int e = BENCH_ERR_CONNECT; e < BENCH_ERR_CANCELLED; e++)
+        cJSON_AddNumberToObject(by, bench_err_name((bench_err)e), s->errors[e]);
+    cJSON_AddNumberToObject(o, "total_input_tokens", (double)s->total_input_tokens);
+    cJSON_AddNumberToObject(o, "total_output_tokens", (double)s->total_output_tokens);
+    cJSON_AddNumberToObject(o, "input_len_mismatches", s->input_len_mismatches);
+    cJSON_AddNumberToObject(o, "request_throughput", s->request_throughput);
+    cJSON_AddNumberToObject(o, "output_throughput", s->output_throughput);
+    cJSON_AddNumberToObject(o, "total_token_throughput", s->total_token_throughput);
+    cJSON_AddNumberToObject(o, "max_output_tokens_per_s", s->max_output_tokens_per_s);
+    cJSON_AddNumberToObject(o, "max_concurrent_requests", s->max_concurrent_requests);
+    add_dist(o, "ttft", &s->ttft);
+    add_dist(o, "tpot", &s->tpot);
+    add_dist(o, "itl", &s->itl);
+    add_dist(o, "e2el", &s->e2el);
+}
+
+static void add_per_request(cJSON *o, const bench_result *res, int n, const int *sent_len)
+{
+    cJSON *in = cJSON_AddArrayToObject(o, "input_lens");
+    cJSON *out = cJSON_AddArrayToObject(o, "output_lens");
+    cJSON *ttfts = cJSON_AddArrayToObject(o, "ttfts");
+    cJSON *e2els = cJSON_AddArrayToObject(o, "e2els");
+    cJSON *starts = cJSON_AddArrayToObject(o, "start_times");
+    cJSON *itls = cJSON_AddArrayToObject(o, "itls");
+    cJSON *errors = cJSON_AddArrayToObject(o, "errors");
+    cJSON *types = cJSON_AddArrayToObject(o, "error_types");
+    cJSON *codes = cJSON_AddArrayToObject(o, "http_status");
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        bool ok = r->err == BENCH_ERR_NONE;
+        int sent = sent_len ? sent_len[i] : 0;
+        cJSON_AddItemToArray(in, cJSON_CreateNumber(r->prompt_tokens >= 0 ? r->prompt_tokens : sent));
+        cJSON_AddItemToArray(out, cJSON_CreateNumber(ok ? r->output_tokens : 0));
+        cJSON_AddItemToArray(ttfts, cJSON_CreateNumber(ok ? r->ttft_s : 0.0));
+        cJSON_AddItemToArray(e2els, cJSON_CreateNumber(r->start_s >= 0 ? r->e2el_s : 0.0));
+        cJSON_AddItemToArray(starts, cJSON_CreateNumber(r->start_s));
+        cJSON *gaps = cJSON_CreateArray();
+        for (int k = 1; ok && k < r->n_chunks; k++)
+            cJSON_AddItemToArray(gaps, cJSON_CreateNumber(r->chunk_s[k] - r->chunk_s[k - 1]));
+        cJSON_AddItemToArray(itls, gaps);
+        cJSON_AddItemToArray(errors, cJSON_CreateString(r->error ? r->error : ""));
+        cJSON_AddItemToArray(types, cJSON_CreateString(bench_err_name(r->err)));
+        cJSON_AddItemToArray(codes, cJSON_CreateNumber((double)r->http_status));
+    }
+}
+
+char *bench_result_json(const bench_summary *s, const bench_meta *m, const bench_result *results,
+                        int n, const int *sent_len)
+{
+    cJSON *o = cJSON_CreateObject();
+    add_meta(o, s, m);
+    add_summary(o, s);
+    add_per_request(o, results, n, sent_len);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *copy = inferd_strdup(txt);
+    cJSON_free(txt);
+    return copy;
+}
+
+inferd_status bench_save_json(const char *path, const bench_summary *s, const bench_meta *m,
+                              const bench_result *results, int n, const int *sent_len)
+{
+    char *txt = bench_result_json(s, m, results, n, sent_len);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        inferd_free(txt);
+        return inferd_set_error(INFERD_ERR_IO, "%s: cannot open for writing", path);
+    }
+    size_t len = strlen(txt);
+    bool ok = fwrite(txt, 1, len, f) == len && fputc('\n', f) != EOF;
+    ok = (fclose(f) == 0) && ok;
+    inferd_free(txt);
+    return ok ? INFERD_OK : inferd_set_error(INFERD_ERR_IO, "%s: write failed", path);
+}

@@ -1,0 +1,44 @@
+/* cli/main.c: the `inferd` binary: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"serve", cli_serve, "OpenAI-compatible HTTP server"},
+    {"generate", cli_generate, "offline generation from a prompt or a prompts file"},
+    {"tokenize", cli_tokenize, "print the token ids of a text"},
+    {"detokenize", cli_detokenize, "print the text of token ids"},
+    {"bench", cli_bench, "load generator for OpenAI-compatible servers (bench serve)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: inferd <command> [options]   (inferd <command> --help)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (strcmp(argv[1], k_commands[i].name) == 0)
+            return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "inferd: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,170 @@
+/* tests/model/test_generate_cli.c: `inferd generate` end to end on the CPU
+ * backend with stories260K: the golden cases from prompt ids and from text
+ * (printed text == golden stdout_text minus the prompt), and a table of bad
+ * invocations that must each fail with a one-line error and a non-zero exit.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "test_util.h"
+
+static cJSON *g_golden;
+static char *g_model;
+static const char *g_bin;
+
+static void run(char *const *argv, char **out, char **err, int *rc)
+{
+    ck_assert_msg(test_run_cmd(argv, out, err, rc), "cannot run %s", argv[0]);
+}
+
+static char *ids_csv(const cJSON *arr)
+{
+    char *s = inferd_calloc(1, 8192);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        size_t n = strlen(s);
+        snprintf(s + n, 8192 - n, "%s%d", n ? "," : "", it->valueint);
+    }
+    return s;
+}
+
+/* Run one golden case; from_text selects --prompt over --prompt-ids. */
+static void golden_case(const cJSON *c, bool from_text)
+{
+    const char *prompt = cJSON_GetObjectItem(c, "prompt")->valuestring;
+    const char *want_all = cJSON_GetObjectItem(c, "stdout_text")->valuestring;
+    int steps = cJSON_GetObjectItem(c, "steps")->valueint;
+    int np = cJSON_GetArraySize(cJSON_GetObjectItem(c, "prompt_ids"));
+    char *ids = ids_csv(cJSON_GetObjectItem(c, "prompt_ids"));
+    char maxtok[16];
+    snprintf(maxtok, sizeof maxtok, "%d", steps - np + 1); /* run.c samples at every position */
+    char *argv[] = {(char *)g_bin,
+                    "generate",
+                    "--model",
+                    g_model,
+                    from_text ? "--prompt" : "--prompt-ids",
+                    from_text ? (char *)prompt : ids,
+                    "--temperature",
+                    "0",
+                    "--stop-token-ids",
+                    "1",
+                    "--max-tokens",
+                    maxtok,
+                    "--device",
+                    "cpu",
+                    NULL};
+    char *out, *err;
+    int rc;
+    run(argv, &out, &err, &rc);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    ck_assert_msg(strncmp(want_all, prompt, strlen(prompt)) == 0, "golden text starts with the prompt");
+    const char *want = want_all + strlen(prompt);
+    ck_assert_msg(strcmp(out, want) == 0, "case '%s':\n got: '%s'\nwant: '%s'", prompt, out, want);
+    ck_assert_msg(strstr(err, "prompt tokens:") && strstr(err, "tok/s"), "timing line: %s", err);
+    inferd_free(out);
+    inferd_free(err);
+    inferd_free(ids);
+}
+
+START_TEST(test_golden_from_ids)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_golden, "cases")) golden_case(c, false);
+}
+END_TEST
+
+START_TEST(test_golden_from_text)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_golden, "cases")) golden_case(c, true);
+}
+END_TEST
+
+START_TEST(test_bad_invocations)
+{
+    static const char *rows[][8] = {
+        {"--bogus-flag", NULL},
+        {"--prompt-ids", "1,2", NULL},                              /* no --model */
+        {"--model", "/nonexistent/dir", "--prompt-ids", "1", NULL}, /* missing model */
+        {"--model", "@M", NULL},                                    /* no prompt */
+        {"--model", "@M", "--prompt-ids", "1,x,3", NULL},
+        {"--model", "@M", "--prompt-ids", "1,99999", NULL}, /* id outside vocab */
+        {"--model", "@M", "--prompt-ids", "1", "--max-tokens", "0", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--temperature", "-1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--top-p", "1.5", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--seed", "abc", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--block-size", "0", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--device", "tpu", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--max-tokens", NULL}, /* missing value */
+        {"--model", "@M", "--prompt", "x", "--prompt-ids", "1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "100", NULL}, /* too small */
+        {"--model", "@M", "--prompt-ids", "1", "--gpu-memory-utilization", "1.5", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--load-format", "gguf", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--log-level", "loud", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--threads", "-1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "1Q", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--no-max-num-seqs", NULL}, /* not a boolean */
+        {"--model", "@M", "--prompt-ids", "1", "--no-enable-prefix-caching=1", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--max-model-len", NULL}, /* missing value */
+    };
+    for (size_t r = 0; r < INFERD_ARRAY_LEN(rows); r++) {
+        char *argv[16] = {(char *)g_bin, "generate", "--device", "cpu"};
+        int k = 4;
+        for (int j = 0; rows[r][j]; j++)
+            argv[k++] = strcmp(rows[r][j], "@M") == 0 ? g_model : (char *)rows[r][j];
+        argv[k] = NULL;
+        char *out, *err;
+        int rc;
+        run(argv, &out, &err, &rc);
+        ck_assert_msg(rc > 0, "row %zu: exit %d (want a clean non-zero exit)", r, rc);
+        ck_assert_msg(strstr(err, "error") != NULL, "row %zu: stderr '%s'", r, err);
+        ck_assert_msg(strcmp(out, "") == 0, "row %zu: stdout '%s'", r, out);
+        inferd_free(out);
+        inferd_free(err);
+    }
+}
+END_TEST
+
+START_TEST(test_help)
+{
+    char *argv[] = {(char *)g_bin, "generate", "--help", NULL};
+    char *out, *err;
+    int rc;
+    run(argv, &out, &err, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(strstr(out, "--prompt-ids") != NULL);
+    inferd_free(out);
+    inferd_free(err);
+}
+END_TEST
+
+int main(void)
+{
+    g_bin = test_inferd_bin();
+    char *gp = test_fixture_path("golden/stories260K.json");
+    g_model = test_fixture_path("models/stories260K");
+    if (!g_bin || !gp || !util_file_exists(gp))
+        test_skip("inferd binary or fixtures not found");
+    char *text;
+    if (util_read_file(gp, 0, &text, NULL) != INFERD_OK)
+        test_skip("cannot read golden");
+    g_golden = cJSON_Parse(text);
+    inferd_free(text);
+    inferd_free(gp);
+    Suite *s = suite_create("generate cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_golden_from_ids);
+    tcase_add_test(tc, test_golden_from_text);
+    tcase_add_test(tc, test_bad_invocations);
+    tcase_add_test(tc, test_help);
+    suite_add_tcase(s, tc);
+    int rc = test_run_suite(s);
+    cJSON_Delete(g_golden);
+    inferd_free(g_model);
+    return rc;
+}

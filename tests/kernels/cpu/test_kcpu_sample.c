@@ -1,0 +1,257 @@
+/* tests/kernels/cpu/test_kcpu_sample.c: the CPU sampler. Greedy (max, lowest
+ * id on ties, NaN never wins), determinism of (seed, counter), spread over
+ * seeds, top-k = 1 and tiny top-p equal greedy, top-k / top-p / min-p keep
+ * exactly the expected sets, the empirical distribution of 20000 draws
+ * matches the (filtered, renormalized) softmax, multi-row calls with a
+ * guarded workspace equal single-row calls. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/alloc.h"
+#include "kt_util.h"
+
+static kern_sample_params params(float temp, int32_t top_k, float top_p, float min_p,
+                                 uint64_t seed, uint64_t counter)
+{
+    kern_sample_params p = {.temperature = temp, .top_p = top_p, .min_p = min_p, .top_k = top_k,
+                            .seed = seed, .counter = counter};
+    return p;
+}
+
+/* Sample one row with a freshly sized, guarded workspace. */
+static int32_t sample1(kern_ctx *ctx, const float *logits, int vocab, kern_sample_params p)
+{
+    size_t ws_n = (kern_sample_workspace_bytes(ctx, 1, vocab) + 3) / 4;
+    void *ws = kt_galloc(ctx, ws_n);
+    float *lg = kt_galloc(ctx, (size_t)vocab);
+    memcpy(lg, logits, (size_t)vocab * sizeof(float));
+    int32_t *tok = kt_galloc(ctx, 1);
+    kern_sample(ctx, tok, lg, &p, 1, vocab, ws);
+    int32_t t = tok[0];
+    kt_gcheck(ws, ws_n, "sample workspace");
+    kt_gcheck(tok, 1, "sample tokens");
+    kt_gfree(ctx, ws);
+    kt_gfree(ctx, lg);
+    kt_gfree(ctx, tok);
+    KT_CHECK(t >= 0 && t < vocab);
+    return t;
+}
+
+static int naive_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+START_TEST(test_greedy)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    float x[1001];
+    test_fill_uniform(x, 1001, 4, -5.0f, 5.0f);
+    const int want = naive_argmax(x, 1001);
+    KT_INT_EQ(sample1(ctx, x, 1001, params(0.0f, 0, 1.0f, 0.0f, 1, 0)), want);
+    KT_INT_EQ(sample1(ctx, x, 1001, params(-1.0f, 5, 0.5f, 0.1f, 1, 0)), want);
+    /* ties go to the lowest id */
+    float t[] = {1.0f, 3.0f, -2.0f, 3.0f, 3.0f};
+    KT_INT_EQ(sample1(ctx, t, 5, params(0.0f, 0, 1.0f, 0.0f, 9, 9)), 1);
+    float all_eq[] = {-INFINITY, -INFINITY, -INFINITY};
+    KT_INT_EQ(sample1(ctx, all_eq, 3, params(0.0f, 0, 1.0f, 0.0f, 9, 9)), 0);
+    /* NaN never wins */
+    float nan_row[] = {NAN, 0.5f, NAN, 2.0f, 1.0f};
+    KT_INT_EQ(sample1(ctx, nan_row, 5, params(0.0f, 0, 1.0f, 0.0f, 1, 1)), 3);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_deterministic_and_spread)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    enum { V = 50, SEEDS = 2000 };
+    float flat[V];
+    for (int i = 0; i < V; i++)
+        flat[i] = 0.25f;
+    int counts[V] = {0};
+    for (uint64_t s = 0; s < SEEDS; s++) {
+        kern_sample_params p = params(1.0f, 0, 1.0f, 0.0f, s, 3);
+        int32_t a = sample1(ctx, flat, V, p);
+        KT_INT_EQ(sample1(ctx, flat, V, p), a); /* same (seed, counter), same token */
+        counts[a]++;
+    }
+    for (int i = 0; i < V; i++) /* expect 40 each; all tokens reached, none dominant */
+        KT_MSG(counts[i] >= 15 && counts[i] <= 70, "token %d drawn %d times", i, counts[i]);
+    /* the counter matters too */
+    int differ = 0;
+    for (uint64_t k = 0; k < 100; k++)
+        differ += sample1(ctx, flat, V, params(1.0f, 0, 1.0f, 0.0f, 7, k)) !=
+                  sample1(ctx, flat, V, params(1.0f, 0, 1.0f, 0.0f, 7, k + 1));
+    ck_assert_int_gt(differ, 80);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_topk1_tiny_topp_equal_greedy)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    float x[777];
+    for (uint64_t r = 0; r < 50; r++) {
+        test_fill_uniform(x, 777, 100 + r, -3.0f, 3.0f);
+        int want = naive_argmax(x, 777);
+        KT_INT_EQ(sample1(ctx, x, 777, params(1.3f, 1, 1.0f, 0.0f, r, r)), want);
+        KT_INT_EQ(sample1(ctx, x, 777, params(2.0f, 0, 1e-6f, 0.0f, r, 2 * r)), want);
+        KT_INT_EQ(sample1(ctx, x, 777, params(0.7f, 0, 0.0f, 0.0f, r, 5)), want);
+        KT_INT_EQ(sample1(ctx, x, 777, params(1.0f, 0, 1.0f, 1.0f, r, 5)), want); /* min_p 1 */
+    }
+    /* top-k = 1 with tied maxima keeps the lowest id */
+    float t[] = {0.0f, 2.0f, 1.0f, 2.0f};
+    for (uint64_t r = 0; r < 20; r++)
+        KT_INT_EQ(sample1(ctx, t, 4, params(1.0f, 1, 1.0f, 0.0f, r, 0)), 1);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+/* Draw n tokens with counters 0..n-1 and return the frequencies. */
+static void frequencies(kern_ctx *ctx, const float *x, int vocab, kern_sample_params p, int n,
+                        double *freq)
+{
+    for (int i = 0; i < vocab; i++)
+        freq[i] = 0.0;
+    for (int k = 0; k < n; k++) {
+        p.counter = (uint64_t)k;
+        freq[sample1(ctx, x, vocab, p)] += 1.0 / n;
+    }
+}
+
+/* softmax(x / temp) restricted to keep[] and renormalized. */
+static void ref_probs(const float *x, int vocab, double temp, const bool *keep, double *pr)
+{
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < vocab; i++)
+        mx = fmax(mx, x[i] / temp);
+    for (int i = 0; i < vocab; i++) {
+        pr[i] = keep[i] ? exp(x[i] / temp - mx) : 0.0;
+        sum += pr[i];
+    }
+    for (int i = 0; i < vocab; i++)
+        pr[i] /= sum;
+}
+
+START_TEST(test_distribution_matches_softmax)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    const float x[5] = {1.0f, 0.2f, -0.5f, 1.6f, 0.0f};
+    double freq[5], pr[5];
+    /* plain temperature sampling */
+    const bool all[5] = {true, true, true, true, true};
+    frequencies(ctx, x, 5, params(0.8f, 0, 1.0f, 0.0f, 1234, 0), 20000, freq);
+    ref_probs(x, 5, 0.8, all, pr);
+    for (int i = 0; i < 5; i++)
+        KT_MSG(fabs(freq[i] - pr[i]) < 0.015, "token %d: %.4f vs %.4f", i, freq[i], pr[i]);
+    /* top-k 3 keeps tokens 3, 0, 1 */
+    const bool top3[5] = {true, true, false, true, false};
+    frequencies(ctx, x, 5, params(1.0f, 3, 1.0f, 0.0f, 99, 0), 20000, freq);
+    ref_probs(x, 5, 1.0, top3, pr);
+    for (int i = 0; i < 5; i++)
+        KT_MSG(fabs(freq[i] - pr[i]) < 0.015, "top-k token %d: %.4f vs %.4f", i, freq[i], pr[i]);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+/* Which tokens can be drawn under p (over 3000 counters). */
+static void reachable(kern_ctx *ctx, const float *x, int vocab, kern_sample_params p, bool *hit)
+{
+    for (int i = 0; i < vocab; i++)
+        hit[i] = false;
+    for (uint64_t k = 0; k < 3000; k++) {
+        p.counter = k;
+        hit[sample1(ctx, x, vocab, p)] = true;
+    }
+}
+
+START_TEST(test_filters_keep_expected_sets)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    /* probabilities 0.5, 0.3, 0.15, 0.05 (token order shuffled) */
+    const float x[4] = {logf(0.15f), logf(0.5f), logf(0.05f), logf(0.3f)};
+    static const struct {
+        int32_t top_k;
+        float top_p, min_p;
+        bool want[4];
+    } rows[] = {
+        {0, 1.0f, 0.0f, {true, true, true, true}},
+        {2, 1.0f, 0.0f, {false, true, false, true}},
+        {3, 1.0f, 0.0f, {true, true, false, true}},
+        {0, 0.7f, 0.0f, {false, true, false, true}},  /* 0.5 + 0.3 >= 0.7 */
+        {0, 0.45f, 0.0f, {false, true, false, false}}, /* 0.5 >= 0.45 */
+        {0, 0.9f, 0.0f, {true, true, false, true}},   /* 0.95 >= 0.9 */
+        {0, 1.0f, 0.2f, {true, true, false, true}},   /* drop p < 0.1 */
+        {0, 1.0f, 0.7f, {false, true, false, false}}, /* drop p < 0.35 */
+        {3, 0.6f, 0.0f, {false, true, false, true}},  /* top-p over the top-3 mass 0.95 */
+        {2, 1.0f, 0.5f, {false, true, false, true}},  /* 0.3 >= 0.25 */
+        {0, 0.9f, 0.4f, {false, true, false, true}},  /* top-p then min-p */
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        bool hit[4];
+        reachable(ctx, x, 4, params(1.0f, rows[r].top_k, rows[r].top_p, rows[r].min_p, 5 + r, 0), hit);
+        for (int i = 0; i < 4; i++)
+            KT_MSG(hit[i] == rows[r].want[i], "row %zu token %d: drawn %d, expected %d", r,
+                          i, hit[i], rows[r].want[i]);
+    }
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+/* r rows in one call (shared workspace, several threads) equal r single-row
+ * calls; NULL workspace works too; logits are left intact. */
+START_TEST(test_multi_row)
+{
+    kern_ctx *ctx = kt_ctx(3);
+    enum { R = 9, V = 301 };
+    float *x = kt_galloc(ctx, (size_t)(R * V));
+    float *copy = inferd_malloc((size_t)(R * V) * sizeof(float));
+    test_fill_uniform(x, (size_t)(R * V), 8, -4.0f, 4.0f);
+    memcpy(copy, x, (size_t)(R * V) * sizeof(float));
+    kern_sample_params p[R];
+    for (int r = 0; r < R; r++)
+        p[r] = params(r % 3 == 0 ? 0.0f : 0.5f + 0.2f * r, r % 4 == 1 ? 10 : 0,
+                      r % 3 == 2 ? 0.8f : 1.0f, r == 5 ? 0.05f : 0.0f, 1000 + (uint64_t)r,
+                      (uint64_t)r * 7);
+    size_t ws_n = (kern_sample_workspace_bytes(ctx, 16, V) + 3) / 4;
+    ck_assert_uint_gt(ws_n, 0);
+    void *ws = kt_galloc(ctx, ws_n);
+    int32_t *tok = kt_galloc(ctx, R);
+    int32_t tok2[R];
+    kern_sample(ctx, tok, x, p, R, V, ws);
+    kern_sample(ctx, tok2, x, p, R, V, NULL);
+    KT_CHECK(memcmp(x, copy, (size_t)(R * V) * sizeof(float)) == 0);
+    for (int r = 0; r < R; r++) {
+        KT_INT_EQ(tok[r], sample1(ctx, copy + r * V, V, p[r]));
+        KT_INT_EQ(tok2[r], tok[r]);
+    }
+    kt_gcheck(ws, ws_n, "workspace");
+    kt_gcheck(tok, R, "tokens");
+    kt_gcheck(x, (size_t)(R * V), "logits");
+    kt_gfree(ctx, ws);
+    kt_gfree(ctx, tok);
+    kt_gfree(ctx, x);
+    inferd_free(copy);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernels_cpu_sample");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_greedy);
+    tcase_add_test(tc, test_deterministic_and_spread);
+    tcase_add_test(tc, test_topk1_tiny_topp_equal_greedy);
+    tcase_add_test(tc, test_distribution_matches_softmax);
+    tcase_add_test(tc, test_filters_keep_expected_sets);
+    tcase_add_test(tc, test_multi_row);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}

@@ -1,0 +1,420 @@
+/* tests/kernels/cuda/test_cuda_attention.c: RoPE + paged KV write and paged
+ * attention, CUDA vs CPU.
+ *
+ * Attention scenarios are built on the host: each sequence gets random,
+ * non-contiguous block ids (block 0 is never used), every cache slot that no
+ * sequence owns (past a sequence's length in its last block, unused blocks)
+ * holds NaN on both backends, and unused block-table entries are -1, so any
+ * read outside a sequence's context turns the output NaN. Cases cover decode
+ * without and with split-KV (checked through the kcuda_attn_last_splits
+ * hook), GQA groups 1/3/4/8/12, head_dim 8/64/128/256, block sizes 1/16/32,
+ * partly filled last blocks, prefill, chunked prefill after cached context,
+ * mixed decode + prefill batches and padding rows. "Uniform" variants set
+ * q = 0 (every key weighs the same) and V one-hot in (position mod head_dim),
+ * so the output counts keys exactly: a dropped or repeated key shifts a
+ * value by >= 1/(pos+1) relative to ~1/head_dim.
+ *
+ * Tolerance: bf16 output of an fp32 softmax over bf16-exact inputs:
+ * atol 2e-3, rtol 1e-2 (random), rtol 5e-3 (uniform: exact mean, one bf16
+ * rounding).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/half.h"
+#include "common/rng.h"
+#include "kt_harness.h"
+
+#ifdef INFERD_HAVE_CUDA
+extern int kcuda_attn_last_splits; /* kernels/cuda/cuda_attention.cu test hook */
+#else
+static int kcuda_attn_last_splits;
+#endif
+
+static int64_t cache_off(int64_t slot, int h, int nkv, int bs, int hd)
+{
+    return ((slot / bs * nkv + h) * bs + slot % bs) * hd;
+}
+
+/* --- RoPE + KV write --------------------------------------------------------------- */
+
+static int rope_case(int nh, int nkv, int hd, int bs, int n_tokens, uint64_t seed)
+{
+    const int row = (nh + 2 * nkv) * hd;
+    const int n_blocks = n_tokens / bs + 4;
+    const size_t nq = (size_t)n_tokens * row, nc = (size_t)n_blocks * nkv * bs * hd;
+    float *qkv = inferd_malloc(nq * sizeof(float));
+    kt_rand_bf16(qkv, nq, seed, -1.0f, 1.0f);
+    int32_t *pos = inferd_malloc((size_t)n_tokens * sizeof(int32_t));
+    int64_t *slot = inferd_malloc((size_t)n_tokens * sizeof(int64_t));
+    const int n_slots = n_blocks * bs;
+    int *perm = inferd_malloc((size_t)n_slots * sizeof(int));
+    for (int i = 0; i < n_slots; i++)
+        perm[i] = i;
+    for (int i = n_slots - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)(rng_uniform(seed + 1, (uint64_t)i) * (i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int t = 0; t < n_tokens; t++) {
+        pos[t] = (int32_t)(rng_uniform(seed + 2, (uint64_t)t) * 5000);
+        slot[t] = t % 5 == 3 ? -1 : perm[t]; /* some padding tokens */
+    }
+    pos[0] = 0;
+    float *inv = inferd_malloc((size_t)(hd / 2) * sizeof(float));
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)(1.0 / pow(500000.0, 2.0 * j / hd));
+
+    /* CPU */
+    float *cqkv = kt_cpu_f32(qkv, nq);
+    float *ckc = inferd_malloc(nc * sizeof(float)), *cvc = inferd_malloc(nc * sizeof(float));
+    for (size_t i = 0; i < nc; i++)
+        ckc[i] = cvc[i] = NAN;
+    kern_rope_kv_params pc = {cqkv, pos, slot, inv, ckc, cvc, n_tokens, nh, nkv, hd, bs};
+    kern_rope_kv_write(kt_cpu, &pc);
+
+    /* GPU */
+    kt_gbuf gq, gk, gv;
+    void *dqkv = kt_gbuf_alloc(&gq, nq * 2, 0);
+    uint16_t *hq = kt_to_bf16(qkv, nq);
+    kern_memcpy_h2d(kt_gpu, dqkv, hq, nq * 2);
+    void *dkc = kt_gbuf_alloc(&gk, nc * 2, 0), *dvc = kt_gbuf_alloc(&gv, nc * 2, 0);
+    void *dpos = kt_gpu_bytes(pos, (size_t)n_tokens * 4), *dslot = kt_gpu_bytes(slot, (size_t)n_tokens * 8);
+    void *dinv = kt_gpu_bytes(inv, (size_t)(hd / 2) * 4);
+    kern_rope_kv_params pg = {dqkv, dpos, dslot, dinv, dkc, dvc, n_tokens, nh, nkv, hd, bs};
+    kern_rope_kv_write(kt_gpu, &pg);
+
+    char what[80];
+    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d", nh, nkv, hd, bs);
+    float *got = inferd_malloc((nq > nc ? nq : nc) * sizeof(float));
+    uint16_t *h = inferd_malloc((nq > nc ? nq : nc) * 2);
+    kt_gbuf_read(&gq, h);
+    kt_from_bf16(h, got, nq);
+    int bad = kt_compare("rope_kv_write", what, got, cqkv, nq, 1e-2, 1e-2);
+    /* caches: written slots match the CPU, the rest keep the 0xFFFF fill */
+    for (int c = 0; c < 2; c++) {
+        kt_gbuf_read(c ? &gv : &gk, h);
+        kt_from_bf16(h, got, nc);
+        const float *ref = c ? cvc : ckc;
+        int b = 0;
+        for (size_t i = 0; i < nc; i++) {
+            bool ok = isnan(ref[i]) ? h[i] == 0xFFFF : fabsf(got[i] - ref[i]) <= 1e-2f + 1e-2f * fabsf(ref[i]);
+            if (!ok && b++ < 5)
+                printf("  rope %s cache[%zu] got %g ref %g\n", c ? "v" : "k", i, got[i], ref[i]);
+        }
+        kt_record("rope_kv_write", b, 0, 0);
+        bad += b;
+    }
+    bad += kt_gbuf_guards_bad(&gq, "rope qkv") + kt_gbuf_guards_bad(&gk, "k cache") + kt_gbuf_guards_bad(&gv, "v cache");
+    kt_gbuf_free(&gq);
+    kt_gbuf_free(&gk);
+    kt_gbuf_free(&gv);
+    kern_free(kt_gpu, dpos);
+    kern_free(kt_gpu, dslot);
+    kern_free(kt_gpu, dinv);
+    kern_free(kt_cpu, cqkv);
+    inferd_free(h);
+    inferd_free(got);
+    inferd_free(hq);
+    inferd_free(ckc);
+    inferd_free(cvc);
+    inferd_free(inv);
+    inferd_free(perm);
+    inferd_free(slot);
+    inferd_free(pos);
+    inferd_free(qkv);
+    return bad;
+}
+
+START_TEST(test_rope_kv_write)
+{
+    int bad = 0;
+    bad += rope_case(8, 4, 8, 16, 13, 1);     /* stories260K shape */
+    bad += rope_case(32, 8, 128, 16, 21, 2);  /* Llama-3-8B shape */
+    bad += rope_case(16, 16, 64, 1, 9, 3);    /* MHA, block size 1 */
+    bad += rope_case(12, 4, 64, 32, 40, 4);   /* GQA 3 */
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- attention ------------------------------------------------------------------------ */
+
+typedef struct {
+    int L, q_len; /* context length (cached + new), new tokens */
+} kt_seq;
+
+typedef struct {
+    const char *name;
+    int nh, nkv, hd, bs;
+    const kt_seq *seqs;
+    int n_seqs, pad_tokens;
+    bool use_ws, uniform;
+    int expect_split; /* -1: don't check, 0: must not split, 1: must split */
+} kt_attn_case;
+
+/* The host side of one attention scenario (CPU layout, F32). */
+typedef struct {
+    int32_t *qsl, *lens, *bt; /* [ns + 1], [ns], [ns, max_blocks] */
+    float *kc, *vc;           /* [total_blocks, nkv, bs, hd], NaN where no sequence owns the slot */
+    float *qkv;               /* [n_tokens, (nh + 2 nkv) hd] */
+    int n_tokens, max_blocks, total_blocks, max_q, max_L;
+    size_t nc, nq, no;
+} kt_scene;
+
+/* Random non-contiguous block tables and cache contents for the case. */
+static void scene_build(const kt_attn_case *c, uint64_t seed, kt_scene *sc)
+{
+    const int nh = c->nh, nkv = c->nkv, hd = c->hd, bs = c->bs, ns = c->n_seqs;
+    memset(sc, 0, sizeof *sc);
+    sc->qsl = inferd_malloc((size_t)(ns + 1) * 4);
+    sc->lens = inferd_malloc((size_t)ns * 4);
+    sc->max_blocks = 1;
+    sc->total_blocks = 4;
+    sc->qsl[0] = 0;
+    for (int i = 0; i < ns; i++) {
+        sc->qsl[i + 1] = sc->qsl[i] + c->seqs[i].q_len;
+        sc->lens[i] = c->seqs[i].L;
+        int nb = (c->seqs[i].L + bs - 1) / bs;
+        sc->max_blocks = nb + 1 > sc->max_blocks ? nb + 1 : sc->max_blocks;
+        sc->total_blocks += nb;
+        sc->max_q = c->seqs[i].q_len > sc->max_q ? c->seqs[i].q_len : sc->max_q;
+        sc->max_L = c->seqs[i].L > sc->max_L ? c->seqs[i].L : sc->max_L;
+    }
+    sc->n_tokens = sc->qsl[ns] + c->pad_tokens;
+    /* block ids: a shuffled 1..total_blocks-1 (block 0 stays unused) */
+    int *ids = inferd_malloc((size_t)sc->total_blocks * sizeof(int));
+    for (int i = 0; i < sc->total_blocks - 1; i++)
+        ids[i] = i + 1;
+    for (int i = sc->total_blocks - 2; i > 0; i--) {
+        int j = (int)(rng_uniform(seed, (uint64_t)i) * (i + 1));
+        int t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    sc->bt = inferd_malloc((size_t)ns * sc->max_blocks * 4);
+    for (int i = 0; i < ns * sc->max_blocks; i++)
+        sc->bt[i] = -1;
+    sc->nc = (size_t)sc->total_blocks * nkv * bs * hd;
+    sc->kc = inferd_malloc(sc->nc * sizeof(float));
+    sc->vc = inferd_malloc(sc->nc * sizeof(float));
+    for (size_t i = 0; i < sc->nc; i++)
+        sc->kc[i] = sc->vc[i] = NAN;
+    int next = 0;
+    uint64_t rs = seed * 1000;
+    for (int i = 0; i < ns; i++) {
+        int32_t *bti = sc->bt + (size_t)i * sc->max_blocks;
+        for (int b = 0; b * bs < sc->lens[i]; b++)
+            bti[b] = ids[next++];
+        for (int p = 0; p < sc->lens[i]; p++) {
+            int64_t slot = (int64_t)bti[p / bs] * bs + p % bs;
+            for (int h = 0; h < nkv; h++) {
+                int64_t o = cache_off(slot, h, nkv, bs, hd);
+                kt_rand_bf16(sc->kc + o, (size_t)hd, rs++, -2.0f, 2.0f);
+                if (c->uniform) {
+                    for (int d = 0; d < hd; d++)
+                        sc->vc[o + d] = d == p % hd ? 1.0f : 0.0f;
+                } else {
+                    kt_rand_bf16(sc->vc + o, (size_t)hd, rs++, -1.0f, 1.0f);
+                }
+            }
+        }
+    }
+    inferd_free(ids);
+    sc->nq = (size_t)sc->n_tokens * (nh + 2 * nkv) * hd;
+    sc->no = (size_t)sc->n_tokens * nh * hd;
+    sc->qkv = inferd_malloc(sc->nq * sizeof(float));
+    kt_rand_bf16(sc->qkv, sc->nq, seed + 7, -2.0f, 2.0f);
+    if (c->uniform)
+        memset(sc->qkv, 0, sc->nq * sizeof(float));
+}
+
+static void scene_free(kt_scene *sc)
+{
+    inferd_free(sc->qkv);
+    inferd_free(sc->kc);
+    inferd_free(sc->vc);
+    inferd_free(sc->bt);
+    inferd_free(sc->lens);
+    inferd_free(sc->qsl);
+}
+
+/* Build the scenario, run both backends, compare. Returns violations. */
+static int attn_case(const kt_attn_case *c, uint64_t seed)
+{
+    const int nh = c->nh, nkv = c->nkv, hd = c->hd, bs = c->bs, ns = c->n_seqs;
+    kt_scene sc;
+    scene_build(c, seed, &sc);
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    /* CPU reference */
+    float *ref = inferd_malloc(sc.no * sizeof(float));
+    for (size_t i = 0; i < sc.no; i++)
+        ref[i] = NAN;
+    kern_attn_params pc = {ref, sc.qkv, sc.kc, sc.vc, sc.qsl, sc.lens, sc.bt, sc.qsl, sc.lens, NULL, ns,
+                           sc.n_tokens, sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale};
+    kern_attention(kt_cpu, &pc);
+
+    /* GPU */
+    uint16_t *hk = kt_to_bf16(sc.kc, sc.nc), *hv = kt_to_bf16(sc.vc, sc.nc);
+    void *dk = kt_gpu_bytes(hk, sc.nc * 2), *dv = kt_gpu_bytes(hv, sc.nc * 2);
+    void *dq = kt_gpu_bf16(sc.qkv, sc.nq);
+    void *dqsl = kt_gpu_bytes(sc.qsl, (size_t)(ns + 1) * 4), *dlens = kt_gpu_bytes(sc.lens, (size_t)ns * 4);
+    void *dbt = kt_gpu_bytes(sc.bt, (size_t)ns * sc.max_blocks * 4);
+    size_t wsb = kern_attn_workspace_bytes(kt_gpu, sc.n_tokens, ns, nh, hd, sc.max_L);
+    void *ws = c->use_ws && wsb ? kern_alloc(kt_gpu, wsb) : NULL;
+    kt_gbuf go;
+    void *dout = kt_gbuf_alloc(&go, sc.no * 2, 0);
+    kern_attn_params pg = {dout, dq, dk, dv, dqsl, dlens, dbt, sc.qsl, sc.lens, ws, ns, sc.n_tokens,
+                           sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale};
+    kern_attention(kt_gpu, &pg);
+    const int splits = kcuda_attn_last_splits;
+    uint16_t *h = inferd_malloc(sc.no * 2);
+    float *got = inferd_malloc(sc.no * sizeof(float));
+    kt_gbuf_read(&go, h);
+    kt_from_bf16(h, got, sc.no);
+    char what[96];
+    snprintf(what, sizeof what, "%s (splits %d)", c->name, splits);
+    int bad = kt_compare("attention", what, got, ref, sc.no, c->uniform ? 1e-4 : 2e-3, c->uniform ? 5e-3 : 1e-2);
+    bad += kt_gbuf_guards_bad(&go, c->name);
+    if (c->expect_split >= 0 && (splits > 1) != (c->expect_split == 1)) {
+        printf("  attention %s: planned %d splits, expected %s\n", c->name, splits,
+               c->expect_split ? "a split" : "no split");
+        kt_record("attention", 1, 0, 0);
+        bad++;
+    }
+    printf("  attention %-28s nh=%-2d nkv=%-2d hd=%-3d bs=%-2d tokens=%-4d splits=%d ws=%zu %s\n", c->name, nh,
+           nkv, hd, bs, sc.n_tokens, splits, ws ? wsb : (size_t)0, bad ? "FAIL" : "ok");
+    kt_gbuf_free(&go);
+    kern_free(kt_gpu, ws);
+    kern_free(kt_gpu, dbt);
+    kern_free(kt_gpu, dlens);
+    kern_free(kt_gpu, dqsl);
+    kern_free(kt_gpu, dq);
+    kern_free(kt_gpu, dv);
+    kern_free(kt_gpu, dk);
+    inferd_free(got);
+    inferd_free(h);
+    inferd_free(hv);
+    inferd_free(hk);
+    inferd_free(ref);
+    scene_free(&sc);
+    return bad;
+}
+
+#define NSEQ(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+START_TEST(test_attention_decode)
+{
+    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
+    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
+    static const kt_seq gqa1[] = {{300, 1}, {7, 1}};
+    static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
+    static const kt_seq big[] = {{4100, 1}};
+    const kt_attn_case cases[] = {
+        {"decode short gqa4", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0},
+        {"decode split gqa8", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1},
+        {"decode split uniform", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, true, 1},
+        {"decode no-ws long", 16, 2, 128, 32, long3, NSEQ(long3), 0, false, false, 0},
+        {"decode gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1},
+        {"decode gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1},
+        {"decode gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1},
+        {"decode gqa4 hd128 pad", 32, 8, 128, 16, short3, NSEQ(short3), 3, true, false, 0},
+        {"decode 1 seq 4100", 32, 8, 128, 16, big, NSEQ(big), 0, true, true, 1},
+    };
+    int bad = 0;
+    for (int i = 0; i < NSEQ(cases); i++)
+        bad += attn_case(&cases[i], 1000 + (uint64_t)i);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_attention_prefill)
+{
+    static const kt_seq one[] = {{77, 77}};
+    static const kt_seq chunked[] = {{200, 45}, {64, 64}};
+    static const kt_seq mixed[] = {{200, 45}, {50, 1}, {64, 64}, {1200, 1}, {33, 2}};
+    static const kt_seq tiny[] = {{37, 37}, {90, 20}};
+    static const kt_seq wide[] = {{40, 40}, {600, 1}, {70, 35}};
+    static const kt_seq big[] = {{1000, 300}};
+    const kt_attn_case cases[] = {
+        {"prefill 77 gqa4", 8, 2, 64, 16, one, NSEQ(one), 0, true, false, -1},
+        {"chunked gqa8 hd128", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, false, -1},
+        {"chunked uniform", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, true, -1},
+        {"mixed decode+prefill", 8, 2, 64, 16, mixed, NSEQ(mixed), 2, true, false, -1},
+        {"mixed uniform bs1", 4, 1, 64, 1, mixed, NSEQ(mixed), 0, true, true, -1},
+        {"prefill hd8 (stories)", 8, 4, 8, 16, tiny, NSEQ(tiny), 0, true, false, -1},
+        {"prefill hd256 opt-in smem", 2, 1, 256, 16, wide, NSEQ(wide), 0, true, false, -1},
+        {"prefill gqa1 hd64 bs32", 4, 4, 64, 32, tiny, NSEQ(tiny), 1, true, false, -1},
+    };
+    int bad = 0;
+    for (int i = 0; i < NSEQ(cases); i++)
+        bad += attn_case(&cases[i], 2000 + (uint64_t)i);
+    if (!kt_quick) {
+        const kt_attn_case large = {"chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1};
+        bad += attn_case(&large, 2100);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Random scenarios from a fresh seed (INFERD_TEST_SEED to replay one):
+ * head_dim 8..256 (incl. 72/80/96: partial lane groups), GQA 1..12, block
+ * sizes 1/8/16/32, 1-5 sequences mixing decode and (chunked) prefill. */
+START_TEST(test_attention_random)
+{
+    const uint64_t seed = kt_seed();
+    printf("  attention random: INFERD_TEST_SEED=%llu\n", (unsigned long long)seed);
+    static const int hds[] = {8, 16, 64, 72, 80, 96, 128, 256}, groups[] = {1, 2, 3, 4, 5, 7, 8, 12},
+                     bss[] = {1, 8, 16, 32};
+    int bad = 0;
+    const int n_cases = kt_quick ? 4 : 12;
+    for (int c = 0; c < n_cases; c++) {
+        uint64_t r = seed * 7919 + (uint64_t)c * 104729, k = 0;
+#define RND(n) ((int)(rng_uniform(r, k++) * (n)))
+        kt_seq seqs[5];
+        const int ns = 1 + RND(5);
+        for (int i = 0; i < ns; i++) {
+            seqs[i].q_len = RND(2) ? 1 : 2 + RND(70);
+            seqs[i].L = seqs[i].q_len + (RND(6) ? RND(600) : 1500 + RND(500));
+        }
+        const int nkv = 1 + RND(4);
+        const int nh = nkv * groups[RND(8)];
+        const int hd = hds[RND(8)];
+        const int bs = bss[RND(4)];
+        const int pad = RND(3);
+        const bool use_ws = RND(5) != 0;
+        const bool uniform = RND(4) == 0;
+#undef RND
+        kt_attn_case ac = {"random", nh, nkv, hd, bs, seqs, ns, pad, use_ws, uniform, -1};
+        bad += attn_case(&ac, seed + (uint64_t)c);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_attention_workspace)
+{
+    /* The bound covers the largest plan: splits <= ceil(len / 256), <= 64. */
+    ck_assert_uint_eq(kern_attn_workspace_bytes(kt_gpu, 64, 8, 32, 128, 256), 0);
+    size_t b = kern_attn_workspace_bytes(kt_gpu, 64, 8, 32, 128, 8192);
+    ck_assert_uint_eq(b, (size_t)8 * 32 * 32 * (128 + 1) * 4);
+    b = kern_attn_workspace_bytes(kt_gpu, 64, 8, 32, 128, 1 << 20);
+    ck_assert_uint_eq(b, (size_t)8 * 32 * 64 * (128 + 1) * 4);
+    kt_record("attn_workspace", 0, 0, 0);
+}
+END_TEST
+
+TCase *kt_tcase_attention(void)
+{
+    TCase *tc = tcase_create("attention");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_rope_kv_write);
+    tcase_add_test(tc, test_attention_decode);
+    tcase_add_test(tc, test_attention_prefill);
+    tcase_add_test(tc, test_attention_random);
+    tcase_add_test(tc, test_attention_workspace);
+    return tc;
+}

@@ -1,0 +1,433 @@
+/* tests/kernels/cuda/test_cuda_kernels.c: the CUDA backend against its CPU
+ * twin, op by op, on fresh random inputs (label gpu; skips with 77 when no
+ * CUDA device is present or the build has no CUDA backend).
+ *
+ * This file holds main, memory, weights and the dense per-token ops
+ * (embedding, add + RMSNorm, matmul, logits, gather, SiLU * up);
+ * test_cuda_attention.c covers RoPE + KV write and attention,
+ * test_cuda_sample.c the sampler. Check runs in-process (CK_FORK=no): the
+ * CUDA runtime cannot be used in a child forked after the parent touched it,
+ * and compute-sanitizer follows one process more simply. Tolerances are
+ * stated at each op: bf16 outputs are compared with rtol 1e-2..2e-2 (bf16
+ * has 8 mantissa bits, 2^-9 relative rounding), fp32 logits with 1e-3.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/half.h"
+#include "common/rng.h"
+#include "kt_harness.h"
+
+/* --- memory and weights ---------------------------------------------------- */
+
+START_TEST(test_memory)
+{
+    size_t fr = 0, tot = 0;
+    ck_assert_int_eq(kern_mem_info(kt_gpu, &fr, &tot), INFERD_OK);
+    ck_assert(tot > 0 && fr <= tot);
+    /* A failed allocation returns NULL and leaves the ctx usable. */
+    ck_assert_ptr_null(kern_alloc(kt_gpu, (size_t)1 << 52));
+    float h[37], back[37];
+    for (int i = 0; i < 37; i++)
+        h[i] = (float)i - 3.5f;
+    void *d = kern_alloc(kt_gpu, sizeof h);
+    ck_assert_ptr_nonnull(d);
+    kern_memcpy_h2d(kt_gpu, d, h, sizeof h);
+    kern_memcpy_d2h(kt_gpu, back, d, sizeof h);
+    ck_assert_int_eq(memcmp(h, back, sizeof h), 0);
+    kern_memset0(kt_gpu, d, sizeof h);
+    kern_memcpy_d2h(kt_gpu, back, d, sizeof h);
+    for (int i = 0; i < 37; i++)
+        ck_assert(back[i] == 0.0f);
+    kern_free(kt_gpu, d);
+    kt_record("memory", 0, 0, 0);
+}
+END_TEST
+
+/* Upload rows [off, off + n) of an R x C weight from each source dtype;
+ * the result must equal the host conversion bit for bit, other rows keep
+ * their 0xFFFF fill. */
+static int upload_case(int64_t R, int64_t C, int64_t off, int64_t n, kern_dtype src_dt, uint64_t seed)
+{
+    const size_t cnt = (size_t)(n * C);
+    float *v = inferd_malloc(cnt * sizeof(float));
+    kt_rand_bf16(v, cnt, seed, -3.0f, 3.0f);
+    for (size_t i = 0; i < cnt; i++) /* full fp32 precision so rounding matters */
+        v[i] += (float)rng_uniform(seed + 1, i) * 1e-3f;
+    void *src = NULL;
+    uint16_t *expect = inferd_malloc(cnt * 2);
+    if (src_dt == KERN_DTYPE_F32) {
+        src = v;
+        for (size_t i = 0; i < cnt; i++)
+            expect[i] = half_f32_to_bf16(v[i]);
+    } else {
+        uint16_t *h = inferd_malloc(cnt * 2);
+        for (size_t i = 0; i < cnt; i++) {
+            h[i] = src_dt == KERN_DTYPE_F16 ? half_f32_to_f16(v[i]) : half_f32_to_bf16(v[i]);
+            expect[i] = src_dt == KERN_DTYPE_F16 ? half_f32_to_bf16(half_f16_to_f32(h[i])) : h[i];
+        }
+        src = h;
+    }
+    kt_gbuf g;
+    kern_weight w = {kt_gbuf_alloc(&g, (size_t)(R * C) * 2, 0), KERN_DTYPE_BF16, R, C};
+    kern_weight_upload(kt_gpu, &w, off, src, src_dt, n);
+    uint16_t *back = inferd_malloc((size_t)(R * C) * 2);
+    kt_gbuf_read(&g, back);
+    int bad = kt_gbuf_guards_bad(&g, "weight_upload");
+    for (int64_t i = 0; i < R * C; i++) {
+        const int64_t r = i / C;
+        const uint16_t want = r >= off && r < off + n ? expect[i - off * C] : 0xFFFF;
+        if (back[i] != want) {
+            if (bad < 5)
+                printf("  weight_upload %s: [%lld] got %04x want %04x\n", kern_dtype_name(src_dt), (long long)i,
+                       back[i], want);
+            bad++;
+        }
+    }
+    kt_record("weight_upload", bad, 0, 0);
+    kt_gbuf_free(&g);
+    inferd_free(back);
+    inferd_free(expect);
+    if (src != v)
+        inferd_free(src);
+    inferd_free(v);
+    return bad;
+}
+
+START_TEST(test_weight_upload)
+{
+    int bad = 0;
+    const kern_dtype dts[] = {KERN_DTYPE_F32, KERN_DTYPE_F16, KERN_DTYPE_BF16};
+    for (int i = 0; i < 3; i++) {
+        bad += upload_case(37, 53, 5, 20, dts[i], 100 + (uint64_t)i);
+        bad += upload_case(8, 64, 0, 8, dts[i], 200 + (uint64_t)i);
+    }
+    if (!kt_quick) /* 48 MB of F32: two chunks through the 32 MiB workspace */
+        bad += upload_case(3001, 4000, 1, 3000, KERN_DTYPE_F32, 300);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_weight_fill_random)
+{
+    int bad = 0;
+    const int64_t shapes[][2] = {{1000, 37}, {3, 4096}};
+    for (int s = 0; s < 2; s++) {
+        const int64_t R = shapes[s][0], C = shapes[s][1];
+        const size_t n = (size_t)(R * C);
+        kern_weight wc = {kern_alloc(kt_cpu, n * 2), KERN_DTYPE_BF16, R, C};
+        kt_gbuf g;
+        kern_weight wg = {kt_gbuf_alloc(&g, n * 2, 0), KERN_DTYPE_BF16, R, C};
+        kern_weight_fill_random(kt_cpu, &wc, 77 + (uint64_t)s, 0.02f);
+        kern_weight_fill_random(kt_gpu, &wg, 77 + (uint64_t)s, 0.02f);
+        uint16_t *back = inferd_malloc(n * 2);
+        kt_gbuf_read(&g, back);
+        int b = kt_gbuf_guards_bad(&g, "weight_fill_random");
+        const uint16_t *ref = wc.data;
+        for (size_t i = 0; i < n; i++) {
+            float f = half_bf16_to_f32(back[i]); /* |f| <= scale up to half a bf16 ulp */
+            if (back[i] != ref[i] || !(fabsf(f) <= 0.02f * (1.0f + 1.0f / 256.0f))) {
+                if (b < 5)
+                    printf("  fill_random [%zu] gpu %04x cpu %04x\n", i, back[i], ref[i]);
+                b++;
+            }
+        }
+        kt_record("weight_fill_random", b, 0, 0);
+        bad += b;
+        inferd_free(back);
+        kt_gbuf_free(&g);
+        kern_free(kt_cpu, wc.data);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- embedding, gather -------------------------------------------------------------- */
+
+START_TEST(test_embed)
+{
+    const int ds[] = {64, 37, 4096};
+    int bad = 0;
+    for (int c = 0; c < 3; c++) {
+        const int V = 97, d = ds[c], n = 11;
+        float *tab = inferd_malloc((size_t)V * d * sizeof(float));
+        kt_rand_bf16(tab, (size_t)V * d, 10 + (uint64_t)c, -1.0f, 1.0f);
+        int32_t tok[11];
+        for (int i = 0; i < n; i++)
+            tok[i] = (int32_t)(rng_uniform(20 + (uint64_t)c, (uint64_t)i) * V);
+        tok[0] = 0;
+        tok[n - 1] = V - 1;
+        kern_weight tc = kt_weight_cpu(tab, V, d), tg = kt_weight_gpu(tab, V, d);
+        float *ref = inferd_malloc((size_t)n * d * sizeof(float)), *got = inferd_malloc((size_t)n * d * sizeof(float));
+        kern_embed(kt_cpu, ref, tok, n, &tc);
+        int32_t *dtok = kt_gpu_bytes(tok, sizeof tok);
+        kt_gbuf g;
+        void *out = kt_gbuf_alloc(&g, (size_t)n * d * 2, 0);
+        kern_embed(kt_gpu, out, dtok, n, &tg);
+        uint16_t *h = inferd_malloc((size_t)n * d * 2);
+        kt_gbuf_read(&g, h);
+        kt_from_bf16(h, got, (size_t)n * d);
+        bad += kt_gbuf_guards_bad(&g, "embed");
+        bad += kt_compare("embed", "out", got, ref, (size_t)n * d, 0.0, 0.0); /* exact: a copy */
+        kt_gbuf_free(&g);
+        kern_free(kt_gpu, dtok);
+        kern_free(kt_gpu, tg.data);
+        kern_free(kt_cpu, tc.data);
+        inferd_free(h);
+        inferd_free(got);
+        inferd_free(ref);
+        inferd_free(tab);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_gather_rows)
+{
+    const int ds[] = {64, 37, 1000};
+    int bad = 0;
+    for (int c = 0; c < 3; c++) {
+        const int N = 19, d = ds[c], r = 7;
+        float *in = inferd_malloc((size_t)N * d * sizeof(float));
+        kt_rand_bf16(in, (size_t)N * d, 30 + (uint64_t)c, -4.0f, 4.0f);
+        int32_t idx[7] = {18, 0, 5, 5, 11, 2, 17};
+        float *ref = inferd_malloc((size_t)r * d * sizeof(float)), *got = inferd_malloc((size_t)r * d * sizeof(float));
+        float *cin = kt_cpu_f32(in, (size_t)N * d);
+        kern_gather_rows(kt_cpu, ref, cin, idx, r, d);
+        void *gin = kt_gpu_bf16(in, (size_t)N * d);
+        int32_t *gidx = kt_gpu_bytes(idx, sizeof idx);
+        kt_gbuf g;
+        void *out = kt_gbuf_alloc(&g, (size_t)r * d * 2, 0);
+        kern_gather_rows(kt_gpu, out, gin, gidx, r, d);
+        uint16_t *h = inferd_malloc((size_t)r * d * 2);
+        kt_gbuf_read(&g, h);
+        kt_from_bf16(h, got, (size_t)r * d);
+        bad += kt_gbuf_guards_bad(&g, "gather_rows");
+        bad += kt_compare("gather_rows", "out", got, ref, (size_t)r * d, 0.0, 0.0);
+        kt_gbuf_free(&g);
+        kern_free(kt_gpu, gidx);
+        kern_free(kt_gpu, gin);
+        kern_free(kt_cpu, cin);
+        inferd_free(h);
+        inferd_free(got);
+        inferd_free(ref);
+        inferd_free(in);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- add + RMSNorm ------------------------------------------------------------------ */
+
+/* Tolerance: resid is bf16(resid + add) on the GPU vs the exact fp32 sum on
+ * the CPU (0.4% rel), out adds one more bf16 rounding: atol 2e-2 (values are
+ * O(1)), rtol 2e-2. */
+START_TEST(test_add_rmsnorm)
+{
+    const struct {
+        int n, d, with_add;
+    } cases[] = {{1, 64, 1}, {5, 4096, 1}, {33, 37, 1}, {3, 1000, 0}, {7, 8192, 1}, {2, 72, 0}};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int n = cases[c].n, d = cases[c].d;
+        const size_t nd = (size_t)n * d;
+        float *res = inferd_malloc(nd * sizeof(float)), *add = inferd_malloc(nd * sizeof(float)), *w = inferd_malloc((size_t)d * sizeof(float));
+        kt_rand_bf16(res, nd, 40 + c, -2.0f, 2.0f);
+        kt_rand_bf16(add, nd, 50 + c, -2.0f, 2.0f);
+        kt_rand_bf16(w, (size_t)d, 60 + c, 0.5f, 1.5f);
+        float *cres = kt_cpu_f32(res, nd), *cadd = kt_cpu_f32(add, nd);
+        float *cout = inferd_malloc(nd * sizeof(float));
+        kern_weight wc = kt_weight_cpu(w, 1, d), wg = kt_weight_gpu(w, 1, d);
+        kern_add_rmsnorm(kt_cpu, cout, cres, cases[c].with_add ? cadd : NULL, &wc, n, 1e-5f);
+        kt_gbuf gr, go;
+        void *gres = kt_gbuf_alloc(&gr, nd * 2, 0);
+        uint16_t *hres = kt_to_bf16(res, nd);
+        kern_memcpy_h2d(kt_gpu, gres, hres, nd * 2);
+        void *gadd = kt_gpu_bf16(add, nd);
+        void *gout = kt_gbuf_alloc(&go, nd * 2, 0);
+        kern_add_rmsnorm(kt_gpu, gout, gres, cases[c].with_add ? gadd : NULL, &wg, n, 1e-5f);
+        uint16_t *h = inferd_malloc(nd * 2);
+        float *got = inferd_malloc(nd * sizeof(float));
+        kt_gbuf_read(&go, h);
+        kt_from_bf16(h, got, nd);
+        bad += kt_compare("add_rmsnorm", "out", got, cout, nd, 2e-2, 2e-2);
+        kt_gbuf_read(&gr, h);
+        kt_from_bf16(h, got, nd);
+        bad += kt_compare("add_rmsnorm", "resid", got, cres, nd, 1e-2, 1e-2);
+        bad += kt_gbuf_guards_bad(&go, "add_rmsnorm out") + kt_gbuf_guards_bad(&gr, "add_rmsnorm resid");
+        kt_gbuf_free(&go);
+        kt_gbuf_free(&gr);
+        kern_free(kt_gpu, gadd);
+        kern_free(kt_gpu, wg.data);
+        kern_free(kt_cpu, wc.data);
+        kern_free(kt_cpu, cres);
+        kern_free(kt_cpu, cadd);
+        inferd_free(h);
+        inferd_free(got);
+        inferd_free(hres);
+        inferd_free(cout);
+        inferd_free(w);
+        inferd_free(add);
+        inferd_free(res);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- matmul, logits ------------------------------------------------------------------ */
+
+/* One product in[n, C] @ W[R, C]^T on both backends. logits: fp32 output
+ * (products of bf16 are exact in fp32, only the summation order differs:
+ * atol/rtol 1e-3); matmul: bf16 output (one rounding: rtol 1e-2, atol 1e-2
+ * for outputs of magnitude ~0.6). in_off shifts the GPU input by that many
+ * bytes (an arena sub-buffer that is not 256-byte aligned). */
+static int gemm_case(bool logits, int n, int R, int C, size_t in_off, uint64_t seed)
+{
+    const size_t ni = (size_t)n * C, nw = (size_t)R * C, no = (size_t)n * R;
+    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
+    kt_rand_bf16(in, ni, seed, -1.0f, 1.0f);
+    const float ws = 1.7f / sqrtf((float)C);
+    kt_rand_bf16(w, nw, seed + 1, -ws, ws);
+    kern_weight wc = kt_weight_cpu(w, R, C), wg = kt_weight_gpu(w, R, C);
+    float *cin = kt_cpu_f32(in, ni), *ref = inferd_malloc(no * sizeof(float)), *got = inferd_malloc(no * sizeof(float));
+    kt_gbuf gi, go;
+    void *gin = kt_gbuf_alloc(&gi, ni * 2, in_off);
+    uint16_t *hin = kt_to_bf16(in, ni);
+    kern_memcpy_h2d(kt_gpu, gin, hin, ni * 2);
+    void *gout = kt_gbuf_alloc(&go, no * (logits ? 4 : 2), 0);
+    int bad;
+    char what[64];
+    snprintf(what, sizeof what, "n=%d R=%d C=%d off=%zu", n, R, C, in_off);
+    if (logits) {
+        kern_logits(kt_cpu, ref, cin, &wc, n);
+        kern_logits(kt_gpu, gout, gin, &wg, n);
+        kt_gbuf_read(&go, got);
+        bad = kt_compare("logits", what, got, ref, no, 1e-3, 1e-3);
+    } else {
+        kern_matmul(kt_cpu, ref, cin, &wc, n);
+        kern_matmul(kt_gpu, gout, gin, &wg, n);
+        uint16_t *h = inferd_malloc(no * 2);
+        kt_gbuf_read(&go, h);
+        kt_from_bf16(h, got, no);
+        inferd_free(h);
+        bad = kt_compare("matmul", what, got, ref, no, 1e-2, 1e-2);
+    }
+    bad += kt_gbuf_guards_bad(&go, what) + kt_gbuf_guards_bad(&gi, "gemm input");
+    kt_gbuf_free(&go);
+    kt_gbuf_free(&gi);
+    kern_free(kt_gpu, wg.data);
+    kern_free(kt_cpu, wc.data);
+    kern_free(kt_cpu, cin);
+    inferd_free(hin);
+    inferd_free(got);
+    inferd_free(ref);
+    inferd_free(w);
+    inferd_free(in);
+    return bad;
+}
+
+START_TEST(test_matmul)
+{
+    int bad = 0;
+    bad += gemm_case(false, 1, 64, 64, 0, 1);
+    bad += gemm_case(false, 7, 129, 67, 0, 2);   /* odd: ld not a multiple of 8 */
+    bad += gemm_case(false, 33, 256, 512, 2, 3); /* 2-byte aligned input */
+    bad += gemm_case(false, 5, 1000, 72, 16, 4);
+    bad += gemm_case(false, 64, 384, 64, 0, 5);  /* stories-like QKV */
+    if (!kt_quick) {
+        bad += gemm_case(false, 3, 4096, 4096, 0, 6);
+        bad += gemm_case(false, 130, 1024, 1024, 0, 7);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+START_TEST(test_logits)
+{
+    int bad = 0;
+    bad += gemm_case(true, 1, 512, 64, 0, 11);
+    bad += gemm_case(true, 3, 1001, 37, 0, 12);
+    bad += gemm_case(true, 4, 32000, 256, 2, 13);
+    if (!kt_quick)
+        bad += gemm_case(true, 2, 128256, 128, 0, 14);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- SiLU * up ------------------------------------------------------------------------ */
+
+/* Tolerance: one bf16 rounding of the product: rtol 1e-2, atol 1e-3. */
+START_TEST(test_silu_mul)
+{
+    const int fs[][2] = {{3, 64}, {17, 1000}, {5, 37}, {1, 14336}};
+    int bad = 0;
+    for (int c = 0; c < 4; c++) {
+        const int n = fs[c][0], f = fs[c][1];
+        const size_t nin = (size_t)n * 2 * f, nout = (size_t)n * f;
+        float *gu = inferd_malloc(nin * sizeof(float));
+        kt_rand_bf16(gu, nin, 70 + (uint64_t)c, -6.0f, 6.0f);
+        float *cgu = kt_cpu_f32(gu, nin), *ref = inferd_malloc(nout * sizeof(float)), *got = inferd_malloc(nout * sizeof(float));
+        kern_silu_mul(kt_cpu, ref, cgu, n, f);
+        void *ggu = kt_gpu_bf16(gu, nin);
+        kt_gbuf g;
+        void *out = kt_gbuf_alloc(&g, nout * 2, 0);
+        kern_silu_mul(kt_gpu, out, ggu, n, f);
+        uint16_t *h = inferd_malloc(nout * 2);
+        kt_gbuf_read(&g, h);
+        kt_from_bf16(h, got, nout);
+        bad += kt_compare("silu_mul", "out", got, ref, nout, 1e-3, 1e-2);
+        bad += kt_gbuf_guards_bad(&g, "silu_mul");
+        kt_gbuf_free(&g);
+        kern_free(kt_gpu, ggu);
+        kern_free(kt_cpu, cgu);
+        inferd_free(h);
+        inferd_free(got);
+        inferd_free(ref);
+        inferd_free(gu);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+TCase *kt_tcase_dense(void)
+{
+    TCase *tc = tcase_create("dense");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_weight_upload);
+    tcase_add_test(tc, test_weight_fill_random);
+    tcase_add_test(tc, test_embed);
+    tcase_add_test(tc, test_gather_rows);
+    tcase_add_test(tc, test_add_rmsnorm);
+    tcase_add_test(tc, test_matmul);
+    tcase_add_test(tc, test_logits);
+    tcase_add_test(tc, test_silu_mul);
+    return tc;
+}
+
+int main(void)
+{
+    if (!kern_cuda_available())
+        test_skip("no CUDA device (or a build without the CUDA backend)");
+    /* NOTE: in-process: CUDA is already initialized in this process. */
+    setenv("CK_FORK", "no", 1);
+    const char *q = getenv("INFERD_TEST_QUICK");
+    kt_quick = q && *q && strcmp(q, "0") != 0;
+    kern_ctx_opts co = {KERN_BACKEND_CPU, 0, 0}, go = {KERN_BACKEND_CUDA, 0, 0};
+    if (kern_ctx_create(&co, &kt_cpu) != INFERD_OK || kern_ctx_create(&go, &kt_gpu) != INFERD_OK) {
+        printf("cannot create contexts: %s\n", inferd_last_error());
+        return 1;
+    }
+    Suite *s = suite_create("kernels_cuda");
+    suite_add_tcase(s, kt_tcase_dense());
+    suite_add_tcase(s, kt_tcase_attention());
+    suite_add_tcase(s, kt_tcase_sample());
+    int rc = test_run_suite(s);
+    int failing = kt_print_summary();
+    kern_ctx_free(kt_gpu);
+    kern_ctx_free(kt_cpu);
+    return rc != 0 || failing != 0 ? 1 : 0;
+}

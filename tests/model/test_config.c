@@ -1,0 +1,543 @@
+/* tests/model/test_config.c: HF config.json parsing (model/config.c).
+ *
+ * A table of malformed and edge-case configs, each built by patching a valid
+ * base config, must give the expected status and a message naming the field;
+ * the accepted forms (rope_parameters, eos lists, model_type only, Mistral
+ * without a short sliding window) parse to the right values; the
+ * generation_config.json eos override; the shipped presets in
+ * configs/models/; the real stories260K config; and the RoPE inverse
+ * frequencies against an independent double-precision computation of HF's
+ * formulas (plain and llama3 scaling).
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "model/config.h"
+#include "test_util.h"
+
+static const char *k_base =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
+    " \"intermediate_size\": 172, \"num_hidden_layers\": 5, \"num_attention_heads\": 8,"
+    " \"num_key_value_heads\": 4, \"head_dim\": 8, \"vocab_size\": 512, \"max_position_embeddings\": 512,"
+    " \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"rope_scaling\": null, \"hidden_act\": \"silu\","
+    " \"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, \"torch_dtype\": \"float32\"}";
+
+/* Base config with `patch` applied: each key replaces the base's; the string
+ * value "$DEL" deletes the key. Returns heap JSON text. */
+static char *patched(const char *patch)
+{
+    cJSON *base = cJSON_Parse(k_base);
+    cJSON *p = cJSON_Parse(patch);
+    ck_assert_msg(base && p, "bad test patch %s", patch);
+    for (cJSON *it = p->child; it; it = it->next) {
+        cJSON_DeleteItemFromObjectCaseSensitive(base, it->string);
+        if (!(cJSON_IsString(it) && strcmp(it->valuestring, "$DEL") == 0))
+            cJSON_AddItemToObject(base, it->string, cJSON_Duplicate(it, 1));
+    }
+    char *s = cJSON_PrintUnformatted(base);
+    char *out = inferd_strdup(s);
+    cJSON_free(s);
+    cJSON_Delete(base);
+    cJSON_Delete(p);
+    return out;
+}
+
+typedef struct {
+    const char *patch; /* applied to k_base; NULL: use raw */
+    const char *raw;   /* whole config text */
+    inferd_status want;
+    const char *msg;   /* substring the error must contain */
+} cfg_row;
+
+static const cfg_row k_rows[] = {
+    /* JSON shape */
+    {NULL, "{\"hidden_size\": 64,", INFERD_ERR_FORMAT, "invalid JSON"},
+    {NULL, "", INFERD_ERR_FORMAT, "invalid JSON"},
+    {NULL, "[1, 2]", INFERD_ERR_FORMAT, "not a JSON object"},
+    {NULL, "\"LlamaForCausalLM\"", INFERD_ERR_FORMAT, "not a JSON object"},
+    /* missing and wrongly typed sizes */
+    {"{\"hidden_size\": \"$DEL\"}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"vocab_size\": \"$DEL\"}", NULL, INFERD_ERR_FORMAT, "vocab_size"},
+    {"{\"num_hidden_layers\": null}", NULL, INFERD_ERR_FORMAT, "num_hidden_layers"},
+    {"{\"hidden_size\": \"64\"}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"hidden_size\": 64.5}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"hidden_size\": true}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"hidden_size\": [64]}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"intermediate_size\": {}}", NULL, INFERD_ERR_FORMAT, "intermediate_size"},
+    /* ranges */
+    {"{\"hidden_size\": 0}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"hidden_size\": -64}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"hidden_size\": 1e12}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"intermediate_size\": -1}", NULL, INFERD_ERR_FORMAT, "intermediate_size"},
+    {"{\"num_hidden_layers\": 0}", NULL, INFERD_ERR_FORMAT, "num_hidden_layers"},
+    {"{\"num_hidden_layers\": 1000000000}", NULL, INFERD_ERR_FORMAT, "num_hidden_layers"},
+    {"{\"num_attention_heads\": 0}", NULL, INFERD_ERR_FORMAT, "num_attention_heads"},
+    {"{\"num_key_value_heads\": 0}", NULL, INFERD_ERR_FORMAT, "num_key_value_heads"},
+    {"{\"vocab_size\": 0}", NULL, INFERD_ERR_FORMAT, "vocab_size"},
+    {"{\"vocab_size\": 4294967296}", NULL, INFERD_ERR_FORMAT, "vocab_size"},
+    {"{\"max_position_embeddings\": -5}", NULL, INFERD_ERR_FORMAT, "max_position_embeddings"},
+    {"{\"rms_norm_eps\": 0}", NULL, INFERD_ERR_FORMAT, "rms_norm_eps"},
+    {"{\"rms_norm_eps\": \"1e-5\"}", NULL, INFERD_ERR_FORMAT, "rms_norm_eps"},
+    {"{\"rope_theta\": -1}", NULL, INFERD_ERR_FORMAT, "rope_theta"},
+    {"{\"rope_theta\": \"10000\"}", NULL, INFERD_ERR_FORMAT, "rope_theta"},
+    /* heads and head_dim */
+    {"{\"num_key_value_heads\": 3}", NULL, INFERD_ERR_FORMAT, "num_key_value_heads"},
+    {"{\"num_key_value_heads\": 16}", NULL, INFERD_ERR_FORMAT, "num_key_value_heads"},
+    {"{\"head_dim\": 7}", NULL, INFERD_ERR_FORMAT, "head_dim"},
+    {"{\"head_dim\": 0}", NULL, INFERD_ERR_FORMAT, "head_dim"},
+    {"{\"head_dim\": \"$DEL\", \"hidden_size\": 66}", NULL, INFERD_ERR_FORMAT, "hidden_size"},
+    {"{\"head_dim\": \"$DEL\", \"hidden_size\": 72, \"num_attention_heads\": 8}", NULL, INFERD_ERR_FORMAT,
+     "head_dim"},
+    /* architecture */
+    {"{\"architectures\": [\"GPT2LMHeadModel\"]}", NULL, INFERD_ERR_UNSUPPORTED, "architectures"},
+    {"{\"architectures\": \"LlamaForCausalLM\"}", NULL, INFERD_ERR_FORMAT, "architectures"},
+    {"{\"architectures\": []}", NULL, INFERD_ERR_FORMAT, "architectures"},
+    {"{\"architectures\": [7]}", NULL, INFERD_ERR_FORMAT, "architectures"},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"gpt2\"}", NULL, INFERD_ERR_UNSUPPORTED, "model_type"},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"$DEL\"}", NULL, INFERD_ERR_FORMAT, "architectures"},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"mistral\"}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": 128}", NULL, INFERD_ERR_UNSUPPORTED,
+     "sliding_window"},
+    {"{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": \"x\"}", NULL, INFERD_ERR_FORMAT,
+     "sliding_window"},
+    {"{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": 512}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": null}", NULL, INFERD_OK, NULL},
+    {"{\"attention_bias\": true}", NULL, INFERD_ERR_UNSUPPORTED, "attention_bias"},
+    {"{\"mlp_bias\": true}", NULL, INFERD_ERR_UNSUPPORTED, "mlp_bias"},
+    {"{\"hidden_act\": \"gelu\"}", NULL, INFERD_ERR_UNSUPPORTED, "hidden_act"},
+    {"{\"quantization_config\": {\"quant_method\": \"awq\"}}", NULL, INFERD_ERR_UNSUPPORTED, "quantization_config"},
+    /* rope scaling */
+    {"{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}}", NULL, INFERD_ERR_UNSUPPORTED,
+     "rope_scaling.rope_type"},
+    {"{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", NULL, INFERD_ERR_UNSUPPORTED,
+     "rope_scaling.rope_type"},
+    {"{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED, "yarn"},
+    {"{\"rope_scaling\": {\"rope_type\": 3}}", NULL, INFERD_ERR_FORMAT, "rope_scaling.rope_type"},
+    {"{\"rope_scaling\": \"llama3\"}", NULL, INFERD_ERR_FORMAT, "rope_scaling"},
+    {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+     " \"original_max_position_embeddings\": 8192}}",
+     NULL, INFERD_ERR_FORMAT, "rope_scaling.factor"},
+    {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+     " \"high_freq_factor\": 4.0}}",
+     NULL, INFERD_ERR_FORMAT, "rope_scaling.original_max_position_embeddings"},
+    {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\", \"low_freq_factor\": 1.0,"
+     " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
+     NULL, INFERD_ERR_FORMAT, "rope_scaling.factor"},
+    {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0,"
+     " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
+     NULL, INFERD_ERR_FORMAT, "rope_scaling.high_freq_factor"},
+    {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0.5, \"low_freq_factor\": 1.0,"
+     " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
+     NULL, INFERD_ERR_FORMAT, "rope_scaling.factor"},
+    {"{\"rope_scaling\": {\"rope_type\": \"default\"}}", NULL, INFERD_OK, NULL},
+    {"{\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED,
+     "rope_parameters.rope_type"},
+    {"{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -3}}", NULL, INFERD_ERR_FORMAT,
+     "rope_parameters.rope_theta"},
+    {"{\"rope_parameters\": [1]}", NULL, INFERD_ERR_FORMAT, "rope_parameters"},
+    {"{\"rope_theta\": \"$DEL\", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}}",
+     NULL, INFERD_OK, NULL},
+    /* other fields */
+    {"{\"tie_word_embeddings\": \"yes\"}", NULL, INFERD_ERR_FORMAT, "tie_word_embeddings"},
+    {"{\"tie_word_embeddings\": \"$DEL\"}", NULL, INFERD_OK, NULL},
+    {"{\"bos_token_id\": \"1\"}", NULL, INFERD_ERR_FORMAT, "bos_token_id"},
+    {"{\"bos_token_id\": 512}", NULL, INFERD_ERR_FORMAT, "bos_token_id"},
+    {"{\"bos_token_id\": null}", NULL, INFERD_OK, NULL},
+    {"{\"eos_token_id\": \"2\"}", NULL, INFERD_ERR_FORMAT, "eos_token_id"},
+    {"{\"eos_token_id\": [2, 1.5]}", NULL, INFERD_ERR_FORMAT, "eos_token_id"},
+    {"{\"eos_token_id\": [2, \"3\"]}", NULL, INFERD_ERR_FORMAT, "eos_token_id"},
+    {"{\"eos_token_id\": -1}", NULL, INFERD_ERR_FORMAT, "eos_token_id"},
+    {"{\"eos_token_id\": 100000}", NULL, INFERD_ERR_FORMAT, "eos_token_id"},
+    {"{\"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", NULL, INFERD_ERR_UNSUPPORTED, "eos_token_id"},
+    {"{\"eos_token_id\": [2, 3]}", NULL, INFERD_OK, NULL},
+    {"{\"torch_dtype\": \"int8\"}", NULL, INFERD_ERR_UNSUPPORTED, "torch_dtype"},
+    {"{\"torch_dtype\": 16}", NULL, INFERD_ERR_FORMAT, "torch_dtype"},
+    {"{\"torch_dtype\": \"$DEL\", \"dtype\": \"float64\"}", NULL, INFERD_ERR_UNSUPPORTED, "dtype"},
+    {"{\"torch_dtype\": \"$DEL\", \"dtype\": \"bfloat16\"}", NULL, INFERD_OK, NULL},
+};
+
+START_TEST(test_config_table)
+{
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++) {
+        const cfg_row *r = &k_rows[i];
+        char *text = r->patch ? patched(r->patch) : inferd_strdup(r->raw);
+        model_config c;
+        memset(&c, 0x5a, sizeof c);
+        model_config before = c;
+        inferd_clear_error();
+        inferd_status st = model_config_parse(text, "bad/config.json", &c);
+        ck_assert_msg(st == r->want, "row %zu %s: status %s, want %s (%s)", i, text, inferd_status_str(st),
+                      inferd_status_str(r->want), inferd_last_error());
+        if (st != INFERD_OK) {
+            const char *e = inferd_last_error();
+            ck_assert_msg(strstr(e, "bad/config.json") && strstr(e, r->msg), "row %zu: message '%s' lacks '%s'", i,
+                          e, r->msg);
+            ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "row %zu: cfg changed on failure", i);
+            if (getenv("INFERD_TEST_VERBOSE"))
+                printf("%-12s %s\n", inferd_status_str(st), e);
+        }
+        inferd_free(text);
+    }
+}
+END_TEST
+
+static void parse_ok(const char *patch, model_config *c)
+{
+    char *text = patched(patch);
+    inferd_status st = model_config_parse(text, "t/config.json", c);
+    ck_assert_msg(st == INFERD_OK, "%s: %s", text, inferd_last_error());
+    inferd_free(text);
+}
+
+START_TEST(test_config_accepted_forms)
+{
+    model_config c;
+    parse_ok("{}", &c);
+    ck_assert_str_eq(c.arch, "LlamaForCausalLM");
+    ck_assert_int_eq(c.hidden_size, 64);
+    ck_assert_int_eq(c.intermediate_size, 172);
+    ck_assert_int_eq(c.n_layers, 5);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 8);
+    ck_assert_int_eq(c.vocab_size, 512);
+    ck_assert_int_eq(c.max_position_embeddings, 512);
+    ck_assert_float_eq(c.rms_norm_eps, 1e-5f);
+    ck_assert_float_eq(c.rope_theta, 10000.0f);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_NONE);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert_int_eq(c.bos_id, 1);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+    ck_assert_str_eq(c.torch_dtype, "float32");
+
+    /* Defaults: kv heads = heads, head_dim = hidden / heads, untied, no bos. */
+    parse_ok("{\"num_key_value_heads\": \"$DEL\", \"head_dim\": \"$DEL\", \"tie_word_embeddings\": \"$DEL\","
+             " \"bos_token_id\": \"$DEL\", \"eos_token_id\": null, \"torch_dtype\": \"$DEL\","
+             " \"rope_theta\": \"$DEL\", \"max_position_embeddings\": \"$DEL\"}",
+             &c);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.head_dim, 8);
+    ck_assert(!c.tie_word_embeddings);
+    ck_assert_int_eq(c.bos_id, -1);
+    ck_assert_int_eq(c.n_eos, 0);
+    ck_assert_str_eq(c.torch_dtype, "");
+    ck_assert_float_eq(c.rope_theta, 10000.0f);
+    ck_assert_int_eq(c.max_position_embeddings, 2048);
+
+    /* head_dim given explicitly and different from hidden / heads. */
+    parse_ok("{\"head_dim\": 16}", &c);
+    ck_assert_int_eq(c.head_dim, 16);
+
+    /* eos list; "dtype" instead of "torch_dtype"; model_type only. */
+    parse_ok("{\"eos_token_id\": [2, 3, 7], \"torch_dtype\": \"$DEL\", \"dtype\": \"bfloat16\","
+             " \"architectures\": \"$DEL\", \"model_type\": \"mistral\"}",
+             &c);
+    ck_assert_int_eq(c.n_eos, 3);
+    ck_assert_int_eq(c.eos_ids[2], 7);
+    ck_assert_str_eq(c.torch_dtype, "bfloat16");
+    ck_assert_str_eq(c.arch, "MistralForCausalLM");
+
+    /* Classic rope_scaling llama3. */
+    parse_ok("{\"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0,"
+             " \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
+             &c);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert_float_eq(c.rope_theta, 500000.0f);
+    ck_assert_float_eq(c.rope_factor, 32.0f);
+    ck_assert_float_eq(c.rope_low_freq_factor, 1.0f);
+    ck_assert_float_eq(c.rope_high_freq_factor, 4.0f);
+    ck_assert_int_eq(c.rope_original_max_pos, 8192);
+
+    /* Legacy "type" key. */
+    parse_ok("{\"rope_scaling\": {\"factor\": 8.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0,"
+             " \"original_max_position_embeddings\": 8192, \"type\": \"llama3\"}}",
+             &c);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert_float_eq(c.rope_factor, 8.0f);
+
+    /* transformers v5 rope_parameters, default and llama3. */
+    parse_ok("{\"rope_theta\": \"$DEL\", \"rope_scaling\": \"$DEL\","
+             " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 123456.0}}",
+             &c);
+    ck_assert_float_eq(c.rope_theta, 123456.0f);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_NONE);
+    parse_ok("{\"rope_theta\": \"$DEL\", \"rope_scaling\": \"$DEL\", \"rope_parameters\": {\"rope_type\": \"llama3\","
+             " \"rope_theta\": 500000.0, \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+             " \"original_max_position_embeddings\": 8192}}",
+             &c);
+    ck_assert_float_eq(c.rope_theta, 500000.0f);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert_float_eq(c.rope_factor, 8.0f);
+    ck_assert_int_eq(c.rope_original_max_pos, 8192);
+}
+END_TEST
+
+/* Write `text` to dir/name. */
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char *p = util_path_join(dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    inferd_free(p);
+}
+
+static void remove_file(const char *dir, const char *name)
+{
+    char *p = util_path_join(dir, name);
+    unlink(p);
+    inferd_free(p);
+}
+
+START_TEST(test_config_load_generation)
+{
+    char *dir = test_make_temp_dir("inferd-cfg");
+    ck_assert_ptr_nonnull(dir);
+    model_config c;
+
+    /* No config.json at all. */
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(inferd_last_error(), "config.json"));
+
+    write_file(dir, "config.json", k_base);
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_OK);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+
+    /* generation_config.json eos (list) replaces the config's. */
+    write_file(dir, "generation_config.json", "{\"bos_token_id\": 1, \"eos_token_id\": [2, 7, 9]}");
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_OK);
+    ck_assert_int_eq(c.n_eos, 3);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+    ck_assert_int_eq(c.eos_ids[1], 7);
+    ck_assert_int_eq(c.eos_ids[2], 9);
+
+    /* ... as an int. */
+    write_file(dir, "generation_config.json", "{\"eos_token_id\": 5}");
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_OK);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 5);
+
+    /* Without eos ids it keeps the config's. */
+    write_file(dir, "generation_config.json", "{\"do_sample\": true}");
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_OK);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+
+    /* Malformed generation config: error naming it, cfg untouched. */
+    static const char *bad[] = {"{\"eos_token_id\": ", "[2]", "{\"eos_token_id\": \"2\"}",
+                                "{\"eos_token_id\": [2, 99999]}"};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
+        write_file(dir, "generation_config.json", bad[i]);
+        model_config d;
+        memset(&d, 0x33, sizeof d);
+        ck_assert_int_eq(model_config_load(dir, &d), INFERD_ERR_FORMAT);
+        ck_assert_msg(strstr(inferd_last_error(), "generation_config.json"), "%s", inferd_last_error());
+        ck_assert_int_eq(d.hidden_size, 0x33333333);
+    }
+
+    /* A malformed config.json names its path. */
+    write_file(dir, "config.json", "{\"hidden_size\": 64");
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(inferd_last_error(), dir));
+
+    remove_file(dir, "config.json");
+    remove_file(dir, "generation_config.json");
+    rmdir(dir);
+    inferd_free(dir);
+}
+END_TEST
+
+START_TEST(test_config_presets)
+{
+    const char *src = getenv("INFERD_SOURCE_DIR");
+    if (!src || !*src)
+        src = INFERD_TEST_SOURCE_DIR;
+    char path[4096];
+    model_config c;
+
+    snprintf(path, sizeof path, "%s/configs/models/llama3-8b", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_int_eq(c.hidden_size, 4096);
+    ck_assert_int_eq(c.intermediate_size, 14336);
+    ck_assert_int_eq(c.n_layers, 32);
+    ck_assert_int_eq(c.n_heads, 32);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.vocab_size, 128256);
+    ck_assert_int_eq(c.max_position_embeddings, 8192);
+    ck_assert_float_eq(c.rope_theta, 500000.0f);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_NONE);
+    ck_assert(!c.tie_word_embeddings);
+    ck_assert_int_eq(c.bos_id, 128000);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 128001);
+    ck_assert_str_eq(c.torch_dtype, "bfloat16");
+
+    snprintf(path, sizeof path, "%s/configs/models/llama2-7b", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_int_eq(c.hidden_size, 4096);
+    ck_assert_int_eq(c.intermediate_size, 11008);
+    ck_assert_int_eq(c.n_kv_heads, 32);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.vocab_size, 32000);
+    ck_assert_int_eq(c.max_position_embeddings, 4096);
+    ck_assert_float_eq(c.rope_theta, 10000.0f);
+    ck_assert_int_eq(c.bos_id, 1);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+
+    snprintf(path, sizeof path, "%s/configs/models/llama3.2-1b", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_int_eq(c.hidden_size, 2048);
+    ck_assert_int_eq(c.intermediate_size, 8192);
+    ck_assert_int_eq(c.n_layers, 16);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.max_position_embeddings, 131072);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert_float_eq(c.rope_factor, 32.0f);
+    ck_assert_int_eq(c.rope_original_max_pos, 8192);
+    ck_assert(c.tie_word_embeddings);
+}
+END_TEST
+
+START_TEST(test_config_stories260k)
+{
+    char *dir = test_fixture_path("models/stories260K");
+    ck_assert_ptr_nonnull(dir);
+    model_config c;
+    ck_assert_msg(model_config_load(dir, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_str_eq(c.arch, "LlamaForCausalLM");
+    ck_assert_int_eq(c.hidden_size, 64);
+    ck_assert_int_eq(c.intermediate_size, 172);
+    ck_assert_int_eq(c.n_layers, 5);
+    ck_assert_int_eq(c.n_heads, 8);
+    ck_assert_int_eq(c.n_kv_heads, 4);
+    ck_assert_int_eq(c.head_dim, 8);
+    ck_assert_int_eq(c.vocab_size, 512);
+    ck_assert_int_eq(c.max_position_embeddings, 512);
+    ck_assert_float_eq(c.rms_norm_eps, 1e-5f);
+    ck_assert_float_eq(c.rope_theta, 10000.0f);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert_int_eq(c.bos_id, 1);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_ids[0], 2);
+    inferd_free(dir);
+}
+END_TEST
+
+/* --- RoPE ------------------------------------------------------------------ */
+
+/* Independent reference in double: theta^(-2j/d), then HF's llama3 rule. */
+static double ref_inv_freq(const model_config *c, int j, int *band)
+{
+    double f = pow((double)c->rope_theta, -2.0 * j / (double)c->head_dim);
+    *band = 0;
+    if (c->rope_scaling != ROPE_SCALING_LLAMA3)
+        return f;
+    double orig = c->rope_original_max_pos, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double wavelen = 2.0 * M_PI / f;
+    if (wavelen > orig / lo) {
+        *band = 1;
+        return f / c->rope_factor;
+    }
+    if (wavelen < orig / hi)
+        return f;
+    *band = 2;
+    double s = (orig / wavelen - lo) / (hi - lo);
+    return (1.0 - s) * f / c->rope_factor + s * f;
+}
+
+static void check_rope(const model_config *c, int want_bands)
+{
+    int half = c->head_dim / 2;
+    float *got = inferd_malloc(sizeof(float) * (size_t)half);  /* [head_dim / 2] */
+    float *plain = inferd_malloc(sizeof(float) * (size_t)half); /* [head_dim / 2] */
+    model_config p = *c;
+    p.rope_scaling = ROPE_SCALING_NONE;
+    model_rope_inv_freq(c, got);
+    model_rope_inv_freq(&p, plain);
+    int seen = 0;
+    for (int j = 0; j < half; j++) {
+        int band;
+        double ref = ref_inv_freq(c, j, &band);
+        seen |= 1 << band;
+        ck_assert_msg(fabs(got[j] - ref) <= 4e-6 * ref, "hd %d j %d: %.9g vs %.9g", c->head_dim, j, got[j], ref);
+        /* The bands are exact float operations on the unscaled value. */
+        if (band == 0)
+            ck_assert_msg(got[j] == plain[j], "j %d high-freq band changed", j);
+        if (band == 1)
+            ck_assert_msg(got[j] == plain[j] / c->rope_factor, "j %d low-freq band not plain/factor", j);
+    }
+    ck_assert_float_eq(got[0], 1.0f);
+    ck_assert_msg(seen == want_bands, "bands seen %#x, want %#x", seen, want_bands);
+    inferd_free(got);
+    inferd_free(plain);
+}
+
+START_TEST(test_rope_inv_freq)
+{
+    model_config c;
+    parse_ok("{}", &c); /* head_dim 8, theta 1e4 */
+    check_rope(&c, 1);
+    parse_ok("{\"head_dim\": 128, \"rope_theta\": 500000.0}", &c);
+    check_rope(&c, 1);
+    parse_ok("{\"head_dim\": 96, \"rope_theta\": 1000000.0}", &c);
+    check_rope(&c, 1);
+    /* Llama 3.1-8B: head_dim 128, factor 8 (all three bands). */
+    parse_ok("{\"head_dim\": 128, \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\","
+             " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+             " \"original_max_position_embeddings\": 8192}}",
+             &c);
+    check_rope(&c, 7);
+    /* Llama 3.2-1B: head_dim 64, factor 32. */
+    parse_ok("{\"head_dim\": 64, \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\","
+             " \"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+             " \"original_max_position_embeddings\": 8192}}",
+             &c);
+    check_rope(&c, 7);
+
+    /* Spot values of the plain formula: theta^(-2j/d). */
+    parse_ok("{}", &c);
+    float f[4];
+    model_rope_inv_freq(&c, f);
+    ck_assert_float_eq_tol(f[1], 0.1f, 1e-7f);
+    ck_assert_float_eq_tol(f[2], 0.01f, 1e-8f);
+    ck_assert_float_eq_tol(f[3], 0.001f, 1e-9f);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("model_config");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_config_table);
+    tcase_add_test(tc, test_config_accepted_forms);
+    tcase_add_test(tc, test_config_load_generation);
+    tcase_add_test(tc, test_config_presets);
+    tcase_add_test(tc, test_rope_inv_freq);
+    suite_add_tcase(s, tc);
+    /* NOTE: a forked Check test cannot exit 77, so fixture tests are left
+     * out (with a message) when the fixtures are absent. */
+    if (test_fixtures_dir()) {
+        TCase *fx = tcase_create("fixtures");
+        tcase_add_test(fx, test_config_stories260k);
+        suite_add_tcase(s, fx);
+    } else {
+        printf("SKIP: fixtures not found (set INFERD_FIXTURES): stories260K config test skipped\n");
+    }
+    return s;
+}
+
+int main(void)
+{
+    return test_run_suite(config_suite());
+}

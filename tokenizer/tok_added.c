@@ -1,0 +1,214 @@
+/* tokenizer/tok_added.c: added tokens (special or not), matched in the input
+ * before normalization and BPE, like HF's AddedVocabulary.
+ *
+ * Tokens whose `normalized` flag is false are matched in the raw input;
+ * tokens with `normalized` true are matched in each normalized piece, using
+ * the normalized form of their content. Matching is leftmost-longest over a
+ * byte trie (the Aho-Corasick MatchKind HF uses), scanning left to right
+ * without overlaps. A match honours `single_word` (no word character
+ * touching it), `lstrip` / `rstrip` (swallow the whitespace around it). With
+ * parse_special false, special tokens are found but left in the text, which
+ * is what HF's `split_special_tokens` does.
+ */
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "tokenizer/tok_internal.h"
+
+static int32_t trie_node(tok_trie *tr, uint8_t byte)
+{
+    if (tr->n == tr->cap) {
+        tr->cap = tr->cap ? tr->cap * 2 : 64;
+        tr->first_child = inferd_realloc(tr->first_child, (size_t)tr->cap * sizeof *tr->first_child);
+        tr->next_sib = inferd_realloc(tr->next_sib, (size_t)tr->cap * sizeof *tr->next_sib);
+        tr->byte = inferd_realloc(tr->byte, (size_t)tr->cap * sizeof *tr->byte);
+        tr->term = inferd_realloc(tr->term, (size_t)tr->cap * sizeof *tr->term);
+    }
+    int32_t i = tr->n++;
+    tr->first_child[i] = -1;
+    tr->next_sib[i] = -1;
+    tr->byte[i] = byte;
+    tr->term[i] = -1;
+    return i;
+}
+
+static int32_t trie_child(const tok_trie *tr, int32_t node, uint8_t byte)
+{
+    for (int32_t c = tr->first_child[node]; c >= 0; c = tr->next_sib[c])
+        if (tr->byte[c] == byte)
+            return c;
+    return -1;
+}
+
+static void trie_insert(tok_trie *tr, const char *s, size_t n, int32_t idx)
+{
+    if (tr->n == 0)
+        trie_node(tr, 0);
+    int32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t c = trie_child(tr, node, (uint8_t)s[i]);
+        if (c < 0) {
+            c = trie_node(tr, (uint8_t)s[i]);
+            tr->next_sib[c] = tr->first_child[node];
+            tr->first_child[node] = c;
+        }
+        node = c;
+    }
+    tr->term[node] = idx;
+}
+
+static void trie_free(tok_trie *tr)
+{
+    inferd_free(tr->first_child);
+    inferd_free(tr->next_sib);
+    inferd_free(tr->byte);
+    inferd_free(tr->term);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* Longest token starting at s[0]; returns its added[] index or -1. */
+static int32_t trie_longest(const tok_trie *tr, const char *s, size_t n, size_t *len)
+{
+    if (tr->n == 0)
+        return -1;
+    int32_t node = 0, best = -1;
+    for (size_t i = 0; i < n; i++) {
+        node = trie_child(tr, node, (uint8_t)s[i]);
+        if (node < 0)
+            break;
+        if (tr->term[node] >= 0) {
+            best = tr->term[node];
+            *len = i + 1;
+        }
+    }
+    return best;
+}
+
+inferd_status tok_added_build(tokenizer *t)
+{
+    bool need_word = false;
+    tok_buf norm = {0};
+    for (int i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        if (a->len == 0)
+            continue;
+        need_word |= a->single_word;
+        if (!a->normalized) {
+            trie_insert(&t->trie_raw, a->content, a->len, i);
+            continue;
+        }
+        inferd_status st = tok_normalize(t, &t->norm, a->content, a->len, &norm);
+        if (st != INFERD_OK) {
+            tok_buf_free(&norm);
+            return st;
+        }
+        if (norm.len)
+            trie_insert(&t->trie_norm, norm.p, norm.len, i);
+    }
+    tok_buf_free(&norm);
+    if (need_word)
+        return tok_regex_compile(&t->word_re, "\\w", 2, "single_word boundary");
+    return INFERD_OK;
+}
+
+void tok_added_free(tokenizer *t)
+{
+    trie_free(&t->trie_raw);
+    trie_free(&t->trie_norm);
+    tok_regex_free(&t->word_re);
+}
+
+/* Whether the character at s[pos..] (pos < n) is a \w character. */
+static bool is_word_at(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, size_t pos)
+{
+    size_t end = pos + (size_t)tok_utf8_len((unsigned char)s[pos]);
+    if (end > n)
+        end = n;
+    int rc = pcre2_match(t->word_re.code, (PCRE2_SPTR)(s + pos), end - pos, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
+                         md, NULL);
+    return rc >= 0;
+}
+
+static bool single_word_ok(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, size_t ms,
+                           size_t me)
+{
+    if (ms > 0) {
+        size_t p = ms - 1;
+        while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
+            p--;
+        if (is_word_at(t, md, s, n, p))
+            return false;
+    }
+    return me >= n || !is_word_at(t, md, s, n, me);
+}
+
+/* Start of the whitespace run that ends at `end` (>= floor). */
+static size_t ws_run_before(const char *s, size_t end, size_t floor)
+{
+    size_t b = end;
+    while (b > floor) {
+        size_t p = b - 1;
+        while (p > floor && ((unsigned char)s[p] & 0xC0) == 0x80)
+            p--;
+        int adv;
+        if (!tok_is_whitespace(tok_utf8_decode(s + p, b - p, &adv)))
+            break;
+        b = p;
+    }
+    return b;
+}
+
+static size_t ws_run_after(const char *s, size_t n, size_t start)
+{
+    size_t e = start;
+    while (e < n) {
+        int adv;
+        if (!tok_is_whitespace(tok_utf8_decode(s + e, n - e, &adv)))
+            break;
+        e += (size_t)adv;
+    }
+    return e;
+}
+
+void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const char *s, size_t n,
+                     int64_t base_orig, tok_list *out)
+{
+    pcre2_match_data *md = NULL;
+    size_t done = 0, i = 0;
+    while (i < n && trie->n > 0) {
+        size_t len = 0;
+        int32_t idx = trie_longest(trie, s + i, n - i, &len);
+        if (idx < 0) {
+            i++;
+            continue;
+        }
+        const tok_added *a = &t->added[idx];
+        size_t ms = i, me = i + len;
+        i = me;
+        if (a->special && !parse_special)
+            continue;
+        if (a->single_word) {
+            if (!md)
+                md = pcre2_match_data_create(1, NULL);
+            if (!single_word_ok(t, md, s, n, ms, me))
+                continue;
+        }
+        if (a->lstrip)
+            ms = ws_run_before(s, ms, done);
+        if (a->rstrip)
+            me = ws_run_after(s, n, me);
+        if (ms < done)
+            ms = done;
+        if (done < ms)
+            tok_list_push(out, s + done, ms - done, -1, base_orig + (int64_t)done);
+        tok_list_push(out, s + ms, me - ms, a->id, base_orig + (int64_t)ms);
+        done = me;
+        if (i < me)
+            i = me;
+    }
+    if (done < n)
+        tok_list_push(out, s + done, n - done, -1, base_orig + (int64_t)done);
+    if (md)
+        pcre2_match_data_free(md);
+}

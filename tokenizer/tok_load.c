@@ -1,0 +1,442 @@
+/* tokenizer/tok_load.c: loading a tokenizer from HF tokenizer.json (+
+ * tokenizer_config.json), and the small accessors of the public API.
+ *
+ * The model must be BPE (other model types are refused with an error naming
+ * the type). Its vocab becomes an arena of strings with an open-addressing
+ * map; merges, in either the "l r" string form or the ["l", "r"] list form,
+ * become a (left id, right id) -> (rank, merged id) map, and every merge is
+ * checked against the vocab so a bad file fails at load, not mid-request.
+ * Ids are bounded by TOK_MAX_IDS so a hostile file cannot make us allocate
+ * gigabytes. Every failure is a status with a message naming the file and
+ * the field at fault; a partially built tokenizer is freed on error.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tok_json.h"
+
+/* Largest tokenizer.json / tokenizer_config.json we read. */
+#define TOK_MAX_FILE_BYTES (512u << 20)
+
+static inferd_status json_id(const cJSON *v, const char *what, const char *name, int32_t *out)
+{
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+    if (!cJSON_IsNumber(v) || d < 0 || d >= TOK_MAX_IDS || d != (double)(int32_t)d)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s '%s': id must be an integer in [0, %d)", what, name,
+                                TOK_MAX_IDS);
+    *out = (int32_t)d;
+    return INFERD_OK;
+}
+
+/* Max id + 1 over the model vocab and the added tokens. */
+static inferd_status count_ids(const cJSON *vocab, const cJSON *added, int *n_ids)
+{
+    int32_t max_id = -1, id;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab)
+    {
+        inferd_status st = json_id(it, "vocab entry", it->string, &id);
+        if (st != INFERD_OK)
+            return st;
+        max_id = INFERD_MAX(max_id, id);
+    }
+    cJSON_ArrayForEach(it, added)
+    {
+        const char *content = tok_json_str(it, "content");
+        if (!cJSON_IsObject(it) || !content)
+            return inferd_set_error(INFERD_ERR_FORMAT, "added_tokens: entry without a \"content\" string");
+        inferd_status st = json_id(cJSON_GetObjectItemCaseSensitive(it, "id"), "added token", content, &id);
+        if (st != INFERD_OK)
+            return st;
+        max_id = INFERD_MAX(max_id, id);
+    }
+    if (max_id < 0)
+        return inferd_set_error(INFERD_ERR_FORMAT, "model.vocab is empty");
+    *n_ids = max_id + 1;
+    return INFERD_OK;
+}
+
+static inferd_status load_vocab(tokenizer *t, const cJSON *vocab, const cJSON *added)
+{
+    if (!cJSON_IsObject(vocab))
+        return inferd_set_error(INFERD_ERR_FORMAT, "model.vocab is missing or not an object");
+    if (added && !cJSON_IsArray(added) && !cJSON_IsNull(added))
+        return inferd_set_error(INFERD_ERR_FORMAT, "added_tokens is not an array");
+    inferd_status st = count_ids(vocab, added, &t->n_ids);
+    if (st != INFERD_OK)
+        return st;
+    t->piece_off = inferd_calloc((size_t)t->n_ids, sizeof *t->piece_off);
+    t->piece_len = inferd_malloc((size_t)t->n_ids * sizeof *t->piece_len);
+    t->added_of = inferd_malloc((size_t)t->n_ids * sizeof *t->added_of);
+    for (int i = 0; i < t->n_ids; i++)
+        t->piece_len[i] = t->added_of[i] = -1;
+    int n_vocab = cJSON_GetArraySize(vocab);
+    tok_vocab_init(&t->vocab, n_vocab);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab)
+    {
+        int32_t id = (int32_t)it->valuedouble;
+        size_t len = strlen(it->string);
+        if (t->piece_len[id] >= 0)
+            return inferd_set_error(INFERD_ERR_FORMAT, "model.vocab: id %d is used twice ('%s')", (int)id,
+                                    it->string);
+        if (t->arena.len + len >= UINT32_MAX)
+            return inferd_set_error(INFERD_ERR_FORMAT, "model.vocab is too large");
+        t->piece_off[id] = (uint32_t)t->arena.len;
+        t->piece_len[id] = (int32_t)len;
+        tok_buf_put(&t->arena, it->string, len + 1); /* keep the NUL: tok_id_to_piece */
+    }
+    for (int32_t id = 0; id < t->n_ids; id++)
+        if (t->piece_len[id] >= 0)
+            tok_vocab_insert(t, id);
+    return INFERD_OK;
+}
+
+static void load_added(tokenizer *t, const cJSON *added)
+{
+    int n = cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0;
+    t->added = inferd_calloc((size_t)(n > 0 ? n : 1), sizeof *t->added);
+    const cJSON *it, *list = n > 0 ? added : NULL;
+    cJSON_ArrayForEach(it, list)
+    {
+        tok_added *a = &t->added[t->n_added];
+        const char *content = tok_json_str(it, "content");
+        a->content = inferd_strdup(content);
+        a->len = strlen(content);
+        a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+        a->special = tok_json_bool(it, "special", false);
+        a->lstrip = tok_json_bool(it, "lstrip", false);
+        a->rstrip = tok_json_bool(it, "rstrip", false);
+        a->single_word = tok_json_bool(it, "single_word", false);
+        a->normalized = tok_json_bool(it, "normalized", !a->special);
+        t->added_of[a->id] = t->n_added;
+        t->n_added++;
+    }
+}
+
+/* Left and right strings of merge #rank, in "l r" or ["l", "r"] form. */
+static inferd_status merge_parts(const cJSON *m, int rank, tok_buf *tmp, const char **l, size_t *ll, const char **r,
+                                 size_t *rl)
+{
+    if (cJSON_IsString(m)) {
+        const char *s = m->valuestring;
+        const char *sp = strchr(s, ' ');
+        if (!sp || strchr(sp + 1, ' '))
+            return inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d] '%s' is not two tokens separated by one space",
+                                    rank, s);
+        tmp->len = 0;
+        tok_buf_put(tmp, s, strlen(s));
+        *l = tmp->p;
+        *ll = (size_t)(sp - s);
+        *r = tmp->p + *ll + 1;
+        *rl = strlen(sp + 1);
+        return INFERD_OK;
+    }
+    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
+        cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
+        *l = cJSON_GetArrayItem(m, 0)->valuestring;
+        *r = cJSON_GetArrayItem(m, 1)->valuestring;
+        *ll = strlen(*l);
+        *rl = strlen(*r);
+        return INFERD_OK;
+    }
+    return inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d] is neither \"l r\" nor [\"l\", \"r\"]", rank);
+}
+
+static inferd_status load_merges(tokenizer *t, const cJSON *merges)
+{
+    if (!cJSON_IsArray(merges))
+        return inferd_set_error(INFERD_ERR_FORMAT, "model.merges is missing or not an array");
+    tok_merges_init(&t->merges, cJSON_GetArraySize(merges));
+    tok_buf tmp = {0}, joined = {0};
+    size_t pl = t->cont_prefix ? strlen(t->cont_prefix) : 0;
+    inferd_status st = INFERD_OK;
+    int rank = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, merges)
+    {
+        const char *l = NULL, *r = NULL;
+        size_t ll = 0, rl = 0;
+        if ((st = merge_parts(m, rank, &tmp, &l, &ll, &r, &rl)) != INFERD_OK)
+            break;
+        int32_t a = tok_vocab_find(t, l, ll), b = tok_vocab_find(t, r, rl);
+        joined.len = 0;
+        tok_buf_put(&joined, l, ll);
+        if (pl && rl >= pl && memcmp(r, t->cont_prefix, pl) == 0)
+            tok_buf_put(&joined, r + pl, rl - pl);
+        else
+            tok_buf_put(&joined, r, rl);
+        int32_t c = tok_vocab_find(t, joined.p, joined.len);
+        if (a < 0 || b < 0 || c < 0) {
+            const char *miss = a < 0 ? "left" : b < 0 ? "right" : "merged";
+            int ml = (int)(a < 0 ? ll : b < 0 ? rl : joined.len);
+            const char *ms = a < 0 ? l : b < 0 ? r : joined.p;
+            st = inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d]: %s token '%.*s' is not in the vocabulary",
+                                  rank, miss, ml, ms);
+            break;
+        }
+        tok_merges_insert(&t->merges, a, b, (uint32_t)rank, c);
+        rank++;
+    }
+    tok_buf_free(&tmp);
+    tok_buf_free(&joined);
+    return st;
+}
+
+static inferd_status load_bpe_options(tokenizer *t, const cJSON *model)
+{
+    const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+    t->unk_id = -1;
+    if (cJSON_IsString(unk)) {
+        t->unk_id = tok_vocab_find(t, unk->valuestring, strlen(unk->valuestring));
+        if (t->unk_id < 0)
+            INFERD_LOG_WARN("tokenizer: unk_token '%s' is not in the vocabulary; unknown characters are dropped",
+                     unk->valuestring);
+    }
+    t->fuse_unk = tok_json_bool(model, "fuse_unk", false);
+    t->byte_fallback = tok_json_bool(model, "byte_fallback", false);
+    t->ignore_merges = tok_json_bool(model, "ignore_merges", false);
+    const char *p = tok_json_str(model, "continuing_subword_prefix");
+    const char *s = tok_json_str(model, "end_of_word_suffix");
+    t->cont_prefix = p && *p ? inferd_strdup(p) : NULL;
+    t->end_suffix = s && *s ? inferd_strdup(s) : NULL;
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0)
+        INFERD_LOG_WARN("tokenizer: BPE dropout %g ignored (inference encodes deterministically)", dropout->valuedouble);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_ids[b] = tok_vocab_find(t, name, 6);
+    }
+    return INFERD_OK;
+}
+
+static inferd_status load_model(tokenizer *t, const cJSON *root)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(model))
+        return inferd_set_error(INFERD_ERR_FORMAT, "missing \"model\" object");
+    const char *ty = tok_json_str(model, "type");
+    if (!ty && !cJSON_GetObjectItemCaseSensitive(model, "merges"))
+        return inferd_set_error(INFERD_ERR_FORMAT, "model has no \"type\" (and no merges: not BPE)");
+    if (ty && strcmp(ty, "BPE") != 0)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                "unsupported tokenizer model type '%s' (only BPE is supported)", ty);
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    inferd_status st = load_vocab(t, cJSON_GetObjectItemCaseSensitive(model, "vocab"), added);
+    if (st != INFERD_OK)
+        return st;
+    load_added(t, added);
+    if ((st = load_bpe_options(t, model)) != INFERD_OK)
+        return st;
+    st = load_merges(t, cJSON_GetObjectItemCaseSensitive(model, "merges"));
+    if (st == INFERD_OK)
+        tok_bpe_check_chunking(t);
+    return st;
+}
+
+/* A token named in tokenizer_config.json: "text" or {"content": "text"}. */
+static int32_t config_token(const tokenizer *t, const cJSON *cfg, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? tok_json_str(v, "content") : NULL;
+    if (!s)
+        return -1;
+    int32_t id = tok_piece_to_id(t, s);
+    if (id < 0)
+        INFERD_LOG_WARN("tokenizer_config.json: %s '%s' is not in the vocabulary", key, s);
+    return id;
+}
+
+static void config_chat_template(tokenizer *t, const cJSON *cfg)
+{
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsString(ct)) {
+        t->chat_template = inferd_strdup(ct->valuestring);
+        return;
+    }
+    /* list form: [{"name": "default", "template": "..."}, ...] */
+    const cJSON *it, *pick = NULL, *list = cJSON_IsArray(ct) ? ct : NULL;
+    cJSON_ArrayForEach(it, list)
+    {
+        const char *name = tok_json_str(it, "name");
+        if (tok_json_str(it, "template") && (!pick || (name && strcmp(name, "default") == 0)))
+            pick = it;
+    }
+    if (pick)
+        t->chat_template = inferd_strdup(tok_json_str(pick, "template"));
+}
+
+static inferd_status load_config(tokenizer *t, const char *config_json)
+{
+    t->bos_id = t->eos_id = -1;
+    t->add_bos_token = true;
+    if (config_json) {
+        cJSON *cfg = cJSON_Parse(config_json);
+        if (!cJSON_IsObject(cfg)) {
+            cJSON_Delete(cfg);
+            return inferd_set_error(INFERD_ERR_FORMAT, "tokenizer_config.json: invalid JSON (expected an object)");
+        }
+        t->bos_id = config_token(t, cfg, "bos_token");
+        t->eos_id = config_token(t, cfg, "eos_token");
+        t->add_bos_token = tok_json_bool(cfg, "add_bos_token", true);
+        config_chat_template(t, cfg);
+        cJSON_Delete(cfg);
+    }
+    for (int i = 0; t->bos_id < 0 && i < t->n_tmpl && !t->tmpl[i].is_sequence; i++)
+        if (t->tmpl[i].n_ids > 0)
+            t->bos_id = t->tmpl[i].ids[0];
+    static const char *const k_eos[] = {"</s>", "<|end_of_text|>", "<|endoftext|>"};
+    for (size_t i = 0; t->eos_id < 0 && i < INFERD_ARRAY_LEN(k_eos); i++)
+        t->eos_id = tok_piece_to_id(t, k_eos[i]);
+    return INFERD_OK;
+}
+
+static inferd_status load_root(tokenizer *t, const cJSON *root, const char *config_json)
+{
+    if (!cJSON_IsObject(root))
+        return inferd_set_error(INFERD_ERR_FORMAT, "top level is not a JSON object");
+    inferd_status st = load_model(t, root);
+    if (st == INFERD_OK)
+        st = tok_json_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"), &t->norm);
+    if (st == INFERD_OK)
+        st = tok_json_pre_tokenizer(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &t->pre);
+    if (st == INFERD_OK)
+        st = tok_json_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
+    if (st == INFERD_OK)
+        st = tok_json_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), &t->dec, &t->has_decoder);
+    if (st == INFERD_OK)
+        st = tok_added_build(t);
+    if (st == INFERD_OK)
+        st = load_config(t, config_json);
+    return st;
+}
+
+/* Parse and load; on error the message is prefixed with `name`. */
+static inferd_status load_text(const char *json, size_t len, const char *config_json, const char *name,
+                               tokenizer **out)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= json ? (size_t)(end - json) : 0;
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: invalid JSON near byte %zu", name, at);
+    }
+    tokenizer *t = inferd_calloc(1, sizeof *t);
+    inferd_status st = load_root(t, root, config_json);
+    cJSON_Delete(root);
+    if (st != INFERD_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", inferd_last_error());
+        tok_free(t);
+        return inferd_set_error(st, "%s: %s", name, msg);
+    }
+    *out = t;
+    return INFERD_OK;
+}
+
+inferd_status tok_load_json(const char *tokenizer_json, const char *config_json, tokenizer **out)
+{
+    if (!tokenizer_json || !out)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "tok_load_json: NULL argument");
+    *out = NULL;
+    return load_text(tokenizer_json, strlen(tokenizer_json), config_json, "tokenizer.json", out);
+}
+
+inferd_status tok_load(const char *dir, tokenizer **out)
+{
+    if (!dir || !out)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "tok_load: NULL argument");
+    *out = NULL;
+    char *path = util_path_join(dir, "tokenizer.json");
+    char *cfg_path = util_path_join(dir, "tokenizer_config.json");
+    char *json = NULL, *cfg = NULL;
+    size_t len = 0, cfg_len = 0;
+    inferd_status st;
+    if (!util_file_exists(path)) {
+        st = inferd_set_error(INFERD_ERR_NOT_FOUND, "%s: no tokenizer.json in this directory", dir);
+        goto done;
+    }
+    if ((st = util_read_file(path, TOK_MAX_FILE_BYTES, &json, &len)) != INFERD_OK)
+        goto done;
+    if (util_file_exists(cfg_path) && (st = util_read_file(cfg_path, TOK_MAX_FILE_BYTES, &cfg, &cfg_len)) != INFERD_OK)
+        goto done;
+    st = load_text(json, len, cfg, path, out);
+    if (st == INFERD_OK && !(*out)->chat_template) {
+        char *jinja_path = util_path_join(dir, "chat_template.jinja");
+        char *jinja = NULL;
+        size_t jl;
+        if (util_file_exists(jinja_path) && util_read_file(jinja_path, TOK_MAX_FILE_BYTES, &jinja, &jl) == INFERD_OK)
+            (*out)->chat_template = jinja;
+        inferd_free(jinja_path);
+    }
+done:
+    inferd_free(path);
+    inferd_free(cfg_path);
+    inferd_free(json);
+    inferd_free(cfg);
+    return st;
+}
+
+void tok_free(tokenizer *t)
+{
+    if (!t)
+        return;
+    tok_buf_free(&t->arena);
+    inferd_free(t->piece_off);
+    inferd_free(t->piece_len);
+    inferd_free(t->added_of);
+    tok_vocab_free(&t->vocab);
+    tok_merges_free(&t->merges);
+    inferd_free(t->cont_prefix);
+    inferd_free(t->end_suffix);
+    tok_steps_free(&t->norm);
+    tok_steps_free(&t->pre);
+    tok_steps_free(&t->dec);
+    tok_added_free(t);
+    for (int i = 0; i < t->n_added; i++)
+        inferd_free(t->added[i].content);
+    inferd_free(t->added);
+    for (int i = 0; i < t->n_tmpl; i++)
+        inferd_free(t->tmpl[i].ids);
+    inferd_free(t->tmpl);
+    inferd_free(t->chat_template);
+    inferd_free(t);
+}
+
+int tok_vocab_size(const tokenizer *t) { return t->n_ids; }
+int32_t tok_bos_id(const tokenizer *t) { return t->bos_id; }
+int32_t tok_eos_id(const tokenizer *t) { return t->eos_id; }
+const char *tok_chat_template(const tokenizer *t) { return t->chat_template; }
+bool tok_add_bos_token(const tokenizer *t) { return t->add_bos_token; }
+
+bool tok_is_special(const tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_ids && t->added_of[id] >= 0 && t->added[t->added_of[id]].special;
+}
+
+const char *tok_id_to_piece(const tokenizer *t, int32_t id)
+{
+    if (id < 0 || id >= t->n_ids)
+        return NULL;
+    if (t->added_of[id] >= 0)
+        return t->added[t->added_of[id]].content;
+    if (t->piece_len[id] < 0)
+        return NULL;
+    return t->arena.p + t->piece_off[id];
+}
+
+int32_t tok_piece_to_id(const tokenizer *t, const char *piece)
+{
+    size_t n = strlen(piece);
+    for (int i = t->n_added - 1; i >= 0; i--)
+        if (t->added[i].len == n && memcmp(t->added[i].content, piece, n) == 0)
+            return t->added[i].id;
+    return tok_vocab_find(t, piece, n);
+}
