@@ -28,7 +28,7 @@
 #include "kt_harness.h"
 
 #ifdef INFERD_HAVE_CUDA
-extern int kcuda_attn_last_splits; /* kernels/cuda/cuda_attention.cu test hook */
+extern int kcuda_attn_last_splits; /* kernels/cuda/attention.cu test hook */
 #else
 static int kcuda_attn_last_splits;
 #endif

@@ -1,5 +1,5 @@
 /* tests/kernels/cuda/test_cuda_sample.c: the GPU sampler against the CPU
- * twin (kernels/cpu/cpu_sample.c), token for token.
+ * twin (kernels/cpu/sample.c), token for token.
  *
  * Logits are rounded to bf16 (as a bf16 model's would be), which creates
  * many exact ties, so lowest-id tie breaking is exercised everywhere. Greedy

@@ -1,7 +1,7 @@
-/* kernels/cuda/cuda_attn.cuh: private interface between the attention
- * dispatcher (cuda_attention.cu) and its two kernels families:
- * cuda_attn_decode.cu (one query per sequence, split-KV + log-sum-exp merge)
- * and cuda_attn_prefill.cu (variable query length, causal, tiled).
+/* kernels/cuda/attention.cuh: private interface between the attention
+ * dispatcher (attention.cu) and its two kernels families:
+ * attention_decode.cu (one query per sequence, split-KV + log-sum-exp merge)
+ * and attention_prefill.cu (variable query length, causal, tiled).
  *
  * Both kernels take every sequence of the batch and skip, on the device, the
  * sequences that belong to the other path (decode: q_len == 1; prefill:
@@ -10,7 +10,7 @@
 #ifndef INFERD_KERNELS_CUDA_ATTN_CUH
 #define INFERD_KERNELS_CUDA_ATTN_CUH
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define KC_ATTN_MAX_HD 256   /* largest head_dim (multiple of 8) */
 #define KC_ATTN_MIN_CHUNK 256 /* shortest KV range of one decode split */

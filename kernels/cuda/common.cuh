@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_common.cuh: shared pieces of the CUDA backend.
+/* kernels/cuda/common.cuh: shared pieces of the CUDA backend.
  *
  * The backend state hung off kern_ctx::cuda (stream, cuBLASLt/cuBLAS handles,
  * the GEMM workspace, device properties), the fatal check macros for CUDA and
@@ -42,7 +42,7 @@ extern "C" {
 #include "common/rng.h"
 #include "kernels/kern_internal.h"
 
-/* One cached cuBLASLt plan (see cuda_gemm.cu). */
+/* One cached cuBLASLt plan (see gemm.cu). */
 typedef struct kcuda_gemm_plan kcuda_gemm_plan;
 
 /* Backend state, owned by kern_ctx::cuda. */
@@ -56,7 +56,7 @@ typedef struct {
     int n_sms;
     size_t smem_optin;          /* max dynamic shared memory per block after opt-in */
     char name[256];
-    kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, cuda_gemm.cu */
+    kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
 } kcuda_state;
 
@@ -64,7 +64,7 @@ typedef struct {
 #define KCUDA_GEMM_PLANS 256
 
 /* Abort with the failed statement, the CUDA error, function, file:line and
- * device. Defined in cuda_ctx.cu. */
+ * device. Defined in ctx.cu. */
 extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func, const char *file,
                             int line) __attribute__((noreturn));
 
@@ -85,7 +85,7 @@ extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func,
 /* After every launch: a bad configuration shows up here, not three ops later. */
 #define KCUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-/* Destroys the cached cuBLASLt plans (cuda_gemm.cu); called by ctx free. */
+/* Destroys the cached cuBLASLt plans (gemm.cu); called by ctx free. */
 void kcuda_gemm_release(kcuda_state *st);
 
 /* The backend state of a CUDA ctx; makes its device current on this thread

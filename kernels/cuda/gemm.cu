@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_gemm.cu: matmul and logits through cuBLASLt.
+/* kernels/cuda/gemm.cu: matmul and logits through cuBLASLt.
  *
  * Row-major out[n, R] = in[n, C] @ W^T with W [R, C] row-major is, in
  * cuBLAS's column-major view, out^T [R, n] = W^T' [C, R]^T * in^T [C, n]:
@@ -18,7 +18,7 @@
  * different n, so a row's result can change in the last bits with the batch
  * size; the CPU backend is bitwise batch-invariant, this one is not.
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 struct kcuda_gemm_plan {
     int64_t rows, cols, n;

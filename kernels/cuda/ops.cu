@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_ops.cu: the memory-bound per-token ops of the CUDA
+/* kernels/cuda/ops.cu: the memory-bound per-token ops of the CUDA
  * backend: embedding gather, fused residual add + RMSNorm, row gather,
  * SiLU(gate) * up, and RoPE fused with the paged K/V write.
  *
@@ -9,7 +9,7 @@
  * kernels/cpu: RMSNorm computes (x * inv_rms) * w with x the bf16-rounded
  * residual; RoPE uses sinf/cosf of the fp32 product pos * inv_freq[j].
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 /* Threads for a row op processing `items` items per row: a multiple of 32 in
  * [32, 1024]. */

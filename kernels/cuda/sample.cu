@@ -1,5 +1,5 @@
-/* kernels/cuda/cuda_sample.cu: token sampling on the GPU, the twin of
- * kernels/cpu/cpu_sample.c (read its step list first: this file reproduces
+/* kernels/cuda/sample.cu: token sampling on the GPU, the twin of
+ * kernels/cpu/sample.c (read its step list first: this file reproduces
  * steps 1-8 in the same order, with the same fp32 / fp64 formulas).
  *
  * One CTA of 1024 threads per row, no workspace. The CPU sorts every
@@ -30,7 +30,7 @@
  */
 #include <limits.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define KC_SMP_THREADS 1024
 #define KC_SMP_WARPS (KC_SMP_THREADS / 32)
@@ -455,7 +455,7 @@ size_t kcuda_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab
     return 0;
 }
 
-/* Contract (kern_sample): tokens[j] = the algorithm of cpu_sample.c on row j
+/* Contract (kern_sample): tokens[j] = the algorithm of sample.c on row j
  * of logits[r, vocab] with params[j] (device memory). logits are not
  * modified; workspace is unused. */
 void kcuda_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params, int r,

@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_ctx.cu: lifecycle, memory and weights of the CUDA backend.
+/* kernels/cuda/ctx.cu: lifecycle, memory and weights of the CUDA backend.
  *
  * A ctx owns one non-blocking stream, a cuBLASLt handle (plus a cuBLAS handle
  * for the rare GEMM shape cuBLASLt has no algorithm for) and one 32 MiB GEMM
@@ -14,7 +14,7 @@
  * as the CPU backend: (float)((2 * rng_uniform(seed, e) - 1) * scale), e the
  * flat element index.
  */
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func, const char *file,
                             int line)

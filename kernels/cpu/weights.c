@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_weights.c: weight upload (dtype conversion), random
+/* kernels/cpu/weights.c: weight upload (dtype conversion), random
  * weights for --load-format dummy, and the embedding gather, for the CPU
  * backend.
  *

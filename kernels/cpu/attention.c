@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_attention.c: RoPE + paged KV write and varlen causal
+/* kernels/cpu/attention.c: RoPE + paged KV write and varlen causal
  * paged attention for the CPU backend (fp32 activations and KV cache).
  *
  * RoPE follows HF rotate_half: for j < head_dim/2, x1 = x[j], x2 =

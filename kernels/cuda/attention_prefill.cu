@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_attn_prefill.cu: paged causal attention for sequences
+/* kernels/cuda/attention_prefill.cu: paged causal attention for sequences
  * with several new tokens (prefill and chunked prefill), GQA, earlier
  * context read through the block table.
  *
@@ -19,7 +19,7 @@
  * Row padding by 4 floats keeps 16-byte alignment and spreads the 8 rows a
  * warp touches over distinct banks.
  */
-#include "kernels/cuda/cuda_attn.cuh"
+#include "kernels/cuda/attention.cuh"
 
 #define PF_BQ 32
 #define PF_BK 32

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_ops.c: dense per-token ops of the CPU backend: fused
+/* kernels/cpu/ops.c: dense per-token ops of the CPU backend: fused
  * residual add + RMSNorm, matmul / logits against F32, F16 or BF16 weights,
  * row gather and SiLU(gate) * up. Activations are F32.
  *

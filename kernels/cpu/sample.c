@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_sample.c: token sampling for the CPU backend (greedy and
+/* kernels/cpu/sample.c: token sampling for the CPU backend (greedy and
  * temperature / top-k / top-p / min-p with a counter-based RNG).
  *
  * THE ALGORITHM (the CUDA twin must reproduce it step by step; every step

@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_attn_decode.cu: paged decode attention (one query token
+/* kernels/cuda/attention_decode.cu: paged decode attention (one query token
  * per sequence) with optional split-KV and a log-sum-exp merge.
  *
  * One CTA of 4 warps per (sequence, kv head, head chunk, split). A CTA covers
@@ -11,13 +11,13 @@
  * dims per head) over the keys it saw; states are merged across lane groups
  * with shuffles, then across warps through shared memory, all in fp32.
  *
- * Split-KV (planned on the host, cuda_attention.cu): split s of a sequence of
+ * Split-KV (planned on the host, attention.cu): split s of a sequence of
  * length L covers keys [s * chunk, min(L, (s + 1) * chunk)); its normalized
  * partial output and log-sum-exp go to the workspace, and the merge kernel
  * combines the splits: out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M).
  * Without a split the CTA writes bf16 output directly.
  */
-#include "kernels/cuda/cuda_attn.cuh"
+#include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)

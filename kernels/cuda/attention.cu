@@ -1,4 +1,4 @@
-/* kernels/cuda/cuda_attention.cu: kcuda_attention, the host side of paged
+/* kernels/cuda/attention.cu: kcuda_attention, the host side of paged
  * attention: validates the shapes, splits the batch between the decode
  * kernel (sequences with one new token) and the prefill kernel (several new
  * tokens), plans split-KV for the decode part from the host mirror of
@@ -18,7 +18,7 @@
  * NOTE: the plan (grid size) depends on the batch's lengths; CUDA graph
  * capture of decode steps will need a fixed plan per captured batch size.
  */
-#include "kernels/cuda/cuda_attn.cuh"
+#include "kernels/cuda/attention.cuh"
 
 /* Test hook: the number of splits the last kcuda_attention call planned for
  * its decode sequences (1 = no split, 0 = no decode sequence). */
