@@ -4,6 +4,8 @@
 #ifndef INFERD_SERVER_SRV_LOG_H
 #define INFERD_SERVER_SRV_LOG_H
 
+#include <stddef.h>
+
 #include "scheduler/engine.h"
 
 typedef struct {
@@ -16,7 +18,17 @@ typedef struct {
     const char *note;         /* "client disconnected", ... or NULL */
 } srv_access;
 
-/* One line: method path status id tokens ttft total [finish] [note]. */
+/* Longest logged request-derived field, escapes included (longer ones end
+ * in "..."). */
+#define SRV_LOG_FIELD_MAX 512
+
+/* Copy in (NULL = "") into out[cap] with every byte < 0x20, 0x7f, '\\' and
+ * '"' written as \xNN, truncated with "..." to fit; always NUL-terminated
+ * when cap > 0. Returns the length written. UTF-8 passes through. */
+size_t srv_log_escape(const char *in, char *out, size_t cap);
+
+/* One line: method path status id tokens ttft total [finish] [note], the
+ * method and path escaped (srv_log_escape). */
 void srv_log_access(const srv_access *a);
 
 /* Stats line from two engine snapshots dt seconds apart; prints only when

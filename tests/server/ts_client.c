@@ -445,6 +445,20 @@ char *ts_golden_text(void)
 
 /* ---- raw sockets ------------------------------------------------------------- */
 
+int ts_raw_send(const ts_server *s, const char *bytes, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)s->port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || write(fd, bytes, n) != (ssize_t)n) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int ts_raw_post(const ts_server *s, const char *path, const char *json)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

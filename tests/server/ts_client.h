@@ -79,6 +79,9 @@ bool ts_wait_metric(const ts_server *s, const char *series, double want, double 
  * the llama2.c golden file (heap); skips the test when absent. */
 char *ts_golden_text(void);
 
+/* Connect to the server and write bytes[0..n) as they are (any request,
+ * well formed or not); returns the fd (-1 on error). */
+int ts_raw_send(const ts_server *s, const char *bytes, size_t n);
 /* Raw HTTP/1.1 POST over a socket; returns the connected fd (-1 on error).
  * The caller reads with ts_raw_read_until and hangs up with close(). */
 int ts_raw_post(const ts_server *s, const char *path, const char *json);
