@@ -340,21 +340,13 @@ inferd_status bench_client_run(const bench_client_opts *o, bench_result *out, do
     return INFERD_OK;
 }
 
-typedef struct {
-    char *buf;
-    size_t len;
-} get_buf;
-
 static size_t on_get_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
-    get_buf *b = ud;
+    inferd_buf *b = ud;
     size_t n = size * nmemb;
     if (b->len + n > GET_BODY_MAX)
         return 0;
-    b->buf = inferd_realloc(b->buf, b->len + n + 1);
-    memcpy(b->buf + b->len, ptr, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
+    inferd_buf_append(b, ptr, n);
     return n;
 }
 
@@ -365,7 +357,7 @@ inferd_status bench_http_get(const char *url, const char *api_key, char **body, 
         return inferd_set_error(INFERD_ERR_INTERNAL, "bench: curl_easy_init failed");
     bench_client_opts ho = {.api_key = api_key, .stream = false};
     struct curl_slist *hdrs = make_headers(&ho);
-    get_buf b = {inferd_strdup(""), 0};
+    inferd_buf b = INFERD_BUF_INIT;
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
@@ -380,11 +372,11 @@ inferd_status bench_http_get(const char *url, const char *api_key, char **body, 
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(e);
     if (res != CURLE_OK) {
-        inferd_free(b.buf);
+        inferd_buf_free(&b);
         return inferd_set_error(INFERD_ERR_UNAVAILABLE, "GET %s: %s", url,
                                 errbuf[0] ? errbuf : curl_easy_strerror(res));
     }
-    *body = b.buf;
+    *body = inferd_buf_steal(&b, NULL);
     *http_status = code;
     return INFERD_OK;
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/status.h"
 
 typedef enum {
@@ -59,8 +60,7 @@ void bench_result_free(bench_result *r);
 typedef struct {
     bench_result *r;
     bool stream, chat;
-    char *buf;          /* stream: partial line; non-stream: whole body */
-    size_t len, cap;
+    inferd_buf buf;     /* stream: partial line; non-stream: whole body */
     bool done;          /* [DONE] seen */
     bool bad;           /* first problem wins: bad_msg */
     char *bad_msg;

@@ -1,6 +1,6 @@
 /* bench/bench_serve.h: `inferd bench serve`, a load generator for any
  * OpenAI-compatible server, as a library: options (vLLM's flag names), the
- * run, and its report. cli/cli.h's cli_bench() is the command-line face;
+ * run, and its report. cli/cli_bench.c is the command-line face;
  * tests drive bench_serve_run() directly.
  */
 #ifndef INFERD_BENCH_BENCH_SERVE_H
@@ -9,10 +9,12 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "bench/bench_client.h"
 #include "bench/bench_dataset.h"
 #include "bench/bench_stats.h"
+#include "common/opt.h"
 
 typedef struct {
     const char *base_url;     /* NULL: http://host:port */
@@ -48,10 +50,17 @@ typedef struct {
  * 1000 prompts, rate inf, burstiness 1, timeout 6 h (vLLM's). */
 void bench_serve_opts_default(bench_serve_opts *o);
 
-/* Parse `serve [flags]` (argv[0] is "serve"). Flags take "--f v" or "--f=v".
- * Strings point into argv. Returns 0 ok, 2 usage error (message printed on
- * stderr); *help is set when --help was given (help printed on stdout). */
+/* The option table of bench_serve_opts (common/opt rows, vLLM's flag
+ * names); *n = count. Defaults, flags and --help all come from it. */
+const opt_row *bench_serve_rows(size_t *n);
+
+/* Parse `serve [flags]` (argv[0] is "serve") through the table. Flags take
+ * "--f v" or "--f=v". Strings point into argv. Returns 0 ok, 2 usage error
+ * (message printed on stderr); *help is set when --help was given (help
+ * printed on stdout). */
 int bench_serve_parse(int argc, char **argv, bench_serve_opts *o, bool *help);
+/* The --help text: description and one line per row with range and default. */
+void bench_serve_usage(FILE *f);
 
 typedef struct {
     bench_summary summary;

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/alloc.h"
+#include "common/usage.h"
 #include "bench/bench_client.h"
 
 enum { SSE_MAX_LINE = 16 << 20, SSE_MAX_BODY = 64 << 20 };
@@ -54,9 +55,8 @@ void bench_sse_init(bench_sse *s, bench_result *r, bool stream, bool chat)
 
 void bench_sse_free(bench_sse *s)
 {
-    inferd_free(s->buf);
+    inferd_buf_free(&s->buf);
     inferd_free(s->bad_msg);
-    s->buf = NULL;
     s->bad_msg = NULL;
 }
 
@@ -91,17 +91,12 @@ static const char *json_str(const cJSON *obj, const char *key)
 
 static void take_usage(bench_result *r, const cJSON *root)
 {
-    const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "usage");
-    if (!cJSON_IsObject(u))
-        return;
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
-    if (cJSON_IsNumber(pt) && pt->valuedouble >= 0)
-        r->prompt_tokens = (int)pt->valuedouble;
-    if (cJSON_IsNumber(ct) && ct->valuedouble >= 0) {
-        r->output_tokens = (int)ct->valuedouble;
+    inferd_usage u = {.prompt_tokens = r->prompt_tokens, .completion_tokens = r->output_tokens};
+    if (inferd_usage_parse(cJSON_GetObjectItemCaseSensitive(root, "usage"), &u)) {
+        r->output_tokens = u.completion_tokens;
         r->usage_seen = true;
     }
+    r->prompt_tokens = u.prompt_tokens;
 }
 
 /* The error object of an error event or body, as a message; NULL if none. */
@@ -187,43 +182,29 @@ static void handle_line(bench_sse *s, char *line, size_t n, double t_s)
     handle_event(s, p, k, t_s);
 }
 
-static void buf_append(bench_sse *s, const char *data, size_t n)
-{
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        s->buf = inferd_realloc(s->buf, cap);
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, data, n);
-    s->len += n;
-    s->buf[s->len] = '\0';
-}
-
 void bench_sse_feed(bench_sse *s, const char *data, size_t n, double t_s)
 {
     if (s->bad && s->stream)
         return;
     if (!s->stream) {
-        if (s->len + n > SSE_MAX_BODY)
+        if (s->buf.len + n > SSE_MAX_BODY)
             sse_fail(s, "response body too large");
         else
-            buf_append(s, data, n);
+            inferd_buf_append(&s->buf, data, n);
         return;
     }
     while (n > 0) {
         const char *nl = memchr(data, '\n', n);
         size_t take = nl ? (size_t)(nl - data) : n;
-        if (s->len + take > SSE_MAX_LINE) {
+        if (s->buf.len + take > SSE_MAX_LINE) {
             sse_fail(s, "stream line too long");
             return;
         }
-        buf_append(s, data, take);
+        inferd_buf_append(&s->buf, data, take);
         if (!nl)
             return;
-        handle_line(s, s->buf, s->len, t_s);
-        s->len = 0;
+        handle_line(s, s->buf.data, s->buf.len, t_s);
+        inferd_buf_reset(&s->buf);
         data += take + 1;
         n -= take + 1;
     }
@@ -234,7 +215,7 @@ static void finish_plain(bench_sse *s, double t_s)
     bench_result *r = s->r;
     r->e2el_s = t_s;
     r->ttft_s = t_s;
-    cJSON *root = s->buf ? cJSON_ParseWithLength(s->buf, s->len) : NULL;
+    cJSON *root = s->buf.data ? cJSON_ParseWithLength(s->buf.data, s->buf.len) : NULL;
     if (!cJSON_IsObject(root)) {
         sse_fail(s, "response is not a JSON object");
     } else {
@@ -252,9 +233,9 @@ static void finish_plain(bench_sse *s, double t_s)
 static void finish_stream(bench_sse *s, double t_s)
 {
     bench_result *r = s->r;
-    if (s->len > 0 && !s->bad) { /* last line without a newline */
-        handle_line(s, s->buf, s->len, t_s);
-        s->len = 0;
+    if (s->buf.len > 0 && !s->bad) { /* last line without a newline */
+        handle_line(s, s->buf.data, s->buf.len, t_s);
+        inferd_buf_reset(&s->buf);
     }
     r->e2el_s = s->done && s->last_s >= 0 ? s->last_s : t_s;
     if (s->bad)

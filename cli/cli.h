@@ -6,7 +6,8 @@
 int cli_generate(int argc, char **argv);   /* cli/cli_generate.c */
 int cli_tokenize(int argc, char **argv);   /* cli/cli_tokenize.c */
 int cli_detokenize(int argc, char **argv); /* cli/cli_tokenize.c */
-int cli_serve(int argc, char **argv);      /* server/srv_main.c */
-int cli_bench(int argc, char **argv);      /* bench/bench_serve.c */
+int cli_serve(int argc, char **argv);      /* cli/cli_serve.c */
+int cli_bench(int argc, char **argv);      /* cli/cli_bench.c */
+int cli_bench_latency(int argc, char **argv); /* cli/cli_bench_latency.c */
 
 #endif

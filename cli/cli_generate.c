@@ -1,12 +1,14 @@
 /* cli/cli_generate.c: `inferd generate`, offline generation.
  *
- * One prompt (--prompt TEXT or --prompt-ids 1,2,3) runs as a single sequence
- * straight through model_forward: prefill in chunks of max_num_batched_tokens,
- * then one decode step per token, streaming the text to stdout as it is
- * decoded (incremental detokenizer) and a timing line to stderr. This path is
- * also the "alone" reference the engine's invariance tests compare against.
- * --prompts-file runs many prompts concurrently through the engine
- * (cli/gen_batch.c).
+ * Every prompt runs through the engine (cli/gen_batch.c): --prompts-file as
+ * many concurrent requests, --prompt / --prompt-ids as a batch of one with
+ * the text streamed to stdout (or the ids, or with --json the same JSON line
+ * --prompts-file prints) and a timing line on stderr taken from the
+ * engine's timestamps. Sampling flags are the rows of the sampling table
+ * (scheduler/engine.h): this file only matches "--name" to a row and hands
+ * the text to it, so a flag accepts exactly what an API field accepts.
+ * --dump-logits is a diagnostic prefill of the prompt alone, before the
+ * engine starts (scripts/hf_reference.py compares those logits with HF's).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,98 +32,104 @@ typedef struct {
     const char *prompts_file;
     const char *dump_logits; /* write the last prompt position's logits (f32) here */
     bool print_ids;          /* print generated ids instead of text */
-    sampling_params sp;
+    bool json;               /* one prompt: print the --prompts-file JSON line */
+    sampling_params sp;      /* stop[] point into argv */
 } gen_args;
+
+/* The sampling rows' help lines: flag, range, help. */
+static void sampling_usage(FILE *f)
+{
+    size_t n;
+    const sampling_row *rows = sampling_rows(&n);
+    for (size_t i = 0; i < n; i++) {
+        const opt_row *o = &rows[i].opt;
+        char flag[48], range[64];
+        snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
+        fprintf(f, "  %-24s %s %s%s\n", flag, o->help, o->kind == OPT_BOOL ? "" : sampling_row_range(&rows[i], range, sizeof range),
+                o->kind == OPT_CUSTOM && strcmp(o->name, "stop") == 0 ? ", repeatable" : "");
+    }
+}
 
 static void gen_usage(FILE *f)
 {
     fprintf(f,
             "usage: inferd generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE)\n"
             "                       [sampling options] [engine options]\n\n"
-            "Prints only the generated text on stdout and a timing line on stderr.\n\n"
+            "Runs every prompt through the engine. One prompt prints only the generated text on stdout\n"
+            "and a timing line on stderr.\n\n"
             "prompt:\n"
             "  --prompt TEXT            text prompt (tokenized with the model's tokenizer, BOS added)\n"
             "  --prompt-ids LIST        comma-separated token ids, used as is\n"
-            "  --prompts-file FILE      JSON lines ({\"prompt\": ...} or {\"prompt_ids\": [...]}) or plain\n"
-            "                           text, one prompt per line; all run concurrently; JSON out\n"
-            "sampling:\n"
-            "  --max-tokens N           tokens to generate (default 256)\n"
-            "  --temperature T          0 = greedy (default 1.0)\n"
-            "  --top-p P --top-k K --min-p P --seed S\n"
-            "  --stop-token-ids LIST    stop when one of these ids is sampled\n"
-            "  --ignore-eos             do not stop at the model's EOS ids\n"
+            "  --prompts-file FILE      JSON lines ({\"prompt\": ...} or {\"prompt_ids\": [...]}, plus any\n"
+            "                           sampling key) or plain text, one prompt per line; all run\n"
+            "                           concurrently; JSON out\n"
+            "sampling (also the keys of a prompts-file line and of an API request, with '_'):\n");
+    sampling_usage(f);
+    fprintf(f,
+            "  (--max-tokens, default 256, is lowered to the room the prompt leaves in the context;\n"
+            "   a prompts-file line's own max_tokens is not)\n"
             "output:\n"
-            "  --print-ids              print the generated token ids instead of text\n"
+            "  --print-ids              print the generated token ids instead of text (a final stop\n"
+            "                           token included, as in --prompts-file's token_ids)\n"
+            "  --json                   one prompt: print the JSON line --prompts-file would print\n"
             "  --dump-logits FILE       write the logits of the last prompt position (raw f32) to FILE\n");
     cli_model_usage(f);
 }
 
-static int parse_sampling(int argc, char **argv, int *i, sampling_params *sp)
+/* A list flag: --stop-token-ids LIST replaces, --stop STRING appends. */
+static int set_list(const sampling_row *row, const char *v, sampling_params *sp)
 {
-    const char *a = argv[*i];
-    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    long long x;
-    double d;
-    if (strcmp(a, "--ignore-eos") == 0) {
-        sp->ignore_eos = true;
+    if (strcmp(row->key, "stop") == 0) {
+        if (sampling_row_check(row, sp->n_stop + 1) != INFERD_OK)
+            return cli_fail("--stop: %s", inferd_last_error());
+        sp->stop[sp->n_stop++] = v;
         return 1;
     }
-    static const char *valued[] = {"--max-tokens", "--temperature", "--top-p",         "--top-k",
-                                   "--min-p",      "--seed",        "--stop-token-ids"};
-    size_t k = 0;
-    while (k < INFERD_ARRAY_LEN(valued) && strcmp(a, valued[k]) != 0)
-        k++;
-    if (k == INFERD_ARRAY_LEN(valued))
-        return 0;
-    if (!v)
-        return cli_fail("%s needs a value", a);
-    (*i)++;
-    switch (k) {
-    case 0:
-        if (!util_parse_int(v, 1, 1 << 24, &x))
-            return cli_fail("--max-tokens: '%s' is not an integer >= 1", v);
-        sp->max_tokens = (int32_t)x;
-        break;
-    case 1:
-        if (!util_parse_double(v, &d) || d < 0 || d > 100)
-            return cli_fail("--temperature: '%s' is not a number in [0, 100]", v);
-        sp->temperature = (float)d;
-        break;
-    case 2:
-        if (!util_parse_double(v, &d) || d <= 0 || d > 1)
-            return cli_fail("--top-p: '%s' is not a number in (0, 1]", v);
-        sp->top_p = (float)d;
-        break;
-    case 3:
-        if (!util_parse_int(v, -1, 1 << 30, &x))
-            return cli_fail("--top-k: '%s' is not an integer >= -1", v);
-        sp->top_k = (int32_t)x;
-        break;
-    case 4:
-        if (!util_parse_double(v, &d) || d < 0 || d > 1)
-            return cli_fail("--min-p: '%s' is not a number in [0, 1]", v);
-        sp->min_p = (float)d;
-        break;
-    case 5:
-        if (!util_parse_int(v, 0, INT64_MAX, &x))
-            return cli_fail("--seed: '%s' is not a non-negative integer", v);
-        sp->seed = (uint64_t)x;
-        sp->has_seed = true;
-        break;
-    default: {
-        int32_t *ids;
-        int n;
-        if (util_parse_int_list(v, &ids, &n) != INFERD_OK)
-            return cli_fail("--stop-token-ids: %s", inferd_last_error());
-        if (n > SAMPLING_MAX_STOP) {
-            inferd_free(ids);
-            return cli_fail("--stop-token-ids: at most %d ids", SAMPLING_MAX_STOP);
-        }
-        memcpy(sp->stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
-        sp->n_stop_token_ids = n;
+    int32_t *ids;
+    int n;
+    if (util_parse_int_list(v, &ids, &n) != INFERD_OK)
+        return cli_fail("--%s: %s", row->opt.name, inferd_last_error());
+    if (sampling_row_check(row, n) != INFERD_OK) {
         inferd_free(ids);
+        return cli_fail("--%s: %s", row->opt.name, inferd_last_error());
     }
+    memcpy(sp->stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
+    sp->n_stop_token_ids = n;
+    inferd_free(ids);
+    return 1;
+}
+
+/* argv[*i] as a sampling flag ("--name V", "--name=V", "--ignore-eos"):
+ * 1 consumed, 0 not a sampling flag, -1 error printed. */
+static int parse_sampling(int argc, char **argv, int *i, gen_args *g)
+{
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2) != 0)
+        return 0;
+    char name[64];
+    const char *eq = strchr(a + 2, '=');
+    size_t len = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+    if (len >= sizeof name)
+        return 0;
+    memcpy(name, a + 2, len);
+    name[len] = '\0';
+    const sampling_row *row = sampling_row_find(name);
+    if (!row)
+        return 0;
+    if (row->opt.kind == OPT_BOOL) {
+        if (eq)
+            return cli_fail("--%s takes no value", row->opt.name);
+        return sampling_row_set_number(row, &g->sp, 1) == INFERD_OK ? 1 : -1;
     }
+    const char *v = eq ? eq + 1 : *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!v)
+        return cli_fail("--%s needs a value", row->opt.name);
+    if (!eq)
+        (*i)++;
+    if (row->opt.kind == OPT_CUSTOM)
+        return set_list(row, v, &g->sp);
+    if (sampling_row_set_text(row, &g->sp, v) != INFERD_OK)
+        return cli_fail("--%s: %s", row->opt.name, inferd_last_error());
     return 1;
 }
 
@@ -138,13 +146,13 @@ static int parse_args(int argc, char **argv, gen_args *g)
             gen_usage(stdout);
             return 3;
         }
-        if (strcmp(a, "--print-ids") == 0) {
-            g->print_ids = true;
+        if (strcmp(a, "--print-ids") == 0 || strcmp(a, "--json") == 0) {
+            *(a[2] == 'p' ? &g->print_ids : &g->json) = true;
             continue;
         }
         int r = cli_parse_model_flag(argc, argv, &i, &g->ma);
         if (r == 0)
-            r = parse_sampling(argc, argv, &i, &g->sp);
+            r = parse_sampling(argc, argv, &i, g);
         if (r < 0)
             return 2;
         if (r > 0)
@@ -170,35 +178,12 @@ static int parse_args(int argc, char **argv, gen_args *g)
                                   : "give exactly one of --prompt, --prompt-ids, --prompts-file");
         return 2;
     }
-    return 0;
-}
-
-static bool is_stop(const model_config *c, const sampling_params *sp, int32_t tok, int n_gen)
-{
-    if (n_gen < sp->min_tokens)
-        return false;
-    for (int i = 0; i < sp->n_stop_token_ids; i++)
-        if (sp->stop_token_ids[i] == tok)
-            return true;
-    if (!sp->ignore_eos)
-        for (int i = 0; i < c->n_eos; i++)
-            if (c->eos_ids[i] == tok)
-                return true;
-    return false;
-}
-
-static void emit(tok_stream *ts, int32_t tok)
-{
-    if (!ts) {
-        printf("%d ", tok);
-        return;
+    const char *param;
+    if (sampling_params_validate(&g->sp, 0, &param) != INFERD_OK) {
+        cli_fail("--%s: %s", sampling_row_find(param)->opt.name, inferd_last_error());
+        return 2;
     }
-    char *delta = NULL;
-    size_t len = 0;
-    if (tok_stream_push(ts, tok, &delta, &len) == INFERD_OK && len)
-        fwrite(delta, 1, len, stdout);
-    inferd_free(delta);
-    fflush(stdout);
+    return 0;
 }
 
 static int dump_logits(model *m, const char *path)
@@ -216,73 +201,40 @@ static int dump_logits(model *m, const char *path)
     return w == (size_t)vocab ? 0 : -1;
 }
 
-static int run_single(gen_args *g, model *m, const tokenizer *tok, const int32_t *ids, int n_ids)
+/* Diagnostic: prefill the prompt alone (blocks 1.., before the engine owns
+ * the cache) and write the last position's logits. */
+static int prefill_dump(model *m, const int32_t *ids, int n_ids, const char *path)
 {
-    const model_config *c = model_get_config(m);
-    int max_len = model_max_model_len(m);
-    if (n_ids < 1 || n_ids >= max_len) {
-        cli_fail("prompt has %d tokens; the model takes 1..%d", n_ids, max_len - 1);
-        return 1;
-    }
-    int max_new = INFERD_MIN(g->sp.max_tokens, max_len - n_ids);
-    int nb = model_max_blocks_per_seq(m);
-    if (nb + 1 > model_num_kv_blocks(m)) {
-        cli_fail("KV cache too small for one sequence of %d tokens (%d blocks)", max_len,
-                 model_num_kv_blocks(m));
-        return 1;
-    }
-    int32_t *table = inferd_malloc(sizeof(int32_t) * (size_t)nb); /* the one sequence owns blocks 1..nb */
+    int bs = model_block_size(m), nb = INFERD_CEIL_DIV(n_ids, bs);
+    if (n_ids < 1 || n_ids > model_max_model_len(m) || nb + 1 > model_num_kv_blocks(m))
+        return cli_fail("--dump-logits: the prompt (%d tokens) does not fit the model or the KV cache", n_ids);
+    int32_t *table = inferd_malloc(sizeof(int32_t) * (size_t)nb);
     for (int i = 0; i < nb; i++)
         table[i] = i + 1; /* block 0 is the null block */
-    tok_stream *ts = tok && !g->print_ids ? tok_stream_new(tok, true) : NULL;
-    if (ts)
-        tok_stream_prefill(ts, ids, n_ids);
-    uint64_t seed = g->sp.has_seed ? g->sp.seed : (uint64_t)util_now_us();
-    int chunk = model_max_num_batched_tokens(m), n_gen = 0, rc = 0;
-    double t0 = util_now_s();
+    int chunk = model_max_num_batched_tokens(m);
     inferd_status st = INFERD_OK;
     for (int off = 0; off < n_ids && st == INFERD_OK; off += chunk) {
         int n = INFERD_MIN(chunk, n_ids - off);
         st = model_forward_seq(m, table, ids + off, off, n, n - 1);
     }
-    kern_sync(model_kern(m)); /* kernels run asynchronously on the GPU */
-    double t_prefill = util_now_s() - t0, t1 = util_now_s();
-    if (st == INFERD_OK && g->dump_logits && dump_logits(m, g->dump_logits) != 0)
-        st = INFERD_ERR_IO;
-    while (st == INFERD_OK && n_gen < max_new) {
-        kern_sample_params sp = {.temperature = g->sp.temperature,
-                                 .top_p = g->sp.top_p,
-                                 .min_p = g->sp.min_p,
-                                 .top_k = g->sp.top_k,
-                                 .seed = seed,
-                                 .counter = (uint64_t)n_gen};
-        int32_t next;
-        if ((st = model_sample(m, &sp, &next)) != INFERD_OK)
-            break;
-        if (is_stop(c, &g->sp, next, n_gen))
-            break;
-        emit(ts, next);
-        n_gen++;
-        if (n_gen < max_new)
-            st = model_forward_seq(m, table, &next, n_ids + n_gen - 1, 1, 0);
-    }
-    double t_decode = util_now_s() - t1;
-    if (st != INFERD_OK) {
-        cli_fail("generation failed: %s", inferd_last_error());
-        rc = 1;
-    }
-    if (isatty(STDOUT_FILENO))
-        putchar('\n');
-    fflush(stdout);
-    fprintf(stderr,
-            "prompt tokens: %d, prefill: %.2f ms (%.1f tok/s), generated tokens: %d, decode: %.3f ms/token "
-            "(%.1f tok/s)\n",
-            n_ids, t_prefill * 1e3, n_ids / (t_prefill > 0 ? t_prefill : 1e-9), n_gen,
-            n_gen ? t_decode * 1e3 / n_gen : 0.0, n_gen / (t_decode > 0 ? t_decode : 1e-9));
-    if (ts)
-        tok_stream_free(ts);
+    kern_sync(model_kern(m));
     inferd_free(table);
-    return rc;
+    if (st != INFERD_OK || dump_logits(m, path) != 0)
+        return cli_fail("--dump-logits: %s", inferd_last_error());
+    return 0;
+}
+
+/* One prompt through the engine as a batch of one. */
+static int run_single(gen_args *g, cli_loaded *L, const int32_t *ids, int n_ids)
+{
+    if (g->dump_logits && prefill_dump(L->m, ids, n_ids, g->dump_logits) != 0)
+        return 1;
+    gen_job job = {.defaults = &g->sp,
+                   .cap_max_tokens = true,
+                   .out = g->json ? GEN_OUT_JSON : g->print_ids || !L->tok ? GEN_OUT_IDS : GEN_OUT_TEXT,
+                   .prompt_ids = ids,
+                   .n_prompt = n_ids};
+    return gen_run(L->m, L->tok, &L->eo, &job);
 }
 
 static int prompt_to_ids(const gen_args *g, const tokenizer *tok, int32_t **ids, int *n)
@@ -314,11 +266,15 @@ int cli_generate(int argc, char **argv)
     }
     int rc;
     if (g.prompts_file) {
-        rc = gen_run_prompts_file(L.m, L.tok, &L.eo, &g.sp, g.prompts_file);
+        gen_job job = {.defaults = &g.sp,
+                       .cap_max_tokens = true,
+                       .out = GEN_OUT_JSON,
+                       .prompts_file = g.prompts_file};
+        rc = gen_run(L.m, L.tok, &L.eo, &job);
     } else {
         int32_t *ids = NULL;
         int n = 0;
-        rc = prompt_to_ids(&g, L.tok, &ids, &n) != 0 ? 2 : run_single(&g, L.m, L.tok, ids, n);
+        rc = prompt_to_ids(&g, L.tok, &ids, &n) != 0 ? 2 : run_single(&g, &L, ids, n);
         inferd_free(ids);
     }
     cli_unload(&L);

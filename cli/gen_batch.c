@@ -1,12 +1,17 @@
-/* cli/gen_batch.c: `inferd generate --prompts-file FILE` (see
- * gen_batch.h).
+/* cli/gen_batch.c: `inferd generate` through the engine (see gen_batch.h).
  *
- * Three phases: parse and tokenize every line (any bad line stops here with
- * an error naming it, before the model does any work); submit everything to
- * one engine (when the engine's wait queue is full, collect finished output
- * first and retry); collect the streams in input order, printing one JSON
- * line per prompt as soon as it and all earlier ones are done. The engine
- * thread does the batching; this thread only waits on streams.
+ * Three phases: parse and tokenize every prompt (any bad line stops here
+ * with an error naming it, before the model does any work); submit
+ * everything to one engine (when the engine's wait queue is full, collect
+ * finished output first and retry); collect the streams in input order,
+ * printing each result as soon as it and all earlier ones are done. The
+ * engine thread does the batching; this thread only waits on streams. A
+ * single --prompt is a list of one, so it shares every step.
+ *
+ * Sampling fields of a line are read through the sampling table
+ * (sampling_row_set_number) and the whole line is checked with
+ * sampling_params_validate, so a line accepts exactly what a flag or an API
+ * request accepts.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -17,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/usage.h"
 #include "common/util.h"
 #include "cli/gen_batch.h"
 
@@ -24,8 +30,9 @@ typedef struct {
     int line; /* 1-based line number in the file */
     int32_t *ids;
     int n_ids;
-    sampling_params sp; /* stop[] point into stops */
+    sampling_params sp; /* stop[] point into stops (file) or the caller's strings (one prompt) */
     char *stops[SAMPLING_MAX_STOP];
+    bool max_tokens_given; /* by the line itself */
     engine_stream *stream;
 } gb_item;
 
@@ -44,7 +51,10 @@ static int line_fail(const char *path, int line, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "inferd: error: %s:%d: %s\n", path, line, msg);
+    if (path)
+        fprintf(stderr, "inferd: error: %s:%d: %s\n", path, line, msg);
+    else
+        fprintf(stderr, "inferd: error: %s\n", msg);
     return 2;
 }
 
@@ -91,84 +101,72 @@ static const char *parse_int_array(const cJSON *v, int max_n, int32_t **ids, int
     return NULL;
 }
 
+/* "stop": a string or a list of strings (count checked by the row, each
+ * string by the validator). */
 static const char *parse_stop(const cJSON *v, gb_item *it)
 {
-    if (cJSON_IsString(v)) {
-        it->stops[0] = inferd_strdup(v->valuestring);
-        it->sp.n_stop = 1;
-    } else if (cJSON_IsArray(v)) {
-        if (cJSON_GetArraySize(v) > SAMPLING_MAX_STOP)
-            return "\"stop\" has more than 16 strings";
-        const cJSON *x;
-        cJSON_ArrayForEach(x, v)
-        {
-            if (!cJSON_IsString(x))
-                return "\"stop\" must be a string or a list of strings";
-            it->stops[it->sp.n_stop++] = inferd_strdup(x->valuestring);
-        }
-    } else {
+    int cnt = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (cnt < 0)
         return "\"stop\" must be a string or a list of strings";
+    if (sampling_row_check(sampling_row_find("stop"), cnt) != INFERD_OK)
+        return inferd_last_error();
+    it->sp.n_stop = 0; /* the line's list replaces the defaults' */
+    for (int i = 0; i < cnt; i++) {
+        const cJSON *x = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsString(x))
+            return "\"stop\" must be a string or a list of strings";
+        inferd_free(it->stops[it->sp.n_stop]); /* a repeated "stop" key */
+        it->stops[it->sp.n_stop++] = inferd_strdup(x->valuestring);
     }
     for (int i = 0; i < it->sp.n_stop; i++)
         it->sp.stop[i] = it->stops[i];
     return NULL;
 }
 
-/* One sampling field; returns an error text or NULL. *known = false when
- * the key is not a sampling field. */
+static const char *parse_stop_ids(const cJSON *f, sampling_params *sp)
+{
+    if (cJSON_IsArray(f) && sampling_row_check(sampling_row_find("stop_token_ids"), cJSON_GetArraySize(f)) != INFERD_OK)
+        return inferd_last_error();
+    int32_t *ids = NULL;
+    int n = 0;
+    if (parse_int_array(f, SAMPLING_MAX_STOP, &ids, &n))
+        return "\"stop_token_ids\" must be a list of non-negative integers";
+    memcpy(sp->stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
+    sp->n_stop_token_ids = n;
+    inferd_free(ids);
+    return NULL;
+}
+
+/* One sampling field through its row; returns an error text or NULL.
+ * *known = false when the key is no row's key. */
 static const char *parse_field(const cJSON *f, gb_item *it, bool *known)
 {
-    const char *k = f->string;
-    long long x;
-    *known = true;
-    sampling_params *sp = &it->sp;
-    if (strcmp(k, "max_tokens") == 0) {
-        if (!json_int(f, 1, 1 << 24, &x))
-            return "\"max_tokens\" must be an integer >= 1";
-        sp->max_tokens = (int32_t)x;
-    } else if (strcmp(k, "min_tokens") == 0) {
-        if (!json_int(f, 0, 1 << 24, &x))
-            return "\"min_tokens\" must be an integer >= 0";
-        sp->min_tokens = (int32_t)x;
-    } else if (strcmp(k, "temperature") == 0) {
-        if (!cJSON_IsNumber(f) || f->valuedouble < 0 || f->valuedouble > 100)
-            return "\"temperature\" must be a number in [0, 100]";
-        sp->temperature = (float)f->valuedouble;
-    } else if (strcmp(k, "top_p") == 0) {
-        if (!cJSON_IsNumber(f) || !(f->valuedouble > 0 && f->valuedouble <= 1))
-            return "\"top_p\" must be a number in (0, 1]";
-        sp->top_p = (float)f->valuedouble;
-    } else if (strcmp(k, "top_k") == 0) {
-        if (!json_int(f, -1, 1 << 30, &x))
-            return "\"top_k\" must be an integer >= -1";
-        sp->top_k = (int32_t)x;
-    } else if (strcmp(k, "min_p") == 0) {
-        if (!cJSON_IsNumber(f) || !(f->valuedouble >= 0 && f->valuedouble <= 1))
-            return "\"min_p\" must be a number in [0, 1]";
-        sp->min_p = (float)f->valuedouble;
-    } else if (strcmp(k, "seed") == 0) {
-        if (!json_int(f, 0, (long long)1 << 53, &x))
-            return "\"seed\" must be a non-negative integer";
-        sp->seed = (uint64_t)x;
-        sp->has_seed = true;
-    } else if (strcmp(k, "ignore_eos") == 0) {
-        if (!cJSON_IsBool(f))
-            return "\"ignore_eos\" must be true or false";
-        sp->ignore_eos = cJSON_IsTrue(f);
-    } else if (strcmp(k, "stop") == 0) {
+    const sampling_row *row = sampling_row_find(f->string);
+    *known = row && strcmp(row->key, f->string) == 0;
+    if (!*known)
+        return NULL;
+    if (strcmp(row->key, "stop") == 0)
         return parse_stop(f, it);
-    } else if (strcmp(k, "stop_token_ids") == 0) {
-        int32_t *ids = NULL;
-        int n = 0;
-        const char *err = parse_int_array(f, SAMPLING_MAX_STOP, &ids, &n);
-        if (err)
-            return "\"stop_token_ids\" must be a list of at most 16 non-negative integers";
-        memcpy(sp->stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
-        sp->n_stop_token_ids = n;
-        inferd_free(ids);
+    if (strcmp(row->key, "stop_token_ids") == 0)
+        return parse_stop_ids(f, &it->sp);
+    double v;
+    if (row->opt.kind == OPT_BOOL) {
+        if (!cJSON_IsBool(f)) {
+            inferd_set_error(INFERD_ERR_INVALID_ARG, "\"%s\" must be true or false", row->key);
+            return inferd_last_error();
+        }
+        v = cJSON_IsTrue(f);
+    } else if (!cJSON_IsNumber(f)) {
+        inferd_set_error(INFERD_ERR_INVALID_ARG, "\"%s\" must be %s", row->key,
+                         row->opt.kind == OPT_FLOAT ? "a number" : "an integer");
+        return inferd_last_error();
     } else {
-        *known = false;
+        v = f->valuedouble;
     }
+    if (sampling_row_set_number(row, &it->sp, v) != INFERD_OK)
+        return inferd_last_error();
+    if (strcmp(row->key, "max_tokens") == 0)
+        it->max_tokens_given = true;
     return NULL;
 }
 
@@ -250,7 +248,8 @@ static bool blank(const char *s, size_t n)
 }
 
 /* Parse the whole file into items; returns 0 or an exit code. */
-static int parse_file(const char *path, const tokenizer *tok, const sampling_params *defaults, gb_list *L)
+static int parse_file(const char *path, const tokenizer *tok, int vocab, const sampling_params *defaults,
+                      gb_list *L)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -282,11 +281,10 @@ static int parse_file(const char *path, const tokenizer *tok, const sampling_par
         gb_item *it = &L->v[L->n];
         memset(it, 0, sizeof *it);
         it->line = line;
-        it->sp = *defaults;
-        it->sp.n_stop = 0;
-        for (int i = 0; i < SAMPLING_MAX_STOP; i++)
-            it->sp.stop[i] = NULL;
+        it->sp = *defaults; /* stop strings borrowed from the caller until the line sets its own */
         rc = json ? parse_json_line(path, line, s, n, tok, it) : parse_text_line(path, line, s, n, tok, it);
+        if (rc == 0 && sampling_params_validate(&it->sp, vocab, NULL) != INFERD_OK)
+            rc = line_fail(path, line, "%s", inferd_last_error());
         L->n++;
     }
     if (rc == 0 && L->n == 0) {
@@ -299,18 +297,66 @@ static int parse_file(const char *path, const tokenizer *tok, const sampling_par
 
 /* --- running -------------------------------------------------------------- */
 
-static void print_result(const gb_item *it, int index, const int32_t *ids, int n_ids, const char *text,
-                         const engine_output *last)
+/* One request's output as it is collected. */
+typedef struct {
+    int32_t *ids;
+    engine_logprob *lps; /* NULL unless logprobs were asked */
+    int n_ids, cap;
+    char *text;
+    size_t text_len;
+} gb_out;
+
+static void out_append(gb_out *a, const engine_output *o)
+{
+    if (a->n_ids + o->n_tokens > a->cap) {
+        a->cap = 2 * (a->n_ids + o->n_tokens);
+        a->ids = inferd_realloc(a->ids, sizeof *a->ids * (size_t)a->cap);
+        if (o->logprobs || a->lps)
+            a->lps = inferd_realloc(a->lps, sizeof *a->lps * (size_t)a->cap);
+    }
+    memcpy(a->ids + a->n_ids, o->token_ids, sizeof *a->ids * (size_t)o->n_tokens);
+    if (o->logprobs && a->lps)
+        memcpy(a->lps + a->n_ids, o->logprobs, sizeof *a->lps * (size_t)o->n_tokens);
+    a->n_ids += o->n_tokens;
+    a->text = inferd_realloc(a->text, a->text_len + o->text_len + 1);
+    memcpy(a->text + a->text_len, o->text, o->text_len);
+    a->text_len += o->text_len;
+    a->text[a->text_len] = '\0';
+}
+
+static cJSON *logprobs_json(const gb_out *a)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < a->n_ids; i++) {
+        const engine_logprob *lp = &a->lps[i];
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", lp->token);
+        cJSON_AddNumberToObject(t, "logprob", lp->logprob);
+        cJSON *top = cJSON_AddArrayToObject(t, "top");
+        for (int k = 0; k < lp->n_top; k++) {
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(lp->top_ids[k]));
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(lp->top_logprobs[k]));
+            cJSON_AddItemToArray(top, pair);
+        }
+        cJSON_AddItemToArray(arr, t);
+    }
+    return arr;
+}
+
+static void print_result(const gb_item *it, int index, const gb_out *a, const engine_output *last)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", index);
-    cJSON_AddStringToObject(o, "text", text);
+    cJSON_AddStringToObject(o, "text", a->text);
     cJSON *arr = cJSON_AddArrayToObject(o, "token_ids");
-    for (int i = 0; i < n_ids; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    for (int i = 0; i < a->n_ids; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(a->ids[i]));
     cJSON_AddStringToObject(o, "finish_reason", finish_reason_str(last->finish));
-    cJSON_AddNumberToObject(o, "prompt_tokens", it->n_ids);
-    cJSON_AddNumberToObject(o, "completion_tokens", last->completion_tokens);
+    inferd_usage_add_counts(o, &(inferd_usage){.prompt_tokens = it->n_ids,
+                                                 .completion_tokens = last->completion_tokens});
+    if (it->sp.logprobs >= 0 && a->lps)
+        cJSON_AddItemToObject(o, "logprobs", logprobs_json(a));
     if (last->finish == FINISH_ERROR)
         cJSON_AddStringToObject(o, "error", last->error);
     char *s = cJSON_PrintUnformatted(o);
@@ -321,37 +367,68 @@ static void print_result(const gb_item *it, int index, const int32_t *ids, int n
     cJSON_Delete(o);
 }
 
-/* Wait for item i to finish and print it. Returns false on FINISH_ERROR. */
-static bool collect(gb_item *it, int index, uint64_t *gen_tokens)
+static double span_s(double a, double b)
 {
-    int32_t *ids = NULL;
-    int n_ids = 0, cap = 0;
-    char *text = inferd_strdup("");
-    size_t text_len = 0;
+    return a > 0 && b >= a ? b - a : 0;
+}
+
+/* The per-request timing line of the text and ids modes, from the
+ * engine's timestamps (the format scripts/bench_cpu.sh and bench_gpu.py
+ * parse): prefill = first scheduled .. whole prompt computed; decode = the
+ * gaps between generated tokens. */
+static void print_timing(int n_prompt, int n_gen, const engine_times *t)
+{
+    double prefill = span_s(t->first_scheduled, t->prefill_done);
+    double decode = n_gen > 1 ? span_s(t->first_token, t->last_token) / (n_gen - 1) : 0;
+    fprintf(stderr,
+            "prompt tokens: %d, prefill: %.2f ms (%.1f tok/s), generated tokens: %d, decode: %.3f ms/token "
+            "(%.1f tok/s), queue: %.2f ms, ttft: %.2f ms\n",
+            n_prompt, prefill * 1e3, n_prompt / (prefill > 0 ? prefill : 1e-9), n_gen, decode * 1e3,
+            decode > 0 ? 1.0 / decode : 0.0, span_s(t->arrival, t->first_scheduled) * 1e3,
+            span_s(t->arrival, t->first_token) * 1e3);
+}
+
+/* Text and ids modes print output as it arrives. */
+static void print_delta(gen_out_mode mode, const engine_output *o)
+{
+    if (mode == GEN_OUT_TEXT && o->text_len)
+        fwrite(o->text, 1, o->text_len, stdout);
+    if (mode == GEN_OUT_IDS)
+        for (int i = 0; i < o->n_tokens; i++)
+            printf("%d ", o->token_ids[i]);
+    fflush(stdout);
+}
+
+/* Wait for item i to finish and print it. Returns false on FINISH_ERROR. */
+static bool collect(gb_item *it, int index, gen_out_mode mode, uint64_t *gen_tokens)
+{
+    gb_out a = {.text = inferd_strdup("")};
+    if (it->sp.logprobs >= 0)
+        a.lps = inferd_malloc(sizeof *a.lps);
     engine_output o;
     for (;;) {
-        bool news = engine_stream_wait(it->stream, &o, -1);
-        if (news) {
-            if (n_ids + o.n_tokens > cap) {
-                cap = 2 * (n_ids + o.n_tokens);
-                ids = inferd_realloc(ids, sizeof *ids * (size_t)cap);
-            }
-            memcpy(ids + n_ids, o.token_ids, sizeof *ids * (size_t)o.n_tokens);
-            n_ids += o.n_tokens;
-            text = inferd_realloc(text, text_len + o.text_len + 1);
-            memcpy(text + text_len, o.text, o.text_len);
-            text_len += o.text_len;
-            text[text_len] = '\0';
+        if (engine_stream_wait(it->stream, &o, -1)) {
+            out_append(&a, &o);
+            print_delta(mode, &o);
         }
         bool done = o.finished;
-        if (done)
-            print_result(it, index, ids, n_ids, text, &o);
         bool ok = !(done && o.finish == FINISH_ERROR);
+        if (done && mode == GEN_OUT_JSON)
+            print_result(it, index, &a, &o);
+        if (done && mode != GEN_OUT_JSON) {
+            if (isatty(STDOUT_FILENO) || mode == GEN_OUT_IDS)
+                putchar('\n');
+            fflush(stdout);
+            if (!ok)
+                fprintf(stderr, "inferd: error: generation failed: %s\n", o.error);
+            print_timing(it->n_ids, a.n_ids, &o.times);
+        }
         engine_output_free(&o);
         if (done) {
-            *gen_tokens += (uint64_t)n_ids;
-            inferd_free(ids);
-            inferd_free(text);
+            *gen_tokens += (uint64_t)a.n_ids;
+            inferd_free(a.ids);
+            inferd_free(a.lps);
+            inferd_free(a.text);
             engine_stream_release(it->stream);
             it->stream = NULL;
             return ok;
@@ -359,12 +436,26 @@ static bool collect(gb_item *it, int index, uint64_t *gen_tokens)
     }
 }
 
-static int run_all(engine *e, const char *path, gb_list *L, uint64_t *prompt_tokens, uint64_t *gen_tokens)
+/* A prompt that did not choose max_tokens gets at most the room it leaves. */
+static void cap_max_tokens(engine *e, gb_item *it)
+{
+    sched_fit_limits lim;
+    engine_get_fit_limits(e, &lim);
+    int64_t room = sched_fit_room(&lim, it->n_ids);
+    if (room >= 1 && it->sp.max_tokens > room)
+        it->sp.max_tokens = (int32_t)room;
+    if (it->sp.min_tokens > it->sp.max_tokens)
+        it->sp.min_tokens = it->sp.max_tokens;
+}
+
+static int run_all(engine *e, const gen_job *job, gb_list *L, uint64_t *prompt_tokens, uint64_t *gen_tokens)
 {
     int next_submit = 0, rc = 0;
     for (int next_collect = 0; next_collect < L->n; next_collect++) {
         while (next_submit < L->n) {
             gb_item *it = &L->v[next_submit];
+            if (job->cap_max_tokens && !it->max_tokens_given)
+                cap_max_tokens(e, it);
             engine_request rq = {.prompt_ids = it->ids, .n_prompt = it->n_ids, .sp = it->sp};
             inferd_status st = engine_submit(e, &rq, &it->stream);
             if (st == INFERD_ERR_QUEUE_FULL) {
@@ -374,13 +465,13 @@ static int run_all(engine *e, const char *path, gb_list *L, uint64_t *prompt_tok
                 continue;
             }
             if (st != INFERD_OK) {
-                line_fail(path, it->line, "%s", inferd_last_error());
+                line_fail(job->prompts_file, it->line, "%s", inferd_last_error());
                 return 2;
             }
             *prompt_tokens += (uint64_t)it->n_ids;
             next_submit++;
         }
-        if (!collect(&L->v[next_collect], next_collect, gen_tokens))
+        if (!collect(&L->v[next_collect], next_collect, job->out, gen_tokens))
             rc = 1;
     }
     return rc;
@@ -403,11 +494,28 @@ static void print_summary(engine *e, int n_prompts, uint64_t pt, uint64_t gt, do
         (unsigned long long)st.prefix_queries);
 }
 
-int gen_run_prompts_file(model *m, const tokenizer *tok, const engine_opts *eo,
-                         const sampling_params *defaults, const char *path)
+/* The job's prompts as a list: the file's lines, or the one prompt (its
+ * stop strings borrowed from the caller). */
+static int build_list(const model *m, const tokenizer *tok, const gen_job *job, gb_list *L)
+{
+    int vocab = model_get_config(m)->vocab_size;
+    if (job->prompts_file)
+        return parse_file(job->prompts_file, tok, vocab, job->defaults, L);
+    L->v = inferd_calloc(1, sizeof *L->v);
+    L->n = L->cap = 1;
+    gb_item *it = &L->v[0];
+    it->line = 1;
+    it->sp = *job->defaults;
+    it->n_ids = job->n_prompt;
+    it->ids = inferd_malloc(sizeof(int32_t) * (size_t)(job->n_prompt > 0 ? job->n_prompt : 1));
+    memcpy(it->ids, job->prompt_ids, sizeof(int32_t) * (size_t)job->n_prompt);
+    return 0;
+}
+
+int gen_run(model *m, const tokenizer *tok, const engine_opts *eo, const gen_job *job)
 {
     gb_list L = {0};
-    int rc = parse_file(path, tok, defaults, &L);
+    int rc = build_list(m, tok, job, &L);
     engine *e = NULL;
     if (rc == 0 && engine_create(eo, m, tok, &e) != INFERD_OK) {
         fprintf(stderr, "inferd: error: cannot create the engine: %s\n", inferd_last_error());
@@ -420,13 +528,32 @@ int gen_run_prompts_file(model *m, const tokenizer *tok, const engine_opts *eo,
     if (rc == 0) {
         uint64_t pt = 0, gt = 0;
         double t0 = util_now_s();
-        rc = run_all(e, path, &L, &pt, &gt);
-        if (rc != 2)
+        rc = run_all(e, job, &L, &pt, &gt);
+        if (rc != 2 && job->out == GEN_OUT_JSON)
             print_summary(e, L.n, pt, gt, util_now_s() - t0);
     }
     for (int i = 0; i < L.n; i++)
         item_free(&L.v[i]);
     inferd_free(L.v);
     engine_free(e);
+    return rc;
+}
+
+int gen_run_prompts_file(model *m, const tokenizer *tok, const engine_opts *eo,
+                         const sampling_params *defaults, const char *path)
+{
+    gen_job job = {.defaults = defaults, .out = GEN_OUT_JSON, .prompts_file = path};
+    return gen_run(m, tok, eo, &job);
+}
+
+int gen_check_line(const char *line, int vocab, const sampling_params *defaults)
+{
+    gb_item it;
+    memset(&it, 0, sizeof it);
+    it.sp = *defaults;
+    int rc = parse_json_line(NULL, 1, line, strlen(line), NULL, &it);
+    if (rc == 0 && sampling_params_validate(&it.sp, vocab, NULL) != INFERD_OK)
+        rc = line_fail(NULL, 1, "%s", inferd_last_error());
+    item_free(&it);
     return rc;
 }

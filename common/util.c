@@ -31,6 +31,67 @@ int64_t util_unix_s(void)
     return (int64_t)time(NULL);
 }
 
+inferd_deadline inferd_deadline_from(double start_s, double timeout_s)
+{
+    if (timeout_s < 0 || isnan(timeout_s))
+        return inferd_deadline_never();
+    return (inferd_deadline){.at = start_s + timeout_s, .never = false};
+}
+
+inferd_deadline inferd_deadline_in_s(double timeout_s)
+{
+    return inferd_deadline_from(util_now_s(), timeout_s);
+}
+
+inferd_deadline inferd_deadline_in_ms(int64_t timeout_ms)
+{
+    return inferd_deadline_in_s(timeout_ms < 0 ? -1.0 : (double)timeout_ms * 1e-3);
+}
+
+inferd_deadline inferd_deadline_never(void)
+{
+    return (inferd_deadline){.at = HUGE_VAL, .never = true};
+}
+
+bool inferd_deadline_expired(inferd_deadline d)
+{
+    return !d.never && util_now_s() >= d.at;
+}
+
+double inferd_deadline_remaining_s(inferd_deadline d)
+{
+    if (d.never)
+        return HUGE_VAL;
+    double left = d.at - util_now_s();
+    return left > 0 ? left : 0.0;
+}
+
+int inferd_deadline_remaining_ms(inferd_deadline d)
+{
+    if (d.never)
+        return -1;
+    double ms = ceil(inferd_deadline_remaining_s(d) * 1e3);
+    return ms >= (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+bool inferd_deadline_cond_wait(inferd_deadline d, pthread_cond_t *cv, pthread_mutex_t *mu)
+{
+    if (d.never) {
+        pthread_cond_wait(cv, mu);
+        return true;
+    }
+    if (inferd_deadline_expired(d))
+        return false;
+    /* util_now_s is CLOCK_MONOTONIC seconds, so `at` converts directly. */
+    double whole = floor(d.at);
+    struct timespec ts = {.tv_sec = (time_t)whole, .tv_nsec = (long)((d.at - whole) * 1e9)};
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT;
+}
+
 inferd_status util_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len)
 {
     if (max_bytes == 0)

@@ -3,6 +3,7 @@
 #ifndef INFERD_COMMON_UTIL_H
 #define INFERD_COMMON_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,35 @@ int64_t util_now_us(void);
 double util_now_s(void);
 /* Wall clock (unix epoch) in seconds. */
 int64_t util_unix_s(void);
+
+/* Deadlines on the monotonic clock (util_now_s), one representation for
+ * request timeouts, bounded waits and shutdown drains. `at` is the absolute
+ * time in seconds; a deadline with `never` set does not expire. A negative
+ * timeout means "no deadline"; a zero timeout is already expired (a poll). */
+typedef struct {
+    double at;
+    bool never;
+} inferd_deadline;
+
+/* The deadline timeout_s seconds after start_s (a util_now_s() time); never
+ * when timeout_s < 0. */
+inferd_deadline inferd_deadline_from(double start_s, double timeout_s);
+/* The deadline timeout_s seconds / timeout_ms milliseconds from now; never
+ * when the timeout is negative. */
+inferd_deadline inferd_deadline_in_s(double timeout_s);
+inferd_deadline inferd_deadline_in_ms(int64_t timeout_ms);
+inferd_deadline inferd_deadline_never(void);
+/* True once the deadline has passed (never for a `never` deadline). */
+bool inferd_deadline_expired(inferd_deadline d);
+/* Seconds left, >= 0 (0 once expired); HUGE_VAL for never. */
+double inferd_deadline_remaining_s(inferd_deadline d);
+/* Milliseconds left, rounded up, clamped to [0, INT_MAX]; -1 for never (the
+ * poll()/epoll convention). */
+int inferd_deadline_remaining_ms(inferd_deadline d);
+/* pthread_cond_wait until d on a condition variable whose clock is
+ * CLOCK_MONOTONIC (plain wait for never). Returns false when the deadline
+ * has passed, true on a wakeup (possibly spurious: re-check the predicate). */
+bool inferd_deadline_cond_wait(inferd_deadline d, pthread_cond_t *cv, pthread_mutex_t *mu);
 
 /* Read a whole file into a NUL-terminated heap buffer (inferd_free it).
  * max_bytes bounds the size (0 = 1 GiB). Errors name the path. */

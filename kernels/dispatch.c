@@ -254,3 +254,88 @@ size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab)
 {
     return DISPATCH_RET(ctx, sample_workspace_bytes(ctx, max_rows, vocab));
 }
+
+/* --- graphs, pinned memory, ceilings ------------------------------------------ */
+
+bool kern_graphs_supported(const kern_ctx *ctx)
+{
+    return ctx->backend == KERN_BACKEND_CUDA;
+}
+
+inferd_status kern_graph_begin(kern_ctx *ctx)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_graph_begin(ctx);
+#endif
+    return inferd_set_error(INFERD_ERR_UNSUPPORTED, "the %s backend has no graphs", kern_backend_name(ctx->backend));
+}
+
+inferd_status kern_graph_end(kern_ctx *ctx, kern_graph **out)
+{
+    *out = NULL;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_graph_end(ctx, out);
+#endif
+    return inferd_set_error(INFERD_ERR_UNSUPPORTED, "the %s backend has no graphs", kern_backend_name(ctx->backend));
+}
+
+void kern_graph_launch(kern_ctx *ctx, kern_graph *g)
+{
+    INFERD_CHECK(g != NULL);
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_graph_launch(ctx, g);
+        return;
+    }
+#endif
+    INFERD_CHECK_MSG(false, "graph launch on a backend without graphs");
+}
+
+void kern_graph_free(kern_ctx *ctx, kern_graph *g)
+{
+    if (!g)
+        return;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        kcuda_graph_free(ctx, g);
+#endif
+}
+
+int kern_attn_last_splits(const kern_ctx *ctx)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_attn_planned_splits();
+#endif
+    return 1;
+}
+
+void *kern_host_alloc(kern_ctx *ctx, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_host_alloc(ctx, bytes);
+#endif
+    return kern_alloc(ctx, bytes);
+}
+
+void kern_host_free(kern_ctx *ctx, void *p)
+{
+    if (!p)
+        return;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_host_free(ctx, p);
+        return;
+    }
+#endif
+    kern_free(ctx, p);
+}
+
+inferd_status kern_measure_ceilings(kern_ctx *ctx, kern_ceilings *out)
+{
+    memset(out, 0, sizeof *out);
+    return DISPATCH_RET(ctx, measure_ceilings(ctx, out));
+}

@@ -4,6 +4,7 @@
 #ifndef INFERD_KERN_INTERNAL_H
 #define INFERD_KERN_INTERNAL_H
 
+#include "kernels/kern_limits.h"
 #include "kernels/kernels.h"
 
 #ifdef __cplusplus
@@ -39,6 +40,11 @@ struct kern_ctx {
 
 KERN_DECLARE_BACKEND(kcpu)
 
+/* The device rules of kern_ctx_check_model (kernels/limits.c), apart so
+ * that tests can give any device's limits: smem_per_block is the opt-in
+ * dynamic shared memory per block in bytes (CUDA; ignored on the CPU). */
+inferd_status kern_check_model_device(kern_backend b, const kern_model_shape *s, size_t smem_per_block);
+
 /* CUDA backend lifecycle and memory (kernels/cuda). */
 inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id);
 void kcuda_ctx_free(kern_ctx *ctx);
@@ -50,7 +56,21 @@ void kcuda_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes);
 void kcuda_sync(kern_ctx *ctx);
+/* Opt-in dynamic shared memory per block of the ctx's device, bytes. */
+size_t kcuda_smem_per_block(const kern_ctx *ctx);
 KERN_DECLARE_BACKEND(kcuda)
+
+/* Graphs, pinned memory and ceilings: kernels/cuda/graph.cu, ceilings.cu;
+ * kernels/cpu/ceilings.c (the CPU backend has no graphs). */
+inferd_status kcuda_graph_begin(kern_ctx *ctx);
+inferd_status kcuda_graph_end(kern_ctx *ctx, kern_graph **out);
+void kcuda_graph_launch(kern_ctx *ctx, kern_graph *g);
+void kcuda_graph_free(kern_ctx *ctx, kern_graph *g);
+int kcuda_attn_planned_splits(void);
+void *kcuda_host_alloc(kern_ctx *ctx, size_t bytes);
+void kcuda_host_free(kern_ctx *ctx, void *p);
+inferd_status kcuda_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
+inferd_status kcpu_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,37 @@ inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b);
 kern_dtype kern_act_dtype(const kern_ctx *ctx);
 kern_dtype kern_weight_dtype(const kern_ctx *ctx, kern_dtype file_dtype);
 
+/* --- capability check ------------------------------------------------------ */
+/* What a model asks of a backend: its config's shape (the HF config.json
+ * names, used in error messages, are in the comments) and the engine's
+ * per-step limits. */
+typedef struct {
+    int64_t hidden;           /* hidden_size */
+    int64_t intermediate;     /* intermediate_size */
+    int64_t n_heads;          /* num_attention_heads */
+    int64_t n_kv_heads;       /* num_key_value_heads */
+    int64_t head_dim;         /* head_dim */
+    int64_t vocab;            /* vocab_size */
+    kern_dtype weight_dtype;  /* torch_dtype: the dtype of the weight files */
+    int64_t block_size;       /* KV cache block size, tokens */
+    int64_t max_model_len;    /* longest context, tokens */
+    int64_t max_batch_tokens; /* tokens in one forward step (max_num_batched_tokens) */
+} kern_model_shape;
+
+/* Contract: INFERD_OK when backend b's kernels can run every batch of a model
+ * of shape s within its limits; otherwise INFERD_ERR_UNSUPPORTED (a valid
+ * model beyond this backend's kernels, e.g. head_dim 520 on the CPU) or
+ * INFERD_ERR_INVALID_ARG (a shape no backend runs: a non-positive size,
+ * num_attention_heads not a multiple of num_key_value_heads), with a message
+ * naming the backend, the field, its value, the limit and the kernel that
+ * sets it (kernels/kern_limits.h). Host logic only: the CUDA rules are
+ * checked without a device and in builds without CUDA. */
+inferd_status kern_check_model(kern_backend b, const kern_model_shape *s);
+/* kern_check_model for ctx's backend plus the limits of its device (CUDA:
+ * the opt-in shared memory per block that the prefill attention tile needs
+ * at this head_dim). Call once at model load, after the context exists. */
+inferd_status kern_ctx_check_model(const kern_ctx *ctx, const kern_model_shape *s);
+
 /* --- memory --------------------------------------------------------------- */
 /* Backend memory, 256-byte aligned. NULL on failure (never aborts). */
 void *kern_alloc(kern_ctx *ctx, size_t bytes);
@@ -171,6 +202,57 @@ typedef struct {
 void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params,
                  int r, int vocab, void *workspace);
 size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);
+
+/* --- CUDA graphs (decode steps) -------------------------------------------- */
+/* A captured and instantiated sequence of ops on the ctx's stream. Capture
+ * records every op enqueued between begin and end without running it; the
+ * ops' pointer and scalar arguments are frozen, so whatever changes from one
+ * replay to the next must live in device buffers the ops read (DESIGN.md
+ * 4). No allocation, synchronization or d2h copy may happen while capturing;
+ * cuBLASLt plans must already be cached (run the same shapes once first).
+ * The CPU backend has no graphs: kern_graphs_supported is false there and
+ * kern_graph_begin returns INFERD_ERR_UNSUPPORTED. */
+typedef struct kern_graph kern_graph;
+bool kern_graphs_supported(const kern_ctx *ctx);
+inferd_status kern_graph_begin(kern_ctx *ctx);
+/* End the capture begun by kern_graph_begin and instantiate it. On failure
+ * (an op that cannot be captured) *out is NULL, the stream is usable again
+ * and the status says why. */
+inferd_status kern_graph_end(kern_ctx *ctx, kern_graph **out);
+/* Enqueue one replay on the ctx's stream (asynchronous, like any op). */
+void kern_graph_launch(kern_ctx *ctx, kern_graph *g);
+void kern_graph_free(kern_ctx *ctx, kern_graph *g);
+/* Splits the decode attention plan of the last kern_attention call used
+ * (1 = no split, 0 = no decode sequence; always 1 on the CPU). Graph
+ * capture uses it to share one graph between context buckets whose plans
+ * do not split. */
+int kern_attn_last_splits(const kern_ctx *ctx);
+
+/* Page-locked host memory (CUDA: cudaMallocHost; CPU: plain memory), for
+ * inputs copied by kern_memcpy_h2d while the host goes on: a copy from it is
+ * truly asynchronous, so the source must stay unchanged until the stream
+ * has passed the copy (kern_sync or a kern_memcpy_d2h after it). NULL on
+ * failure. */
+void *kern_host_alloc(kern_ctx *ctx, size_t bytes);
+void kern_host_free(kern_ctx *ctx, void *p);
+
+/* --- device ceilings (benchmarks) ------------------------------------------ */
+/* What the device can do at best, measured in this process: the copy
+ * bandwidth of a large device-to-device copy (bytes read + written per
+ * second) and the rate of a large GEMM in the backend's compute type (CUDA:
+ * bf16 cuBLASLt, fp32 accumulate; CPU: the fp32 kern_matmul), both timed
+ * with the backend's clock (CUDA events on the ctx's stream). */
+typedef struct {
+    double copy_gbps;     /* GB/s, 1e9 bytes */
+    double gemm_tflops;   /* TFLOP/s, 2 m n k per GEMM */
+    int64_t copy_bytes;   /* bytes of one copy */
+    int gemm_m, gemm_n, gemm_k;
+    char device[128];     /* device name */
+} kern_ceilings;
+/* Allocates its scratch (CUDA: about 1 GiB; CPU: about 200 MiB) and frees it
+ * before returning; INFERD_ERR_NOMEM when it does not fit. Not for the hot
+ * path. */
+inferd_status kern_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,9 @@
  * (see kv_pool.h for the contract).
  *
  * Layout: one array of block records indexed by block id. The free list is
- * intrusive (prev/next ids, -1 terminated) so removing a cached block on a
- * prefix hit is O(1). The hash table chains through the records as well
+ * an intrusive list (common/list.h) through the records, so removing a
+ * cached block on a prefix hit is O(1); a record's id is its index in the
+ * array (the array is never reallocated, so the links stay valid). The hash table chains through the records as well
  * (hnext), with a power-of-two bucket array of at least 2 * n_blocks heads,
  * so the pool allocates nothing after init. Registered blocks keep a copy of
  * their tokens ([n_blocks, block_size] int32) for the collision check.
@@ -15,12 +16,13 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/list.h"
 #include "common/rng.h"
 
 typedef struct {
     int32_t ref;
-    int32_t prev, next; /* free-list links, -1 = none */
-    int32_t hnext;      /* hash-bucket chain, -1 = end */
+    inferd_list_node link; /* in the free list while in_free */
+    int32_t hnext;         /* hash-bucket chain, -1 = end */
     bool in_free;
     bool cached; /* registered in the hash table */
     kv_hash hash, parent;
@@ -33,43 +35,33 @@ struct kv_pool {
     int32_t *tokens;    /* [n_blocks, block_size] tokens of cached blocks */
     int32_t *buckets;   /* [n_buckets] chain heads, -1 = empty */
     uint32_t n_buckets; /* power of two */
-    int32_t head, tail; /* LRU free list: head is evicted first */
-    int n_free, n_cached;
+    inferd_list free_list; /* of kv_block, LRU: the first is evicted first */
+    int n_cached;
     uint64_t evictions, hit_blocks;
 };
 
 /* --- free list ------------------------------------------------------------ */
 
+/* The id of the block whose free-list link is `n` (NULL gives -1). */
+static int32_t fl_id(const kv_pool *p, const inferd_list_node *n)
+{
+    return n ? (int32_t)(INFERD_CONTAINER_OF(n, kv_block, link) - p->blocks) : -1;
+}
+
 static void fl_push_tail(kv_pool *p, int32_t id)
 {
     kv_block *b = &p->blocks[id];
     INFERD_DCHECK(!b->in_free);
-    b->prev = p->tail;
-    b->next = -1;
-    if (p->tail >= 0)
-        p->blocks[p->tail].next = id;
-    else
-        p->head = id;
-    p->tail = id;
+    inferd_list_push_back(&p->free_list, &b->link);
     b->in_free = true;
-    p->n_free++;
 }
 
 static void fl_remove(kv_pool *p, int32_t id)
 {
     kv_block *b = &p->blocks[id];
     INFERD_DCHECK(b->in_free);
-    if (b->prev >= 0)
-        p->blocks[b->prev].next = b->next;
-    else
-        p->head = b->next;
-    if (b->next >= 0)
-        p->blocks[b->next].prev = b->prev;
-    else
-        p->tail = b->prev;
-    b->prev = b->next = -1;
+    inferd_list_unlink(&p->free_list, &b->link);
     b->in_free = false;
-    p->n_free--;
 }
 
 /* --- hash table ----------------------------------------------------------- */
@@ -139,9 +131,9 @@ inferd_status kv_pool_init(int n_blocks, int block_size, bool enable_caching, kv
         return inferd_set_error(INFERD_ERR_NOMEM, "kv pool: out of memory for %d blocks", n_blocks);
     }
     memset(p->buckets, 0xff, (size_t)p->n_buckets * sizeof *p->buckets);
-    p->head = p->tail = -1;
+    inferd_list_init(&p->free_list);
     for (int32_t i = 0; i < n_blocks; i++) {
-        p->blocks[i].prev = p->blocks[i].next = p->blocks[i].hnext = -1;
+        p->blocks[i].hnext = -1;
         if (i != KV_NULL_BLOCK)
             fl_push_tail(p, i);
     }
@@ -169,7 +161,7 @@ int kv_pool_num_usable(const kv_pool *p)
 }
 int kv_pool_num_free(const kv_pool *p)
 {
-    return p->n_free;
+    return (int)inferd_list_len(&p->free_list);
 }
 int kv_pool_block_size(const kv_pool *p)
 {
@@ -195,7 +187,7 @@ bool kv_pool_is_cached(const kv_pool *p, int32_t id)
 void kv_pool_get_stats(const kv_pool *p, kv_pool_stats *st)
 {
     st->n_blocks = p->n_blocks;
-    st->n_free = p->n_free;
+    st->n_free = kv_pool_num_free(p);
     st->n_cached = p->n_cached;
     st->evictions = p->evictions;
     st->hit_blocks = p->hit_blocks;
@@ -226,10 +218,11 @@ inferd_status kv_pool_alloc(kv_pool *p, int n, int32_t *out)
 {
     if (n < 0)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "kv pool: alloc of %d blocks", n);
-    if (n > p->n_free)
-        return inferd_set_error(INFERD_ERR_NO_BLOCKS, "kv pool: %d blocks wanted, %d free", n, p->n_free);
+    if (n > kv_pool_num_free(p))
+        return inferd_set_error(INFERD_ERR_NO_BLOCKS, "kv pool: %d blocks wanted, %d free", n,
+                                kv_pool_num_free(p));
     for (int i = 0; i < n; i++) {
-        int32_t id = p->head;
+        int32_t id = fl_id(p, inferd_list_first(&p->free_list));
         fl_remove(p, id);
         kv_block *b = &p->blocks[id];
         if (b->cached) {
@@ -336,9 +329,11 @@ int kv_pool_lookup(kv_pool *p, const int32_t *tokens, int n_tokens, int max_bloc
 
 void kv_pool_reset_cache(kv_pool *p)
 {
-    for (int32_t id = p->head; id >= 0; id = p->blocks[id].next)
+    for (inferd_list_node *n = inferd_list_first(&p->free_list); n; n = inferd_list_next(&p->free_list, n)) {
+        int32_t id = fl_id(p, n);
         if (p->blocks[id].cached)
             ht_remove(p, id);
+    }
 }
 
 /* --- invariants ----------------------------------------------------------- */
@@ -352,24 +347,16 @@ void kv_pool_reset_cache(kv_pool *p)
 
 static bool check_free_list(const kv_pool *p, char *msg, size_t msg_len)
 {
-    int count = 0;
-    int32_t prev = -1;
-    for (int32_t id = p->head; id >= 0; id = p->blocks[id].next) {
-        if (id >= p->n_blocks || id == KV_NULL_BLOCK)
+    if (inferd_list_len(&p->free_list) > (size_t)p->n_blocks || !inferd_list_check(&p->free_list))
+        FAIL("free list: broken links or count %zu", inferd_list_len(&p->free_list));
+    const inferd_list *l = &p->free_list;
+    for (const inferd_list_node *n = inferd_list_first(l); n; n = inferd_list_next(l, n)) {
+        int32_t id = fl_id(p, n);
+        if (id < 0 || id >= p->n_blocks || id == KV_NULL_BLOCK)
             FAIL("free list holds invalid block %d", id);
-        if (++count > p->n_blocks)
-            FAIL("free list has a cycle");
-        const kv_block *b = &p->blocks[id];
-        if (!b->in_free)
+        if (!p->blocks[id].in_free)
             FAIL("block %d is linked in the free list but not marked free", id);
-        if (b->prev != prev)
-            FAIL("block %d: prev link %d, expected %d", id, b->prev, prev);
-        prev = id;
     }
-    if (prev != p->tail)
-        FAIL("free list tail %d, last linked block %d", p->tail, prev);
-    if (count != p->n_free)
-        FAIL("free list has %d blocks, n_free says %d", count, p->n_free);
     return true;
 }
 
@@ -417,8 +404,8 @@ bool kv_pool_check(const kv_pool *p, char *msg, size_t msg_len)
         n_free += b->in_free;
         n_cached += b->cached;
     }
-    if (n_free != p->n_free)
-        FAIL("%d blocks marked free, n_free says %d", n_free, p->n_free);
+    if (n_free != kv_pool_num_free(p))
+        FAIL("%d blocks marked free, the free list holds %d", n_free, kv_pool_num_free(p));
     if (n_cached != p->n_cached)
         FAIL("%d blocks marked cached, n_cached says %d", n_cached, p->n_cached);
     if (!check_free_list(p, msg, msg_len))

@@ -11,6 +11,13 @@
  *   proj = (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices.
+ *
+ * model_forward_ops only enqueues ops over inputs already on the device, so
+ * the same code runs eagerly (model_forward: inputs copied into the arena)
+ * and inside the decode CUDA graphs of graphs.c (inputs in the graph's
+ * fixed region). model_step is the engine's entry: the graph when the batch
+ * has one, else forward + sample. model_step_cost counts a step's bytes and
+ * FLOPs for the roofline of `inferd bench latency`.
  */
 #include <math.h>
 #include <string.h>
@@ -19,7 +26,7 @@
 #include "kvcache/kv_layout.h"
 #include "model/model_internal.h"
 
-static inferd_status check_batch(const model *m, const model_batch *b)
+inferd_status model_check_batch(const model *m, const model_batch *b)
 {
     if (b->n_tokens < 1 || b->n_tokens > m->T)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "batch of %d tokens outside [1, %d]", b->n_tokens,
@@ -52,7 +59,8 @@ static inferd_status check_batch(const model *m, const model_batch *b)
     return INFERD_OK;
 }
 
-static void upload_batch(model *m, const model_batch *b, int *max_q, int *max_len)
+/* Copy the batch into the arena's input buffers; describe them in *in. */
+static void upload_batch(model *m, const model_batch *b, model_fwd_in *in)
 {
     kern_ctx *kc = m->kc;
     model_acts *a = &m->a;
@@ -68,23 +76,33 @@ static void upload_batch(model *m, const model_batch *b, int *max_q, int *max_le
         kern_memcpy_h2d(kc, a->logits_idx, b->logits_indices, (size_t)b->n_logits * sizeof(int32_t));
     memcpy(m->h_qsl, b->query_start_loc, ((size_t)b->n_seqs + 1) * sizeof(int32_t));
     memcpy(m->h_seq_lens, b->seq_lens, (size_t)b->n_seqs * sizeof(int32_t));
-    *max_q = 0;
-    *max_len = 0;
+    memset(in, 0, sizeof *in);
+    in->tokens = a->tokens;
+    in->positions = a->positions;
+    in->slots = a->slots;
+    in->qsl = a->qsl;
+    in->seq_lens = a->seq_lens;
+    in->block_tables = a->block_tables;
+    in->logits_idx = a->logits_idx;
+    in->n_tokens = b->n_tokens;
+    in->n_seqs = b->n_seqs;
+    in->n_logits = b->n_logits;
+    in->bt_width = b->max_blocks_per_seq;
     for (int i = 0; i < b->n_seqs; i++) {
-        *max_q = INFERD_MAX(*max_q, b->query_start_loc[i + 1] - b->query_start_loc[i]);
-        *max_len = INFERD_MAX(*max_len, b->seq_lens[i]);
+        in->max_q = INFERD_MAX(in->max_q, b->query_start_loc[i + 1] - b->query_start_loc[i]);
+        in->max_len = INFERD_MAX(in->max_len, b->seq_lens[i]);
     }
 }
 
-static void attention_block(model *m, const model_layer *L, const model_batch *b, int max_q, int max_len)
+static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
     kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
     kern_rope_kv_params rp = {
         .qkv = a->qkv,
-        .positions = a->positions,
-        .slot_mapping = a->slots,
+        .positions = b->positions,
+        .slot_mapping = b->slots,
         .inv_freq = a->inv_freq,
         .k_cache = L->k_cache,
         .v_cache = L->v_cache,
@@ -100,21 +118,21 @@ static void attention_block(model *m, const model_layer *L, const model_batch *b
         .qkv = a->qkv,
         .k_cache = L->k_cache,
         .v_cache = L->v_cache,
-        .query_start_loc = a->qsl,
-        .seq_lens = a->seq_lens,
-        .block_tables = a->block_tables,
+        .query_start_loc = b->qsl,
+        .seq_lens = b->seq_lens,
+        .block_tables = b->block_tables,
         .h_query_start_loc = m->h_qsl,
         .h_seq_lens = m->h_seq_lens,
         .workspace = a->attn_ws,
         .n_seqs = b->n_seqs,
         .n_tokens = b->n_tokens,
-        .max_blocks_per_seq = b->max_blocks_per_seq,
+        .max_blocks_per_seq = b->bt_width,
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim,
         .block_size = m->block_size,
-        .max_query_len = max_q,
-        .max_seq_len = max_len,
+        .max_query_len = b->max_q,
+        .max_seq_len = b->max_len,
         .scale = 1.0f / sqrtf((float)c->head_dim),
     };
     kern_attention(m->kc, &ap);
@@ -129,30 +147,41 @@ static void mlp_block(model *m, const model_layer *L, int n)
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
 }
 
-inferd_status model_forward(model *m, const model_batch *b)
+void model_forward_ops(model *m, const model_fwd_in *in)
 {
-    inferd_status st = check_batch(m, b);
-    if (st != INFERD_OK)
-        return st;
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
-    int n = b->n_tokens, max_q, max_len;
-    upload_batch(m, b, &max_q, &max_len);
-    kern_embed(m->kc, a->x, a->tokens, n, &m->embed);
+    int n = in->n_tokens;
+    kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
-        attention_block(m, L, b, max_q, max_len);
+        attention_block(m, L, in);
         kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n);
     }
+    if (in->n_logits == 0)
+        return;
+    kern_gather_rows(m->kc, a->gx, a->x, in->logits_idx, in->n_logits, c->hidden_size);
+    kern_gather_rows(m->kc, a->gp, a->proj, in->logits_idx, in->n_logits, c->hidden_size);
+    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, in->n_logits, c->rms_norm_eps);
+    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, in->n_logits);
+}
+
+static void forward_checked(model *m, const model_batch *b)
+{
+    model_fwd_in in;
+    upload_batch(m, b, &in);
+    model_forward_ops(m, &in);
     m->last_n_logits = b->n_logits;
-    if (b->n_logits == 0)
-        return INFERD_OK;
-    kern_gather_rows(m->kc, a->gx, a->x, a->logits_idx, b->n_logits, c->hidden_size);
-    kern_gather_rows(m->kc, a->gp, a->proj, a->logits_idx, b->n_logits, c->hidden_size);
-    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, b->n_logits, c->rms_norm_eps);
-    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, b->n_logits);
+}
+
+inferd_status model_forward(model *m, const model_batch *b)
+{
+    inferd_status st = model_check_batch(m, b);
+    if (st != INFERD_OK)
+        return st;
+    forward_checked(m, b);
     return INFERD_OK;
 }
 
@@ -197,4 +226,48 @@ inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *
 void model_logits_to_host(model *m, float *dst)
 {
     kern_memcpy_d2h(m->kc, dst, m->a.logits, (size_t)m->last_n_logits * m->cfg.vocab_size * sizeof(float));
+}
+
+inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
+{
+    inferd_status st = model_check_batch(m, b);
+    if (st != INFERD_OK)
+        return st;
+    if (model_graph_step(m, b, params, tokens))
+        return INFERD_OK;
+    m->gr.eager_steps++;
+    forward_checked(m, b);
+    return model_sample(m, params, tokens);
+}
+
+static double weight_bytes(const kern_weight *w)
+{
+    return (double)w->rows * (double)w->cols * (double)kern_dtype_size(w->dtype);
+}
+
+static double weight_elems(const kern_weight *w)
+{
+    return (double)w->rows * (double)w->cols;
+}
+
+void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_cost *out)
+{
+    const model_config *c = &m->cfg;
+    double toks = (double)n_seqs * n_new, lin = 0, wb = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        lin += weight_elems(&L->wqkv) + weight_elems(&L->wo) + weight_elems(&L->w_gate_up) + weight_elems(&L->w_down);
+        wb += weight_bytes(&L->wqkv) + weight_bytes(&L->wo) + weight_bytes(&L->w_gate_up) + weight_bytes(&L->w_down) +
+              weight_bytes(&L->attn_norm) + weight_bytes(&L->mlp_norm);
+    }
+    wb += weight_bytes(&m->final_norm) + weight_bytes(&m->lm_head);
+    wb += toks * (double)c->hidden_size * (double)kern_dtype_size(m->embed.dtype);
+    /* keys attended by the new tokens: earlier context for each, plus causal among them */
+    double prior = (double)(ctx_len - n_new);
+    double attended = (double)n_seqs * ((double)n_new * prior + (double)n_new * (n_new + 1) / 2.0);
+    double kv_row = (double)c->n_layers * c->n_kv_heads * c->head_dim * 2.0 * (double)kern_dtype_size(m->act_dtype);
+    out->weight_bytes = wb;
+    out->kv_bytes = (double)n_seqs * (double)ctx_len * kv_row + toks * kv_row;
+    out->flops = 2.0 * toks * lin + 2.0 * (double)n_seqs * weight_elems(&m->lm_head) +
+                 4.0 * (double)c->n_layers * c->n_heads * c->head_dim * attended;
 }

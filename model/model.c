@@ -147,22 +147,17 @@ static void log_plan(const model *m)
              m->max_model_len);
 }
 
+/* The option rows' checks (model_opts.c), then the one bound that depends
+ * on the config. */
 static inferd_status check_opts(const model_opts *o, const model_config *c)
 {
-    if (o->block_size < 1 || o->block_size > 1024)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "block size %d out of range [1, 1024]",
-                                o->block_size);
-    if (o->max_num_seqs < 1 || o->max_num_seqs > 65536)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_seqs %d out of range", o->max_num_seqs);
-    if (o->max_num_batched_tokens < 1 || o->max_num_batched_tokens > (1 << 20))
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_batched_tokens %d out of range",
-                                o->max_num_batched_tokens);
-    if (o->max_model_len < 0 || o->max_model_len > c->max_position_embeddings)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_model_len %d out of range [1, %d]",
+    inferd_status st = model_opts_validate(o);
+    if (st != INFERD_OK)
+        return st;
+    if (o->max_model_len > c->max_position_embeddings)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "model options: max_model_len %d out of range [0, %d] (max_position_embeddings)",
                                 o->max_model_len, c->max_position_embeddings);
-    if (o->gpu_memory_utilization <= 0 || o->gpu_memory_utilization > 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "gpu_memory_utilization %g out of (0, 1]",
-                                o->gpu_memory_utilization);
     return INFERD_OK;
 }
 
@@ -190,6 +185,8 @@ static inferd_status load_all(model *m)
         return st;
     if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK)
         return st;
+    if (m->opts.device_auto)
+        m->opts.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     kern_ctx_opts ko = {
         .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id};
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
@@ -201,6 +198,18 @@ static inferd_status load_all(model *m)
     m->T = m->opts.max_num_batched_tokens;
     m->S = m->opts.max_num_seqs;
     m->R = m->S;
+    /* A valid model that this backend's kernels cannot run (head_dim, GQA,
+     * dtype, lengths) fails here, naming the field, not at the first request. */
+    const model_config *c = &m->cfg;
+    kern_model_shape shape = {
+        .hidden = c->hidden_size, .intermediate = c->intermediate_size, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .vocab = c->vocab_size,
+        .weight_dtype = strcmp(c->torch_dtype, "float32") == 0   ? KERN_DTYPE_F32
+                        : strcmp(c->torch_dtype, "float16") == 0 ? KERN_DTYPE_F16
+                                                                  : KERN_DTYPE_BF16,
+        .block_size = m->block_size, .max_model_len = m->max_model_len, .max_batch_tokens = m->T};
+    if ((st = kern_ctx_check_model(m->kc, &shape)) != INFERD_OK)
+        return st;
     m->h_qsl = inferd_calloc((size_t)m->S + 1, sizeof(int32_t));
     m->h_seq_lens = inferd_calloc((size_t)m->S, sizeof(int32_t));
     m->h_pos = inferd_calloc((size_t)m->T, sizeof(int32_t));
@@ -214,6 +223,8 @@ static inferd_status load_all(model *m)
     if ((st = alloc_kv(m)) != INFERD_OK)
         return st;
     if (kern_ctx_backend(m->kc) == KERN_BACKEND_CUDA && (st = model_warmup(m)) != INFERD_OK)
+        return st;
+    if ((st = model_graphs_init(m)) != INFERD_OK) /* decode CUDA graphs (graphs.c) */
         return st;
     log_plan(m);
     return INFERD_OK;
@@ -240,6 +251,7 @@ void model_free(model *m)
         return;
     if (m->kc) {
         kern_sync(m->kc);
+        model_graphs_free(m);
         kern_free(m->kc, m->weight_slab);
         kern_free(m->kc, m->act_slab);
         kern_free(m->kc, m->kv_slab);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/opt.h"
 #include "common/status.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
@@ -21,10 +22,16 @@ typedef struct model model;
 
 typedef enum { MODEL_LOAD_SAFETENSORS = 0, MODEL_LOAD_DUMMY } model_load_format;
 
+/* Load options. Every field a user can set has one row in the model option
+ * table (model_opts.c: model_opts_rows): its flag / config-key name, range,
+ * default and help. model_load validates with those rows, so the command
+ * line, config files and load accept the same values. */
 typedef struct {
     const char *model_dir;         /* config.json (+ weights unless dummy) */
+    const char *tokenizer_dir;     /* tokenizer.json, for the caller (NULL = model_dir); not read by load */
     model_load_format load_format;
     kern_backend backend;
+    bool device_auto;              /* resolve backend at load: CUDA when a GPU is present, else CPU */
     int n_threads;                 /* CPU backend threads, 0 = all cores */
     int device_id;
     int max_num_batched_tokens;    /* activation arena size (tokens per step) */
@@ -34,9 +41,20 @@ typedef struct {
     int64_t kv_cache_bytes;        /* 0 = derive from gpu_memory_utilization */
     float gpu_memory_utilization;  /* fraction of device memory (CUDA) */
     uint64_t dummy_seed;
+    bool enforce_eager;            /* no CUDA graphs: every step runs op by op (vLLM's --enforce-eager) */
 } model_opts;
 
+/* The table's defaults (CPU backend, device_auto off: API users pick the
+ * backend; the command line turns device_auto on). */
 void model_opts_default(model_opts *o);
+/* The model option rows (offsets into model_opts); *n = count. The
+ * strings of a model_opts filled through them are owned: free with
+ * opt_free(rows, n, o). */
+const opt_row *model_opts_rows(size_t *n);
+/* Check every field against its row: INVALID_ARG naming the field and the
+ * accepted range. (model_load also checks max_model_len against the
+ * config's max_position_embeddings, which no table knows.) */
+inferd_status model_opts_validate(const model_opts *o);
 
 /* Load config + weights, size and allocate activations and KV storage. */
 inferd_status model_load(const model_opts *opts, model **out);
@@ -86,5 +104,48 @@ inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *
 
 /* Copy logits rows of the last forward pass to the host: dst [n_logits, vocab]. */
 void model_logits_to_host(model *m, float *dst);
+
+/* Forward + sample in one call, the engine's step: tokens[n_logits] (host)
+ * gets the token sampled from each logits row with params[n_logits] (host),
+ * and the logits stay readable with model_logits_to_host (sampling does not
+ * modify them). A decode-only batch (every sequence has one new token and
+ * samples it, logits_indices[i] == i) replays the CUDA graph captured at
+ * load for the next captured batch size at or above n_seqs (padding rows
+ * write no KV: slot -1) after one asynchronous copy of every input from
+ * pinned memory; any other batch, the CPU backend and --enforce-eager run
+ * model_forward + model_sample. Both paths give bitwise the same logits and
+ * tokens when n_seqs is a captured size (tests/model/test_graphs_gpu.c). */
+inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);
+
+/* Decode CUDA graphs (model/graphs.c). Captured at load for every batch size
+ * of a ladder up to max_num_seqs (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128,
+ * ...) times every context bucket whose attention plan differs, unless
+ * enforce_eager or the CPU backend. */
+typedef struct {
+    bool enabled;        /* graphs are in use */
+    int n_graphs;        /* captured graphs */
+    int max_batch;       /* largest captured batch size (0 = none) */
+    double capture_s;    /* wall time of the warm-up + capture at load */
+    uint64_t replays;    /* steps run through a graph since load */
+    uint64_t eager_steps;/* model_step calls that ran op by op */
+} model_graph_info;
+void model_graph_info_get(const model *m, model_graph_info *out);
+/* Capture the decode graphs now (model_load calls it; idempotent). A batch
+ * size whose capture fails runs eagerly (logged); not an error. */
+inferd_status model_graphs_init(model *m);
+void model_graphs_free(model *m);
+
+/* What one step costs in memory traffic and arithmetic, counted from the
+ * config: n_seqs sequences each computing n_new new tokens at the end of a
+ * context of ctx_len tokens (new ones included), with logits for one row per
+ * sequence. weight_bytes: every weight matrix read once (the embedding only
+ * for the n_seqs * n_new looked-up rows); kv_bytes: K and V read over the
+ * context plus the new rows written; flops: 2 per multiply-add of the
+ * linear layers and LM head, plus 4 * head_dim per (query head, attended
+ * key) for the attention scores and the weighted sum. */
+typedef struct {
+    double weight_bytes, kv_bytes, flops;
+} model_cost;
+void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_cost *out);
 
 #endif

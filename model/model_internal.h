@@ -42,6 +42,43 @@ typedef struct {
     void *sample_ws;
 } model_acts;
 
+/* Device pointers and sizes of one step's inputs, already on the device
+ * (the eager arena buffers, or the graph input region of graphs.c). */
+typedef struct {
+    const int32_t *tokens;       /* [n_tokens] */
+    const int32_t *positions;    /* [n_tokens] */
+    const int64_t *slots;        /* [n_tokens], < 0 = write no KV */
+    const int32_t *qsl;          /* [n_seqs + 1] */
+    const int32_t *seq_lens;     /* [n_seqs] */
+    const int32_t *block_tables; /* [n_seqs, bt_width] */
+    const int32_t *logits_idx;   /* [n_logits] */
+    int n_tokens, n_seqs, n_logits, bt_width;
+    int max_q, max_len;          /* over the batch */
+} model_fwd_in;
+
+#define MODEL_GRAPH_MAX_SIZES 24
+#define MODEL_GRAPH_MAX_BUCKETS 24
+#define MODEL_GRAPH_MAX_BATCH 512 /* larger decode batches run eagerly (vLLM's cap) */
+
+/* Decode graphs (graphs.c): one per (batch size, context bucket); the
+ * bucket fixes the attention split plan and the block-table row width
+ * (ceil(bucket / block_size)) baked into the graph. Every input of a replay
+ * sits in one region laid out identically in pinned host memory (`host`)
+ * and on the device (`dev`), block tables last, so one copy of its first
+ * off_tables + rows * width * 4 bytes uploads a step. */
+typedef struct {
+    bool enabled;
+    int n_sizes, sizes[MODEL_GRAPH_MAX_SIZES];       /* ascending batch ladder */
+    int n_buckets, buckets[MODEL_GRAPH_MAX_BUCKETS]; /* ascending context lengths, last = max_model_len */
+    kern_graph *g[MODEL_GRAPH_MAX_SIZES][MODEL_GRAPH_MAX_BUCKETS]; /* NULL: eager; a row may repeat one graph */
+    char *host, *dev;
+    size_t bytes;
+    size_t off_sparams, off_slots, off_tokens, off_positions, off_qsl, off_seq_lens, off_logits_idx, off_tables;
+    int n_graphs;
+    double capture_s;
+    uint64_t replays, eager_steps;
+} model_graphs;
+
 struct model {
     model_config cfg;
     model_opts opts;
@@ -66,9 +103,21 @@ struct model {
     /* host scratch for model_forward_seq: [T] positions, slots, logits rows; [max_blocks_per_seq] null table */
     int32_t *h_pos, *h_idx, *h_null_table;
     int64_t *h_slots;
+    model_graphs gr; /* decode CUDA graphs (graphs.c) */
 };
 
 /* Plan and allocate the weight slab, then load weights (or fill dummy). */
 inferd_status model_weights_load(model *m);
+
+/* forward.c: enqueue the ops of one forward pass (embedding to logits) over
+ * inputs already on the device; m->h_qsl / m->h_seq_lens must mirror
+ * in->qsl / in->seq_lens (attention plans from them). Enqueues only (no
+ * allocation, no synchronization), so graphs.c captures it as is. */
+void model_forward_ops(model *m, const model_fwd_in *in);
+/* forward.c: the batch checks of model_forward (status + message). */
+inferd_status model_check_batch(const model *m, const model_batch *b);
+/* graphs.c: run a decode-only batch through its graph; false (nothing done)
+ * when the batch has no graph. */
+bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);
 
 #endif

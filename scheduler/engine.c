@@ -40,23 +40,6 @@ static void alloc_buffers(engine *e)
     e->b_sampled = inferd_malloc(S * sizeof(int32_t));
 }
 
-static inferd_status check_opts(const engine_opts *o)
-{
-    if (o->max_num_seqs < 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_seqs must be >= 1 (got %d)",
-                                o->max_num_seqs);
-    if (o->max_num_batched_tokens < 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_num_batched_tokens must be >= 1 (got %d)",
-                                o->max_num_batched_tokens);
-    if (o->max_queued_requests < 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_queued_requests must be >= 1 (got %d)",
-                                o->max_queued_requests);
-    if (o->max_model_len < 0)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_model_len must be >= 0 (got %d)",
-                                o->max_model_len);
-    return INFERD_OK;
-}
-
 /* Clamp the engine limits to what the model's buffers were sized for. */
 static void clamp_opts(engine *e)
 {
@@ -82,7 +65,7 @@ static void clamp_opts(engine *e)
 inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *tok, engine **out)
 {
     *out = NULL;
-    inferd_status st = check_opts(opts);
+    inferd_status st = engine_opts_validate(opts); /* the option rows (engine_opts.c) */
     if (st != INFERD_OK)
         return st;
     engine *e = inferd_calloc(1, sizeof *e);
@@ -117,6 +100,8 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     pthread_cond_init(&e->idle_cv, &ca);
     pthread_condattr_destroy(&ca);
     e->next_id = 1;
+    inferd_list_init(&e->pending);
+    inferd_list_init(&e->live);
     e->stats.kv_blocks_total = kv_pool_num_usable(e->pool);
     INFERD_LOG_INFO(
         "engine: %d seqs, %d tokens/step, max model len %d, %d KV blocks of %d tokens, prefix caching %s",
@@ -131,11 +116,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
 /* Move a taken submission into the scheduler (engine thread). */
 static void admit(engine *e, eng_req *r)
 {
-    r->next = e->live_head;
-    r->prev = NULL;
-    if (e->live_head)
-        e->live_head->prev = r;
-    e->live_head = r;
+    inferd_list_push_back(&e->live, &r->link);
     inferd_status st = sched_add(e->s, r->stream->id, r->prompt, r->n_prompt, r->sp.max_tokens, r, &r->sr);
     if (st != INFERD_OK) {
         eng_finish(e, r, FINISH_ERROR, inferd_last_error());
@@ -145,13 +126,20 @@ static void admit(engine *e, eng_req *r)
     r->prompt = NULL;
 }
 
+/* Admit every request of `taken` (moved out of e->pending), in order. */
+static void admit_all(engine *e, inferd_list *taken)
+{
+    inferd_list_node *n;
+    while ((n = inferd_list_pop_front(taken)) != NULL)
+        admit(e, ENG_REQ_OF(n));
+}
+
 static void reap_aborts(engine *e, bool stopping)
 {
-    double now = util_now_s();
-    eng_req *next;
-    for (eng_req *r = e->live_head; r; r = next) {
-        next = r->next;
-        if (stopping || atomic_load(&r->stream->abort_req) || (r->deadline > 0 && now >= r->deadline))
+    inferd_list_node *it, *tmp;
+    INFERD_LIST_FOR_EACH_SAFE(&e->live, it, tmp) {
+        eng_req *r = ENG_REQ_OF(it);
+        if (stopping || atomic_load(&r->stream->abort_req) || inferd_deadline_expired(r->deadline))
             eng_finish(e, r, FINISH_ABORT, NULL);
     }
 }
@@ -163,7 +151,7 @@ static void publish_stats(engine *e)
     pthread_mutex_lock(&e->mu);
     engine_stats *st = &e->stats;
     st->running = ss.running;
-    st->waiting = ss.waiting + e->n_pending;
+    st->waiting = ss.waiting + (int)inferd_list_len(&e->pending);
     e->n_waiting_sched = ss.waiting;
     st->kv_blocks_total = kv_pool_num_usable(e->pool);
     st->kv_blocks_used = st->kv_blocks_total - kv_pool_num_free(e->pool);
@@ -175,7 +163,7 @@ static void publish_stats(engine *e)
     st->prefix_hits = ss.prefix_hits;
     memcpy(st->finished, e->n_finished, sizeof st->finished);
     st->steps = ss.steps;
-    if (e->n_live == 0 && e->n_pending == 0)
+    if (e->n_live == 0 && inferd_list_empty(&e->pending))
         pthread_cond_broadcast(&e->idle_cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -185,23 +173,19 @@ static void *engine_main(void *arg)
     engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && !e->pending_head && e->n_live == 0)
+        while (!e->stopping && inferd_list_empty(&e->pending) && e->n_live == 0)
             pthread_cond_wait(&e->cv, &e->mu);
-        eng_req *taken = e->pending_head;
-        e->pending_head = e->pending_tail = NULL;
-        int n_taken = e->n_pending;
-        e->n_pending = 0;
+        inferd_list taken;
+        inferd_list_init(&taken);
+        int n_taken = (int)inferd_list_len(&e->pending);
+        inferd_list_splice_back(&taken, &e->pending);
         e->n_live += n_taken;
         e->n_waiting_sched += n_taken; /* they wait in the scheduler until publish_stats recounts */
         bool stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
 
         pthread_mutex_lock(&e->step_mu);
-        while (taken) {
-            eng_req *next = taken->next;
-            admit(e, taken);
-            taken = next;
-        }
+        admit_all(e, &taken);
         reap_aborts(e, stopping);
         if (!stopping && sched_has_work(e->s))
             eng_step(e);
@@ -243,16 +227,12 @@ void engine_stop(engine *e)
     /* requests never taken by a thread (not started, or submitted late) */
     pthread_mutex_lock(&e->step_mu);
     pthread_mutex_lock(&e->mu);
-    eng_req *taken = e->pending_head;
-    e->pending_head = e->pending_tail = NULL;
-    e->n_live += e->n_pending;
-    e->n_pending = 0;
+    inferd_list taken;
+    inferd_list_init(&taken);
+    e->n_live += (int)inferd_list_len(&e->pending);
+    inferd_list_splice_back(&taken, &e->pending);
     pthread_mutex_unlock(&e->mu);
-    while (taken) {
-        eng_req *next = taken->next;
-        admit(e, taken);
-        taken = next;
-    }
+    admit_all(e, &taken);
     reap_aborts(e, true);
     publish_stats(e);
     pthread_mutex_unlock(&e->step_mu);

@@ -19,8 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/opt.h"
 #include "common/status.h"
 #include "model/model.h"
+#include "scheduler/sched.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum {
@@ -33,8 +35,11 @@ typedef enum {
 
 const char *finish_reason_str(finish_reason r); /* "stop", "length", "abort", "error" */
 
-#define SAMPLING_MAX_STOP 16
-#define SAMPLING_MAX_LOGPROBS 20
+/* Request-level limits, written once (the sampling rows below use them). */
+#define SAMPLING_MAX_STOP 16      /* stop strings, and separately stop token ids, per request */
+#define SAMPLING_MAX_STOP_LEN 256 /* bytes per stop string: the engine re-scans up to this many
+                                     bytes of text after every token, so it bounds that work */
+#define SAMPLING_MAX_LOGPROBS 20  /* top-N alternatives per sampled token (OpenAI's limit) */
 
 typedef struct {
     float temperature;       /* 0 = greedy */
@@ -53,7 +58,51 @@ typedef struct {
     int logprobs;            /* top-N logprobs per sampled token, 0..20; -1 = off */
 } sampling_params;
 
+/* The defaults of every row below (max_tokens 16, logprobs off). */
 void sampling_params_default(sampling_params *sp);
+
+/* ---- the sampling-parameter table ---------------------------------------
+ *
+ * One row per request field: the CLI flags of `inferd generate`, the keys of
+ * a prompts-file line and the OpenAI request body are all read through these
+ * rows, and sampling_params_validate() checks the same rows again at
+ * engine_submit, so a limit is written once. Ranges follow OpenAI/vLLM:
+ *   temperature [0, 2], top_p (0, 1], top_k [-1, 2^31-1] (<= 0 off),
+ *   min_p [0, 1], seed any int64 (negatives keep their two's-complement bits),
+ *   max_tokens [1, 2^31-1], min_tokens [0, 2^31-1] and <= max_tokens,
+ *   stop_token_ids 0..16 ids in [0, vocab), stop 0..16 strings of 1..256
+ *   bytes of valid UTF-8, ignore_eos bool, logprobs [0, 20].
+ * The row's opt.name is the flag spelling ("top-p"), `key` the API key
+ * ("top_p") that errors name. List rows (stop, stop_token_ids) point at the
+ * count field and bound the count. */
+typedef struct {
+    opt_row opt;   /* name, kind, offset, [min, max], default, help */
+    const char *key;
+    bool min_open; /* the minimum itself is excluded: top_p is (0, 1] */
+} sampling_row;
+
+/* The table: *n rows. */
+const sampling_row *sampling_rows(size_t *n);
+/* Row by API key or flag name ('_' matches '-'), or NULL. */
+const sampling_row *sampling_row_find(const char *name);
+/* Range text of a row: "[0, 2]", "(0, 1]", "[0, 16] entries". */
+const char *sampling_row_range(const sampling_row *r, char *buf, size_t len);
+/* Check v against the row (integral for integer rows, count bounds for
+ * lists) without storing. INVALID_ARG naming r->key otherwise. */
+inferd_status sampling_row_check(const sampling_row *r, double v);
+/* Check and store a number (BOOL rows: 0/1; seed also sets has_seed; list
+ * rows are not settable). Nothing is stored on error. */
+inferd_status sampling_row_set_number(const sampling_row *r, sampling_params *sp, double v);
+/* The same from command-line text: integers are parsed exactly (the full
+ * int64 range for seed), numbers with strtod. */
+inferd_status sampling_row_set_text(const sampling_row *r, sampling_params *sp, const char *text);
+
+/* Check every rule of the table on sp, and the cross-field ones (min_tokens
+ * <= max_tokens, each stop token id in [0, vocab_size) when vocab_size > 0,
+ * stop strings non-empty, <= SAMPLING_MAX_STOP_LEN bytes, valid UTF-8).
+ * INVALID_ARG with a message naming the field; *param (may be NULL) gets
+ * the row's key. */
+inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size, const char **param);
 
 typedef struct {
     const int32_t *prompt_ids; /* copied at submit */
@@ -95,6 +144,11 @@ typedef struct {
 
 void engine_output_free(engine_output *o);
 
+/* Engine options. enable_prefix_caching and max_queued_requests are rows of
+ * the engine option table (engine_opts.c); the three step limits are the
+ * model's rows (model_opts_rows: the model sizes its buffers from them), so
+ * engine_opts_from_model copies them and engine_opts_validate checks them
+ * against those rows. engine_create validates with the same rows. */
 typedef struct {
     int max_num_seqs;           /* sequences per step */
     int max_num_batched_tokens; /* tokens per step */
@@ -104,6 +158,14 @@ typedef struct {
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);
+/* The engine's own option rows (offsets into engine_opts); *n = count. */
+const opt_row *engine_opts_rows(size_t *n);
+/* Take the step limits (max_num_seqs, max_num_batched_tokens,
+ * max_model_len) from the model options they were parsed into. */
+void engine_opts_from_model(engine_opts *eo, const model_opts *mo);
+/* Check every field against its row (the engine table's, or the model
+ * table's for the step limits): INVALID_ARG naming the field and range. */
+inferd_status engine_opts_validate(const engine_opts *o);
 
 typedef struct {
     int running, waiting;
@@ -127,8 +189,9 @@ inferd_status engine_start(engine *e);
 void engine_stop(engine *e);
 void engine_free(engine *e);
 
-/* Thread-safe. Errors: INVALID_ARG (bad params), TOO_LONG (prompt + max_tokens
- * beyond the model length or the whole KV capacity, message has both numbers),
+/* Thread-safe. Errors: INVALID_ARG (sampling_params_validate, an empty
+ * prompt, ids outside the vocabulary, stop strings without a tokenizer),
+ * TOO_LONG (sched_fit_check against engine_get_fit_limits),
  * QUEUE_FULL, UNAVAILABLE (stopping). */
 inferd_status engine_submit(engine *e, const engine_request *req, engine_stream **out);
 
@@ -143,6 +206,8 @@ void engine_stream_abort(engine_stream *s);
 void engine_stream_release(engine_stream *s);
 
 void engine_get_stats(engine *e, engine_stats *st);
+/* The limits engine_submit checks requests against (fixed at create). */
+void engine_get_fit_limits(const engine *e, sched_fit_limits *out);
 /* Wait until every block is back in the free list and no request is live;
  * false on timeout. For tests and graceful shutdown. */
 bool engine_wait_idle(engine *e, int timeout_ms);

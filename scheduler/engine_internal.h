@@ -21,6 +21,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/buf.h"
+#include "common/list.h"
+#include "common/util.h"
 #include "kvcache/kv_pool.h"
 #include "scheduler/engine.h"
 #include "scheduler/sched.h"
@@ -38,8 +41,7 @@ struct engine_stream {
     int32_t *tok;       /* [n_tok] */
     engine_logprob *lp; /* [n_tok] when want_logprobs */
     int n_tok, cap_tok;
-    char *text; /* [text_len + 1] */
-    size_t text_len, text_cap;
+    inferd_buf text; /* pending text, moved out whole by take() */
     bool finished, finish_delivered;
     finish_reason finish;
     char error[256];
@@ -57,15 +59,17 @@ typedef struct eng_req {
     char *stop_copy[SAMPLING_MAX_STOP];
     size_t max_stop_len;
     uint64_t seed;
-    double deadline; /* 0 = none */
+    inferd_deadline deadline; /* from engine_request.timeout_s */
     engine_times times;
     tok_stream *detok; /* NULL without tokenizer */
-    char *text;        /* all generated text so far (stop strings are matched here) */
-    size_t text_len, text_cap, emitted;
+    inferd_buf text;   /* all generated text so far (stop strings are matched here) */
+    size_t emitted;    /* bytes of text already published */
     int n_gen;
     bool prefill_counted;
-    struct eng_req *prev, *next; /* pending queue, then live list */
+    inferd_list_node link; /* engine.pending, then engine.live */
 } eng_req;
+
+#define ENG_REQ_OF(node) INFERD_LIST_ENTRY(node, eng_req, link)
 
 struct engine {
     engine_opts opts; /* effective (clamped to the model) */
@@ -80,15 +84,14 @@ struct engine {
     bool started, stopping, stopped;
     pthread_mutex_t mu, step_mu;
     pthread_cond_t cv, idle_cv;
-    eng_req *pending_head, *pending_tail; /* submitted, not yet taken by the engine */
-    int n_pending;
+    inferd_list pending; /* of eng_req: submitted, not yet taken by the engine */
     int n_live;          /* requests taken by the engine, unfinished */
     int n_waiting_sched; /* scheduler waiting count, for QUEUE_FULL */
     uint64_t next_id;
     engine_stats stats; /* snapshot under mu */
 
     /* engine-thread state */
-    eng_req *live_head;
+    inferd_list live; /* of eng_req: taken, unfinished */
     uint64_t n_prompt_tokens, n_gen_tokens, n_finished[5];
 
     /* per-step host buffers, sized at create */

@@ -29,19 +29,8 @@ void eng_req_free(eng_req *r)
     if (r->detok)
         tok_stream_free(r->detok);
     inferd_free(r->prompt);
-    inferd_free(r->text);
+    inferd_buf_free(&r->text);
     inferd_free(r);
-}
-
-static void text_append(eng_req *r, const char *s, size_t n)
-{
-    if (r->text_len + n + 1 > r->text_cap) {
-        r->text_cap = (r->text_len + n + 1) * 2;
-        r->text = inferd_realloc(r->text, r->text_cap);
-    }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
 }
 
 /* Earliest match of any stop string starting at or after `from`; -1 if none. */
@@ -51,12 +40,12 @@ static long find_stop(const eng_req *r, size_t from)
     for (int i = 0; i < r->sp.n_stop; i++) {
         const char *needle = r->sp.stop[i];
         size_t nl = strlen(needle);
-        if (nl == 0 || r->text_len < nl)
+        if (nl == 0 || r->text.len < nl)
             continue;
-        for (size_t p = from; p + nl <= r->text_len; p++) {
+        for (size_t p = from; p + nl <= r->text.len; p++) {
             if (best >= 0 && (long)p >= best)
                 break;
-            if (memcmp(r->text + p, needle, nl) == 0) {
+            if (memcmp(r->text.data + p, needle, nl) == 0) {
                 best = (long)p;
                 break;
             }
@@ -69,12 +58,12 @@ static long find_stop(const eng_req *r, size_t from)
  * stop string (they must wait for the next token). */
 static size_t holdback(const eng_req *r)
 {
-    size_t avail = r->text_len - r->emitted;
+    size_t avail = r->text.len - r->emitted;
     size_t keep = 0;
     for (int i = 0; i < r->sp.n_stop; i++) {
         size_t nl = strlen(r->sp.stop[i]);
         for (size_t k = INFERD_MIN(avail, nl - 1); k > keep; k--) {
-            if (memcmp(r->text + r->text_len - k, r->sp.stop[i], k) == 0) {
+            if (memcmp(r->text.data + r->text.len - k, r->sp.stop[i], k) == 0) {
                 keep = k;
                 break;
             }
@@ -88,7 +77,7 @@ static size_t holdback(const eng_req *r)
  * there and return true. */
 static bool match_stop(eng_req *r, size_t old_len)
 {
-    if (r->sp.n_stop == 0 || r->text_len <= old_len)
+    if (r->sp.n_stop == 0 || r->text.len <= old_len)
         return false;
     size_t back = r->max_stop_len > 0 ? r->max_stop_len - 1 : 0;
     size_t from = old_len > back ? old_len - back : 0;
@@ -97,8 +86,8 @@ static bool match_stop(eng_req *r, size_t old_len)
     long at = find_stop(r, from);
     if (at < 0)
         return false;
-    r->text_len = (size_t)at;
-    r->text[at] = '\0';
+    r->text.len = (size_t)at;
+    r->text.data[at] = '\0';
     return true;
 }
 
@@ -111,9 +100,9 @@ static bool flush_detok(eng_req *r, bool may_stop)
         return false;
     char *delta = NULL;
     size_t dlen = 0;
-    size_t old_len = r->text_len;
+    size_t old_len = r->text.len;
     if (tok_stream_flush(r->detok, &delta, &dlen) == INFERD_OK && dlen > 0)
-        text_append(r, delta, dlen);
+        inferd_buf_append(&r->text, delta, dlen);
     inferd_free(delta);
     return may_stop && match_stop(r, old_len);
 }
@@ -138,12 +127,7 @@ static bool is_stop_token(const eng_req *r, int32_t t)
  * reference; free r. */
 static void retire(engine *e, eng_req *r, finish_reason reason)
 {
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        e->live_head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
+    inferd_list_unlink(&e->live, &r->link);
     if (r->sr)
         sched_remove(e->s, r->sr);
     r->sr = NULL;
@@ -165,10 +149,10 @@ void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
     r->times.finished = util_now_s();
     if (reason != FINISH_ERROR)
         flush_detok(r, r->n_gen >= r->sp.min_tokens);
-    size_t n = r->text_len - r->emitted;
-    stream_publish(r->stream, NULL, NULL, 0, r->text + r->emitted, n, &r->times, r->n_gen,
+    size_t n = r->text.len - r->emitted;
+    stream_publish(r->stream, NULL, NULL, 0, inferd_buf_str(&r->text) + r->emitted, n, &r->times, r->n_gen,
                    cached_tokens_of(r), reason, error);
-    r->emitted = r->text_len;
+    r->emitted = r->text.len;
     retire(e, r, reason);
 }
 
@@ -187,12 +171,12 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
     bool stop_tok = may_stop && ((!r->sp.ignore_eos && is_eos(e, token)) || is_stop_token(r, token));
     if (stop_tok)
         fin = FINISH_STOP;
-    size_t old_len = r->text_len;
+    size_t old_len = r->text.len;
     if (r->detok && !stop_tok) {
         char *delta = NULL;
         size_t dlen = 0;
         if (tok_stream_push(r->detok, token, &delta, &dlen) == INFERD_OK && dlen > 0)
-            text_append(r, delta, dlen);
+            inferd_buf_append(&r->text, delta, dlen);
         inferd_free(delta);
     }
     if (fin == FINISH_NONE && may_stop && match_stop(r, old_len))
@@ -204,13 +188,13 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
             fin = FINISH_STOP;
     }
 
-    size_t emit_to = r->text_len;
+    size_t emit_to = r->text.len;
     if (fin == FINISH_NONE && r->sp.n_stop > 0)
         emit_to -= holdback(r);
     if (fin != FINISH_NONE)
         r->times.finished = now;
-    stream_publish(r->stream, &token, lp, 1, r->text + r->emitted, emit_to - r->emitted, &r->times, r->n_gen,
-                   cached_tokens_of(r), fin, NULL);
+    stream_publish(r->stream, &token, lp, 1, inferd_buf_str(&r->text) + r->emitted, emit_to - r->emitted,
+                   &r->times, r->n_gen, cached_tokens_of(r), fin, NULL);
     r->emitted = emit_to;
     if (fin == FINISH_NONE)
         return false;

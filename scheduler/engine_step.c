@@ -7,8 +7,11 @@
  * Reproducible sampling: row i samples with counter = the index of the
  * token being generated within its request, and the request's seed, so the
  * draw does not depend on batch composition, chunking or preemption.
- * Logprobs are computed on the host from the raw logits (log-softmax) before
- * model_sample may overwrite them, only in steps where some row wants them.
+ * Forward and sampling are one model_step, which replays a decode CUDA
+ * graph when the step is decode-only (model/graphs.c), so the sampling
+ * parameters are filled before the forward pass. Logprobs are computed on
+ * the host from the raw logits (log-softmax; sampling leaves the logits
+ * unchanged), only in steps where some row wants them.
  */
 #include <math.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kvcache/kv_layout.h"
 #include "scheduler/engine_internal.h"
 
 /* Fill the batch arrays from the step's items; returns n_logits. */
@@ -36,7 +40,7 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
             int pos = it->start + j;
             e->b_tokens[off] = r->tokens[pos];
             e->b_positions[off] = pos;
-            e->b_slots[off] = (int64_t)r->blocks[pos / bs] * bs + pos % bs;
+            e->b_slots[off] = kv_slot(r->blocks, pos, bs);
         }
         e->b_seq_lens[i] = it->start + it->n_new;
         int32_t *row = e->b_tables + (size_t)i * width;
@@ -158,24 +162,22 @@ void eng_step(engine *e)
     mark_scheduled(&out, util_now_s());
     model_batch b;
     int n_logits = build_batch(e, &out, &b);
-    inferd_status st = model_forward(e->m, &b);
+    bool want_lp = false;
+    inferd_status st;
+    if (n_logits > 0) {
+        fill_sample_params(e, &out, n_logits, &want_lp);
+        st = model_step(e->m, &b, e->b_sparams, e->b_sampled);
+    } else {
+        st = model_forward(e->m, &b);
+    }
     if (st != INFERD_OK) {
         fail_step(e, &out, inferd_last_error());
         return;
     }
-    bool want_lp = false;
-    if (n_logits > 0) {
-        fill_sample_params(e, &out, n_logits, &want_lp);
-        if (want_lp) {
-            if (!e->h_logits)
-                e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
-            model_logits_to_host(e->m, e->h_logits);
-        }
-        st = model_sample(e->m, e->b_sparams, e->b_sampled);
-        if (st != INFERD_OK) {
-            fail_step(e, &out, inferd_last_error());
-            return;
-        }
+    if (want_lp) {
+        if (!e->h_logits)
+            e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
+        model_logits_to_host(e->m, e->h_logits);
     }
     sched_commit(e->s, &out);
     mark_progress(e, &out, util_now_s());

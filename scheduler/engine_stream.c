@@ -8,7 +8,6 @@
  * alive; the engine drops its reference when the request finishes, the
  * consumer with engine_stream_release (which also requests an abort).
  */
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -32,9 +31,6 @@ engine_stream *stream_new(uint64_t id, const engine_request *req)
     s->notify = req->notify;
     s->notify_user = req->notify_user;
     s->prompt_tokens = req->n_prompt;
-    s->text = inferd_malloc(1);
-    s->text[0] = '\0';
-    s->text_cap = 1;
     return s;
 }
 
@@ -44,7 +40,7 @@ static void stream_destroy(engine_stream *s)
     pthread_cond_destroy(&s->cv);
     inferd_free(s->tok);
     inferd_free(s->lp);
-    inferd_free(s->text);
+    inferd_buf_free(&s->text);
     inferd_free(s);
 }
 
@@ -81,15 +77,7 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
         }
         s->n_tok += n_tok;
     }
-    if (text_len > 0) {
-        if (s->text_len + text_len + 1 > s->text_cap) {
-            s->text_cap = (s->text_len + text_len + 1) * 2;
-            s->text = inferd_realloc(s->text, s->text_cap);
-        }
-        memcpy(s->text + s->text_len, text, text_len);
-        s->text_len += text_len;
-        s->text[s->text_len] = '\0';
-    }
+    inferd_buf_append(&s->text, text, text_len);
     if (times)
         s->times = *times;
     s->completion_tokens = completion_tokens;
@@ -111,7 +99,7 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
 /* Under s->mu: is there anything the consumer has not seen? */
 static bool has_news(const engine_stream *s)
 {
-    return s->n_tok > 0 || s->text_len > 0 || (s->finished && !s->finish_delivered);
+    return s->n_tok > 0 || s->text.len > 0 || (s->finished && !s->finish_delivered);
 }
 
 /* Under s->mu: move the pending output into *out. */
@@ -126,12 +114,7 @@ static void take(engine_stream *s, engine_output *out)
     s->tok = NULL;
     s->lp = NULL;
     s->n_tok = s->cap_tok = 0;
-    out->text = s->text;
-    out->text_len = s->text_len;
-    s->text = inferd_malloc(1);
-    s->text[0] = '\0';
-    s->text_len = 0;
-    s->text_cap = 1;
+    out->text = inferd_buf_steal(&s->text, &out->text_len);
     out->finished = s->finished;
     out->finish = s->finished ? s->finish : FINISH_NONE;
     if (s->finished) {
@@ -176,37 +159,19 @@ uint64_t engine_stream_id(const engine_stream *s)
 
 bool engine_stream_poll(engine_stream *s, engine_output *out)
 {
-    pthread_mutex_lock(&s->mu);
-    bool news = has_news(s);
-    if (news)
-        take(s, out);
-    else
-        empty_output(s, out);
-    pthread_mutex_unlock(&s->mu);
-    return news;
+    /* a zero timeout is an already expired deadline: never blocks */
+    return engine_stream_wait(s, out, 0);
 }
 
 bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    if (timeout_ms >= 0) {
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-    }
+    inferd_deadline dl = inferd_deadline_in_ms(timeout_ms);
     pthread_mutex_lock(&s->mu);
     while (!has_news(s)) {
         if (s->finished) /* finished and delivered: nothing will ever come */
             break;
-        if (timeout_ms < 0) {
-            pthread_cond_wait(&s->cv, &s->mu);
-        } else if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) {
+        if (!inferd_deadline_cond_wait(dl, &s->cv, &s->mu))
             break;
-        }
     }
     bool news = has_news(s);
     if (news)

@@ -1,7 +1,270 @@
-/* scheduler/params.c: defaults and names for the engine's public types. */
+/* scheduler/params.c: the sampling-parameter table, its validator, the
+ * "does this request fit" check, and defaults/names for the engine's
+ * public types.
+ *
+ * Every front end (the `inferd generate` flags, prompts-file lines, the
+ * OpenAI adapter) only extracts a value with its type and hands it to
+ * sampling_row_set_number/_text; engine_submit runs sampling_params_validate
+ * over the same rows. The ranges are therefore written once, here, and the
+ * three faces accept and reject exactly the same values (tests/cli/
+ * test_sampling_table.c walks min-1, min, max, max+1 of every row through
+ * all three).
+ *
+ * Numbers arrive as doubles from JSON and as text from the command line.
+ * Integer rows reject non-integral values; the seed row takes the whole
+ * int64 range (the text path parses it exactly, the JSON path is limited to
+ * what a double holds, as for any JSON client) and keeps negative seeds'
+ * two's-complement bits as the uint64 seed, so seed -1 and seed 2^64-1
+ * sample alike.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "scheduler/engine.h"
+
+#define SP_OFF(f) offsetof(sampling_params, f)
+#define I32_MAX 2147483647.0
+#define I64_LO (-9223372036854775808.0) /* -2^63, exact in a double */
+#define I64_HI 9223372036854775808.0    /* 2^63: first value above int64 */
+
+/* One row: flag name, API key, kind, field, [min, max], default, --help
+ * value placeholder, opt flags, open minimum, help. */
+#define ROW(name_, key_, kind_, field_, min_, max_, def_, meta_, flags_, open_, help_)                          \
+    {.opt = {.name = name_, .kind = kind_, .off = SP_OFF(field_), .min = min_, .max = max_, .def = def_,         \
+             .help = help_, .meta = meta_, .flags = flags_},                                                      \
+     .key = key_, .min_open = open_}
+
+static const sampling_row k_rows[] = {
+    ROW("temperature", "temperature", OPT_FLOAT, temperature, 0, 2, 1, "T", 0, false,
+        "sampling temperature; 0 = greedy"),
+    ROW("top-p", "top_p", OPT_FLOAT, top_p, 0, 1, 1, "P", 0, true, "nucleus sampling mass; 1 = off"),
+    ROW("top-k", "top_k", OPT_INT, top_k, -1, I32_MAX, 0, "K", 0, false,
+        "keep the K most likely tokens; <= 0 = off"),
+    ROW("min-p", "min_p", OPT_FLOAT, min_p, 0, 1, 0, "P", 0, false,
+        "drop tokens below min_p times the top probability"),
+    /* max is the largest double below 2^63; text (flags) reaches 2^63-1 exactly */
+    ROW("seed", "seed", OPT_INT64, seed, I64_LO, I64_HI - 1024.0, 0, "S", OPT_F_NO_DEFAULT, false,
+        "sampling seed, any int64 (default: a fresh one per request)"),
+    ROW("max-tokens", "max_tokens", OPT_INT, max_tokens, 1, I32_MAX, 16, "N", 0, false,
+        "tokens to generate at most"),
+    ROW("min-tokens", "min_tokens", OPT_INT, min_tokens, 0, I32_MAX, 0, "N", 0, false,
+        "EOS and stop tokens are ignored before this many (<= max_tokens)"),
+    ROW("stop-token-ids", "stop_token_ids", OPT_CUSTOM, n_stop_token_ids, 0, SAMPLING_MAX_STOP, 0, "LIST", 0,
+        false, "stop when one of these token ids is sampled"),
+    ROW("stop", "stop", OPT_CUSTOM, n_stop, 0, SAMPLING_MAX_STOP, 0, "STRING", 0, false,
+        "stop before this text (1..256 bytes of UTF-8)"),
+    ROW("ignore-eos", "ignore_eos", OPT_BOOL, ignore_eos, 0, 1, 0, NULL, OPT_F_NO_NEGATE, false,
+        "do not stop at the model's EOS ids"),
+    ROW("logprobs", "logprobs", OPT_INT, logprobs, 0, SAMPLING_MAX_LOGPROBS, -1, "N", OPT_F_NO_DEFAULT, false,
+        "log-probability of each token and of its top N alternatives"),
+};
+
+const sampling_row *sampling_rows(size_t *n)
+{
+    *n = INFERD_ARRAY_LEN(k_rows);
+    return k_rows;
+}
+
+static bool name_eq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (*a != *b && !((*a == '_' || *a == '-') && (*b == '_' || *b == '-')))
+            return false;
+    return *a == *b;
+}
+
+const sampling_row *sampling_row_find(const char *name)
+{
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++)
+        if (name_eq(name, k_rows[i].opt.name))
+            return &k_rows[i];
+    return NULL;
+}
+
+static bool is_list(const sampling_row *r)
+{
+    return r->opt.kind == OPT_CUSTOM;
+}
+
+static bool is_integer(const sampling_row *r)
+{
+    return r->opt.kind == OPT_INT || r->opt.kind == OPT_INT64 || is_list(r);
+}
+
+const char *sampling_row_range(const sampling_row *r, char *buf, size_t len)
+{
+    if (r->opt.kind == OPT_INT64)
+        snprintf(buf, len, "[-2^63, 2^63-1]");
+    else if (r->opt.kind == OPT_BOOL)
+        snprintf(buf, len, "true|false");
+    else
+        snprintf(buf, len, "%c%.10g, %.10g]%s", r->min_open ? '(' : '[', r->opt.min, r->opt.max,
+                 is_list(r) ? " entries" : "");
+    return buf;
+}
+
+inferd_status sampling_row_check(const sampling_row *r, double v)
+{
+    bool ok = r->min_open ? v > r->opt.min : v >= r->opt.min;
+    if (r->opt.kind == OPT_INT64)
+        ok = v >= I64_LO && v < I64_HI; /* what a double can say of int64 */
+    else
+        ok = ok && v <= r->opt.max;
+    if (ok && is_integer(r) && v != floor(v))
+        ok = false;
+    if (ok)
+        return INFERD_OK;
+    char range[64];
+    sampling_row_range(r, range, sizeof range);
+    if (is_list(r))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' has %.0f entries; at most %.0f are allowed", r->key,
+                                v, r->opt.max);
+    return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be %s in %s, got %.17g", r->key,
+                            is_integer(r) ? "an integer" : "a number", range, v);
+}
+
+/* Store v (already checked) into the row's field. */
+static void store(const sampling_row *r, sampling_params *sp, double v, int64_t exact)
+{
+    char *f = (char *)sp + r->opt.off;
+    switch (r->opt.kind) {
+    case OPT_FLOAT: *(float *)f = (float)v; break;
+    case OPT_INT: *(int32_t *)f = (int32_t)v; break;
+    case OPT_BOOL: *(bool *)f = v != 0; break;
+    case OPT_INT64:
+        *(uint64_t *)f = (uint64_t)exact; /* negatives keep their bits */
+        sp->has_seed = true;
+        break;
+    default: break;
+    }
+}
+
+inferd_status sampling_row_set_number(const sampling_row *r, sampling_params *sp, double v)
+{
+    if (is_list(r))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' is a list", r->key);
+    if (r->opt.kind == OPT_BOOL && v != 0 && v != 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be true or false", r->key);
+    inferd_status st = r->opt.kind == OPT_BOOL ? INFERD_OK : sampling_row_check(r, v);
+    if (st == INFERD_OK)
+        store(r, sp, v, r->opt.kind == OPT_INT64 ? (int64_t)v : 0);
+    return st;
+}
+
+inferd_status sampling_row_set_text(const sampling_row *r, sampling_params *sp, const char *text)
+{
+    long long x;
+    double d;
+    if (r->opt.kind == OPT_INT64) {
+        if (!util_parse_int(text, INT64_MIN, INT64_MAX, &x))
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be an integer in [-2^63, 2^63-1], got '%s'",
+                                    r->key, text);
+        store(r, sp, 0, (int64_t)x);
+        return INFERD_OK;
+    }
+    if (is_integer(r) && !is_list(r)) {
+        if (!util_parse_int(text, INT64_MIN, INT64_MAX, &x)) {
+            char range[64];
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be an integer in %s, got '%s'", r->key,
+                                    sampling_row_range(r, range, sizeof range), text);
+        }
+        return sampling_row_set_number(r, sp, (double)x);
+    }
+    if (r->opt.kind == OPT_FLOAT) {
+        if (!util_parse_double(text, &d) || !isfinite(d))
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be a number, got '%s'", r->key, text);
+        return sampling_row_set_number(r, sp, d);
+    }
+    if (r->opt.kind == OPT_BOOL) {
+        bool t = strcmp(text, "true") == 0 || strcmp(text, "1") == 0;
+        if (!t && strcmp(text, "false") != 0 && strcmp(text, "0") != 0)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be true or false, got '%s'", r->key, text);
+        return sampling_row_set_number(r, sp, t);
+    }
+    return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' is a list", r->key);
+}
+
+/* The field of row r in sp as a double (lists: the count). */
+static double field_value(const sampling_row *r, const sampling_params *sp)
+{
+    const char *f = (const char *)sp + r->opt.off;
+    switch (r->opt.kind) {
+    case OPT_FLOAT: return *(const float *)f;
+    case OPT_BOOL: return *(const bool *)f;
+    case OPT_CUSTOM:
+    case OPT_INT: return *(const int32_t *)f; /* int and int32_t counts alike */
+    default: return 0;
+    }
+}
+
+static inferd_status fail_param(inferd_status st, const sampling_row *r, const char **param)
+{
+    if (param)
+        *param = r->key;
+    return st;
+}
+
+/* stop_token_ids and stop: each entry. */
+static inferd_status check_lists(const sampling_params *sp, int vocab_size, const char **param)
+{
+    const sampling_row *ids = sampling_row_find("stop_token_ids"), *stop = sampling_row_find("stop");
+    for (int i = 0; i < sp->n_stop_token_ids; i++)
+        if (sp->stop_token_ids[i] < 0 || (vocab_size > 0 && sp->stop_token_ids[i] >= vocab_size))
+            return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                               "'stop_token_ids'[%d]: token id %d is outside the vocabulary "
+                                               "[0, %d)",
+                                               i, sp->stop_token_ids[i], vocab_size),
+                              ids, param);
+    for (int i = 0; i < sp->n_stop; i++) {
+        size_t n = sp->stop[i] ? strlen(sp->stop[i]) : 0;
+        if (n == 0 || n > SAMPLING_MAX_STOP_LEN)
+            return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                               "'stop'[%d] must have 1 to %d bytes (has %zu)", i,
+                                               SAMPLING_MAX_STOP_LEN, n),
+                              stop, param);
+        if (!util_utf8_valid(sp->stop[i], n))
+            return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG, "'stop'[%d] is not valid UTF-8", i),
+                              stop, param);
+    }
+    return INFERD_OK;
+}
+
+inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size, const char **param)
+{
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++) {
+        const sampling_row *r = &k_rows[i];
+        if (r->opt.kind == OPT_INT64 || r->opt.kind == OPT_BOOL)
+            continue; /* every value of the type is valid */
+        double v = field_value(r, sp);
+        if (r->opt.off == SP_OFF(logprobs) && v == -1)
+            continue; /* -1 = off */
+        if (!isfinite(v) && r->opt.kind == OPT_FLOAT)
+            return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be a finite number", r->key), r,
+                              param);
+        inferd_status st = sampling_row_check(r, v);
+        if (st != INFERD_OK)
+            return fail_param(st, r, param);
+    }
+    if (sp->min_tokens > sp->max_tokens)
+        return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                           "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", sp->min_tokens,
+                                           sp->max_tokens),
+                          sampling_row_find("min_tokens"), param);
+    return check_lists(sp, vocab_size, param);
+}
+
+void sampling_params_default(sampling_params *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++)
+        if (k_rows[i].opt.kind != OPT_INT64 && !is_list(&k_rows[i]))
+            store(&k_rows[i], sp, k_rows[i].opt.def, 0);
+}
+
+/* ---- names ------------------------------------------------------------------ */
 
 const char *finish_reason_str(finish_reason r)
 {
@@ -15,23 +278,3 @@ const char *finish_reason_str(finish_reason r)
     return "none";
 }
 
-void sampling_params_default(sampling_params *sp)
-{
-    memset(sp, 0, sizeof *sp);
-    sp->temperature = 1.0f;
-    sp->top_p = 1.0f;
-    sp->top_k = 0;
-    sp->min_p = 0.0f;
-    sp->max_tokens = 16;
-    sp->logprobs = -1;
-}
-
-void engine_opts_default(engine_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->max_num_seqs = 64;
-    o->max_num_batched_tokens = 2048;
-    o->enable_prefix_caching = true;
-    o->max_queued_requests = 1024;
-    o->max_model_len = 0;
-}

@@ -1,7 +1,7 @@
 /* scheduler/sched.c: request queues, the per-step token budget, block
  * reservation with preemption, prefix-cache admission (see sched.h).
  *
- * Both queues are intrusive doubly-linked lists through sched_req.prev/next:
+ * Both queues are intrusive lists (common/list.h) through sched_req.link:
  * `running` in admission order (the tail is the preemption victim), `waiting`
  * FCFS with preempted requests pushed back at the front. A step never
  * allocates memory: the item array is sized for max_num_seqs at init.
@@ -15,16 +15,13 @@
 #include "common/check.h"
 #include "common/util.h"
 
-typedef struct {
-    sched_req *head, *tail;
-    int n;
-} req_list;
+#define REQ_OF(node) INFERD_LIST_ENTRY(node, sched_req, link)
 
 struct sched {
     sched_opts o;
     kv_pool *pool;
     int block_size;
-    req_list running, waiting;
+    inferd_list running, waiting; /* of sched_req, through link */
     sched_item *items; /* [max_num_seqs] */
     sched_stats st;
 };
@@ -38,46 +35,6 @@ const char *req_state_str(req_state s)
     case REQ_STATE_FINISHED: return "finished";
     }
     return "?";
-}
-
-/* --- lists ---------------------------------------------------------------- */
-
-static void list_push_back(req_list *l, sched_req *r)
-{
-    r->prev = l->tail;
-    r->next = NULL;
-    if (l->tail)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
-    l->n++;
-}
-
-static void list_push_front(req_list *l, sched_req *r)
-{
-    r->prev = NULL;
-    r->next = l->head;
-    if (l->head)
-        l->head->prev = r;
-    else
-        l->tail = r;
-    l->head = r;
-    l->n++;
-}
-
-static void list_remove(req_list *l, sched_req *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        l->head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        l->tail = r->prev;
-    r->prev = r->next = NULL;
-    l->n--;
 }
 
 /* --- lifecycle ------------------------------------------------------------ */
@@ -95,6 +52,8 @@ inferd_status sched_init(const sched_opts *o, kv_pool *pool, sched **out)
     s->pool = pool;
     s->block_size = kv_pool_block_size(pool);
     s->items = inferd_calloc((size_t)o->max_num_seqs, sizeof *s->items);
+    inferd_list_init(&s->running);
+    inferd_list_init(&s->waiting);
     *out = s;
     return INFERD_OK;
 }
@@ -111,12 +70,39 @@ void sched_free(sched *s)
 {
     if (!s)
         return;
-    while (s->running.head)
-        sched_remove(s, s->running.head);
-    while (s->waiting.head)
-        sched_remove(s, s->waiting.head);
+    while (!inferd_list_empty(&s->running))
+        sched_remove(s, REQ_OF(inferd_list_first(&s->running)));
+    while (!inferd_list_empty(&s->waiting))
+        sched_remove(s, REQ_OF(inferd_list_first(&s->waiting)));
     inferd_free(s->items);
     inferd_free(s);
+}
+
+/* ---- does a request fit ---------------------------------------------------- */
+
+int64_t sched_fit_room(const sched_fit_limits *l, int64_t n_prompt)
+{
+    /* the last sampled token is never fed back, so it needs no KV slot */
+    int64_t kv_tokens = (int64_t)l->kv_blocks * l->block_size + 1;
+    return INFERD_MIN((int64_t)l->max_model_len, kv_tokens) - n_prompt;
+}
+
+inferd_status sched_fit_check(const sched_fit_limits *l, int64_t n_prompt, int64_t max_tokens)
+{
+    int64_t total = n_prompt + max_tokens;
+    if (total > l->max_model_len)
+        return inferd_set_error(INFERD_ERR_TOO_LONG,
+                                "prompt (%lld tokens) + max_tokens (%lld) = %lld tokens exceeds the maximum model "
+                                "length of %d tokens",
+                                (long long)n_prompt, (long long)max_tokens, (long long)total, l->max_model_len);
+    int64_t need = INFERD_CEIL_DIV(total - 1, (int64_t)l->block_size);
+    if (need > l->kv_blocks)
+        return inferd_set_error(INFERD_ERR_TOO_LONG,
+                                "prompt (%lld tokens) + max_tokens (%lld) needs %lld KV blocks of %d tokens, but "
+                                "the whole KV cache holds %d blocks (%lld tokens)",
+                                (long long)n_prompt, (long long)max_tokens, (long long)need, l->block_size,
+                                l->kv_blocks, (long long)l->kv_blocks * l->block_size);
+    return INFERD_OK;
 }
 
 inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prompt, int max_tokens,
@@ -127,21 +113,11 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "prompt is empty");
     if (max_tokens < 1)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "max_tokens must be >= 1 (got %d)", max_tokens);
-    int64_t cap = (int64_t)n_prompt + max_tokens;
-    if (cap > s->o.max_model_len)
-        return inferd_set_error(INFERD_ERR_TOO_LONG,
-                                "prompt (%d tokens) + max_tokens (%d) = %lld tokens exceeds the "
-                                "maximum model length of %d tokens",
-                                n_prompt, max_tokens, (long long)cap, s->o.max_model_len);
-    /* The last sampled token never needs KV: cap - 1 tokens at most. */
-    int64_t need = INFERD_CEIL_DIV(cap - 1, (int64_t)s->block_size);
-    int usable = kv_pool_num_usable(s->pool);
-    if (need > usable)
-        return inferd_set_error(INFERD_ERR_TOO_LONG,
-                                "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks of %d "
-                                "tokens, but the whole KV cache holds %d blocks (%lld tokens)",
-                                n_prompt, max_tokens, (long long)need, s->block_size, usable,
-                                (long long)usable * s->block_size);
+    sched_fit_limits lim = {s->o.max_model_len, s->block_size, kv_pool_num_usable(s->pool)};
+    inferd_status st = sched_fit_check(&lim, n_prompt, max_tokens);
+    if (st != INFERD_OK)
+        return st;
+    int64_t cap = (int64_t)n_prompt + max_tokens; /* fits: <= max_model_len */
     sched_req *r = inferd_calloc(1, sizeof *r);
     r->id = id;
     r->state = REQ_STATE_WAITING;
@@ -153,7 +129,7 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
     r->blocks = inferd_malloc((size_t)r->max_blocks * sizeof *r->blocks);
     r->hashes = inferd_malloc((size_t)r->max_blocks * sizeof *r->hashes);
     r->user = user;
-    list_push_back(&s->waiting, r);
+    inferd_list_push_back(&s->waiting, &r->link);
     *out = r;
     return INFERD_OK;
 }
@@ -189,12 +165,12 @@ static bool reserve(sched *s, sched_req *r, int n_tokens)
 static void preempt(sched *s, sched_req *r)
 {
     INFERD_CHECK(r->state == REQ_STATE_RUNNING);
-    list_remove(&s->running, r);
+    inferd_list_unlink(&s->running, &r->link);
     release_blocks(s, r);
     r->state = REQ_STATE_PREEMPTED;
     r->n_preemptions++;
     s->st.preemptions++;
-    list_push_front(&s->waiting, r);
+    inferd_list_push_front(&s->waiting, &r->link);
 }
 
 /* --- step ----------------------------------------------------------------- */
@@ -215,16 +191,16 @@ static void add_item(sched *s, sched_output *out, sched_req *r, int n_new)
  * is dry. Returns the remaining budget. */
 static int schedule_running(sched *s, sched_output *out, int budget)
 {
-    sched_req *r = s->running.head;
+    sched_req *r = REQ_OF(inferd_list_first(&s->running));
     while (r && budget > 0) {
         int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
         if (n_new <= 0) {
-            r = r->next;
+            r = REQ_OF(inferd_list_next(&s->running, &r->link));
             continue;
         }
         bool self_preempted = false;
         while (!reserve(s, r, r->n_computed + n_new)) {
-            sched_req *victim = s->running.tail;
+            sched_req *victim = REQ_OF(inferd_list_last(&s->running));
             preempt(s, victim);
             out->n_preempted++;
             if (victim == r) {
@@ -236,7 +212,8 @@ static int schedule_running(sched *s, sched_output *out, int budget)
             break;
         add_item(s, out, r, n_new);
         budget -= n_new;
-        r = r->next; /* re-read: a later request may have been preempted */
+        /* re-read: a later request may have been preempted */
+        r = REQ_OF(inferd_list_next(&s->running, &r->link));
     }
     return budget;
 }
@@ -257,8 +234,9 @@ static void admit_prefix(sched *s, sched_req *r)
 /* Waiting requests FCFS while budget, sequences and blocks last. */
 static void schedule_waiting(sched *s, sched_output *out, int budget)
 {
-    while (s->waiting.head && budget > 0 && s->running.n < s->o.max_num_seqs) {
-        sched_req *r = s->waiting.head;
+    while (!inferd_list_empty(&s->waiting) && budget > 0 &&
+           inferd_list_len(&s->running) < (size_t)s->o.max_num_seqs) {
+        sched_req *r = REQ_OF(inferd_list_first(&s->waiting));
         admit_prefix(s, r);
         int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
         if (!reserve(s, r, r->n_computed + n_new)) {
@@ -273,9 +251,9 @@ static void schedule_waiting(sched *s, sched_output *out, int budget)
             r->cached_tokens = r->n_computed;
             r->admitted_once = true;
         }
-        list_remove(&s->waiting, r);
+        inferd_list_unlink(&s->waiting, &r->link);
         r->state = REQ_STATE_RUNNING;
-        list_push_back(&s->running, r);
+        inferd_list_push_back(&s->running, &r->link);
         out->n_admitted++;
         add_item(s, out, r, n_new);
         budget -= n_new;
@@ -337,9 +315,9 @@ void sched_append_token(sched *s, sched_req *r, int32_t token)
 void sched_remove(sched *s, sched_req *r)
 {
     if (r->state == REQ_STATE_RUNNING)
-        list_remove(&s->running, r);
+        inferd_list_unlink(&s->running, &r->link);
     else if (r->state == REQ_STATE_WAITING || r->state == REQ_STATE_PREEMPTED)
-        list_remove(&s->waiting, r);
+        inferd_list_unlink(&s->waiting, &r->link);
     release_blocks(s, r);
     r->state = REQ_STATE_FINISHED;
     req_destroy(r);
@@ -347,23 +325,31 @@ void sched_remove(sched *s, sched_req *r)
 
 bool sched_has_work(const sched *s)
 {
-    return s->running.n > 0 || s->waiting.n > 0;
+    return !inferd_list_empty(&s->running) || !inferd_list_empty(&s->waiting);
 }
 
 void sched_get_stats(const sched *s, sched_stats *st)
 {
     *st = s->st;
-    st->running = s->running.n;
-    st->waiting = s->waiting.n;
+    st->running = (int)inferd_list_len(&s->running);
+    st->waiting = (int)inferd_list_len(&s->waiting);
 }
 
 sched_req *sched_running_head(const sched *s)
 {
-    return s->running.head;
+    return REQ_OF(inferd_list_first(&s->running));
 }
 sched_req *sched_waiting_head(const sched *s)
 {
-    return s->waiting.head;
+    return REQ_OF(inferd_list_first(&s->waiting));
+}
+sched_req *sched_req_next(const sched *s, const sched_req *r)
+{
+    if (r->state == REQ_STATE_RUNNING)
+        return REQ_OF(inferd_list_next(&s->running, &r->link));
+    if (r->state == REQ_STATE_WAITING || r->state == REQ_STATE_PREEMPTED)
+        return REQ_OF(inferd_list_next(&s->waiting, &r->link));
+    return NULL;
 }
 
 /* --- invariants ----------------------------------------------------------- */
@@ -375,16 +361,12 @@ sched_req *sched_waiting_head(const sched *s)
         goto fail;                                                                                           \
     } while (0)
 
-static bool check_list(const req_list *l, bool running, int block_size, int32_t *refs, int n_blocks,
+static bool check_list(const inferd_list *l, bool running, int block_size, int32_t *refs, int n_blocks,
                        char *msg, size_t msg_len)
 {
-    int n = 0;
-    const sched_req *prev = NULL;
-    for (const sched_req *r = l->head; r; r = r->next) {
-        if (++n > l->n)
-            FAIL("%s list longer than its count %d", running ? "running" : "waiting", l->n);
-        if (r->prev != prev)
-            FAIL("request %llu: broken prev link", (unsigned long long)r->id);
+    if (!inferd_list_check(l))
+        FAIL("%s list: broken links or count %zu", running ? "running" : "waiting", inferd_list_len(l));
+    for (const sched_req *r = REQ_OF(inferd_list_first(l)); r; r = REQ_OF(inferd_list_next(l, &r->link))) {
         bool ok_state = running ? r->state == REQ_STATE_RUNNING
                                 : (r->state == REQ_STATE_WAITING || r->state == REQ_STATE_PREEMPTED);
         if (!ok_state)
@@ -405,10 +387,7 @@ static bool check_list(const req_list *l, bool running, int block_size, int32_t 
                 FAIL("request %llu: block table entry %d = %d", (unsigned long long)r->id, i, r->blocks[i]);
             refs[r->blocks[i]]++;
         }
-        prev = r;
     }
-    if (n != l->n || prev != l->tail)
-        FAIL("%s list: %d linked, count %d", running ? "running" : "waiting", n, l->n);
     return true;
 fail:
     return false;
@@ -420,8 +399,8 @@ bool sched_check(const sched *s, char *msg, size_t msg_len)
     int32_t *refs = inferd_calloc((size_t)n_blocks, sizeof *refs);
     if (!kv_pool_check(s->pool, msg, msg_len))
         goto fail;
-    if (s->running.n > s->o.max_num_seqs)
-        FAIL("%d running requests, max_num_seqs %d", s->running.n, s->o.max_num_seqs);
+    if (inferd_list_len(&s->running) > (size_t)s->o.max_num_seqs)
+        FAIL("%zu running requests, max_num_seqs %d", inferd_list_len(&s->running), s->o.max_num_seqs);
     if (!check_list(&s->running, true, s->block_size, refs, n_blocks, msg, msg_len) ||
         !check_list(&s->waiting, false, s->block_size, refs, n_blocks, msg, msg_len))
         goto fail;

@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/list.h"
 #include "common/status.h"
 #include "kvcache/kv_pool.h"
 
@@ -64,8 +65,8 @@ typedef struct sched_req {
     int cached_tokens;   /* prompt tokens served from the cache at first admission */
     int n_preemptions;
     bool admitted_once;
-    void *user;                    /* the engine's per-request record */
-    struct sched_req *prev, *next; /* queue links (waiting or running) */
+    void *user;            /* the engine's per-request record */
+    inferd_list_node link; /* queue link (waiting or running) */
 } sched_req;
 
 /* One scheduled request of a step: tokens [start, start + n_new) of
@@ -132,13 +133,33 @@ void sched_remove(sched *s, sched_req *r);
 
 bool sched_has_work(const sched *s);
 void sched_get_stats(const sched *s, sched_stats *st);
-/* Requests in queue order, for iteration (NULL-terminated via ->next). */
+/* The first request of each queue (NULL when empty); sched_req_next gives
+ * the one after r in r's queue (NULL at the end). */
 sched_req *sched_running_head(const sched *s);
 sched_req *sched_waiting_head(const sched *s);
+sched_req *sched_req_next(const sched *s, const sched_req *r);
 
 /* Check scheduler + pool invariants: queue links and counts, states, every
  * block table consistent with n_computed, the pool's reference counts equal
  * to the number of block-table entries naming each block. */
 bool sched_check(const sched *s, char *msg, size_t msg_len);
+
+/* ---- does a request fit -------------------------------------------------- */
+
+/* What bounds one request's length: prompt + max_tokens must fit the model
+ * length and, minus the last sampled token (which needs no KV), the whole
+ * KV cache. */
+typedef struct {
+    int max_model_len;
+    int block_size; /* KV block size in tokens */
+    int kv_blocks;  /* usable blocks of the whole KV cache */
+} sched_fit_limits;
+
+/* The most tokens a request may generate after n_prompt prompt tokens
+ * (<= 0: the prompt alone leaves no room). */
+int64_t sched_fit_room(const sched_fit_limits *l, int64_t n_prompt);
+/* INFERD_OK when n_prompt + max_tokens fits; TOO_LONG otherwise, the message
+ * names both numbers and the limit hit (model length or KV blocks). */
+inferd_status sched_fit_check(const sched_fit_limits *l, int64_t n_prompt, int64_t max_tokens);
 
 #endif

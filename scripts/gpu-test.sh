@@ -19,7 +19,8 @@
 #    folder carried from another checkout path cannot be reused by CMake; it
 #    is left alone and build-gpu-test is configured instead.
 # 3. ctest -L gpu --output-on-failure (tests skip with 77 without a device).
-# 4. compute-sanitizer --tool memcheck on the kernel test binary
+# 4. compute-sanitizer --tool memcheck on the kernel test binary, the
+#    stories260K GPU test and the decode-graph test (graph replays included)
 #    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
 #    GPU_TEST_RACECHECK=1 adds a racecheck pass.
 # 5. The kernel test's per-op table, then a summary table (rows start with
@@ -158,7 +159,7 @@ if [[ $SANITIZE -eq 1 ]]; then
             # RC: first failure wins; a binary that skips (77: no fixtures)
             # does not turn the others' result into a skip.
             RC=77
-            for bin in "$KTEST" "$BUILD/tests/model/test_stories_gpu"; do
+            for bin in "$KTEST" "$BUILD/tests/model/test_stories_gpu" "$BUILD/tests/model/test_graphs_gpu"; do
                 [[ -x $bin ]] || continue
                 rc=0
                 INFERD_TEST_QUICK=1 "$CS" --tool "$tool" --report-api-errors no --error-exitcode 99 "$bin" \

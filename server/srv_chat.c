@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/util.h"
 #include "server/srv_util.h"
 
@@ -77,11 +78,11 @@ const char *srv_chat_end_marker(srv_chat_family f)
 }
 
 /* Append s stripped of leading/trailing whitespace (Python str.strip). */
-static void put_stripped(srv_buf *b, const char *s)
+static void put_stripped(inferd_buf *b, const char *s)
 {
     size_t a, n;
     srv_strip(s, strlen(s), &a, &n);
-    srv_buf_append(b, s + a, n);
+    inferd_buf_append(b, s + a, n);
 }
 
 /* Check user/assistant alternation starting with user and ending on user;
@@ -108,55 +109,55 @@ static bool check_alternation(const srv_chat_msg *m, int n, int first, srv_error
     return true;
 }
 
-static bool render_llama2(const srv_chat_msg *m, int n, const char *bos, const char *eos, srv_buf *b,
+static bool render_llama2(const srv_chat_msg *m, int n, const char *bos, const char *eos, inferd_buf *b,
                           srv_error *err)
 {
     int first = n > 0 && m[0].role == SRV_ROLE_SYSTEM ? 1 : 0;
     if (!check_alternation(m, n, first, err))
         return false;
     for (int i = first; i < n; i++) {
-        srv_buf content = {0};
+        inferd_buf content = {0};
         if (i == first && first == 1) {
-            srv_buf_puts(&content, "<<SYS>>\n");
-            srv_buf_puts(&content, m[0].content);
-            srv_buf_puts(&content, "\n<</SYS>>\n\n");
+            inferd_buf_append_str(&content, "<<SYS>>\n");
+            inferd_buf_append_str(&content, m[0].content);
+            inferd_buf_append_str(&content, "\n<</SYS>>\n\n");
         }
-        srv_buf_puts(&content, m[i].content);
+        inferd_buf_append_str(&content, m[i].content);
         if (m[i].role == SRV_ROLE_USER) {
-            srv_buf_puts(b, bos);
-            srv_buf_puts(b, "[INST] ");
+            inferd_buf_append_str(b, bos);
+            inferd_buf_append_str(b, "[INST] ");
             put_stripped(b, content.data);
-            srv_buf_puts(b, " [/INST]");
+            inferd_buf_append_str(b, " [/INST]");
         } else {
-            srv_buf_puts(b, " ");
+            inferd_buf_append_str(b, " ");
             put_stripped(b, content.data);
-            srv_buf_puts(b, " ");
-            srv_buf_puts(b, eos);
+            inferd_buf_append_str(b, " ");
+            inferd_buf_append_str(b, eos);
         }
-        srv_buf_free(&content);
+        inferd_buf_free(&content);
     }
     return true;
 }
 
-static bool render_mistral(const srv_chat_msg *m, int n, const char *bos, const char *eos, srv_buf *b,
+static bool render_mistral(const srv_chat_msg *m, int n, const char *bos, const char *eos, inferd_buf *b,
                            srv_error *err)
 {
     int first = n > 0 && m[0].role == SRV_ROLE_SYSTEM ? 1 : 0;
     if (!check_alternation(m, n, first, err))
         return false;
-    srv_buf_puts(b, bos);
+    inferd_buf_append_str(b, bos);
     for (int i = first; i < n; i++) {
         if (m[i].role == SRV_ROLE_USER) {
-            srv_buf_puts(b, "[INST] ");
+            inferd_buf_append_str(b, "[INST] ");
             if (i == first && first == 1) {
-                srv_buf_puts(b, m[0].content);
-                srv_buf_puts(b, "\n\n");
+                inferd_buf_append_str(b, m[0].content);
+                inferd_buf_append_str(b, "\n\n");
             }
-            srv_buf_puts(b, m[i].content);
-            srv_buf_puts(b, " [/INST]");
+            inferd_buf_append_str(b, m[i].content);
+            inferd_buf_append_str(b, " [/INST]");
         } else {
-            srv_buf_puts(b, m[i].content);
-            srv_buf_puts(b, eos);
+            inferd_buf_append_str(b, m[i].content);
+            inferd_buf_append_str(b, eos);
         }
     }
     return true;
@@ -170,55 +171,55 @@ static bool has_user(const srv_chat_msg *m, int n, srv_error *err)
     return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages must contain at least one user message");
 }
 
-static void llama3_turn(srv_buf *b, const char *role, const char *content)
+static void llama3_turn(inferd_buf *b, const char *role, const char *content)
 {
-    srv_buf_puts(b, "<|start_header_id|>");
-    srv_buf_puts(b, role);
-    srv_buf_puts(b, "<|end_header_id|>\n\n");
+    inferd_buf_append_str(b, "<|start_header_id|>");
+    inferd_buf_append_str(b, role);
+    inferd_buf_append_str(b, "<|end_header_id|>\n\n");
     put_stripped(b, content);
-    srv_buf_puts(b, "<|eot_id|>");
+    inferd_buf_append_str(b, "<|eot_id|>");
 }
 
-static bool render_llama3(const srv_chat_msg *m, int n, const char *bos, bool v31, srv_buf *b, srv_error *err)
+static bool render_llama3(const srv_chat_msg *m, int n, const char *bos, bool v31, inferd_buf *b, srv_error *err)
 {
     if (!has_user(m, n, err))
         return false;
-    srv_buf_puts(b, bos);
+    inferd_buf_append_str(b, bos);
     int start = 0;
     if (v31) {
-        srv_buf_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n"
+        inferd_buf_append_str(b, "<|start_header_id|>system<|end_header_id|>\n\n"
                         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
         if (n > 0 && m[0].role == SRV_ROLE_SYSTEM) {
             put_stripped(b, m[0].content);
             start = 1;
         }
-        srv_buf_puts(b, "<|eot_id|>");
+        inferd_buf_append_str(b, "<|eot_id|>");
     }
     for (int i = start; i < n; i++)
         llama3_turn(b, k_role_names[m[i].role], m[i].content);
-    srv_buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    inferd_buf_append_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return true;
 }
 
-static bool render_chatml(const srv_chat_msg *m, int n, srv_buf *b, srv_error *err)
+static bool render_chatml(const srv_chat_msg *m, int n, inferd_buf *b, srv_error *err)
 {
     if (!has_user(m, n, err))
         return false;
     for (int i = 0; i < n; i++) {
-        srv_buf_puts(b, "<|im_start|>");
-        srv_buf_puts(b, k_role_names[m[i].role]);
-        srv_buf_puts(b, "\n");
-        srv_buf_puts(b, m[i].content);
-        srv_buf_puts(b, "<|im_end|>\n");
+        inferd_buf_append_str(b, "<|im_start|>");
+        inferd_buf_append_str(b, k_role_names[m[i].role]);
+        inferd_buf_append_str(b, "\n");
+        inferd_buf_append_str(b, m[i].content);
+        inferd_buf_append_str(b, "<|im_end|>\n");
     }
-    srv_buf_puts(b, "<|im_start|>assistant\n");
+    inferd_buf_append_str(b, "<|im_start|>assistant\n");
     return true;
 }
 
 bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, const char *bos,
                      const char *eos, char **out, srv_error *err)
 {
-    srv_buf b = {0};
+    inferd_buf b = {0};
     bool ok;
     bos = bos ? bos : "";
     eos = eos ? eos : "";
@@ -235,9 +236,9 @@ bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, co
         break;
     }
     if (!ok) {
-        srv_buf_free(&b);
+        inferd_buf_free(&b);
         return false;
     }
-    *out = srv_buf_take(&b);
+    *out = inferd_buf_steal(&b, NULL);
     return true;
 }

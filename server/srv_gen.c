@@ -6,7 +6,8 @@
  * itself) and encoded without the post-processor; special-token text is
  * parsed in both. Token-id prompts go to the engine unchanged.
  *
- * Length policy: prompt + max_tokens must fit the model length; when
+ * Length policy: prompt + max_tokens must pass the engine's fit check
+ * (sched_fit_check: model length and KV capacity); when
  * max_tokens is not given, completions default to 16 (OpenAI's default) and
  * chat to whatever room the context has left (vLLM's default), both capped
  * by that room.
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_util.h"
@@ -33,7 +35,7 @@ struct srv_gen {
     srv_resp_meta meta;
     double t_recv;
     /* accumulated output */
-    srv_buf text;
+    inferd_buf text;
     cJSON *logprobs; /* non-stream: whole request */
     size_t text_offset;
     int prompt_tokens, completion_tokens, cached_tokens;
@@ -44,7 +46,7 @@ struct srv_gen {
     srv_error fail; /* kind != NONE when finished with an error */
     srv_timings timings;
     /* streaming */
-    srv_buf sse;
+    inferd_buf sse;
     bool sse_done;
 };
 
@@ -93,25 +95,30 @@ static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
     return true;
 }
 
-/* Fill sp.max_tokens; 400 naming both numbers when it cannot fit. */
+/* Fill sp.max_tokens; 400 naming both numbers when it cannot fit. The
+ * decision is the engine's fit check (model length and KV capacity), the
+ * wording OpenAI's; the "maximum context length" reported is the effective
+ * one (the KV cache may hold less than max_model_len). */
 static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
 {
     srv_request *r = &g->req;
-    int max_len = g->s->max_model_len;
+    sched_fit_limits lim;
+    engine_get_fit_limits(g->s->eng, &lim);
+    int64_t room = sched_fit_room(&lim, n_prompt);
+    long long max_len = (long long)n_prompt + room;
     const char *pname = r->api == SRV_API_CHAT ? "messages" : "prompt";
     const char *mname = r->api == SRV_API_CHAT ? "max_completion_tokens" : "max_tokens";
-    if (n_prompt >= max_len)
+    if (room < 1)
         return srv_error_set(err, SRV_ERR_CONTEXT_LENGTH, pname,
-                             "This model's maximum context length is %d tokens, but the prompt has %d tokens "
+                             "This model's maximum context length is %lld tokens, but the prompt has %d tokens "
                              "(no room left for the completion). Please shorten the prompt.",
                              max_len, n_prompt);
-    int room = max_len - n_prompt;
     if (r->max_tokens == 0) {
-        r->sp.max_tokens = r->api == SRV_API_COMPLETIONS ? INFERD_MIN(16, room) : room;
-    } else if (r->max_tokens > room) {
+        r->sp.max_tokens = (int32_t)(r->api == SRV_API_COMPLETIONS ? INFERD_MIN(16, room) : room);
+    } else if (sched_fit_check(&lim, n_prompt, r->max_tokens) != INFERD_OK) {
         return srv_error_set(
             err, SRV_ERR_CONTEXT_LENGTH, mname,
-            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+            "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
             "(%d in the prompt, %lld in the completion). Please reduce the prompt or %s.",
             max_len, (long long)(n_prompt + r->max_tokens), n_prompt, (long long)r->max_tokens, mname);
     } else {
@@ -145,9 +152,9 @@ static void add_chat_stop(srv_gen *g)
 
 static void sse_event(srv_gen *g, char *json)
 {
-    srv_buf_puts(&g->sse, "data: ");
-    srv_buf_puts(&g->sse, json);
-    srv_buf_puts(&g->sse, "\n\n");
+    inferd_buf_append_str(&g->sse, "data: ");
+    inferd_buf_append_str(&g->sse, json);
+    inferd_buf_append_str(&g->sse, "\n\n");
     inferd_free(json);
 }
 
@@ -288,7 +295,7 @@ static void stream_finish(srv_gen *g)
         if (g->req.include_usage)
             sse_event(g, srv_chunk_usage(api, &g->meta, &u, &g->timings));
     }
-    srv_buf_puts(&g->sse, "data: [DONE]\n\n");
+    inferd_buf_append_str(&g->sse, "data: [DONE]\n\n");
 }
 
 static void observe_itl(srv_gen *g, const engine_output *o)
@@ -328,7 +335,7 @@ static void consume(srv_gen *g, const engine_output *o)
         else
             cJSON_Delete(lp);
     } else if (o->text_len > 0) {
-        srv_buf_append(&g->text, o->text, o->text_len);
+        inferd_buf_append(&g->text, o->text, o->text_len);
     }
     if (!o->finished)
         return;
@@ -370,7 +377,7 @@ size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
     size_t n = INFERD_MIN(max, g->sse.len);
     if (n)
         memcpy(buf, g->sse.data, n);
-    srv_buf_consume(&g->sse, n);
+    inferd_buf_consume(&g->sse, n);
     *done = g->finished && g->sse.len == 0;
     return n;
 }
@@ -390,8 +397,8 @@ void srv_gen_free(srv_gen *g)
     if (g->stream)
         engine_stream_release(g->stream);
     srv_request_free(&g->req);
-    srv_buf_free(&g->text);
-    srv_buf_free(&g->sse);
+    inferd_buf_free(&g->text);
+    inferd_buf_free(&g->sse);
     cJSON_Delete(g->logprobs);
     inferd_free(g);
 }

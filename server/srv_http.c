@@ -45,6 +45,8 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_gen.h"
@@ -101,7 +103,7 @@ struct srv_conn {
     char method[16];
     char path[128];
     double t_recv;
-    srv_buf body;
+    inferd_buf body;
     uint64_t body_seen;
     bool started;     /* dispatched */
     bool aborted;     /* generation aborted for shutdown */
@@ -112,9 +114,11 @@ struct srv_conn {
     int fd;
     atomic_int refs; /* MHD request + streaming response */
     /* under h->mu */
-    bool suspended, signaled, client_gone, listed;
-    srv_conn *prev, *next;
+    bool suspended, signaled, client_gone;
+    inferd_list_node link; /* in h->conns while it has a generation */
 };
+
+#define CONN_OF(node) INFERD_LIST_ENTRY(node, srv_conn, link)
 
 struct srv_http {
     srv_server *s;
@@ -124,7 +128,7 @@ struct srv_http {
     atomic_int open; /* open requests */
     pthread_mutex_t mu;
     bool closing;      /* under mu: never suspend again */
-    srv_conn *list;    /* under mu: requests with a generation */
+    inferd_list conns; /* under mu: of srv_conn, requests with a generation */
     srv_slot **chunks; /* under mu */
     int n_chunks;
     srv_slot **free_slots;
@@ -167,25 +171,13 @@ static void slot_release(srv_http *h, srv_slot *s)
 
 static void list_add(srv_http *h, srv_conn *c)
 {
-    c->prev = NULL;
-    c->next = h->list;
-    if (h->list)
-        h->list->prev = c;
-    h->list = c;
-    c->listed = true;
+    inferd_list_push_front(&h->conns, &c->link);
 }
 
 static void list_remove(srv_http *h, srv_conn *c)
 {
-    if (!c->listed)
-        return;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        h->list = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->listed = false;
+    if (inferd_list_linked(&c->link))
+        inferd_list_unlink(&h->conns, &c->link);
 }
 
 /* Resume a suspended connection (caller holds h->mu). */
@@ -196,6 +188,14 @@ static void wake_locked(srv_conn *c)
         c->suspended = false;
         MHD_resume_connection(c->conn);
     }
+}
+
+/* Wake every request with a generation (caller holds h->mu). */
+static void wake_all_locked(srv_http *h)
+{
+    inferd_list_node *it;
+    INFERD_LIST_FOR_EACH(&h->conns, it)
+        wake_locked(CONN_OF(it));
 }
 
 /* Engine thread: new output for the request in this slot. */
@@ -250,7 +250,7 @@ static void conn_unref(srv_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    srv_buf_free(&c->body);
+    inferd_buf_free(&c->body);
     inferd_free(c);
 }
 
@@ -422,7 +422,7 @@ static enum MHD_Result gen_start(srv_conn *c, srv_api api)
     memset(&err, 0, sizeof err);
     c->gen = srv_gen_start(h->s, api, c->body.data ? c->body.data : "", c->body.len, c->t_recv, on_notify,
                            c->slot, &err);
-    srv_buf_free(&c->body);
+    inferd_buf_free(&c->body);
     pthread_mutex_lock(&h->mu);
     if (c->gen) {
         list_add(h, c);
@@ -522,9 +522,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->body_seen += n;
         uint64_t max = (uint64_t)h->s->opts.max_body_bytes;
         if (c->body_seen <= max)
-            srv_buf_append(&c->body, upload, n);
+            inferd_buf_append(&c->body, upload, n);
         else
-            srv_buf_free(&c->body);
+            inferd_buf_free(&c->body);
         /* a chunked upload far beyond the limit: stop reading it */
         return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
     }
@@ -587,7 +587,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void watchdog_scan(srv_http *h)
 {
     size_t n = 0;
-    for (srv_conn *c = h->list; c; c = c->next) {
+    inferd_list_node *it;
+    INFERD_LIST_FOR_EACH(&h->conns, it) {
+        srv_conn *c = CONN_OF(it);
         if (!c->suspended || c->fd < 0)
             continue;
         if (n == h->pcap) {
@@ -663,6 +665,7 @@ inferd_status srv_http_start(srv_server *s)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "--host: cannot resolve '%s'", o->host);
     srv_http *h = inferd_calloc(1, sizeof *h);
     h->s = s;
+    inferd_list_init(&h->conns);
     h->listen_fd = -1;
     pthread_mutex_init(&h->mu, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -710,8 +713,7 @@ void srv_http_quiesce(srv_http *h)
 void srv_http_abort_all(srv_http *h)
 {
     pthread_mutex_lock(&h->mu);
-    for (srv_conn *c = h->list; c; c = c->next)
-        wake_locked(c);
+    wake_all_locked(h);
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -721,8 +723,7 @@ void srv_http_stop(srv_http *h)
         return;
     pthread_mutex_lock(&h->mu);
     h->closing = true;
-    for (srv_conn *c = h->list; c; c = c->next)
-        wake_locked(c);
+    wake_all_locked(h);
     pthread_mutex_unlock(&h->mu);
     atomic_store(&h->stop_watchdog, true);
     if (h->watchdog_started)

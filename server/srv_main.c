@@ -1,5 +1,12 @@
-/* server/srv_main.c: `inferd serve`: options, start-up, the main thread's
- * signal/stats loop, and graceful shutdown.
+/* server/srv_main.c: srv_run: start-up, the main thread's signal/stats
+ * loop, and graceful shutdown of one server, from a filled srv_opts (the
+ * command line is cli/cli_serve.c's business).
+ *
+ * Signal handling stays here rather than in cli/: graceful shutdown is the
+ * server's behaviour (drain, abort, close), and it works only if SIGINT and
+ * SIGTERM are blocked before the HTTP and engine threads are created so that
+ * they inherit the mask and the main thread alone takes them with
+ * sigtimedwait; that ordering is part of starting the server.
  *
  * Start-up order: the HTTP server comes up first (so /health answers 503
  * while the model loads), then tokenizer, model and engine; `ready` flips
@@ -22,7 +29,6 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "cli/cli.h"
 #include "server/srv_http.h"
 #include "server/srv_log.h"
 #include "server/srv_server.h"
@@ -71,34 +77,14 @@ static void setup_chat(srv_server *s)
 
 static bool load(srv_server *s)
 {
-    const srv_opts *o = &s->opts;
-    const char *tok_dir = o->tokenizer_dir ? o->tokenizer_dir : o->model_dir;
+    srv_opts *o = &s->opts;
+    const char *tok_dir = o->model.tokenizer_dir ? o->model.tokenizer_dir : o->model.model_dir;
     if (tok_load(tok_dir, &s->tok) != INFERD_OK)
         return false;
-    model_opts mo;
-    model_opts_default(&mo);
-    mo.model_dir = o->model_dir;
-    mo.load_format = o->load_format;
-    mo.backend = o->device_auto ? (kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU) : o->backend;
-    mo.n_threads = o->threads;
-    mo.device_id = o->device_id;
-    mo.max_num_batched_tokens = o->max_num_batched_tokens;
-    mo.max_num_seqs = o->max_num_seqs;
-    mo.max_model_len = o->max_model_len;
-    mo.block_size = o->block_size;
-    mo.kv_cache_bytes = o->kv_cache_bytes;
-    mo.gpu_memory_utilization = (float)o->gpu_memory_utilization;
-    mo.dummy_seed = (uint64_t)o->seed;
-    if (model_load(&mo, &s->m) != INFERD_OK)
+    if (model_load(&o->model, &s->m) != INFERD_OK)
         return false;
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.max_num_seqs = o->max_num_seqs;
-    eo.max_num_batched_tokens = o->max_num_batched_tokens;
-    eo.enable_prefix_caching = o->enable_prefix_caching;
-    eo.max_queued_requests = o->max_queued_requests;
-    eo.max_model_len = o->max_model_len;
-    if (engine_create(&eo, s->m, s->tok, &s->eng) != INFERD_OK)
+    engine_opts_from_model(&o->engine, &o->model);
+    if (engine_create(&o->engine, s->m, s->tok, &s->eng) != INFERD_OK)
         return false;
     if (engine_start(s->eng) != INFERD_OK)
         return false;
@@ -140,9 +126,9 @@ static int serve_loop(srv_server *s, const sigset_t *set)
 /* Wait until no generation is in flight; false on timeout or a signal. */
 static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
 {
-    double deadline = util_now_s() + timeout_s;
+    inferd_deadline dl = inferd_deadline_in_s(INFERD_MAX(timeout_s, 0.0));
     while (atomic_load(&s->active) > 0) {
-        double left = deadline - util_now_s();
+        double left = inferd_deadline_remaining_s(dl);
         if (left <= 0)
             return false;
         if (wait_signal(set, left < 0.05 ? left : 0.05)) {
@@ -185,19 +171,16 @@ static void free_server(srv_server *s)
     inferd_free(s);
 }
 
-int cli_serve(int argc, char **argv)
+int srv_run(srv_opts *o)
 {
-    srv_server *s = inferd_calloc(1, sizeof *s);
-    srv_opts_default(&s->opts);
-    int rc = srv_opts_parse(&s->opts, argc, argv, stdout);
-    if (rc != 0) {
-        if (rc == 2)
-            fprintf(stderr, "inferd serve: %s\n(see inferd serve --help)\n", inferd_last_error());
-        srv_opts_free(&s->opts);
-        inferd_free(s);
-        return rc == 1 ? 0 : 2;
+    if (srv_opts_validate(o) != INFERD_OK) {
+        INFERD_LOG_ERROR("%s", inferd_last_error());
+        srv_opts_free(o);
+        return 2;
     }
-    log_set_level((log_level)log_parse_level(s->opts.log_level));
+    srv_server *s = inferd_calloc(1, sizeof *s);
+    s->opts = *o; /* takes over the strings */
+    memset(o, 0, sizeof *o);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -213,7 +196,7 @@ int cli_serve(int argc, char **argv)
         return 1;
     }
     INFERD_LOG_INFO("listening on http://%s:%d; loading %s", s->opts.host, srv_http_port(s->http),
-             s->opts.model_dir);
+             s->opts.model.model_dir);
     if (!load(s)) {
         INFERD_LOG_ERROR("loading the model failed: %s", inferd_last_error());
         srv_http_stop(s->http);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/util.h"
 #include "server/srv_util.h"
 
@@ -120,21 +121,21 @@ void srv_metrics_http(srv_metrics *m, int status)
     pthread_mutex_unlock(&m->mu);
 }
 
-static void family(srv_buf *b, const char *name, const char *type, const char *help)
+static void family(inferd_buf *b, const char *name, const char *type, const char *help)
 {
-    srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    inferd_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void gauge(srv_buf *b, const char *name, const char *help, double v)
+static void gauge(inferd_buf *b, const char *name, const char *help, double v)
 {
     family(b, name, "gauge", help);
-    srv_buf_printf(b, "%s %.12g\n", name, v);
+    inferd_buf_printf(b, "%s %.12g\n", name, v);
 }
 
-static void counter(srv_buf *b, const char *name, const char *help, uint64_t v)
+static void counter(inferd_buf *b, const char *name, const char *help, uint64_t v)
 {
     family(b, name, "counter", help);
-    srv_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
+    inferd_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
 /* Bucket bound as Prometheus expects it in le="...". */
@@ -145,7 +146,7 @@ static void bound_str(double v, char *out, size_t n)
         strncat(out, ".0", n - strlen(out) - 1);
 }
 
-static void render_hist(srv_buf *b, const hist_def *d, const hist *h)
+static void render_hist(inferd_buf *b, const hist_def *d, const hist *h)
 {
     family(b, d->name, "histogram", d->help);
     uint64_t cum = 0;
@@ -153,15 +154,15 @@ static void render_hist(srv_buf *b, const hist_def *d, const hist *h)
     for (int i = 0; i < d->n_bounds; i++) {
         cum += h->counts[i];
         bound_str(d->bounds[i], le, sizeof le);
-        srv_buf_printf(b, "%s_bucket{le=\"%s\"} %llu\n", d->name, le, (unsigned long long)cum);
+        inferd_buf_printf(b, "%s_bucket{le=\"%s\"} %llu\n", d->name, le, (unsigned long long)cum);
     }
     cum += h->counts[d->n_bounds];
-    srv_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", d->name, (unsigned long long)cum);
-    srv_buf_printf(b, "%s_sum %.12g\n", d->name, h->sum);
-    srv_buf_printf(b, "%s_count %llu\n", d->name, (unsigned long long)h->total);
+    inferd_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", d->name, (unsigned long long)cum);
+    inferd_buf_printf(b, "%s_sum %.12g\n", d->name, h->sum);
+    inferd_buf_printf(b, "%s_count %llu\n", d->name, (unsigned long long)h->total);
 }
 
-static void render_engine(srv_buf *b, const engine_stats *st)
+static void render_engine(inferd_buf *b, const engine_stats *st)
 {
     engine_stats zero;
     memset(&zero, 0, sizeof zero);
@@ -184,13 +185,13 @@ static void render_engine(srv_buf *b, const engine_stats *st)
     family(b, "inferd:request_success_total", "counter", "Finished requests by finish reason.");
     static const finish_reason k_reasons[] = {FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR};
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_reasons); i++)
-        srv_buf_printf(b, "inferd:request_success_total{finished_reason=\"%s\"} %llu\n",
+        inferd_buf_printf(b, "inferd:request_success_total{finished_reason=\"%s\"} %llu\n",
                        finish_reason_str(k_reasons[i]), (unsigned long long)st->finished[k_reasons[i]]);
 }
 
 char *srv_metrics_render(srv_metrics *m, const engine_stats *st, size_t *len)
 {
-    srv_buf b = {0};
+    inferd_buf b = {0};
     render_engine(&b, st);
     hist snap[SRV_HIST_COUNT];
     uint64_t http[600];
@@ -201,11 +202,11 @@ char *srv_metrics_render(srv_metrics *m, const engine_stats *st, size_t *len)
     family(&b, "inferd:http_requests_total", "counter", "HTTP responses by status code.");
     for (int s = 100; s < 600; s++)
         if (http[s])
-            srv_buf_printf(&b, "inferd:http_requests_total{code=\"%d\"} %llu\n", s,
+            inferd_buf_printf(&b, "inferd:http_requests_total{code=\"%d\"} %llu\n", s,
                            (unsigned long long)http[s]);
     for (int i = 0; i < SRV_HIST_COUNT; i++)
         render_hist(&b, &k_hist[i], &snap[i]);
     if (len)
         *len = b.len;
-    return srv_buf_take(&b);
+    return inferd_buf_steal(&b, NULL);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/util.h"
 #include "server/srv_util.h"
 
@@ -39,23 +40,6 @@ static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, 
         return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be between %lld and %lld, got %.0f", name,
                              (long long)lo, (long long)hi, v);
     *out = (int64_t)v;
-    return true;
-}
-
-static bool get_num(const cJSON *obj, const char *name, double lo, double hi, double *out, bool *present,
-                    srv_error *err)
-{
-    const cJSON *it = field(obj, name);
-    *present = it != NULL;
-    if (!it)
-        return true;
-    if (!cJSON_IsNumber(it))
-        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be a number", name);
-    double v = it->valuedouble;
-    if (!(v >= lo && v <= hi))
-        return srv_error_set(err, SRV_ERR_INVALID, name, "'%s' must be between %g and %g, got %g", name, lo,
-                             hi, v);
-    *out = v;
     return true;
 }
 
@@ -216,9 +200,9 @@ static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **ou
         }
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is required", idx);
     }
-    srv_buf b = {0};
+    inferd_buf b = {0};
     if (cJSON_IsString(c)) {
-        srv_buf_puts(&b, c->valuestring);
+        inferd_buf_append_str(&b, c->valuestring);
     } else if (cJSON_IsArray(c)) {
         int k = 0;
         const cJSON *part;
@@ -227,21 +211,21 @@ static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **ou
             const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
             const cJSON *text = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
             if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
-                srv_buf_free(&b);
+                inferd_buf_free(&b);
                 return srv_error_set(err, SRV_ERR_INVALID, "messages",
                                      "messages[%d].content[%d]: only {\"type\": \"text\", \"text\": string} "
                                      "parts are supported",
                                      idx, k);
             }
             if (k++ > 0)
-                srv_buf_puts(&b, "\n");
-            srv_buf_puts(&b, text->valuestring);
+                inferd_buf_append_str(&b, "\n");
+            inferd_buf_append_str(&b, text->valuestring);
         }
     } else {
         return srv_error_set(err, SRV_ERR_INVALID, "messages",
                              "messages[%d].content must be a string or an array of text parts", idx);
     }
-    char *s = srv_buf_take(&b);
+    char *s = inferd_buf_steal(&b, NULL);
     if (!util_utf8_valid(s, strlen(s))) {
         inferd_free(s);
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is not valid UTF-8",
@@ -298,6 +282,35 @@ fail:
     return false;
 }
 
+/* A request field through its sampling row: the adapter checks only the
+ * JSON type; range and integrality are the row's (scheduler/params.c).
+ * json_name may be an alias of the row (max_completion_tokens). */
+static bool get_row(const cJSON *root, const char *json_name, const char *key, sampling_params *sp,
+                    bool *present, srv_error *err)
+{
+    const sampling_row *row = sampling_row_find(key);
+    const cJSON *it = field(root, json_name);
+    *present = it != NULL;
+    if (!it)
+        return true;
+    double v;
+    if (row->opt.kind == OPT_BOOL) {
+        if (!cJSON_IsBool(it))
+            return srv_error_set(err, SRV_ERR_INVALID, json_name, "'%s' must be a boolean", json_name);
+        v = cJSON_IsTrue(it);
+    } else {
+        if (!cJSON_IsNumber(it))
+            return srv_error_set(err, SRV_ERR_INVALID, json_name, "'%s' must be %s", json_name,
+                                 row->opt.kind == OPT_FLOAT ? "a number" : "an integer");
+        v = it->valuedouble;
+    }
+    if (sampling_row_set_number(row, sp, v) != INFERD_OK)
+        return srv_error_set(err, SRV_ERR_INVALID, json_name, "%s", inferd_last_error());
+    return true;
+}
+
+/* "stop": a string or an array of strings; the count is checked here (it
+ * bounds the array), each string by the validator. */
 static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
 {
     const cJSON *s = field(root, "stop");
@@ -306,19 +319,12 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
     if (!cJSON_IsString(s) && !cJSON_IsArray(s))
         return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop' must be a string or an array of strings");
     int cnt = cJSON_IsString(s) ? 1 : cJSON_GetArraySize(s);
-    if (cnt > SAMPLING_MAX_STOP)
-        return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop' has %d entries; at most %d are allowed",
-                             cnt, SAMPLING_MAX_STOP);
+    if (sampling_row_check(sampling_row_find("stop"), cnt) != INFERD_OK)
+        return srv_error_set(err, SRV_ERR_INVALID, "stop", "%s", inferd_last_error());
     for (int i = 0; i < cnt; i++) {
         const cJSON *it = cJSON_IsString(s) ? s : cJSON_GetArrayItem(s, i);
         if (!cJSON_IsString(it))
             return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] must be a string", i);
-        size_t n = strlen(it->valuestring);
-        if (n == 0 || n > SRV_MAX_STOP_LEN)
-            return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] must have 1 to %d bytes", i,
-                                 SRV_MAX_STOP_LEN);
-        if (!util_utf8_valid(it->valuestring, n))
-            return srv_error_set(err, SRV_ERR_INVALID, "stop", "'stop'[%d] is not valid UTF-8", i);
         r->stops[i] = inferd_strdup(it->valuestring);
         r->sp.stop[i] = r->stops[i];
         r->sp.n_stop = i + 1;
@@ -337,10 +343,8 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
     int cnt = cJSON_GetArraySize(s);
     if (cnt == 0)
         return true;
-    if (cnt > SAMPLING_MAX_STOP)
-        return srv_error_set(err, SRV_ERR_INVALID, "stop_token_ids",
-                             "'stop_token_ids' has %d entries; at most %d are allowed", cnt,
-                             SAMPLING_MAX_STOP);
+    if (sampling_row_check(sampling_row_find("stop_token_ids"), cnt) != INFERD_OK)
+        return srv_error_set(err, SRV_ERR_INVALID, "stop_token_ids", "%s", inferd_last_error());
     int32_t *ids;
     int n;
     if (!parse_ids(s, "stop_token_ids", lim->vocab_size, &ids, &n, err))
@@ -409,83 +413,68 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
     return true;
 }
 
+static const char *max_tokens_name(const cJSON *root, srv_api api)
+{
+    return api == SRV_API_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+}
+
+/* The sampling fields that are the same in both APIs. max_tokens stays in
+ * r->max_tokens (0 = not given) until srv_gen knows the prompt length. */
 static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
 {
-    sampling_params *sp = &r->sp;
-    double d;
-    int64_t v;
-    bool present, b;
-    if (!get_num(root, "temperature", 0.0, 2.0, &d, &present, err))
+    static const char *const k_keys[] = {"temperature", "top_p",      "top_k",     "min_p",
+                                         "seed",        "ignore_eos", "min_tokens"};
+    bool present;
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_keys); i++)
+        if (!get_row(root, k_keys[i], k_keys[i], &r->sp, &present, err))
+            return false;
+    sampling_params mt = r->sp;
+    if (!get_row(root, max_tokens_name(root, r->api), "max_tokens", &mt, &present, err))
         return false;
     if (present)
-        sp->temperature = (float)d;
-    if (!get_num(root, "top_p", 0.0, 1.0, &d, &present, err))
-        return false;
-    if (present) {
-        if (d <= 0.0)
-            return srv_error_set(err, SRV_ERR_INVALID, "top_p", "'top_p' must be in (0, 1], got %g", d);
-        sp->top_p = (float)d;
-    }
-    if (!get_int(root, "top_k", -1, INT32_MAX, &v, &present, err))
-        return false;
-    if (present)
-        sp->top_k = v <= 0 ? 0 : (int32_t)v;
-    if (!get_num(root, "min_p", 0.0, 1.0, &d, &present, err))
-        return false;
-    if (present)
-        sp->min_p = (float)d;
-    if (!get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &present, err))
-        return false;
-    if (present) {
-        sp->seed = (uint64_t)v;
-        sp->has_seed = true;
-    }
-    if (!get_bool(root, "ignore_eos", &b, &present, err))
-        return false;
-    if (present)
-        sp->ignore_eos = b;
-    if (!get_int(root, "min_tokens", 0, INT32_MAX, &v, &present, err))
-        return false;
-    if (present)
-        sp->min_tokens = (int32_t)v;
-    const char *mt_name = "max_tokens";
-    if (r->api == SRV_API_CHAT && field(root, "max_completion_tokens"))
-        mt_name = "max_completion_tokens";
-    if (!get_int(root, mt_name, 1, SRV_MAX_TOKENS_LIMIT, &v, &present, err))
-        return false;
-    if (present)
-        r->max_tokens = v;
-    if (r->max_tokens && sp->min_tokens > r->max_tokens)
-        return srv_error_set(err, SRV_ERR_INVALID, "min_tokens",
-                             "'min_tokens' (%d) must not exceed '%s' (%lld)", sp->min_tokens, mt_name,
-                             (long long)r->max_tokens);
+        r->max_tokens = mt.max_tokens;
     return parse_stop(root, r, err);
 }
 
+/* API-only shapes: completions "logprobs": N; chat "logprobs": bool with
+ * "top_logprobs": N. The number itself goes through the logprobs row. */
 static bool parse_logprobs(const cJSON *root, srv_request *r, srv_error *err)
 {
-    int64_t v;
     bool present;
     if (r->api == SRV_API_COMPLETIONS) {
-        const cJSON *lp = field(root, "logprobs");
-        if (lp && !cJSON_IsNumber(lp))
-            return srv_error_set(err, SRV_ERR_INVALID, "logprobs", "'logprobs' must be an integer in [0, %d]",
-                                 SAMPLING_MAX_LOGPROBS);
-        if (!get_int(root, "logprobs", 0, SAMPLING_MAX_LOGPROBS, &v, &present, err))
+        if (!get_row(root, "logprobs", "logprobs", &r->sp, &present, err))
             return false;
-        r->sp.logprobs = present ? (int)v : -1;
+        if (!present)
+            r->sp.logprobs = -1;
         return true;
     }
     bool on = false;
-    if (!get_bool(root, "logprobs", &on, &present, err))
-        return false;
-    if (!get_int(root, "top_logprobs", 0, SAMPLING_MAX_LOGPROBS, &v, &present, err))
+    const cJSON *lp = field(root, "logprobs");
+    if (lp && !cJSON_IsBool(lp))
+        return srv_error_set(err, SRV_ERR_INVALID, "logprobs", "'logprobs' must be a boolean");
+    on = lp && cJSON_IsTrue(lp);
+    sampling_params tmp = r->sp;
+    if (!get_row(root, "top_logprobs", "logprobs", &tmp, &present, err))
         return false;
     if (present && !on)
         return srv_error_set(err, SRV_ERR_INVALID, "top_logprobs",
                              "'top_logprobs' requires 'logprobs': true");
-    r->sp.logprobs = on ? (present ? (int)v : 0) : -1;
+    r->sp.logprobs = on ? (present ? tmp.logprobs : 0) : -1;
     return true;
+}
+
+/* The table's cross-field and per-entry rules (min_tokens <= max_tokens,
+ * stop string lengths, stop ids in the vocabulary) on the parsed values. */
+static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
+{
+    sampling_params chk = r->sp;
+    chk.max_tokens = r->max_tokens > 0 ? (int32_t)r->max_tokens : INT32_MAX;
+    const char *param = NULL;
+    if (sampling_params_validate(&chk, lim->vocab_size, &param) == INFERD_OK)
+        return true;
+    if (param && strcmp(param, "max_tokens") == 0)
+        param = max_tokens_name(root, r->api);
+    return srv_error_set(err, SRV_ERR_INVALID, param, "%s", inferd_last_error());
 }
 
 static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
@@ -521,7 +510,8 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
         return false;
     bool ok = check_model(root, lim, &r->model, err) && check_unsupported(root, api, err) &&
               parse_sampling(root, r, err) && parse_stop_ids(root, lim, r, err) &&
-              parse_logprobs(root, r, err) && parse_stream(root, r, err);
+              parse_logprobs(root, r, err) && validate_sampling(root, lim, r, err) &&
+              parse_stream(root, r, err);
     if (ok && api == SRV_API_COMPLETIONS) {
         bool present;
         ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err) &&

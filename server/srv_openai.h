@@ -12,17 +12,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/usage.h"
 #include "scheduler/engine.h"
 #include "server/srv_chat.h"
 #include "server/srv_errors.h"
 
 typedef enum { SRV_API_COMPLETIONS = 0, SRV_API_CHAT } srv_api;
-
-/* Largest max_tokens accepted by the parser (the context check that follows
- * reports anything above the model length with both numbers). */
-#define SRV_MAX_TOKENS_LIMIT (INT64_C(1) << 53)
-/* Longest stop string (bytes). */
-#define SRV_MAX_STOP_LEN 256
 
 typedef struct {
     const char *served_model_name; /* requests naming another model get 404 */
@@ -41,13 +36,17 @@ typedef struct {
     int n_msgs;
     sampling_params sp; /* sp.stop[i] points into stops[i]; sp.max_tokens set later */
     char *stops[SAMPLING_MAX_STOP];
-    int64_t max_tokens;      /* requested, 0 when not given */
+    int64_t max_tokens;      /* requested (the max_tokens row's range), 0 when not given */
     bool add_special_tokens; /* completions text prompt: add BOS (default true) */
     bool stream, include_usage;
 } srv_request;
 
-/* Parse and validate a request body. On failure returns false with *err set
- * (400, or 404 for an unknown model) and *r freed. */
+/* Parse and validate a request body. The sampling fields are read through
+ * the sampling table of scheduler/engine.h (sampling_row_set_number, then
+ * sampling_params_validate), so their ranges are the engine's; only the
+ * API's own shape rules (types, aliases, top_logprobs needing logprobs)
+ * live here. On failure returns false with *err set (400, or 404 for an
+ * unknown model; param names the field) and *r freed. */
 bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_parse_limits *lim, srv_request *r,
                        srv_error *err);
 void srv_request_free(srv_request *r);
@@ -80,9 +79,8 @@ void srv_detokenize_free(srv_detokenize_req *r);
 
 /* ---- responses ----------------------------------------------------------- */
 
-typedef struct {
-    int prompt_tokens, completion_tokens, cached_tokens;
-} srv_usage;
+/* Token counts of a response (common/usage.h writes its JSON). */
+typedef inferd_usage srv_usage;
 
 /* Per-request timings in milliseconds (negative = not reached). */
 typedef struct {

@@ -30,17 +30,6 @@ static char *print_take(cJSON *root)
     return s;
 }
 
-static cJSON *usage_json(const srv_usage *u)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
-    cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
-    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
-    cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
-    return o;
-}
-
 static void add_ms(cJSON *o, const char *key, double v)
 {
     if (v < 0)
@@ -105,7 +94,7 @@ char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_
     add_logprobs(c, logprobs);
     add_finish(c, finish);
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddItemToObject(root, "usage", usage_json(u));
+    cJSON_AddItemToObject(root, "usage", inferd_usage_json(u));
     cJSON_AddItemToObject(root, "timings", timings_json(t));
     return print_take(root);
 }
@@ -140,7 +129,7 @@ char *srv_chunk_usage(srv_api api, const srv_resp_meta *m, const srv_usage *u, c
 {
     cJSON *root = meta_json(api, m, true);
     cJSON_AddArrayToObject(root, "choices");
-    cJSON_AddItemToObject(root, "usage", usage_json(u));
+    cJSON_AddItemToObject(root, "usage", inferd_usage_json(u));
     if (t)
         cJSON_AddItemToObject(root, "timings", timings_json(t));
     return print_take(root);

@@ -1,71 +1,63 @@
-/* server/srv_opts.h: `inferd serve` options: defaults, command-line flags
- * and a JSON config file (--config FILE), with flags overriding the file.
+/* server/srv_opts.h: the public face of the server library: the plain
+ * configuration a server is started from (the model options, the engine
+ * options and the server's own fields, with the server's option table) and
+ * srv_run, which runs one server until SIGINT/SIGTERM.
  *
- * Every option is described once, in a table: the model/engine rows are
- * shared with `inferd generate` (cli/cli_common.h), the rest are serve's
- * own. The same parser handles "--name VALUE", "--name=VALUE", boolean
- * "--name" / "--no-name", and the config file's {"name": value} (keys may
- * use '-' or '_').
+ * The server reads no command line and no config file: cli/cli_serve.c fills
+ * an srv_opts through the three tables (model_opts_rows, engine_opts_rows,
+ * srv_opts_rows) from flags and --config JSON. srv_opts_validate checks a
+ * whole srv_opts with the same rows, so a program embedding the server gets
+ * the same bounds as the command line.
  */
 #ifndef INFERD_SERVER_SRV_OPTS_H
 #define INFERD_SERVER_SRV_OPTS_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 
+#include "common/opt.h"
+#include "common/status.h"
 #include "model/model.h"
+#include "scheduler/engine.h"
 #include "server/srv_chat.h"
 
 typedef struct {
-    /* model */
-    char *model_dir;
-    char *tokenizer_dir;     /* NULL = model_dir */
-    char *served_model_name; /* NULL = basename of model_dir */
-    char *chat_template;     /* NULL = detect from tokenizer_config.json */
-    srv_chat_family chat_family;
-    model_load_format load_format;
-    kern_backend backend;
-    bool device_auto; /* no --device: cuda when available, else cpu */
-    int threads;
-    int device_id;
-    double gpu_memory_utilization;
-    int64_t seed; /* dummy weights */
-    /* engine */
-    int max_num_seqs;
-    int max_num_batched_tokens;
-    int block_size;
-    int64_t kv_cache_bytes;
-    bool enable_prefix_caching;
-    int max_model_len;
-    int max_queued_requests;
-    double request_timeout_s; /* 0 = none */
-    /* http */
+    model_opts model;   /* model_opts_rows; model.model_dir is required */
+    engine_opts engine; /* engine_opts_rows; step limits taken from model by srv_run */
+    /* the server's rows (srv_opts_rows) */
+    char *served_model_name;     /* NULL = basename of model.model_dir */
+    srv_chat_family chat_family; /* SRV_CHAT_NONE = detect from tokenizer_config.json */
+    double request_timeout_s;    /* 0 = none */
     char *host;
     int port;
-    char *api_key;
+    char *api_key; /* NULL = no auth */
     int http_threads;
     int max_connections;
     int64_t max_body_bytes;
     double shutdown_timeout_s; /* grace period for in-flight requests */
     double stats_interval_s;   /* 0 = no stats line */
-    char *log_level;
+    /* not a row: engine.max_queued_requests as set by srv_run, for the 429 message */
+    int max_queued_requests;
 } srv_opts;
 
-/* Defaults (engine and model defaults come from engine_opts_default and
- * model_opts_default). */
+/* Defaults of every row of the three tables; the device is "auto" (CUDA
+ * when a GPU is present). */
 void srv_opts_default(srv_opts *o);
+/* Free the strings of o (model dirs included); o is zeroed. */
 void srv_opts_free(srv_opts *o);
+/* The server's own rows (offsets into srv_opts); *n = count. */
+const opt_row *srv_opts_rows(size_t *n);
+/* Check o with the rows of the three tables, require model.model_dir, and
+ * fill served_model_name when NULL. INVALID_ARG naming the field. */
+inferd_status srv_opts_validate(srv_opts *o);
 
-/* Parse argv (argv[0] is "serve"). Returns 0 ok, 1 when --help was printed
- * to `out`, 2 on a usage error (message in inferd_last_error()). */
-int srv_opts_parse(srv_opts *o, int argc, char **argv, FILE *out);
-
-/* Apply one config-file JSON object (text); flags already applied are NOT
- * overridden when called before the command line. Returns false with
- * inferd_last_error() set. (Used by srv_opts_parse, exposed for tests.) */
-bool srv_opts_apply_json(srv_opts *o, const char *json, const char *name);
-
-void srv_opts_usage(FILE *f);
+/* Run a server in this process: validate o (srv_opts_validate), start HTTP
+ * (/health answers 503 while loading), load tokenizer, model and engine,
+ * serve until SIGINT/SIGTERM, shut down gracefully (srv_main.c). Takes over
+ * o's strings (o is zeroed). Must be called from the main thread before any
+ * other thread exists: it blocks SIGINT/SIGTERM in every thread it starts.
+ * Returns the exit code: 0 clean shutdown, 1 start-up failure, 2 invalid
+ * options (message logged). */
+int srv_run(srv_opts *o);
 
 #endif

@@ -1,27 +1,13 @@
-/* server/srv_util.h: small helpers shared by the HTTP server files: a
- * growable byte buffer, constant-time string comparison (API keys), UTF-8
- * sanitizing for text that goes into JSON, Python-style whitespace strip.
+/* server/srv_util.h: small helpers shared by the HTTP server files:
+ * constant-time string comparison (API keys), UTF-8 sanitizing for text that
+ * goes into JSON, Python-style whitespace strip. (The growable byte buffer
+ * they all use is common/buf.h.)
  */
 #ifndef INFERD_SERVER_SRV_UTIL_H
 #define INFERD_SERVER_SRV_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-/* Growable byte buffer; always NUL-terminated once anything was appended. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-} srv_buf;
-
-void srv_buf_append(srv_buf *b, const void *data, size_t n);
-void srv_buf_puts(srv_buf *b, const char *s);
-void srv_buf_printf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Drop the first n bytes (consumed output). */
-void srv_buf_consume(srv_buf *b, size_t n);
-/* Hand the heap string to the caller (never NULL) and reset the buffer. */
-char *srv_buf_take(srv_buf *b);
-void srv_buf_free(srv_buf *b);
 
 /* Compare a secret of length `secret_len` with `given` (any length) in time
  * that depends only on secret_len, not on where the strings differ. */

@@ -88,7 +88,7 @@ static int32_t trie_longest(const tok_trie *tr, const char *s, size_t n, size_t 
 inferd_status tok_added_build(tokenizer *t)
 {
     bool need_word = false;
-    tok_buf norm = {0};
+    inferd_buf norm = {0};
     for (int i = 0; i < t->n_added; i++) {
         const tok_added *a = &t->added[i];
         if (a->len == 0)
@@ -100,13 +100,13 @@ inferd_status tok_added_build(tokenizer *t)
         }
         inferd_status st = tok_normalize(t, &t->norm, a->content, a->len, &norm);
         if (st != INFERD_OK) {
-            tok_buf_free(&norm);
+            inferd_buf_free(&norm);
             return st;
         }
         if (norm.len)
-            trie_insert(&t->trie_norm, norm.p, norm.len, i);
+            trie_insert(&t->trie_norm, norm.data, norm.len, i);
     }
-    tok_buf_free(&norm);
+    inferd_buf_free(&norm);
     if (need_word)
         return tok_regex_compile(&t->word_re, "\\w", 2, "single_word boundary");
     return INFERD_OK;

@@ -59,7 +59,7 @@ void tok_vocab_free(tok_vocab_map *m)
 static const char *piece_of(const tokenizer *t, int32_t id, size_t *len)
 {
     *len = (size_t)t->piece_len[id];
-    return t->arena.p + t->piece_off[id];
+    return t->arena.data + t->piece_off[id];
 }
 
 static void vocab_place(tokenizer *t, uint32_t *slots, uint32_t mask, int32_t id, bool *replaced)
@@ -215,7 +215,7 @@ struct tok_bpe_scratch {
     int n_sym, cap_sym;
     bpe_cand *heap;
     int n_heap, cap_heap;
-    tok_buf key; /* a character plus prefix/suffix */
+    inferd_buf key; /* a character plus prefix/suffix */
 };
 
 tok_bpe_scratch *tok_bpe_scratch_new(void)
@@ -229,7 +229,7 @@ void tok_bpe_scratch_free(tok_bpe_scratch *s)
         return;
     inferd_free(s->sym);
     inferd_free(s->heap);
-    tok_buf_free(&s->key);
+    inferd_buf_free(&s->key);
     inferd_free(s);
 }
 
@@ -303,13 +303,13 @@ static int32_t char_id(const tokenizer *t, tok_bpe_scratch *s, const char *c, si
     }
     s->key.len = 0;
     if (t->cont_prefix && !first)
-        tok_buf_put(&s->key, t->cont_prefix, strlen(t->cont_prefix));
-    tok_buf_put(&s->key, c, n);
+        inferd_buf_append(&s->key, t->cont_prefix, strlen(t->cont_prefix));
+    inferd_buf_append(&s->key, c, n);
     if (t->end_suffix && last)
-        tok_buf_put(&s->key, t->end_suffix, strlen(t->end_suffix));
-    *key = s->key.p;
+        inferd_buf_append(&s->key, t->end_suffix, strlen(t->end_suffix));
+    *key = s->key.data;
     *key_len = s->key.len;
-    return tok_vocab_find(t, s->key.p, s->key.len);
+    return tok_vocab_find(t, s->key.data, s->key.len);
 }
 
 /* Initial symbols of word w: characters, byte fallback, (fused) unknowns. */
@@ -422,7 +422,7 @@ void tok_bpe_check_chunking(tokenizer *t)
         if (!m->keys[i])
             continue;
         int32_t id = m->merged[i];
-        if (meta_after_other(t->arena.p + t->piece_off[id], (size_t)t->piece_len[id]))
+        if (meta_after_other(t->arena.data + t->piece_off[id], (size_t)t->piece_len[id]))
             return;
     }
     t->chunk_meta = true;

@@ -38,7 +38,7 @@ static const char *id_text(const tokenizer *t, int32_t id, size_t *len)
     if (t->piece_len[id] < 0)
         return NULL;
     *len = (size_t)t->piece_len[id];
-    return t->arena.p + t->piece_off[id];
+    return t->arena.data + t->piece_off[id];
 }
 
 static void dec_replace(const tok_step *st, const tok_list *in, tok_list *out)
@@ -51,11 +51,11 @@ static void dec_replace(const tok_step *st, const tok_list *in, tok_list *out)
             const char *hit = memmem(s + pos, n - pos, st->pattern, st->pattern_len);
             if (!hit)
                 break;
-            tok_buf_put(&out->buf, s + pos, (size_t)(hit - (s + pos)));
-            tok_buf_put(&out->buf, st->content, st->content_len);
+            inferd_buf_append(&out->buf, s + pos, (size_t)(hit - (s + pos)));
+            inferd_buf_append(&out->buf, st->content, st->content_len);
             pos = (size_t)(hit - s) + st->pattern_len;
         }
-        tok_buf_put(&out->buf, s + pos, n - pos);
+        inferd_buf_append(&out->buf, s + pos, n - pos);
         tok_list_end(out);
     }
 }
@@ -80,12 +80,12 @@ static int byte_token(const char *s, size_t n)
     return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
-static void flush_bytes(tok_buf *bytes, tok_list *out)
+static void flush_bytes(inferd_buf *bytes, tok_list *out)
 {
     if (bytes->len == 0)
         return;
-    if (util_utf8_valid(bytes->p, bytes->len)) {
-        tok_list_push(out, bytes->p, bytes->len, -1, 0);
+    if (util_utf8_valid(bytes->data, bytes->len)) {
+        tok_list_push(out, bytes->data, bytes->len, -1, 0);
     } else {
         for (size_t k = 0; k < bytes->len; k++)
             tok_list_push(out, "\xEF\xBF\xBD", 3, -1, 0);
@@ -95,26 +95,26 @@ static void flush_bytes(tok_buf *bytes, tok_list *out)
 
 static void dec_bytefallback(const tok_list *in, tok_list *out)
 {
-    tok_buf bytes = {0};
+    inferd_buf bytes = {0};
     for (int i = 0; i < in->n; i++) {
         const char *s = tok_list_str(in, i);
         int b = byte_token(s, in->v[i].len);
         if (b >= 0) {
-            tok_buf_putc(&bytes, (char)b);
+            inferd_buf_append_char(&bytes, (char)b);
             continue;
         }
         flush_bytes(&bytes, out);
         tok_list_push(out, s, in->v[i].len, -1, 0);
     }
     flush_bytes(&bytes, out);
-    tok_buf_free(&bytes);
+    inferd_buf_free(&bytes);
 }
 
 static void dec_fuse(const tok_list *in, tok_list *out)
 {
     tok_list_begin(out, -1, 0);
     for (int i = 0; i < in->n; i++)
-        tok_buf_put(&out->buf, tok_list_str(in, i), in->v[i].len);
+        inferd_buf_append(&out->buf, tok_list_str(in, i), in->v[i].len);
     tok_list_end(out);
 }
 
@@ -135,7 +135,7 @@ static void dec_strip(const tok_step *st, const tok_list *in, tok_list *out)
 
 static void dec_bytelevel(const tok_list *in, tok_list *out)
 {
-    tok_buf bytes = {0};
+    inferd_buf bytes = {0};
     for (int i = 0; i < in->n; i++) {
         const char *s = tok_list_str(in, i);
         size_t n = in->v[i].len, start = bytes.len, p = 0;
@@ -146,18 +146,18 @@ static void dec_bytelevel(const tok_list *in, tok_list *out)
                 all = false;
                 break;
             }
-            tok_buf_putc(&bytes, (char)byte);
+            inferd_buf_append_char(&bytes, (char)byte);
             p += (size_t)adv;
         }
         if (!all) {
             bytes.len = start;
-            tok_buf_put(&bytes, s, n);
+            inferd_buf_append(&bytes, s, n);
         }
     }
     tok_list_begin(out, -1, 0);
-    tok_utf8_lossy(&out->buf, (const unsigned char *)(bytes.p ? bytes.p : ""), bytes.len);
+    tok_utf8_lossy(&out->buf, (const unsigned char *)(bytes.data ? bytes.data : ""), bytes.len);
     tok_list_end(out);
-    tok_buf_free(&bytes);
+    inferd_buf_free(&bytes);
 }
 
 static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
@@ -172,10 +172,10 @@ static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
         while (p < n) {
             if (rl > 0 && n - p >= rl && memcmp(s + p, r, rl) == 0) {
                 if (!drop)
-                    tok_buf_putc(&out->buf, ' ');
+                    inferd_buf_append_char(&out->buf, ' ');
                 p += rl;
             } else {
-                tok_buf_putc(&out->buf, s[p]);
+                inferd_buf_append_char(&out->buf, s[p]);
                 p++;
             }
         }
@@ -183,7 +183,7 @@ static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
     }
 }
 
-inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, bool skip_special, tok_buf *out)
+inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, bool skip_special, inferd_buf *out)
 {
     tok_list a = {0}, b = {0};
     for (int i = 0; i < n; i++) {
@@ -201,8 +201,8 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
     if (!t->has_decoder) {
         for (int i = 0; i < a.n; i++) {
             if (i)
-                tok_buf_putc(out, ' ');
-            tok_buf_put(out, tok_list_str(&a, i), a.v[i].len);
+                inferd_buf_append_char(out, ' ');
+            inferd_buf_append(out, tok_list_str(&a, i), a.v[i].len);
         }
         tok_list_free(&a);
         return INFERD_OK;
@@ -223,7 +223,7 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
         b = swap;
     }
     for (int i = 0; i < a.n; i++)
-        tok_buf_put(out, tok_list_str(&a, i), a.v[i].len);
+        inferd_buf_append(out, tok_list_str(&a, i), a.v[i].len);
     tok_list_free(&a);
     tok_list_free(&b);
     return INFERD_OK;
@@ -234,15 +234,15 @@ inferd_status tok_decode(const tokenizer *t, const int32_t *ids, int n, bool ski
 {
     if (!t || !text || (!ids && n > 0) || n < 0)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "tok_decode: bad argument");
-    tok_buf out = {0};
-    tok_buf_reserve(&out, 0);
-    out.p[0] = '\0';
+    inferd_buf out = {0};
+    inferd_buf_reserve(&out, 0);
+    out.data[0] = '\0';
     inferd_status st = tok_decode_into(t, ids, n, skip_special, &out);
     if (st != INFERD_OK) {
-        tok_buf_free(&out);
+        inferd_buf_free(&out);
         return st;
     }
-    *text = out.p;
+    *text = out.data;
     if (len)
         *len = out.len;
     return INFERD_OK;
@@ -264,7 +264,7 @@ struct tok_stream {
     int n, cap;
     int prefix; /* window start: text before it is final */
     int read;   /* ids before it have been emitted */
-    tok_buf a, b;
+    inferd_buf a, b;
 };
 
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special)
@@ -281,8 +281,8 @@ void tok_stream_free(tok_stream *s)
     if (!s)
         return;
     inferd_free(s->ids);
-    tok_buf_free(&s->a);
-    tok_buf_free(&s->b);
+    inferd_buf_free(&s->a);
+    inferd_buf_free(&s->b);
     inferd_free(s);
 }
 
@@ -312,7 +312,7 @@ static bool window_clean(tok_stream *s, int from, int to)
     s->a.len = 0;
     if (tok_decode_into(s->t, s->ids + from, to - from, s->skip_special, &s->a) != INFERD_OK)
         return false;
-    return memmem(s->a.p ? s->a.p : "", s->a.len, "\xEF\xBF\xBD", 3) == NULL;
+    return memmem(s->a.data ? s->a.data : "", s->a.len, "\xEF\xBF\xBD", 3) == NULL;
 }
 
 void tok_stream_prefill(tok_stream *s, const int32_t *ids, int n)
@@ -333,9 +333,9 @@ void tok_stream_prefill(tok_stream *s, const int32_t *ids, int n)
     stream_compact(s);
 }
 
-static bool ends_incomplete(const tok_buf *b)
+static bool ends_incomplete(const inferd_buf *b)
 {
-    return b->len >= 3 && memcmp(b->p + b->len - 3, "\xEF\xBF\xBD", 3) == 0;
+    return b->len >= 3 && memcmp(b->data + b->len - 3, "\xEF\xBF\xBD", 3) == 0;
 }
 
 /* Emit window text beyond the prefix text; force emits even when the
@@ -351,15 +351,15 @@ static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t
         return st;
     size_t cut = s->a.len;
     bool emit = s->b.len > s->a.len && (force || !ends_incomplete(&s->b));
-    if (emit && memcmp(s->a.p, s->b.p, s->a.len) != 0) {
+    if (emit && memcmp(s->a.data, s->b.data, s->a.len) != 0) {
         /* not a byte prefix (should not happen): cut at a char boundary */
-        while (cut < s->b.len && ((unsigned char)s->b.p[cut] & 0xC0) == 0x80)
+        while (cut < s->b.len && ((unsigned char)s->b.data[cut] & 0xC0) == 0x80)
             cut++;
     }
     size_t dl = emit ? s->b.len - cut : 0;
     *delta = inferd_malloc(dl + 1);
     if (dl)
-        memcpy(*delta, s->b.p + cut, dl);
+        memcpy(*delta, s->b.data + cut, dl);
     (*delta)[dl] = '\0';
     if (delta_len)
         *delta_len = dl;

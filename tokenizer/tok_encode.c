@@ -19,7 +19,7 @@
 
 typedef struct {
     tok_list segs, pieces, tmp;
-    tok_buf norm;
+    inferd_buf norm;
     tok_bpe_scratch *bpe;
 } enc_ctx;
 
@@ -28,7 +28,7 @@ static void enc_ctx_free(enc_ctx *c)
     tok_list_free(&c->segs);
     tok_list_free(&c->pieces);
     tok_list_free(&c->tmp);
-    tok_buf_free(&c->norm);
+    inferd_buf_free(&c->norm);
     tok_bpe_scratch_free(c->bpe);
 }
 
@@ -50,7 +50,7 @@ static inferd_status enc_split(const tokenizer *t, enc_ctx *c, const char *text,
         inferd_status st = tok_normalize(t, &t->norm, s, p->len, &c->norm);
         if (st != INFERD_OK)
             return st;
-        tok_added_split(t, &t->trie_norm, parse_special, c->norm.p, c->norm.len, p->orig, &c->pieces);
+        tok_added_split(t, &t->trie_norm, parse_special, c->norm.data, c->norm.len, p->orig, &c->pieces);
     }
     if (t->pre.n > 0)
         return tok_pretokenize(t, &c->pieces, &c->tmp);

@@ -19,23 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/status.h"
 #include "tokenizer/tokenizer.h"
 
 /* Largest id a tokenizer.json may use (bounds allocations from bad files). */
 #define TOK_MAX_IDS (1 << 24)
 
-/* ---- growable byte buffer and string list (tok_util.c) ------------------ */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-} tok_buf;
-
-void tok_buf_reserve(tok_buf *b, size_t extra);
-void tok_buf_put(tok_buf *b, const void *s, size_t n);
-void tok_buf_putc(tok_buf *b, char c);
-void tok_buf_free(tok_buf *b);
+/* ---- string list (tok_util.c) over the common byte buffer ---------------- */
 
 /* One string of a tok_list: bytes [off, off+len) of the list's buffer.
  * added >= 0 marks an added token that later stages pass through unchanged.
@@ -48,7 +39,7 @@ typedef struct {
 } tok_piece;
 
 typedef struct {
-    tok_buf buf;
+    inferd_buf buf;
     tok_piece *v;
     int n, cap;
 } tok_list;
@@ -60,7 +51,7 @@ void tok_list_push(tok_list *l, const char *s, size_t n, int32_t added, int64_t 
 /* Start a piece whose bytes the caller appends to l->buf, then end it. */
 void tok_list_begin(tok_list *l, int32_t added, int64_t orig);
 void tok_list_end(tok_list *l);
-static inline const char *tok_list_str(const tok_list *l, int i) { return l->buf.p + l->v[i].off; }
+static inline const char *tok_list_str(const tok_list *l, int i) { return l->buf.data + l->v[i].off; }
 
 /* ---- UTF-8 helpers (tok_util.c) ----------------------------------------- */
 
@@ -77,7 +68,7 @@ int tok_utf8_encode(uint32_t cp, char *out);
 bool tok_is_whitespace(uint32_t cp);
 /* Append s[0..n) to b, replacing each maximal invalid subsequence with
  * U+FFFD like Rust's String::from_utf8_lossy. */
-void tok_utf8_lossy(tok_buf *b, const unsigned char *s, size_t n);
+void tok_utf8_lossy(inferd_buf *b, const unsigned char *s, size_t n);
 /* GPT-2 byte-level alphabet: byte -> UTF-8 of its code point, and back. */
 const char *tok_bytelevel_char(uint8_t byte, int *len);
 /* Byte of a byte-level code point, or -1 when cp is not in the alphabet. */
@@ -204,7 +195,7 @@ typedef struct {
 } tok_tmpl_item;
 
 struct tokenizer {
-    tok_buf arena;           /* model vocab strings, back to back */
+    inferd_buf arena;           /* model vocab strings, back to back */
     int n_ids;               /* max id + 1 over vocab and added tokens */
     uint32_t *piece_off;     /* [n_ids] offset in arena of the model piece */
     int32_t *piece_len;      /* [n_ids] byte length, -1 when id not in model vocab */
@@ -264,7 +255,7 @@ void tok_bpe_word(const tokenizer *t, tok_bpe_scratch *s, const char *w, size_t 
 /* ---- tok_pretok.c -------------------------------------------------------- */
 
 /* Run the normalizer steps over s[0..n); result (NUL-terminated) in out. */
-inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const char *s, size_t n, tok_buf *out);
+inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const char *s, size_t n, inferd_buf *out);
 /* Pre-tokenize every non-added piece of *io in place (ping-pong with tmp). */
 inferd_status tok_pretokenize(const tokenizer *t, tok_list *io, tok_list *tmp);
 void tok_steps_free(tok_steps *s);
@@ -284,6 +275,6 @@ void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_specia
 /* ---- tok_decode.c -------------------------------------------------------- */
 
 /* Decode ids into text appended to out; ids outside the vocab are errors. */
-inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, bool skip_special, tok_buf *out);
+inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, bool skip_special, inferd_buf *out);
 
 #endif

@@ -90,7 +90,7 @@ static inferd_status load_vocab(tokenizer *t, const cJSON *vocab, const cJSON *a
             return inferd_set_error(INFERD_ERR_FORMAT, "model.vocab is too large");
         t->piece_off[id] = (uint32_t)t->arena.len;
         t->piece_len[id] = (int32_t)len;
-        tok_buf_put(&t->arena, it->string, len + 1); /* keep the NUL: tok_id_to_piece */
+        inferd_buf_append(&t->arena, it->string, len + 1); /* keep the NUL: tok_id_to_piece */
     }
     for (int32_t id = 0; id < t->n_ids; id++)
         if (t->piece_len[id] >= 0)
@@ -121,7 +121,7 @@ static void load_added(tokenizer *t, const cJSON *added)
 }
 
 /* Left and right strings of merge #rank, in "l r" or ["l", "r"] form. */
-static inferd_status merge_parts(const cJSON *m, int rank, tok_buf *tmp, const char **l, size_t *ll, const char **r,
+static inferd_status merge_parts(const cJSON *m, int rank, inferd_buf *tmp, const char **l, size_t *ll, const char **r,
                                  size_t *rl)
 {
     if (cJSON_IsString(m)) {
@@ -131,10 +131,10 @@ static inferd_status merge_parts(const cJSON *m, int rank, tok_buf *tmp, const c
             return inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d] '%s' is not two tokens separated by one space",
                                     rank, s);
         tmp->len = 0;
-        tok_buf_put(tmp, s, strlen(s));
-        *l = tmp->p;
+        inferd_buf_append(tmp, s, strlen(s));
+        *l = tmp->data;
         *ll = (size_t)(sp - s);
-        *r = tmp->p + *ll + 1;
+        *r = tmp->data + *ll + 1;
         *rl = strlen(sp + 1);
         return INFERD_OK;
     }
@@ -154,7 +154,7 @@ static inferd_status load_merges(tokenizer *t, const cJSON *merges)
     if (!cJSON_IsArray(merges))
         return inferd_set_error(INFERD_ERR_FORMAT, "model.merges is missing or not an array");
     tok_merges_init(&t->merges, cJSON_GetArraySize(merges));
-    tok_buf tmp = {0}, joined = {0};
+    inferd_buf tmp = {0}, joined = {0};
     size_t pl = t->cont_prefix ? strlen(t->cont_prefix) : 0;
     inferd_status st = INFERD_OK;
     int rank = 0;
@@ -167,16 +167,16 @@ static inferd_status load_merges(tokenizer *t, const cJSON *merges)
             break;
         int32_t a = tok_vocab_find(t, l, ll), b = tok_vocab_find(t, r, rl);
         joined.len = 0;
-        tok_buf_put(&joined, l, ll);
+        inferd_buf_append(&joined, l, ll);
         if (pl && rl >= pl && memcmp(r, t->cont_prefix, pl) == 0)
-            tok_buf_put(&joined, r + pl, rl - pl);
+            inferd_buf_append(&joined, r + pl, rl - pl);
         else
-            tok_buf_put(&joined, r, rl);
-        int32_t c = tok_vocab_find(t, joined.p, joined.len);
+            inferd_buf_append(&joined, r, rl);
+        int32_t c = tok_vocab_find(t, joined.data, joined.len);
         if (a < 0 || b < 0 || c < 0) {
             const char *miss = a < 0 ? "left" : b < 0 ? "right" : "merged";
             int ml = (int)(a < 0 ? ll : b < 0 ? rl : joined.len);
-            const char *ms = a < 0 ? l : b < 0 ? r : joined.p;
+            const char *ms = a < 0 ? l : b < 0 ? r : joined.data;
             st = inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d]: %s token '%.*s' is not in the vocabulary",
                                   rank, miss, ml, ms);
             break;
@@ -184,8 +184,8 @@ static inferd_status load_merges(tokenizer *t, const cJSON *merges)
         tok_merges_insert(&t->merges, a, b, (uint32_t)rank, c);
         rank++;
     }
-    tok_buf_free(&tmp);
-    tok_buf_free(&joined);
+    inferd_buf_free(&tmp);
+    inferd_buf_free(&joined);
     return st;
 }
 
@@ -388,7 +388,7 @@ void tok_free(tokenizer *t)
 {
     if (!t)
         return;
-    tok_buf_free(&t->arena);
+    inferd_buf_free(&t->arena);
     inferd_free(t->piece_off);
     inferd_free(t->piece_len);
     inferd_free(t->added_of);
@@ -429,7 +429,7 @@ const char *tok_id_to_piece(const tokenizer *t, int32_t id)
         return t->added[t->added_of[id]].content;
     if (t->piece_len[id] < 0)
         return NULL;
-    return t->arena.p + t->piece_off[id];
+    return t->arena.data + t->piece_off[id];
 }
 
 int32_t tok_piece_to_id(const tokenizer *t, const char *piece)

@@ -10,13 +10,13 @@
 
 #include "common/check.h"
 
-void tok_unicode_normalize(const char *s, size_t n, bool compose, tok_buf *out)
+void tok_unicode_normalize(const char *s, size_t n, bool compose, inferd_buf *out)
 {
     size_t len = 0;
     uint8_t *r = u8_normalize(compose ? UNINORM_NFC : UNINORM_NFD, (const uint8_t *)s, n, NULL, &len);
     INFERD_CHECK_MSG(r != NULL || n == 0, "u8_normalize failed on validated UTF-8");
     if (r) {
-        tok_buf_put(out, r, len);
+        inferd_buf_append(out, r, len);
         free(r);
     }
 }

@@ -11,6 +11,6 @@
 
 /* Append the NFC (compose) or NFD (!compose) form of valid UTF-8
  * s[0..n) to out. */
-void tok_unicode_normalize(const char *s, size_t n, bool compose, tok_buf *out);
+void tok_unicode_normalize(const char *s, size_t n, bool compose, inferd_buf *out);
 
 #endif

@@ -152,18 +152,18 @@ static void apply_behavior(tok_split_behavior b, span_vec *sv)
     sv->n = k;
 }
 
-static void replace_all(const tok_step *st, const char *s, size_t n, const span_vec *sv, tok_buf *out)
+static void replace_all(const tok_step *st, const char *s, size_t n, const span_vec *sv, inferd_buf *out)
 {
     for (int i = 0; i < sv->n; i++) {
         if (sv->v[i].m)
-            tok_buf_put(out, st->content, st->content_len);
+            inferd_buf_append(out, st->content, st->content_len);
         else
-            tok_buf_put(out, s + sv->v[i].s, sv->v[i].e - sv->v[i].s);
+            inferd_buf_append(out, s + sv->v[i].s, sv->v[i].e - sv->v[i].s);
     }
     (void)n;
 }
 
-static void strip_ws(const char *s, size_t n, bool left, bool right, tok_buf *out)
+static void strip_ws(const char *s, size_t n, bool left, bool right, inferd_buf *out)
 {
     size_t b = 0, e = n;
     while (left && b < e) {
@@ -182,53 +182,53 @@ static void strip_ws(const char *s, size_t n, bool left, bool right, tok_buf *ou
             break;
         e = p;
     }
-    tok_buf_put(out, s + b, e - b);
+    inferd_buf_append(out, s + b, e - b);
 }
 
-inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const char *s, size_t n, tok_buf *out)
+inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const char *s, size_t n, inferd_buf *out)
 {
     (void)t;
-    tok_buf a = {0}, b = {0};
+    inferd_buf a = {0}, b = {0};
     span_vec sv = {0};
     pcre2_match_data *md = NULL;
     inferd_status st = INFERD_OK;
-    tok_buf_put(&a, s, n);
+    inferd_buf_append(&a, s, n);
     for (int i = 0; i < steps->n && st == INFERD_OK; i++) {
         const tok_step *step = &steps->v[i];
         b.len = 0;
-        tok_buf_reserve(&b, a.len);
+        inferd_buf_reserve(&b, a.len);
         switch ((tok_norm_kind)step->kind) {
         case TOK_NORM_PREPEND:
             if (a.len > 0)
-                tok_buf_put(&b, step->content, step->content_len);
-            tok_buf_put(&b, a.p, a.len);
+                inferd_buf_append(&b, step->content, step->content_len);
+            inferd_buf_append(&b, a.data, a.len);
             break;
         case TOK_NORM_REPLACE:
             if (step->re.code && !md)
                 md = pcre2_match_data_create(1, NULL);
-            if (find_matches(step, step->re.code ? &step->re : NULL, md, a.p, a.len, &sv) < 0) {
+            if (find_matches(step, step->re.code ? &step->re : NULL, md, a.data, a.len, &sv) < 0) {
                 st = INFERD_ERR_INTERNAL;
                 break;
             }
-            replace_all(step, a.p, a.len, &sv, &b);
+            replace_all(step, a.data, a.len, &sv, &b);
             break;
         case TOK_NORM_STRIP:
-            strip_ws(a.p, a.len, step->start != 0, step->stop != 0, &b);
+            strip_ws(a.data, a.len, step->start != 0, step->stop != 0, &b);
             break;
         case TOK_NORM_NFC:
         case TOK_NORM_NFD:
-            tok_unicode_normalize(a.p, a.len, step->kind == TOK_NORM_NFC, &b);
+            tok_unicode_normalize(a.data, a.len, step->kind == TOK_NORM_NFC, &b);
             break;
         }
-        tok_buf t2 = a;
+        inferd_buf t2 = a;
         a = b;
         b = t2;
     }
     out->len = 0;
     if (st == INFERD_OK)
-        tok_buf_put(out, a.p, a.len);
-    tok_buf_free(&a);
-    tok_buf_free(&b);
+        inferd_buf_append(out, a.data, a.len);
+    inferd_buf_free(&a);
+    inferd_buf_free(&b);
     inferd_free(sv.v);
     if (md)
         pcre2_match_data_free(md);
@@ -248,18 +248,18 @@ static void bytelevel_map(tok_list *out, const char *s, size_t n, int64_t orig)
     if (n == 0)
         return;
     tok_list_begin(out, -1, orig);
-    tok_buf_reserve(&out->buf, 2 * n);
+    inferd_buf_reserve(&out->buf, 2 * n);
     for (size_t i = 0; i < n; i++) {
         int len;
         const char *c = tok_bytelevel_char((uint8_t)s[i], &len);
-        tok_buf_put(&out->buf, c, (size_t)len);
+        inferd_buf_append(&out->buf, c, (size_t)len);
     }
     tok_list_end(out);
 }
 
 typedef struct {
     span_vec sv;
-    tok_buf tmp;
+    inferd_buf tmp;
     pcre2_match_data *md;
 } pre_ctx;
 
@@ -281,9 +281,9 @@ static inferd_status pre_bytelevel(const tok_step *st, pre_ctx *c, const char *s
 {
     if (st->add_prefix_space && (n == 0 || s[0] != ' ')) {
         c->tmp.len = 0;
-        tok_buf_putc(&c->tmp, ' ');
-        tok_buf_put(&c->tmp, s, n);
-        s = c->tmp.p;
+        inferd_buf_append_char(&c->tmp, ' ');
+        inferd_buf_append(&c->tmp, s, n);
+        s = c->tmp.data;
         n = c->tmp.len;
     }
     if (!st->use_regex) {
@@ -301,28 +301,28 @@ static void pre_metaspace(const tok_step *st, pre_ctx *c, const char *s, size_t 
 {
     const char *rep = st->content;
     size_t rl = st->content_len;
-    tok_buf *b = &c->tmp;
+    inferd_buf *b = &c->tmp;
     b->len = 0;
-    tok_buf_reserve(b, n + rl);
+    inferd_buf_reserve(b, n + rl);
     bool starts = n > 0 && (s[0] == ' ' || (n >= rl && memcmp(s, rep, rl) == 0));
     bool prepend = st->prepend == TOK_PREPEND_ALWAYS || (st->prepend == TOK_PREPEND_FIRST && orig == 0);
     if (prepend && !starts)
-        tok_buf_put(b, rep, rl);
+        inferd_buf_append(b, rep, rl);
     for (size_t i = 0; i < n; i++) {
         if (s[i] == ' ')
-            tok_buf_put(b, rep, rl);
+            inferd_buf_append(b, rep, rl);
         else
-            tok_buf_putc(b, s[i]);
+            inferd_buf_append_char(b, s[i]);
     }
     if (!st->split) {
         if (b->len)
-            tok_list_push(out, b->p, b->len, -1, orig);
+            tok_list_push(out, b->data, b->len, -1, orig);
         return;
     }
     tok_step lit = {.pattern = (char *)rep, .pattern_len = rl};
-    find_matches(&lit, NULL, NULL, b->p, b->len, &c->sv);
+    find_matches(&lit, NULL, NULL, b->data, b->len, &c->sv);
     apply_behavior(TOK_SPLIT_MERGED_NEXT, &c->sv);
-    push_spans(out, b->p, &c->sv, orig);
+    push_spans(out, b->data, &c->sv, orig);
 }
 
 inferd_status tok_pretokenize(const tokenizer *t, tok_list *io, tok_list *tmp)
@@ -351,7 +351,7 @@ inferd_status tok_pretokenize(const tokenizer *t, tok_list *io, tok_list *tmp)
         *tmp = swap;
     }
     inferd_free(c.sv.v);
-    tok_buf_free(&c.tmp);
+    inferd_buf_free(&c.tmp);
     pcre2_match_data_free(c.md);
     return st;
 }

@@ -1,5 +1,5 @@
-/* tokenizer/tok_util.c: small building blocks of the tokenizer: growable
- * buffers and string lists, UTF-8 decoding/encoding, lossy UTF-8 repair
+/* tokenizer/tok_util.c: small building blocks of the tokenizer: string
+ * lists (over common/buf.h), UTF-8 decoding/encoding, lossy UTF-8 repair
  * (matching Rust's String::from_utf8_lossy, which the HF decoders use),
  * Unicode White_Space, the GPT-2 byte-level alphabet, and a PCRE2 wrapper.
  *
@@ -14,51 +14,17 @@
 #include "common/check.h"
 #include "tokenizer/tok_internal.h"
 
-void tok_buf_reserve(tok_buf *b, size_t extra)
-{
-    if (b->len + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    b->p = inferd_realloc(b->p, cap);
-    b->cap = cap;
-}
-
-void tok_buf_put(tok_buf *b, const void *s, size_t n)
-{
-    tok_buf_reserve(b, n);
-    if (n)
-        memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void tok_buf_putc(tok_buf *b, char c)
-{
-    tok_buf_reserve(b, 1);
-    b->p[b->len++] = c;
-    b->p[b->len] = '\0';
-}
-
-void tok_buf_free(tok_buf *b)
-{
-    inferd_free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
-
 void tok_list_clear(tok_list *l)
 {
     l->buf.len = 0;
-    if (l->buf.p)
-        l->buf.p[0] = '\0';
+    if (l->buf.data)
+        l->buf.data[0] = '\0';
     l->n = 0;
 }
 
 void tok_list_free(tok_list *l)
 {
-    tok_buf_free(&l->buf);
+    inferd_buf_free(&l->buf);
     inferd_free(l->v);
     l->v = NULL;
     l->n = l->cap = 0;
@@ -70,7 +36,7 @@ void tok_list_begin(tok_list *l, int32_t added, int64_t orig)
         l->cap = l->cap ? l->cap * 2 : 16;
         l->v = inferd_realloc(l->v, (size_t)l->cap * sizeof *l->v);
     }
-    tok_buf_reserve(&l->buf, 0);
+    inferd_buf_reserve(&l->buf, 0);
     l->v[l->n] = (tok_piece){.off = l->buf.len, .len = 0, .added = added, .orig = orig};
 }
 
@@ -83,7 +49,7 @@ void tok_list_end(tok_list *l)
 void tok_list_push(tok_list *l, const char *s, size_t n, int32_t added, int64_t orig)
 {
     tok_list_begin(l, added, orig);
-    tok_buf_put(&l->buf, s, n);
+    inferd_buf_append(&l->buf, s, n);
     tok_list_end(l);
 }
 
@@ -159,17 +125,17 @@ static void utf8_second_range(unsigned char c, unsigned char *lo, unsigned char 
         *hi = 0x8F;
 }
 
-void tok_utf8_lossy(tok_buf *b, const unsigned char *s, size_t n)
+void tok_utf8_lossy(inferd_buf *b, const unsigned char *s, size_t n)
 {
     static const char k_fffd[] = "\xEF\xBF\xBD";
     size_t i = 0;
-    tok_buf_reserve(b, n);
+    inferd_buf_reserve(b, n);
     while (i < n) {
         unsigned char c = s[i];
         int width = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
                                                              : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
         if (width == 1) {
-            tok_buf_putc(b, (char)c);
+            inferd_buf_append_char(b, (char)c);
             i++;
             continue;
         }
@@ -184,9 +150,9 @@ void tok_utf8_lossy(tok_buf *b, const unsigned char *s, size_t n)
             }
         }
         if (width > 1 && (int)good == width) {
-            tok_buf_put(b, s + i, good);
+            inferd_buf_append(b, s + i, good);
         } else {
-            tok_buf_put(b, k_fffd, 3);
+            inferd_buf_append(b, k_fffd, 3);
         }
         i += good;
     }

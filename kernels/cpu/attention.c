@@ -1,10 +1,7 @@
-/* kernels/cpu/attention.c: RoPE + paged KV write and varlen causal
- * paged attention for the CPU backend (fp32 activations and KV cache).
- *
- * RoPE follows HF rotate_half: for j < head_dim/2, x1 = x[j], x2 =
- * x[j + head_dim/2], angle = (float)pos * inv_freq[j] (one fp32 product, as
- * HF's fp32 matmul of inv_freq and positions), out[j] = x1*cos - x2*sin,
- * out[j + head_dim/2] = x2*cos + x1*sin, with cosf/sinf of the fp32 angle.
+/* kernels/cpu/attention.c: varlen causal paged attention for the CPU
+ * backend (fp32 activations and KV cache); twin of kernels/cuda/attention.cu
+ * (+ attention_decode.cu, attention_prefill.cu). RoPE and the paged KV
+ * write that fill the cache are in cpu/ops.c, as in cuda/ops.cu.
  *
  * Attention: one independent task per (token, query head), parallel with
  * OpenMP. Each task walks its sequence's block table from position 0 to its
@@ -23,59 +20,6 @@
 #include "kernels/cpu/kcpu.h"
 
 #define ATTN_RUN 64 /* keys scored per online-softmax step */
-
-/* RoPE on n_rot heads of head_dim hd at x, with cos/sin tables of hd/2. */
-static void rope_heads(float *x, int n_rot, int hd, const float *cs, const float *sn)
-{
-    const int half = hd / 2;
-    for (int h = 0; h < n_rot; h++) {
-        float *v = x + (int64_t)h * hd;
-        for (int j = 0; j < half; j++) {
-            float x1 = v[j], x2 = v[j + half];
-            v[j] = x1 * cs[j] - x2 * sn[j];
-            v[j + half] = x2 * cs[j] + x1 * sn[j];
-        }
-    }
-}
-
-/* Contract (kern_rope_kv_write): RoPE in place on the q heads and k heads of
- * every token's qkv row, then, for tokens with slot_mapping >= 0, the (roped)
- * K heads and the V heads are copied to k_cache / v_cache at slot
- * s = block * block_size + offset, head h at
- * ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
-void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
-{
-    const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads, bs = p->block_size;
-    INFERD_CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
-    const int64_t row = (int64_t)(nh + 2 * nkv) * hd;
-    float *qkv = p->qkv;          /* [n_tokens, (nh + 2*nkv) * hd] */
-    float *kc = p->k_cache;       /* [n_blocks, nkv, bs, hd] */
-    float *vc = p->v_cache;       /* [n_blocks, nkv, bs, hd] */
-    int nt = kcpu_threads(ctx, (int64_t)p->n_tokens * row * 4);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < p->n_tokens; t++) {
-        float cs[KCPU_MAX_HEAD_DIM / 2], sn[KCPU_MAX_HEAD_DIM / 2];
-        const float pos = (float)p->positions[t];
-        for (int j = 0; j < hd / 2; j++) {
-            float angle = pos * p->inv_freq[j];
-            cs[j] = cosf(angle);
-            sn[j] = sinf(angle);
-        }
-        float *x = qkv + (int64_t)t * row;
-        rope_heads(x, nh + nkv, hd, cs, sn); /* q heads then k heads, contiguous */
-        int64_t slot = p->slot_mapping[t];
-        if (slot < 0)
-            continue;
-        int64_t blk = slot / bs, off = slot % bs;
-        const float *k = x + (int64_t)nh * hd;
-        const float *v = k + (int64_t)nkv * hd;
-        for (int h = 0; h < nkv; h++) {
-            int64_t dst = ((blk * nkv + h) * bs + off) * hd;
-            memcpy(kc + dst, k + (int64_t)h * hd, (size_t)hd * sizeof(float));
-            memcpy(vc + dst, v + (int64_t)h * hd, (size_t)hd * sizeof(float));
-        }
-    }
-}
 
 /* Index of the sequence that owns token t (query_start_loc[i] <= t <
  * query_start_loc[i+1]), or -1 when t lies outside every sequence. */

@@ -18,8 +18,9 @@
 #include "common/half.h"
 #include "kernels/kern_internal.h"
 
-/* Largest head_dim the CPU attention / RoPE support (stack scratch size). */
-#define KCPU_MAX_HEAD_DIM 512
+/* Largest head_dim the CPU attention / RoPE support (stack scratch size;
+ * kernels/kern_limits.h, checked at model load by kern_check_model). */
+#define KCPU_MAX_HEAD_DIM KERN_CPU_MAX_HEAD_DIM
 
 /* Element i (flat index) of a weight, as float. */
 static inline float kcpu_weight_get(const kern_weight *w, int64_t i)

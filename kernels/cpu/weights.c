@@ -1,6 +1,7 @@
-/* kernels/cpu/weights.c: weight upload (dtype conversion), random
- * weights for --load-format dummy, and the embedding gather, for the CPU
- * backend.
+/* kernels/cpu/weights.c: weight upload (dtype conversion) and random
+ * weights for --load-format dummy, for the CPU backend (twin:
+ * kernels/cuda/weights.cu), plus the weight-to-fp32 row conversion the
+ * other CPU ops read weights through (kcpu_weight_to_f32).
  *
  * The CPU backend keeps weights in the file dtype (kern_weight_dtype), so the
  * usual upload is a memcpy; every other combination of F32/F16/BF16 converts
@@ -10,7 +11,6 @@
  */
 #include <string.h>
 
-#include "common/check.h"
 #include "common/half.h"
 #include "common/rng.h"
 #include "kernels/cpu/kcpu.h"
@@ -101,18 +101,4 @@ void kcpu_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float
         double u = rng_uniform(seed, (uint64_t)e);
         store_f32(w, e, (float)((2.0 * u - 1.0) * (double)scale));
     }
-}
-
-/* Contract (kern_embed): out[n, table->cols] (F32) = table row tokens[i].
- * Token ids outside [0, table->rows) are a caller bug (abort). */
-void kcpu_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
-{
-    float *o = out; /* [n, d] */
-    const int64_t d = t->cols;
-    for (int i = 0; i < n; i++)
-        INFERD_CHECK_MSG(tokens[i] >= 0 && tokens[i] < t->rows, "token id out of vocabulary");
-    int nt = kcpu_threads(ctx, (int64_t)n * d);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < n; i++)
-        kcpu_weight_to_f32(t, (int64_t)tokens[i] * d, d, o + (int64_t)i * d);
 }

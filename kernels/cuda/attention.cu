@@ -88,7 +88,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
 {
     kcuda_state *st = kcuda_st(ctx);
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads;
-    INFERD_CHECK_MSG(hd > 0 && hd % 8 == 0 && hd <= KC_ATTN_MAX_HD, "CUDA attention needs head_dim % 8 == 0, <= 256");
+    INFERD_CHECK_MSG(hd > 0 && hd % KERN_CUDA_ATTN_DIM_MULTIPLE == 0 && hd <= KC_ATTN_MAX_HD,
+                     "CUDA attention needs head_dim % 8 == 0, <= 256");
     INFERD_CHECK(nkv > 0 && nh % nkv == 0 && p->block_size > 0 && p->n_seqs >= 0 && p->n_tokens >= 0);
     INFERD_CHECK(p->h_query_start_loc && p->h_seq_lens);
     INFERD_CHECK(kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->out, 16) && kcuda_aligned(p->k_cache, 16) &&

@@ -12,7 +12,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-#define KC_ATTN_MAX_HD 256   /* largest head_dim (multiple of 8) */
+#define KC_ATTN_MAX_HD KERN_CUDA_ATTN_MAX_HEAD_DIM /* largest head_dim (multiple of 8); kern_limits.h */
 #define KC_ATTN_MIN_CHUNK 256 /* shortest KV range of one decode split */
 #define KC_ATTN_MAX_SPLITS 64 /* most splits of one sequence */
 

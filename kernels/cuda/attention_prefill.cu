@@ -21,13 +21,13 @@
  */
 #include "kernels/cuda/attention.cuh"
 
-#define PF_BQ 32
-#define PF_BK 32
+#define PF_BQ KERN_CUDA_PREFILL_BQ /* tile sizes and shared memory: kern_limits.h */
+#define PF_BK KERN_CUDA_PREFILL_BK
 #define PF_THREADS 128
 
 static size_t pf_smem_bytes(int hd)
 {
-    return ((size_t)4 * PF_BQ * (hd + 4) + (size_t)PF_BQ * (PF_BK + 1)) * sizeof(float);
+    return kern_cuda_prefill_smem_bytes(hd);
 }
 
 /* Tile geometry of one CTA, identical in all its threads. */

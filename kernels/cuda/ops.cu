@@ -286,8 +286,8 @@ static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p)
 void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 {
     kcuda_state *st = kcuda_st(ctx);
-    INFERD_CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= 1024 && p->block_size > 0 &&
-          p->n_heads > 0 && p->n_kv_heads > 0);
+    INFERD_CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= KERN_CUDA_ROPE_MAX_HEAD_DIM &&
+          p->block_size > 0 && p->n_heads > 0 && p->n_kv_heads > 0);
     if (p->n_tokens <= 0)
         return;
     launch_rope_kv(st->stream, p);

@@ -35,6 +35,7 @@
 #define KC_SMP_THREADS 1024
 #define KC_SMP_WARPS (KC_SMP_THREADS / 32)
 #define KC_SMP_CAP 2048 /* ranks per chunk (power of 2) */
+static_assert(KC_SMP_THREADS == KERN_CUDA_SAMPLE_THREADS, "kern_check_model's vocab limit assumes this block size");
 
 typedef struct {
     uint64_t keys[KC_SMP_CAP]; /* current chunk, sorted descending */

@@ -172,7 +172,7 @@ START_TEST(test_bad_lines)
         {"{\"prompt_ids\": [1], \"max_tokens\": 0}", "max_tokens"},
         {"{\"prompt_ids\": [1], \"temperature\": -1}", "temperature"},
         {"{\"prompt_ids\": [1], \"top_p\": 0}", "top_p"},
-        {"{\"prompt_ids\": [1], \"seed\": -1}", "seed"},
+        {"{\"prompt_ids\": [1], \"seed\": 1.5}", "seed"}, /* any int64 is a seed (negatives too) */
         {"{\"prompt_ids\": [1], \"foo\": 1}", "unknown field \"foo\""},
         {"{\"prompt_ids\": [1], \"prompt\": \"x\"}", "exactly one"},
         {"{\"max_tokens\": 3}", "exactly one"},

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/util.h"
@@ -84,6 +85,54 @@ START_TEST(test_golden_from_text)
 }
 END_TEST
 
+/* argv tail after "generate --model M --device cpu". */
+static void gen(const char *const *tail, char **out, char **err)
+{
+    char *argv[24] = {(char *)g_bin, "generate", "--model", g_model, "--device", "cpu"};
+    int k = 6, rc;
+    for (int j = 0; tail[j]; j++)
+        argv[k++] = (char *)tail[j];
+    argv[k] = NULL;
+    run(argv, out, err, &rc);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, *err);
+}
+
+/* --prompt --stop stops on the string (text ends before it, finish reason
+ * stop), and the one-prompt run prints what --prompts-file prints for the
+ * same request: the same text, and with --json the same JSON line. */
+START_TEST(test_stop_string_equals_prompts_file)
+{
+    static const char *const text_run[] = {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens",
+                                           "40", "--stop", "zzz", "--stop", "Lily", NULL};
+    static const char *const json_run[] = {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens",
+                                           "40", "--stop", "zzz", "--stop", "Lily", "--json", NULL};
+    char *out, *err, *jout, *jerr, *fout, *ferr;
+    gen(text_run, &out, &err);
+    ck_assert_str_eq(out, ", there was a little girl named ");
+    ck_assert_msg(strstr(err, "prompt tokens:") && strstr(err, "tok/s"), "timing line: %s", err);
+    gen(json_run, &jout, &jerr);
+    const char *line = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 40, \"temperature\": 0, "
+                       "\"stop\": [\"zzz\", \"Lily\"]}\n";
+    char *path = test_write_temp("gen-stop", line, strlen(line));
+    const char *const file_run[] = {"--prompts-file", path, NULL};
+    gen(file_run, &fout, &ferr);
+    ck_assert_str_eq(jout, fout);
+    cJSON *j = cJSON_Parse(fout);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "stop");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "text")->valuestring, out);
+    cJSON_Delete(j);
+    unlink(path);
+    inferd_free(path);
+    inferd_free(out);
+    inferd_free(err);
+    inferd_free(jout);
+    inferd_free(jerr);
+    inferd_free(fout);
+    inferd_free(ferr);
+}
+END_TEST
+
 START_TEST(test_bad_invocations)
 {
     static const char *rows[][8] = {
@@ -110,6 +159,9 @@ START_TEST(test_bad_invocations)
         {"--model", "@M", "--prompt-ids", "1", "--no-max-num-seqs", NULL}, /* not a boolean */
         {"--model", "@M", "--prompt-ids", "1", "--no-enable-prefix-caching=1", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--max-model-len", NULL}, /* missing value */
+        {"--model", "@M", "--prompt", "x", "--stop", "", NULL},                 /* empty stop string */
+        {"--model", "@M", "--prompt-ids", "1", "--stop-token-ids", "1,600", NULL}, /* id outside vocab */
+        {"--model", "@M", "--prompt-ids", "1", "--min-tokens", "300", NULL}, /* > max_tokens 256 */
     };
     for (size_t r = 0; r < INFERD_ARRAY_LEN(rows); r++) {
         char *argv[16] = {(char *)g_bin, "generate", "--device", "cpu"};
@@ -160,6 +212,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_golden_from_ids);
     tcase_add_test(tc, test_golden_from_text);
+    tcase_add_test(tc, test_stop_string_equals_prompts_file);
     tcase_add_test(tc, test_bad_invocations);
     tcase_add_test(tc, test_help);
     suite_add_tcase(s, tc);

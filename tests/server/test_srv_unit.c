@@ -2,8 +2,9 @@
  * no engine or model involved: request parsing/validation (srv_openai),
  * response shapes, chat templates byte for byte per family (srv_chat), the
  * error mapping (srv_errors), metrics exposition (srv_metrics, checked with
- * the strict parser), options and config-file precedence (srv_opts), and
- * the helpers (constant-time compare, UTF-8 sanitizing).
+ * the strict parser), and the helpers (constant-time compare, UTF-8
+ * sanitizing). The options/config-file test moved with the parser to
+ * tests/cli/test_serve_opts.c.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/util.h"
 #include "prom_check.h"
 #include "server/srv_chat.h"
@@ -548,81 +550,6 @@ START_TEST(test_prom_validator_rejects)
 }
 END_TEST
 
-/* ---- options ----------------------------------------------------------------- */
-
-START_TEST(test_opts)
-{
-    srv_opts o;
-    srv_opts_default(&o);
-    const char *cfg =
-        "{\"model\": \"/m/dir/\", \"port\": 9000, \"max_num_seqs\": 3, \"enable-prefix-caching\": false,"
-        " \"kv-cache-bytes\": \"1G\", \"chat-template\": \"llama-3\", \"request-timeout\": 2.5}";
-    char *path = test_write_temp("srv-opts", cfg, strlen(cfg));
-    char *argv[] = {"serve",
-                    "--config",
-                    path,
-                    "--port=9100",
-                    "--enable-prefix-caching",
-                    "--max-num-seqs",
-                    "7",
-                    "--api-key",
-                    "k",
-                    "--device",
-                    "cpu",
-                    NULL};
-    FILE *null = fopen("/dev/null", "w");
-    ck_assert_int_eq(srv_opts_parse(&o, 11, argv, null), 0);
-    ck_assert_str_eq(o.model_dir, "/m/dir/");
-    ck_assert_str_eq(o.served_model_name, "dir");
-    ck_assert_int_eq(o.port, 9100);
-    ck_assert_int_eq(o.max_num_seqs, 7);
-    ck_assert(o.enable_prefix_caching);
-    ck_assert_int_eq(o.kv_cache_bytes, INT64_C(1) << 30);
-    ck_assert_int_eq(o.chat_family, SRV_CHAT_LLAMA3);
-    ck_assert_double_eq(o.request_timeout_s, 2.5);
-    ck_assert_str_eq(o.api_key, "k");
-    ck_assert(!o.device_auto && o.backend == KERN_BACKEND_CPU);
-    srv_opts_free(&o);
-    static const char *const bad[][4] = {
-        {"serve", "--model", "m", "--port"},           {"serve", "--model", "m", "--port=70000"},
-        {"serve", "--model", "m", "--bogus"},          {"serve", "--model", "m", "--device=tpu"},
-        {"serve", "--model", "m", "--no-port"},        {"serve", "--model", "m", "--chat-template=x"},
-        {"serve", "--model", "m", "--max-num-seqs=0"}, {"serve", "--port", "1", "extra"},
-        {"serve", "--host", "h", "--threads=-1"},
-        {"serve", "--model", "m", "--gpu-memory-utilization=0"},
-        {"serve", "--model", "m", "--kv-cache-bytes=1Q"},
-        {"serve", "--model", "m", "--no-enable-prefix-caching=1"},
-        {"serve", "--model", "m", "--log-level=loud"},
-        {"serve", "--model", "m", "--load-format=gguf"},
-        {"serve", "--model", "m", "--block-size=0"},
-        {"serve", "--model", "m", "--max-model-len"},
-    };
-    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
-        srv_opts_default(&o);
-        ck_assert_msg(srv_opts_parse(&o, 4, (char **)bad[i], null) == 2, "row %zu accepted", i);
-        srv_opts_free(&o);
-    }
-    srv_opts_default(&o);
-    char *nomodel[] = {"serve", "--port", "1", NULL};
-    ck_assert_int_eq(srv_opts_parse(&o, 3, nomodel, null), 2);
-    srv_opts_free(&o);
-    srv_opts_default(&o);
-    ck_assert(!srv_opts_apply_json(&o, "{\"porrt\": 1}", "c"));
-    ck_assert(strstr(inferd_last_error(), "porrt") != NULL);
-    ck_assert(!srv_opts_apply_json(&o, "{\"port\": \"x\"}", "c"));
-    ck_assert(!srv_opts_apply_json(&o, "{\"enable-prefix-caching\": 1}", "c"));
-    ck_assert(!srv_opts_apply_json(&o, "[1]", "c"));
-    srv_opts_free(&o);
-    srv_opts_default(&o);
-    char *help[] = {"serve", "--help", NULL};
-    ck_assert_int_eq(srv_opts_parse(&o, 2, help, null), 1);
-    srv_opts_free(&o);
-    fclose(null);
-    unlink(path);
-    inferd_free(path);
-}
-END_TEST
-
 START_TEST(test_util)
 {
     ck_assert(srv_ct_equal("secret", 6, "secret", 6));
@@ -638,11 +565,11 @@ START_TEST(test_util)
     ck_assert(a == 2 && n == 3);
     ck_assert(srv_is_blank(" \t\r\n", 4));
     ck_assert(!srv_is_blank(" a", 2));
-    srv_buf b = {0};
-    srv_buf_printf(&b, "%d-%s", 12, "ab");
-    srv_buf_consume(&b, 2);
+    inferd_buf b = {0};
+    inferd_buf_printf(&b, "%d-%s", 12, "ab");
+    inferd_buf_consume(&b, 2);
     ck_assert_str_eq(b.data, "-ab");
-    srv_buf_free(&b);
+    inferd_buf_free(&b);
 }
 END_TEST
 
@@ -659,7 +586,6 @@ int main(void)
     tcase_add_test(tc, test_error_mapping);
     tcase_add_test(tc, test_metrics_render);
     tcase_add_test(tc, test_prom_validator_rejects);
-    tcase_add_test(tc, test_opts);
     tcase_add_test(tc, test_util);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

@@ -415,23 +415,23 @@ START_TEST(test_nfc)
         {"plain ascii", "plain ascii", "plain ascii"},
     };
     for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
-        tok_buf a = {0}, b = {0};
+        inferd_buf a = {0}, b = {0};
         tok_unicode_normalize(rows[i].in, strlen(rows[i].in), true, &a);
         tok_unicode_normalize(rows[i].in, strlen(rows[i].in), false, &b);
-        ck_assert_msg(a.len == strlen(rows[i].nfc) && memcmp(a.p, rows[i].nfc, a.len) == 0, "row %zu NFC", i);
-        ck_assert_msg(b.len == strlen(rows[i].nfd) && memcmp(b.p, rows[i].nfd, b.len) == 0, "row %zu NFD", i);
-        tok_buf_free(&a);
-        tok_buf_free(&b);
+        ck_assert_msg(a.len == strlen(rows[i].nfc) && memcmp(a.data, rows[i].nfc, a.len) == 0, "row %zu NFC", i);
+        ck_assert_msg(b.len == strlen(rows[i].nfd) && memcmp(b.data, rows[i].nfd, b.len) == 0, "row %zu NFD", i);
+        inferd_buf_free(&a);
+        inferd_buf_free(&b);
     }
     /* through a tokenizer.json normalizer */
     char *j = mk_json(V_ABC, "[]", "", ", \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": "
                                       "[{\"type\": \"NFC\"}, {\"type\": \"Prepend\", \"prepend\": \"-\"}]}");
     tokenizer *t = NULL;
     ck_assert_msg(tok_load_json(j, NULL, &t) == INFERD_OK, "%s", inferd_last_error());
-    tok_buf out = {0};
+    inferd_buf out = {0};
     ck_assert(tok_normalize(t, &t->norm, "e\xCC\x81", 3, &out) == INFERD_OK);
-    ck_assert_str_eq(out.p, "-\xC3\xA9");
-    tok_buf_free(&out);
+    ck_assert_str_eq(out.data, "-\xC3\xA9");
+    inferd_buf_free(&out);
     tok_free(t);
     inferd_free(j);
 }

@@ -7,7 +7,7 @@
 #                         memory is host memory here, so overruns are caught)
 # Builds into build-emu/ with at most 2 compiler jobs; needs g++, Check, cJSON.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
 EMU=$ROOT/tests/kernels/cuda/emu
 B=${EMU_BUILD:-$ROOT/build-emu}
 SAN=()

@@ -1,0 +1,393 @@
+/* bench/bench_latency.c: see bench_latency.h.
+ *
+ * One iteration of a row: submit `batch` requests (fresh random prompt ids
+ * per iteration and request, so the prefix cache never hits), wait for all
+ * to finish, then read the token timestamps their notify callbacks recorded
+ * on the engine thread. Warm-up iterations run the same and are dropped.
+ * Per row: prefill ms = median over iterations; decode ms/step = mean of
+ * every pure decode step of every iteration; p50 / p99 over the same steps.
+ * Everything the hot loop needs is allocated before the first submission.
+ */
+#include "bench/bench_latency.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "common/util.h"
+
+void bench_latency_opts_default(bench_latency_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch[0] = 8;
+    o->n_batch = 1;
+    o->input[0] = 32;
+    o->n_input = 1;
+    o->output[0] = 128;
+    o->n_output = 1;
+    o->num_iters_warmup = 1;
+    o->num_iters = 3;
+    o->seed = 1234;
+}
+
+bool bench_latency_parse_list(const char *text, int *out, int *n)
+{
+    *n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end = NULL;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 24) || (*end != ',' && *end != '\0')) {
+            inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' is not a list of positive integers (1,16,64)", text);
+            return false;
+        }
+        if (*n == BENCH_LAT_MAX_LIST) {
+            inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s': at most %d values", text, BENCH_LAT_MAX_LIST);
+            return false;
+        }
+        out[(*n)++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end == ',' && *p == '\0') {
+            inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' ends with a comma", text);
+            return false;
+        }
+    }
+    if (*n == 0)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "empty list"), false;
+    return true;
+}
+
+inferd_status bench_latency_ceilings(kern_backend be, int device_id, kern_ceilings *out)
+{
+    kern_ctx_opts ko = {.backend = be, .n_threads = 0, .device_id = device_id};
+    kern_ctx *kc = NULL;
+    inferd_status st = kern_ctx_create(&ko, &kc);
+    if (st != INFERD_OK)
+        return st;
+    st = kern_measure_ceilings(kc, out);
+    kern_ctx_free(kc);
+    return st;
+}
+
+/* --- one row ----------------------------------------------------------------- */
+
+/* Token timestamps of one request, written by the engine thread. */
+typedef struct {
+    double *t; /* [cap] */
+    int n, cap;
+} req_clock;
+
+static void on_token(void *user)
+{
+    req_clock *c = user;
+    if (c->n < c->cap)
+        c->t[c->n++] = util_now_s();
+}
+
+typedef struct {
+    int batch, input, output;
+    double prefill_ms;         /* median over iterations */
+    double *steps_ms;          /* pure decode step durations, all iterations */
+    int n_steps;
+    double step_ms, p50_ms, p99_ms;
+    double mean_ctx;           /* mean context of the measured steps */
+    model_cost cost, pf_cost;  /* a decode step at mean_ctx; the whole prefill */
+    double floor_ms, pct_roofline, pf_pct_gemm;
+    char error[256];
+} row_result;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(const double *sorted, int n, double q)
+{
+    if (n == 0)
+        return 0;
+    double pos = q * (n - 1);
+    int lo = (int)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+}
+
+typedef struct {
+    engine *e;
+    int vocab;
+    uint64_t seed;
+    int32_t *prompt;       /* [input] */
+    req_clock *clk;        /* [batch] */
+    engine_stream **strm;  /* [batch] */
+} row_ctx;
+
+/* Submit the batch, wait for it; prefill ms and the pure decode steps
+ * (appended to r->steps_ms) of this iteration. */
+static inferd_status run_iter(row_ctx *x, row_result *r, uint64_t iter, bool keep)
+{
+    for (int i = 0; i < r->batch; i++)
+        x->clk[i].n = 0;
+    double t0 = util_now_s();
+    for (int i = 0; i < r->batch; i++) {
+        for (int j = 0; j < r->input; j++) /* ids in [1, vocab): fresh per iteration and request */
+            x->prompt[j] = 1 + (int32_t)(rng_uniform(x->seed + iter * 7919u + (uint64_t)i, (uint64_t)j) *
+                                         (double)(x->vocab - 1));
+        engine_request req = {.prompt_ids = x->prompt, .n_prompt = r->input, .notify = on_token,
+                              .notify_user = &x->clk[i]};
+        sampling_params_default(&req.sp);
+        req.sp.temperature = 0;
+        req.sp.ignore_eos = true;
+        req.sp.max_tokens = r->output;
+        inferd_status st = engine_submit(x->e, &req, &x->strm[i]);
+        if (st != INFERD_OK) {
+            for (int k = 0; k < i; k++)
+                engine_stream_release(x->strm[k]);
+            return st;
+        }
+    }
+    inferd_status st = INFERD_OK;
+    for (int i = 0; i < r->batch; i++) {
+        engine_output o;
+        bool done = false;
+        while (!done) {
+            memset(&o, 0, sizeof o);
+            if (engine_stream_wait(x->strm[i], &o, 1000)) {
+                done = o.finished;
+                if (o.finished && o.finish != FINISH_LENGTH && st == INFERD_OK)
+                    st = inferd_set_error(INFERD_ERR_INTERNAL, "request %d finished with '%s' %s", i,
+                                          finish_reason_str(o.finish), o.error);
+                engine_output_free(&o);
+            }
+        }
+        engine_stream_release(x->strm[i]);
+    }
+    /* NOTE: a stream shows `finished` before the engine thread has made its
+     * last notify call; once the engine is idle every call has returned, so
+     * none can land in the next iteration's clocks. */
+    if (!engine_wait_idle(x->e, 60000) && st == INFERD_OK)
+        st = inferd_set_error(INFERD_ERR_INTERNAL, "the engine did not go idle after the batch");
+    if (st != INFERD_OK || !keep)
+        return st;
+    /* prefill: until every request has its first token */
+    double t_pf = 0;
+    for (int i = 0; i < r->batch; i++) {
+        if (x->clk[i].n < r->output)
+            return inferd_set_error(INFERD_ERR_INTERNAL, "request %d: %d token callbacks for %d tokens", i,
+                                    x->clk[i].n, r->output);
+        t_pf = fmax(t_pf, x->clk[i].t[0]);
+    }
+    r->prefill_ms = (t_pf - t0) * 1e3; /* the caller keeps the median */
+    const req_clock *c = &x->clk[0];
+    for (int k = 1; k < r->output; k++) {
+        if (c->t[k - 1] < t_pf)
+            continue; /* a step that still had prefill work in it */
+        r->steps_ms[r->n_steps++] = (c->t[k] - c->t[k - 1]) * 1e3;
+        r->mean_ctx += r->input + k; /* context of the step that made token k */
+    }
+    return INFERD_OK;
+}
+
+static void row_roofline(model *m, const kern_ceilings *ceil, row_result *r)
+{
+    int ctx = r->n_steps > 0 ? (int)lround(r->mean_ctx / r->n_steps) : r->input + 1;
+    r->mean_ctx = ctx;
+    model_step_cost(m, r->batch, 1, ctx, &r->cost);
+    model_step_cost(m, r->batch, r->input, r->input, &r->pf_cost);
+    double bw = ceil->copy_gbps * 1e9, fl = ceil->gemm_tflops * 1e12;
+    if (bw > 0 && fl > 0) {
+        double t_bytes = (r->cost.weight_bytes + r->cost.kv_bytes) / bw, t_flops = r->cost.flops / fl;
+        r->floor_ms = fmax(t_bytes, t_flops) * 1e3;
+        if (r->step_ms > 0)
+            r->pct_roofline = 100.0 * r->floor_ms / r->step_ms;
+        if (r->prefill_ms > 0)
+            r->pf_pct_gemm = 100.0 * (r->pf_cost.flops / fl * 1e3) / r->prefill_ms;
+    }
+}
+
+static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_latency_opts *o, row_result *r)
+{
+    row_ctx x = {.e = e, .vocab = model_get_config(m)->vocab_size, .seed = o->seed};
+    x.prompt = inferd_malloc(sizeof(int32_t) * (size_t)r->input);
+    x.clk = inferd_calloc((size_t)r->batch, sizeof(req_clock));
+    x.strm = inferd_calloc((size_t)r->batch, sizeof(engine_stream *));
+    for (int i = 0; i < r->batch; i++) {
+        x.clk[i].cap = r->output + 4;
+        x.clk[i].t = inferd_malloc(sizeof(double) * (size_t)x.clk[i].cap);
+    }
+    r->steps_ms = inferd_malloc(sizeof(double) * (size_t)o->num_iters * (size_t)r->output);
+    double *pf = inferd_malloc(sizeof(double) * (size_t)o->num_iters);
+    inferd_status st = INFERD_OK;
+    for (int it = 0; it < o->num_iters_warmup + o->num_iters && st == INFERD_OK; it++) {
+        bool keep = it >= o->num_iters_warmup;
+        st = run_iter(&x, r, (uint64_t)it, keep);
+        if (keep)
+            pf[it - o->num_iters_warmup] = r->prefill_ms;
+    }
+    if (st == INFERD_OK) {
+        qsort(pf, (size_t)o->num_iters, sizeof *pf, cmp_double);
+        r->prefill_ms = percentile(pf, o->num_iters, 0.5);
+        double sum = 0;
+        for (int i = 0; i < r->n_steps; i++)
+            sum += r->steps_ms[i];
+        r->step_ms = r->n_steps > 0 ? sum / r->n_steps : 0;
+        double *sorted = inferd_malloc(sizeof(double) * (size_t)(r->n_steps > 0 ? r->n_steps : 1));
+        memcpy(sorted, r->steps_ms, sizeof(double) * (size_t)r->n_steps);
+        qsort(sorted, (size_t)r->n_steps, sizeof *sorted, cmp_double);
+        r->p50_ms = percentile(sorted, r->n_steps, 0.5);
+        r->p99_ms = percentile(sorted, r->n_steps, 0.99);
+        inferd_free(sorted);
+        row_roofline(m, ceil, r);
+    } else {
+        snprintf(r->error, sizeof r->error, "%s", inferd_last_error());
+    }
+    for (int i = 0; i < r->batch; i++)
+        inferd_free(x.clk[i].t);
+    inferd_free(x.clk);
+    inferd_free(x.strm);
+    inferd_free(x.prompt);
+    inferd_free(pf);
+    return st == INFERD_OK ? 0 : 1;
+}
+
+/* --- output ------------------------------------------------------------------ */
+
+static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_latency_opts *o)
+{
+    const model_config *cfg = model_get_config(m);
+    model_graph_info gi;
+    model_graph_info_get(m, &gi);
+    fprintf(f, "device: %s (%s backend)\n", c->device, kern_backend_name(kern_ctx_backend(model_kern(m))));
+    fprintf(f, "model: %s, %d layers, d %d, vocab %d\n", cfg->arch, cfg->n_layers, cfg->hidden_size,
+            cfg->vocab_size);
+    fprintf(f, "ceilings (measured now): copy %.1f GB/s (%lld MiB d2d), GEMM %.2f TFLOP/s (%dx%dx%d)\n",
+            c->copy_gbps, (long long)(c->copy_bytes >> 20), c->gemm_tflops, c->gemm_m, c->gemm_n, c->gemm_k);
+    if (gi.enabled)
+        fprintf(f, "graphs: on, %d captured for batch 1..%d in %.2f s\n", gi.n_graphs, gi.max_batch, gi.capture_s);
+    else
+        fprintf(f, "graphs: off (%s)\n",
+                kern_ctx_backend(model_kern(m)) == KERN_BACKEND_CUDA ? "--enforce-eager" : "CPU backend");
+    fprintf(f, "iterations: %d warm-up + %d timed; floor = max(bytes / copy BW, FLOPs / GEMM rate)\n\n",
+            o->num_iters_warmup, o->num_iters);
+    fprintf(f, "| batch | in | out | prefill ms | prefill tok/s | pf %%GEMM | decode ms/step | p50 ms | p99 ms | "
+               "decode tok/s | MB/step | GFLOP/step | floor ms | %% roofline | steps |\n");
+    fprintf(f, "|------:|---:|----:|-----------:|--------------:|---------:|---------------:|-------:|-------:|"
+               "-------------:|--------:|-----------:|---------:|-----------:|------:|\n");
+}
+
+static void print_row(FILE *f, const row_result *r)
+{
+    if (r->error[0]) {
+        fprintf(f, "| %d | %d | %d | error: %s |\n", r->batch, r->input, r->output, r->error);
+        return;
+    }
+    double pf_tps = r->prefill_ms > 0 ? (double)r->batch * r->input / (r->prefill_ms * 1e-3) : 0;
+    double dec_tps = r->step_ms > 0 ? r->batch / (r->step_ms * 1e-3) : 0;
+    fprintf(f, "| %d | %d | %d | %.2f | %.0f | %.1f%% | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.3f | %.1f%% | %d |\n",
+            r->batch, r->input, r->output, r->prefill_ms, pf_tps, r->pf_pct_gemm, r->step_ms, r->p50_ms, r->p99_ms,
+            dec_tps, (r->cost.weight_bytes + r->cost.kv_bytes) / 1e6, r->cost.flops / 1e9, r->floor_ms,
+            r->pct_roofline, r->n_steps);
+}
+
+static int write_json(const char *path, model *m, const kern_ceilings *c, const row_result *rows, int n)
+{
+    model_graph_info gi;
+    model_graph_info_get(m, &gi);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "device", c->device);
+    cJSON_AddStringToObject(root, "backend", kern_backend_name(kern_ctx_backend(model_kern(m))));
+    cJSON_AddBoolToObject(root, "graphs", gi.enabled);
+    cJSON_AddNumberToObject(root, "graphs_captured", gi.n_graphs);
+    cJSON_AddNumberToObject(root, "graph_capture_s", gi.capture_s);
+    cJSON *cj = cJSON_AddObjectToObject(root, "ceilings");
+    cJSON_AddNumberToObject(cj, "copy_gbps", c->copy_gbps);
+    cJSON_AddNumberToObject(cj, "gemm_tflops", c->gemm_tflops);
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    double total_lat = 0;
+    for (int i = 0; i < n; i++) {
+        const row_result *r = &rows[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "batch_size", r->batch);
+        cJSON_AddNumberToObject(o, "input_len", r->input);
+        cJSON_AddNumberToObject(o, "output_len", r->output);
+        if (r->error[0]) {
+            cJSON_AddStringToObject(o, "error", r->error);
+        } else {
+            cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
+            cJSON_AddNumberToObject(o, "prefill_tok_s", r->batch * (double)r->input / (r->prefill_ms * 1e-3));
+            cJSON_AddNumberToObject(o, "prefill_pct_gemm", r->pf_pct_gemm);
+            cJSON_AddNumberToObject(o, "decode_ms_per_step", r->step_ms);
+            cJSON_AddNumberToObject(o, "decode_p50_ms", r->p50_ms);
+            cJSON_AddNumberToObject(o, "decode_p99_ms", r->p99_ms);
+            cJSON_AddNumberToObject(o, "decode_tok_s", r->step_ms > 0 ? r->batch / (r->step_ms * 1e-3) : 0);
+            cJSON_AddNumberToObject(o, "decode_steps", r->n_steps);
+            cJSON_AddNumberToObject(o, "mean_context", r->mean_ctx);
+            cJSON_AddNumberToObject(o, "weight_bytes_per_step", r->cost.weight_bytes);
+            cJSON_AddNumberToObject(o, "kv_bytes_per_step", r->cost.kv_bytes);
+            cJSON_AddNumberToObject(o, "flops_per_step", r->cost.flops);
+            cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+            cJSON_AddNumberToObject(o, "pct_roofline", r->pct_roofline);
+            /* vLLM's field: one request's end-to-end latency, seconds */
+            double lat = (r->prefill_ms + r->step_ms * (r->output - 1)) * 1e-3;
+            cJSON_AddNumberToObject(o, "avg_latency", lat);
+            total_lat += lat;
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON_AddNumberToObject(root, "avg_latency", n > 0 ? total_lat / n : 0);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0)
+        ok = false;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "inferd bench latency: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil, const bench_latency_opts *o,
+                      FILE *out)
+{
+    engine *e = NULL;
+    if (engine_create(eo, m, NULL, &e) != INFERD_OK || engine_start(e) != INFERD_OK) {
+        fprintf(stderr, "inferd bench latency: %s\n", inferd_last_error());
+        engine_free(e);
+        return 1;
+    }
+    int n_rows = o->n_batch * o->n_input * o->n_output, k = 0, rc = 0;
+    row_result *rows = inferd_calloc((size_t)n_rows, sizeof *rows);
+    print_header(out, m, ceil, o);
+    for (int bi = 0; bi < o->n_batch; bi++)
+        for (int ii = 0; ii < o->n_input; ii++)
+            for (int oi = 0; oi < o->n_output; oi++, k++) {
+                row_result *r = &rows[k];
+                r->batch = o->batch[bi];
+                r->input = o->input[ii];
+                r->output = o->output[oi];
+                if (run_row(m, e, ceil, o, r) != 0) {
+                    fprintf(stderr, "inferd bench latency: batch %d, input %d, output %d: %s\n", r->batch, r->input,
+                            r->output, r->error);
+                    rc = 1;
+                }
+                print_row(out, r);
+                fflush(out);
+                engine_wait_idle(e, 60000);
+            }
+    if (o->output_json && write_json(o->output_json, m, ceil, rows, n_rows) != 0)
+        rc = 1;
+    model_graph_info gi;
+    model_graph_info_get(m, &gi);
+    fprintf(out, "\nsteps: %llu through graphs, %llu eager\n", (unsigned long long)gi.replays,
+            (unsigned long long)gi.eager_steps);
+    for (int i = 0; i < n_rows; i++)
+        inferd_free(rows[i].steps_ms);
+    inferd_free(rows);
+    engine_free(e);
+    return rc;
+}

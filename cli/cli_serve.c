@@ -1,0 +1,154 @@
+/* cli/cli_serve.c: `inferd serve`: flags and the --config JSON file into an
+ * srv_opts through the option tables (model, engine, server, and the CLI's
+ * glue rows), then srv_run (server/srv_main.c) runs the server.
+ *
+ * Precedence is built by order of application: defaults, then the config
+ * file, then the command line (left to right, last wins). A flag and a
+ * config key for the same row go through the same row (common/opt), so they
+ * accept and reject the same values. Config files are strict: an unknown
+ * key or a value of the wrong type is an error naming the key, so a typo
+ * does not silently fall back to a default.
+ */
+#include "cli/cli_serve.h"
+
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "cli/cli.h"
+
+/* Largest config file read. */
+#define CONFIG_MAX_BYTES (16 << 20)
+
+/* Model, engine and glue rows (cli_shared_groups), then the server's. */
+#define SERVE_GROUPS (CLI_SHARED_GROUPS + 1)
+
+static void serve_groups(srv_opts *o, cli_glue_opts *glue, opt_group g[SERVE_GROUPS])
+{
+    cli_shared_groups(&o->model, &o->engine, glue, g);
+    g[CLI_SHARED_GROUPS].rows = srv_opts_rows(&g[CLI_SHARED_GROUPS].n);
+    g[CLI_SHARED_GROUPS].base = o;
+}
+
+void cli_serve_usage(FILE *f)
+{
+    size_t n;
+    const opt_row *t = srv_opts_rows(&n);
+    fprintf(f, "usage: inferd serve --model DIR [options]\n\n"
+               "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
+               "/tokenize, /detokenize, /health, /metrics. Options (also as JSON keys in --config):\n\n");
+    fprintf(f, "  %-32s %s\n", "--config FILE", "JSON object of options (keys as below); flags override it");
+    cli_shared_usage(f);
+    opt_usage(f, t, n);
+    fprintf(f, "  %-32s %s\n", "--help", "this text");
+}
+
+bool cli_serve_apply_json(srv_opts *o, cli_glue_opts *glue, const char *json, const char *name)
+{
+    cli_glue_opts scratch;
+    if (!glue) {
+        cli_glue_default(&scratch);
+        glue = &scratch;
+    }
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        inferd_set_error(INFERD_ERR_FORMAT, "%s: not valid JSON", name);
+        return false;
+    }
+    opt_group g[SERVE_GROUPS];
+    serve_groups(o, glue, g);
+    bool ok = opt_apply_json(g, SERVE_GROUPS, root, name);
+    cJSON_Delete(root);
+    return ok;
+}
+
+static bool load_config(srv_opts *o, cli_glue_opts *glue, const char *path)
+{
+    char *text;
+    size_t len;
+    if (util_read_file(path, CONFIG_MAX_BYTES, &text, &len) != INFERD_OK)
+        return false;
+    bool ok = cli_serve_apply_json(o, glue, text, path);
+    inferd_free(text);
+    return ok;
+}
+
+/* The --config argument, or NULL; *help when --help / -h is present. */
+static const char *find_config(int argc, char **argv, bool *help)
+{
+    const char *config = NULL;
+    *help = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            *help = true;
+        else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            config = argv[i] + 9;
+    }
+    return config;
+}
+
+/* Apply the flags (the --config one was read before them). */
+static bool parse_flags(srv_opts *o, cli_glue_opts *glue, int argc, char **argv)
+{
+    opt_group g[SERVE_GROUPS];
+    serve_groups(o, glue, g);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--config=", 9) == 0)
+            continue;
+        int r = opt_parse_arg(g, SERVE_GROUPS, argc, argv, &i, NULL);
+        if (r < 0)
+            return false;
+        if (r == 0) {
+            if (strncmp(a, "--", 2) != 0)
+                inferd_set_error(INFERD_ERR_INVALID_ARG, "unexpected argument '%s'", a);
+            else
+                inferd_set_error(INFERD_ERR_INVALID_ARG, "unknown option '--%.*s'", (int)strcspn(a + 2, "="), a + 2);
+            return false;
+        }
+    }
+    return true;
+}
+
+int cli_serve_parse(srv_opts *o, cli_glue_opts *glue, int argc, char **argv, FILE *out)
+{
+    cli_glue_opts scratch;
+    if (!glue) {
+        cli_glue_default(&scratch);
+        glue = &scratch;
+    }
+    bool help;
+    const char *config = find_config(argc, argv, &help);
+    if (help) {
+        cli_serve_usage(out);
+        return 1;
+    }
+    if (config && !load_config(o, glue, config))
+        return 2;
+    if (!parse_flags(o, glue, argc, argv))
+        return 2;
+    return srv_opts_validate(o) == INFERD_OK ? 0 : 2;
+}
+
+int cli_serve(int argc, char **argv)
+{
+    srv_opts o;
+    srv_opts_default(&o);
+    cli_glue_opts glue;
+    cli_glue_default(&glue);
+    int rc = cli_serve_parse(&o, &glue, argc, argv, stdout);
+    if (rc != 0) {
+        if (rc == 2)
+            fprintf(stderr, "inferd serve: %s\n(see inferd serve --help)\n", inferd_last_error());
+        srv_opts_free(&o);
+        return rc == 1 ? 0 : 2;
+    }
+    cli_glue_apply(&glue);
+    return srv_run(&o); /* takes over o */
+}

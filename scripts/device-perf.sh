@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# scripts/device-perf.sh: the decode-graph + `inferd bench latency` pass on
+# the GPU machine (issue 12), one command. From the repository root:
+#
+#   bash scripts/device-perf.sh          (device tool: carry [".deps"]; logs in $OUT)
+#
+# Steps, each checked (a failed test is reported and the rest still runs;
+# the exit status is non-zero when any step failed):
+#   1. unpack the carried Debian packages (.deps, as scripts/device-run.sh);
+#   2. build only what this pass needs (CUDA, sm_90a, Release);
+#   3. test_graphs_gpu: graphs vs --enforce-eager bitwise on stories260K,
+#      golden tokens through graphs, ceilings;
+#   4. engine invariance (test_engine_stories) and test_stories_gpu with
+#      INFERD_TEST_DEVICE=cuda, graphs on;
+#   5. `inferd bench latency` on Llama-3-8B-shaped dummy weights, graphs on
+#      and --enforce-eager, batch x context table;
+#   6. compute-sanitizer memcheck of test_graphs_gpu (graph replays).
+# DEVICE_PERF_ROWS=long skips 3, 4 and 6 and benchmarks instead the long
+# rows: batch 256 at 1k context and batch 1 at 8k (llama3-8b) and 32k
+# (llama3.1-8b: rope scaling) context, graphs on and --enforce-eager.
+set -uo pipefail
+LONG=$([[ ${DEVICE_PERF_ROWS:-} == long ]] && echo 1 || echo 0)
+ROOT=$(pwd)
+# logs go to /tmp and come back packed (the device tool returns at most 8
+# files): $OUT/logs.tgz, $OUT/summary.txt and the two bench tables
+FINAL_OUT=${OUT:-$ROOT/device-logs}
+OUT=/tmp/inferd-perf-logs
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
+trap 'cp "$OUT"/summary.txt "$OUT"/bench-latency-graphs.txt "$OUT"/bench-latency-eager.txt "$FINAL_OUT/" 2>/dev/null; tar czf "$FINAL_OUT/logs.tgz" -C /tmp inferd-perf-logs' EXIT
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+FAILED=0
+row() { printf "%-58s %s\n" "$1" "$2" | tee -a "$SUMMARY"; [[ $2 == ok* || $2 == PASS* ]] || FAILED=1; }
+T0=$(date +%s)
+el() { echo "$(( $(date +%s) - T0 ))s"; }
+
+# 1. dependencies (same layout as scripts/device-run.sh)
+DEPS=/tmp/inferd-deps
+rm -rf "$DEPS" && mkdir -p "$DEPS"
+for f in .deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+export PKG_CONFIG_SYSROOT_DIR=$DEPS
+export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
+export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+if ! command -v pkg-config >/dev/null; then
+    export PKG_CONFIG_EXECUTABLE=$DEPS/usr/bin/pkgconf
+    ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
+    export PATH=$DEPS/usr/bin:$PATH
+fi
+printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs:\nCflags:\n' \
+    >"$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc"
+INFERD_LIBS=$DEPS/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib
+FIX=$ROOT/.deps/fixtures
+export INFERD_FIXTURES=$FIX
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -2; } >"$OUT/device.txt" 2>&1
+
+# 2. build
+BUILD=$ROOT/build-gpu
+if LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+   cmake -S . -B "$BUILD" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" \
+      -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
+      -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" >"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$(nproc)" --target inferd test_graphs_gpu test_engine_stories test_stories_gpu \
+      >>"$OUT/build.log" 2>&1
+then row "build (CUDA sm_90a) $(el)" ok
+else row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; fi
+export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+BIN=$BUILD/cli/inferd
+
+if [[ $LONG == 1 ]]; then
+    for v in graphs eager; do
+        extra=()
+        [[ $v == eager ]] && extra=(--enforce-eager)
+        : >"$OUT/bench-latency-$v.txt"
+        for spec in "llama3-8b 256 1024 32 1" "llama3-8b 1 8000 64 1" "llama3.1-8b 1 32000 64 1"; do
+            read -r cfg b in o it <<<"$spec"
+            if timeout 150 "$BIN" bench latency --model configs/models/$cfg --load-format dummy --device cuda \
+                  --batch-size "$b" --input-len "$in" --output-len "$o" --num-iters-warmup 0 --num-iters "$it" \
+                  --max-num-seqs "$b" --max-num-batched-tokens 8192 "${extra[@]}" >>"$OUT/bench-latency-$v.txt" 2>&1
+            then row "bench latency $cfg b$b in$in ($v) $(el)" ok
+            else row "bench latency $cfg b$b in$in ($v, exit $?)" FAILED; fi
+        done
+        grep -E "^\| [0-9]|ceilings|graphs:|capture" "$OUT/bench-latency-$v.txt"
+    done
+    echo "=== summary"; cat "$SUMMARY"; exit $FAILED
+fi
+
+# 3. graphs vs eager
+if timeout 240 "$BUILD/tests/model/test_graphs_gpu" >"$OUT/test_graphs_gpu.log" 2>&1
+then row "test_graphs_gpu (graphs == eager bitwise) $(el)" PASS
+else row "test_graphs_gpu (exit $?)" "FAIL (test_graphs_gpu.log)"; fi
+grep -E "graphs:|batch|golden|ceilings|replays|Checks|fail|Assert" "$OUT/test_graphs_gpu.log" | head -30
+
+# 4. engine invariance and stories260K on the GPU, graphs on
+for t in scheduler/test_engine_stories model/test_stories_gpu; do
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$OUT/$(basename $t).log" 2>&1
+    then row "$(basename $t) (INFERD_TEST_DEVICE=cuda, graphs on) $(el)" PASS
+    else row "$(basename $t) (exit $?)" "FAIL ($(basename $t).log)"; fi
+    grep -E "Checks|fail|Assert" "$OUT/$(basename $t).log" | head -5
+done
+
+# 5. bench latency, graphs vs eager
+BL=(bench latency --model configs/models/llama3-8b --load-format dummy --device cuda
+    --batch-size 1,16,64 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2
+    --max-num-batched-tokens 8192 --log-level info)
+for v in graphs eager; do
+    extra=()
+    [[ $v == eager ]] && extra=(--enforce-eager)
+    if timeout 200 "$BIN" "${BL[@]}" "${extra[@]}" --output-json "$OUT/bench-latency-$v.json" >"$OUT/bench-latency-$v.txt" 2>&1
+    then row "bench latency llama3-8b dummy ($v) $(el)" ok
+    else row "bench latency ($v, exit $?)" "FAILED (bench-latency-$v.txt)"; fi
+    grep -E "^\||device:|ceilings|graphs|steps:|capture" "$OUT/bench-latency-$v.txt"
+done
+# batch 1 at a long context, graphs only (prefill of 8k tokens)
+if timeout 90 "$BIN" bench latency --model configs/models/llama3-8b --load-format dummy --device cuda \
+      --batch-size 1 --input-len 8000 --output-len 32 --num-iters-warmup 1 --num-iters 1 \
+      --max-num-batched-tokens 8192 >"$OUT/bench-latency-8k.txt" 2>&1
+then row "bench latency batch 1 x 8k context (graphs) $(el)" ok
+else row "bench latency 8k (exit $?)" "FAILED (bench-latency-8k.txt)"; fi
+grep -E "^\| 1 " "$OUT/bench-latency-8k.txt"
+
+# 6. compute-sanitizer memcheck of the graph path
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if INFERD_TEST_QUICK=1 timeout 240 "$CS" --tool memcheck --report-api-errors no --error-exitcode 99 \
+      "$BUILD/tests/model/test_graphs_gpu" >"$OUT/sanitizer-graphs.log" 2>&1
+then row "compute-sanitizer memcheck test_graphs_gpu $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-graphs.log" | tail -1)"
+else row "compute-sanitizer memcheck (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-graphs.log" | tail -1)"; fi
+echo "=== summary"
+cat "$SUMMARY"
+exit $FAILED

@@ -1,0 +1,141 @@
+/* tests/bench/test_bench_latency.c: `inferd bench latency` on the CPU
+ * backend with stories260K (the CI smoke run of issue 12): the table has
+ * one row per (batch, input) combination in order, each with every column
+ * filled, and the JSON has the same rows with positive timings, bytes,
+ * FLOPs, floor and % of roofline, and the ceilings. Speed is not checked.
+ * Bad flags (a zero or malformed list, an unknown flag, no --model) exit 2.
+ * Skips (77) without the built binary or the fixtures.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "test_util.h"
+
+static char *g_model;
+
+static int run(char *const argv[], char **out, char **err)
+{
+    int rc = -1;
+    ck_assert_msg(test_run_cmd(argv, out, err, &rc), "cannot run %s", argv[0]);
+    return rc;
+}
+
+static int count_char(const char *s, size_t n, char c)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == c;
+    return k;
+}
+
+START_TEST(test_cpu_table_and_json)
+{
+    char *json = test_write_temp("bench-latency", "", 0);
+    char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
+                    "--batch-size", "1,3", "--input-len", "8,20", "--output-len", "6", "--num-iters-warmup", "1",
+                    "--num-iters", "2", "--output-json", json, "--log-level", "warn", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run(argv, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    ck_assert_msg(strstr(out, "ceilings (measured now): copy "), "%s", out);
+    ck_assert_msg(strstr(out, "graphs: off (CPU backend)"), "%s", out);
+    const char *hdr = strstr(out, "| batch | in | out | prefill ms |");
+    ck_assert_msg(hdr, "no table header:\n%s", out);
+    const int want[4][2] = {{1, 8}, {1, 20}, {3, 8}, {3, 20}};
+    const char *p = strchr(hdr, '\n') + 1; /* the |---| line */
+    p = strchr(p, '\n') + 1;
+    for (int r = 0; r < 4; r++) {
+        const char *eol = strchr(p, '\n');
+        ck_assert_msg(eol, "row %d missing:\n%s", r, out);
+        ck_assert_int_eq(count_char(p, (size_t)(eol - p), '|'), 16); /* 15 columns */
+        int b = 0, in = 0, o = 0;
+        ck_assert_msg(sscanf(p, "| %d | %d | %d |", &b, &in, &o) == 3, "row %d: %.*s", r, (int)(eol - p), p);
+        ck_assert_int_eq(b, want[r][0]);
+        ck_assert_int_eq(in, want[r][1]);
+        ck_assert_int_eq(o, 6);
+        ck_assert_msg(!memmem(p, (size_t)(eol - p), "error", 5), "row %d: %.*s", r, (int)(eol - p), p);
+        p = eol + 1;
+    }
+    size_t len = 0;
+    char *text = NULL;
+    ck_assert_msg(util_read_file(json, 1 << 20, &text, &len) == INFERD_OK, "no JSON at %s", json);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert_msg(root, "bad JSON: %s", text);
+    ck_assert_str_eq(cJSON_GetObjectItem(root, "backend")->valuestring, "cpu");
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(root, "graphs")));
+    const cJSON *c = cJSON_GetObjectItem(root, "ceilings");
+    ck_assert(cJSON_GetObjectItem(c, "copy_gbps")->valuedouble > 0);
+    ck_assert(cJSON_GetObjectItem(c, "gemm_tflops")->valuedouble > 0);
+    const cJSON *rows = cJSON_GetObjectItem(root, "rows");
+    ck_assert_int_eq(cJSON_GetArraySize(rows), 4);
+    static const char *k_pos[] = {"prefill_ms", "prefill_tok_s", "decode_ms_per_step", "decode_p50_ms",
+                                  "decode_p99_ms", "decode_tok_s", "weight_bytes_per_step", "kv_bytes_per_step",
+                                  "flops_per_step", "floor_ms", "pct_roofline", "avg_latency"};
+    for (int r = 0; r < 4; r++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, r);
+        ck_assert_int_eq(cJSON_GetObjectItem(row, "batch_size")->valueint, want[r][0]);
+        ck_assert_int_eq(cJSON_GetObjectItem(row, "input_len")->valueint, want[r][1]);
+        for (size_t k = 0; k < sizeof k_pos / sizeof k_pos[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItem(row, k_pos[k]);
+            ck_assert_msg(v && cJSON_IsNumber(v) && v->valuedouble > 0, "row %d: %s missing or <= 0", r, k_pos[k]);
+        }
+        /* every request decodes output - 1 steps; the ones after all prefills are counted */
+        int steps = cJSON_GetObjectItem(row, "decode_steps")->valueint;
+        ck_assert_msg(steps >= 1 && steps <= 2 * 5, "row %d: %d decode steps", r, steps);
+        ck_assert(cJSON_GetObjectItem(row, "decode_p50_ms")->valuedouble <=
+                  cJSON_GetObjectItem(row, "decode_p99_ms")->valuedouble);
+    }
+    cJSON_Delete(root);
+    inferd_free(text);
+    unlink(json);
+    inferd_free(json);
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(test_bad_flags)
+{
+    static const char *k_bad[][2] = {
+        {"--batch-size", "0"}, {"--batch-size", "1,,2"}, {"--input-len", "8,"}, {"--output-len", "x"},
+        {"--num-iters", "2,3"}, {"--no-such-flag", "1"},
+    };
+    for (size_t k = 0; k < sizeof k_bad / sizeof k_bad[0]; k++) {
+        char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
+                        (char *)k_bad[k][0], (char *)k_bad[k][1], NULL};
+        char *out = NULL, *err = NULL;
+        int rc = run(argv, &out, &err);
+        ck_assert_msg(rc == 2, "%s %s: exit %d (%s)", k_bad[k][0], k_bad[k][1], rc, err);
+        ck_assert_msg(strstr(err, "error"), "%s %s: no message: %s", k_bad[k][0], k_bad[k][1], err);
+        free(out);
+        free(err);
+    }
+    char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--device", "cpu", NULL};
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(run(argv, &out, &err), 2);
+    free(out);
+    free(err);
+}
+END_TEST
+
+int main(void)
+{
+    if (!test_inferd_bin())
+        test_skip("INFERD_BIN not set");
+    g_model = test_fixture_path("models/stories260K");
+    if (!g_model || !util_file_exists(g_model))
+        test_skip("stories260K fixture missing");
+    Suite *s = suite_create("bench_latency");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_cpu_table_and_json);
+    tcase_add_test(tc, test_bad_flags);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}

@@ -1,0 +1,98 @@
+/* tests/cli/test_serve_opts.c: `inferd serve`'s options: flags over a
+ * --config file (precedence), bad flags, strict config keys, --help. Moved
+ * from tests/server/test_srv_unit.c when the parsing moved to cli/
+ * (cli_serve.c); the assertions are unchanged, the fields are reached
+ * through srv_opts' model/engine members.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "cli/cli_serve.h"
+#include "test_util.h"
+
+/* ---- options ----------------------------------------------------------------- */
+
+START_TEST(test_opts)
+{
+    srv_opts o;
+    srv_opts_default(&o);
+    const char *cfg =
+        "{\"model\": \"/m/dir/\", \"port\": 9000, \"max_num_seqs\": 3, \"enable-prefix-caching\": false,"
+        " \"kv-cache-bytes\": \"1G\", \"chat-template\": \"llama-3\", \"request-timeout\": 2.5}";
+    char *path = test_write_temp("srv-opts", cfg, strlen(cfg));
+    char *argv[] = {"serve",
+                    "--config",
+                    path,
+                    "--port=9100",
+                    "--enable-prefix-caching",
+                    "--max-num-seqs",
+                    "7",
+                    "--api-key",
+                    "k",
+                    "--device",
+                    "cpu",
+                    NULL};
+    FILE *null = fopen("/dev/null", "w");
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 11, argv, null), 0);
+    ck_assert_str_eq(o.model.model_dir, "/m/dir/");
+    ck_assert_str_eq(o.served_model_name, "dir");
+    ck_assert_int_eq(o.port, 9100);
+    ck_assert_int_eq(o.model.max_num_seqs, 7);
+    ck_assert(o.engine.enable_prefix_caching);
+    ck_assert_int_eq(o.model.kv_cache_bytes, INT64_C(1) << 30);
+    ck_assert_int_eq(o.chat_family, SRV_CHAT_LLAMA3);
+    ck_assert_double_eq(o.request_timeout_s, 2.5);
+    ck_assert_str_eq(o.api_key, "k");
+    ck_assert(!o.model.device_auto && o.model.backend == KERN_BACKEND_CPU);
+    srv_opts_free(&o);
+    static const char *const bad[][4] = {
+        {"serve", "--model", "m", "--port"},           {"serve", "--model", "m", "--port=70000"},
+        {"serve", "--model", "m", "--bogus"},          {"serve", "--model", "m", "--device=tpu"},
+        {"serve", "--model", "m", "--no-port"},        {"serve", "--model", "m", "--chat-template=x"},
+        {"serve", "--model", "m", "--max-num-seqs=0"}, {"serve", "--port", "1", "extra"},
+        {"serve", "--host", "h", "--threads=-1"},
+        {"serve", "--model", "m", "--gpu-memory-utilization=0"},
+        {"serve", "--model", "m", "--kv-cache-bytes=1Q"},
+        {"serve", "--model", "m", "--no-enable-prefix-caching=1"},
+        {"serve", "--model", "m", "--log-level=loud"},
+        {"serve", "--model", "m", "--load-format=gguf"},
+        {"serve", "--model", "m", "--block-size=0"},
+        {"serve", "--model", "m", "--max-model-len"},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
+        srv_opts_default(&o);
+        ck_assert_msg(cli_serve_parse(&o, NULL, 4, (char **)bad[i], null) == 2, "row %zu accepted", i);
+        srv_opts_free(&o);
+    }
+    srv_opts_default(&o);
+    char *nomodel[] = {"serve", "--port", "1", NULL};
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 3, nomodel, null), 2);
+    srv_opts_free(&o);
+    srv_opts_default(&o);
+    ck_assert(!cli_serve_apply_json(&o, NULL, "{\"porrt\": 1}", "c"));
+    ck_assert(strstr(inferd_last_error(), "porrt") != NULL);
+    ck_assert(!cli_serve_apply_json(&o, NULL, "{\"port\": \"x\"}", "c"));
+    ck_assert(!cli_serve_apply_json(&o, NULL, "{\"enable-prefix-caching\": 1}", "c"));
+    ck_assert(!cli_serve_apply_json(&o, NULL, "[1]", "c"));
+    srv_opts_free(&o);
+    srv_opts_default(&o);
+    char *help[] = {"serve", "--help", NULL};
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 2, help, null), 1);
+    srv_opts_free(&o);
+    fclose(null);
+    unlink(path);
+    inferd_free(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("serve_opts");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_opts);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}

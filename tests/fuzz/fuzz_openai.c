@@ -1,0 +1,154 @@
+/* tests/fuzz/fuzz_openai.c: the OpenAI request parser (server/srv_openai.h)
+ * on arbitrary request bodies: the most exposed parser (any client, no key
+ * by default).
+ *
+ * The input is one HTTP body, handed over exactly as the HTTP layer does
+ * (pointer + length, no terminating NUL: a read past the end is an ASan
+ * error). Each input goes through the /v1/completions, /v1/chat/completions,
+ * /tokenize and /detokenize parsers. Accepted requests are checked against
+ * the contract the engine relies on (sampling_params_validate passes,
+ * logprobs in [-1, 20], token ids inside the vocab, text valid UTF-8, stop
+ * strings owned by the request), chat messages are rendered with every
+ * template family, and the response builders get the prompt text as output
+ * text: their bodies must be valid JSON. Rejected requests must render a
+ * valid JSON error body with a 4xx status.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "fuzz_util.h"
+#include "server/srv_chat.h"
+#include "server/srv_errors.h"
+#include "server/srv_openai.h"
+
+/* Llama-3's vocab size: ids above 65535 are reachable. */
+static const srv_parse_limits k_lim = {"m", 128256};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_quiet();
+    return 0;
+}
+
+static void check_json(char *body, const char *what)
+{
+    FUZZ_ASSERT(body != NULL, "%s: NULL body", what);
+    size_t n = strlen(body);
+    FUZZ_ASSERT(fuzz_utf8_valid(body, n), "%s: body is not valid UTF-8", what);
+    cJSON *j = cJSON_ParseWithLength(body, n);
+    FUZZ_ASSERT(j != NULL, "%s: body is not valid JSON: %.200s", what, body);
+    cJSON_Delete(j);
+    inferd_free(body);
+}
+
+static void check_error(const srv_error *e, const char *what)
+{
+    FUZZ_ASSERT(e->kind != SRV_ERR_NONE && e->message[0], "%s: rejected without an error", what);
+    FUZZ_ASSERT(memchr(e->param, 0, sizeof e->param) && memchr(e->message, 0, sizeof e->message),
+                "%s: unterminated error", what);
+    int status = 0;
+    check_json(srv_error_render(e, &status), what);
+    FUZZ_ASSERT(status >= 400 && status < 500, "%s: status %d for a bad body", what, status);
+}
+
+static void check_msgs(const srv_chat_msg *m, int n, bool need_one)
+{
+    FUZZ_ASSERT(n >= 0 && (n > 0 || !need_one) && (n == 0 || m), "n_msgs %d", n);
+    for (int i = 0; i < n; i++) {
+        FUZZ_ASSERT(m[i].role >= SRV_ROLE_SYSTEM && m[i].role <= SRV_ROLE_ASSISTANT, "role %d", (int)m[i].role);
+        FUZZ_ASSERT(m[i].content && fuzz_utf8_valid(m[i].content, strlen(m[i].content)), "msg %d content", i);
+    }
+    for (int f = SRV_CHAT_NONE; f < SRV_CHAT_FAMILY_COUNT; f++) {
+        char *out = NULL;
+        srv_error e;
+        memset(&e, 0, sizeof e);
+        if (srv_chat_render((srv_chat_family)f, m, n, "<s>", "</s>", &out, &e)) {
+            FUZZ_ASSERT(out && fuzz_utf8_valid(out, strlen(out)), "render %d: invalid output", f);
+            inferd_free(out);
+        } else {
+            check_error(&e, "srv_chat_render");
+        }
+    }
+}
+
+static void check_request(const srv_request *r)
+{
+    sampling_params chk = r->sp;
+    chk.max_tokens = r->max_tokens > 0 ? (int32_t)r->max_tokens : INT32_MAX;
+    FUZZ_ASSERT(sampling_params_validate(&chk, k_lim.vocab_size, NULL) == INFERD_OK, "accepted sampling invalid");
+    FUZZ_ASSERT(r->sp.logprobs >= -1 && r->sp.logprobs <= SAMPLING_MAX_LOGPROBS, "logprobs %d", r->sp.logprobs);
+    FUZZ_ASSERT(r->sp.n_stop >= 0 && r->sp.n_stop <= SAMPLING_MAX_STOP, "n_stop %d", r->sp.n_stop);
+    for (int i = 0; i < r->sp.n_stop; i++)
+        FUZZ_ASSERT(r->sp.stop[i] == r->stops[i], "stop %d not owned", i);
+    FUZZ_ASSERT(r->max_tokens >= 0, "max_tokens %lld", (long long)r->max_tokens);
+    if (r->api == SRV_API_COMPLETIONS) {
+        FUZZ_ASSERT((r->prompt != NULL) != (r->prompt_ids != NULL), "prompt: text %p ids %p", (void *)r->prompt,
+                    (void *)r->prompt_ids);
+        if (r->prompt) {
+            FUZZ_ASSERT(r->prompt_len > 0 && fuzz_utf8_valid(r->prompt, r->prompt_len), "prompt text");
+        } else {
+            FUZZ_ASSERT(r->n_prompt_ids > 0, "n_prompt_ids %d", r->n_prompt_ids);
+            for (int i = 0; i < r->n_prompt_ids; i++)
+                FUZZ_ASSERT(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < k_lim.vocab_size, "prompt id %d",
+                            r->prompt_ids[i]);
+        }
+    } else {
+        check_msgs(r->msgs, r->n_msgs, true);
+    }
+    /* The prompt text as if it were the output: sanitized into JSON. */
+    srv_resp_meta m = {"cmpl-fuzz", 1700000000, r->model ? r->model : "m"};
+    srv_usage u = {r->n_prompt_ids, 3, 1};
+    srv_timings t = {1, 2, 3, 4, 10};
+    const char *text = r->prompt ? r->prompt : (r->n_msgs ? r->msgs[0].content : "");
+    size_t len = r->prompt ? r->prompt_len : strlen(text);
+    check_json(srv_resp_full(r->api, &m, text, len, "stop", NULL, &u, &t), "srv_resp_full");
+    check_json(srv_chunk_delta(r->api, &m, "assistant", text, len, NULL, NULL, r->include_usage, &t),
+               "srv_chunk_delta");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *body = (const char *)data;
+    for (int api = SRV_API_COMPLETIONS; api <= SRV_API_CHAT; api++) {
+        srv_request r;
+        srv_error e;
+        memset(&e, 0, sizeof e);
+        if (srv_request_parse((srv_api)api, body, size, &k_lim, &r, &e)) {
+            check_request(&r);
+            srv_request_free(&r);
+        } else {
+            check_error(&e, api == SRV_API_CHAT ? "chat" : "completions");
+        }
+    }
+
+    srv_tokenize_req tr;
+    srv_error e;
+    memset(&e, 0, sizeof e);
+    if (srv_tokenize_parse(body, size, &k_lim, &tr, &e)) {
+        FUZZ_ASSERT(!(tr.prompt && tr.msgs), "tokenize: prompt and messages");
+        if (tr.prompt)
+            FUZZ_ASSERT(fuzz_utf8_valid(tr.prompt, tr.prompt_len), "tokenize: prompt");
+        else
+            check_msgs(tr.msgs, tr.n_msgs, false);
+        srv_tokenize_free(&tr);
+    } else {
+        check_error(&e, "tokenize");
+    }
+
+    srv_detokenize_req dr;
+    memset(&e, 0, sizeof e);
+    if (srv_detokenize_parse(body, size, &k_lim, &dr, &e)) {
+        FUZZ_ASSERT(dr.n_ids >= 0 && (dr.n_ids == 0 || dr.ids), "detokenize: n_ids %d", dr.n_ids);
+        for (int i = 0; i < dr.n_ids; i++)
+            FUZZ_ASSERT(dr.ids[i] >= 0 && dr.ids[i] < k_lim.vocab_size, "detokenize: id %d", dr.ids[i]);
+        check_json(srv_resp_tokenize(dr.ids, dr.n_ids, 4096), "srv_resp_tokenize");
+        srv_detokenize_free(&dr);
+    } else {
+        check_error(&e, "detokenize");
+    }
+    return 0;
+}

@@ -1,0 +1,299 @@
+/* tests/model/test_graphs_gpu.c: decode CUDA graphs (model/graphs.c) against
+ * --enforce-eager on stories260K (label gpu; skips without a device).
+ *
+ *  - graphs vs eager: two models with the same weights, one capturing
+ *    graphs and one enforce_eager, run the same multi-sequence prefill and
+ *    then decode steps through model_step, for batch sizes on the capture
+ *    ladder (1, 2, 4, 8, 16) and between them (3, 5, 11: padded rows).
+ *    Sampled tokens must be equal in every step (greedy rows and seeded
+ *    temperature rows); logits must be bitwise equal for ladder sizes
+ *    (same GEMM shapes, same attention plan); for padded sizes the bitwise
+ *    count is printed (cuBLAS may pick another kernel for the padded row
+ *    count) and the logits must agree within bf16 noise. The graph model
+ *    must have replayed graphs and the eager one none.
+ *  - a mixed step (decodes plus a new prompt) runs eagerly on both and
+ *    gives the same tokens (bitwise logits for ladder sizes); decoding then
+ *    continues through graphs.
+ *  - greedy generation of golden case 0 through model_step (graph path)
+ *    equals llama2.c's tokens.
+ *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/rng.h"
+#include "common/util.h"
+#include "kvcache/kv_layout.h"
+#include "model/model.h"
+#include "test_util.h"
+
+#define MAX_SEQS 16
+#define DECODE_STEPS 40
+
+static cJSON *g_case0;
+static char *g_model_dir;
+
+static model *load(bool eager)
+{
+    model_opts o;
+    model_opts_default(&o);
+    o.model_dir = g_model_dir;
+    o.backend = KERN_BACKEND_CUDA;
+    o.max_num_batched_tokens = 256;
+    o.max_num_seqs = MAX_SEQS;
+    o.kv_cache_bytes = 64 << 20;
+    o.enforce_eager = eager;
+    model *m = NULL;
+    ck_assert_msg(model_load(&o, &m) == INFERD_OK, "load: %s", inferd_last_error());
+    return m;
+}
+
+/* A multi-sequence batch under construction (host arrays). */
+typedef struct {
+    int32_t tok[256], pos[256], qsl[MAX_SEQS + 2], lens[MAX_SEQS + 1], idx[MAX_SEQS + 1];
+    int64_t slots[256];
+    int32_t *tables; /* [MAX_SEQS + 1, width] */
+    int width, n_tok, n_seq;
+} batch;
+
+static void batch_begin(batch *b)
+{
+    b->n_tok = b->n_seq = 0;
+    b->qsl[0] = 0;
+}
+
+/* Sequence s computes toks[0, n) at positions [start, start + n). */
+static void batch_add(batch *b, int s, const int32_t *toks, int start, int n, int bs)
+{
+    const int32_t *table = b->tables + (size_t)s * b->width;
+    for (int j = 0; j < n; j++) {
+        b->tok[b->n_tok] = toks[j];
+        b->pos[b->n_tok] = start + j;
+        b->slots[b->n_tok] = kv_slot(table, start + j, bs);
+        b->n_tok++;
+    }
+    b->lens[b->n_seq] = start + n;
+    b->idx[b->n_seq] = b->n_tok - 1;
+    b->n_seq++;
+    b->qsl[b->n_seq] = b->n_tok;
+}
+
+/* The batch's rows in the order they were added use the tables of seq ids `ids`. */
+static model_batch as_model_batch(batch *b, const int *ids, int32_t *rows)
+{
+    for (int i = 0; i < b->n_seq; i++)
+        memcpy(rows + (size_t)i * b->width, b->tables + (size_t)ids[i] * b->width, sizeof(int32_t) * b->width);
+    model_batch mb = {.n_tokens = b->n_tok, .tokens = b->tok, .positions = b->pos, .slot_mapping = b->slots,
+                      .n_seqs = b->n_seq, .query_start_loc = b->qsl, .seq_lens = b->lens, .block_tables = rows,
+                      .max_blocks_per_seq = b->width, .n_logits = b->n_seq, .logits_indices = b->idx};
+    return mb;
+}
+
+typedef struct {
+    long steps, bitwise_steps;
+    double max_abs;
+} cmp_stats;
+
+/* Run mb on both models; tokens equal; logits compared. */
+static void step_both(model *g, model *e, const model_batch *mb, const kern_sample_params *sp, int32_t *out,
+                      bool want_bitwise, cmp_stats *cs, float *lg, float *le)
+{
+    int32_t tg[MAX_SEQS + 1], te[MAX_SEQS + 1];
+    ck_assert_msg(model_step(g, mb, sp, tg) == INFERD_OK, "graph step: %s", inferd_last_error());
+    ck_assert_msg(model_step(e, mb, sp, te) == INFERD_OK, "eager step: %s", inferd_last_error());
+    int V = model_get_config(g)->vocab_size;
+    model_logits_to_host(g, lg);
+    model_logits_to_host(e, le);
+    size_t n = (size_t)mb->n_logits * (size_t)V;
+    bool same = memcmp(lg, le, n * sizeof(float)) == 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)lg[i] - le[i]);
+        cs->max_abs = fmax(cs->max_abs, d);
+        ck_assert_msg(d <= 0.05 + 0.01 * fabs(le[i]), "logit %zu: graph %f eager %f", i, lg[i], le[i]);
+    }
+    if (want_bitwise)
+        ck_assert_msg(same, "batch %d: logits not bitwise equal (max |diff| %g)", mb->n_seqs, cs->max_abs);
+    cs->steps++;
+    cs->bitwise_steps += same;
+    for (int i = 0; i < mb->n_logits; i++)
+        ck_assert_msg(tg[i] == te[i], "batch %d row %d: graph token %d, eager %d", mb->n_seqs, i, tg[i], te[i]);
+    memcpy(out, tg, sizeof(int32_t) * (size_t)mb->n_logits);
+}
+
+static bool on_ladder(int b)
+{
+    return b == 1 || b == 2 || b == 4 || b == 8 || b == 16;
+}
+
+/* B sequences: prefill together, then decode steps, half greedy and half seeded. */
+static void run_batch(model *g, model *e, int B, cmp_stats *cs)
+{
+    int bs = model_block_size(g), width = model_max_blocks_per_seq(g), V = model_get_config(g)->vocab_size;
+    ck_assert_int_ge(model_num_kv_blocks(g), 1 + (MAX_SEQS + 1) * width);
+    batch b;
+    b.width = width;
+    b.tables = inferd_malloc(sizeof(int32_t) * (size_t)(MAX_SEQS + 1) * width);
+    int32_t *rows = inferd_malloc(sizeof(int32_t) * (size_t)(MAX_SEQS + 1) * width);
+    for (int s = 0; s <= MAX_SEQS; s++) /* interleaved, non-contiguous blocks */
+        for (int j = 0; j < width; j++)
+            b.tables[(size_t)s * width + j] = 1 + j * (MAX_SEQS + 1) + (MAX_SEQS - s);
+    float *lg = inferd_malloc(sizeof(float) * (size_t)(MAX_SEQS + 1) * V);
+    float *le = inferd_malloc(sizeof(float) * (size_t)(MAX_SEQS + 1) * V);
+    kern_sample_params sp[MAX_SEQS + 1];
+    int len[MAX_SEQS + 1], ids[MAX_SEQS + 1];
+    int32_t next[MAX_SEQS + 1], prompt[256];
+    batch_begin(&b);
+    for (int s = 0; s < B; s++) {
+        /* sequence 0 of small batches crosses 256 tokens while decoding:
+         * the split-KV plan of the 512-token bucket's graph is exercised */
+        len[s] = s == 0 && B <= 4 ? 220 : 3 + (s * 5) % 11;
+        for (int j = 0; j < len[s]; j++)
+            prompt[j] = 1 + (int32_t)(rng_uniform(100 + (uint64_t)B, (uint64_t)(s * 256 + j)) * (V - 1));
+        batch_add(&b, s, prompt, 0, len[s], bs);
+        ids[s] = s;
+        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = 7 + (uint64_t)s};
+    }
+    model_batch mb = as_model_batch(&b, ids, rows);
+    step_both(g, e, &mb, sp, next, true, cs, lg, le); /* prefill: eager on both */
+    for (int t = 0; t < DECODE_STEPS; t++) {
+        batch_begin(&b);
+        for (int s = 0; s < B; s++) {
+            sp[s].counter = (uint64_t)t + 1;
+            batch_add(&b, s, &next[s], len[s], 1, bs);
+            len[s]++;
+        }
+        bool mixed = t == DECODE_STEPS / 2 && B < MAX_SEQS;
+        if (mixed) { /* a mixed step: a new prompt joins */
+            int32_t p7[7] = {1, 5, 9, 13, 17, 21, 25};
+            batch_add(&b, MAX_SEQS, p7, 0, 7, bs);
+            ids[B] = MAX_SEQS;
+            sp[B] = (kern_sample_params){.temperature = 0, .top_p = 1.0f};
+        }
+        mb = as_model_batch(&b, ids, rows);
+        model_graph_info before, after;
+        model_graph_info_get(g, &before);
+        step_both(g, e, &mb, sp, next, on_ladder(B), cs, lg, le);
+        model_graph_info_get(g, &after);
+        ck_assert_int_eq(after.replays - before.replays, mixed ? 0 : 1);
+    }
+    inferd_free(b.tables);
+    inferd_free(rows);
+    inferd_free(lg);
+    inferd_free(le);
+}
+
+START_TEST(test_graphs_equal_eager)
+{
+    model *g = load(false), *e = load(true);
+    model_graph_info gi, ei;
+    model_graph_info_get(g, &gi);
+    model_graph_info_get(e, &ei);
+    ck_assert(gi.enabled && gi.n_graphs > 0 && gi.max_batch == MAX_SEQS);
+    ck_assert(!ei.enabled && ei.n_graphs == 0);
+    printf("graphs: %d captured up to batch %d in %.3f s\n", gi.n_graphs, gi.max_batch, gi.capture_s);
+    static const int k_batches[] = {1, 2, 3, 4, 5, 8, 11, 16};
+    for (size_t k = 0; k < sizeof k_batches / sizeof k_batches[0]; k++) {
+        cmp_stats cs = {0};
+        run_batch(g, e, k_batches[k], &cs);
+        printf("batch %2d (%s): %ld steps, logits bitwise equal in %ld, max |diff| %g, tokens equal in all\n",
+               k_batches[k], on_ladder(k_batches[k]) ? "captured size" : "padded", cs.steps, cs.bitwise_steps,
+               cs.max_abs);
+    }
+    model_graph_info_get(g, &gi);
+    model_graph_info_get(e, &ei);
+    ck_assert(gi.replays > 0 && ei.replays == 0);
+    printf("graph model: %llu replays, %llu eager steps; eager model: %llu eager steps\n",
+           (unsigned long long)gi.replays, (unsigned long long)gi.eager_steps, (unsigned long long)ei.eager_steps);
+    model_free(g);
+    model_free(e);
+}
+END_TEST
+
+static int ints(const char *key, int32_t *out)
+{
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(g_case0, key)) out[n++] = it->valueint;
+    return n;
+}
+
+START_TEST(test_golden_through_graphs)
+{
+    int32_t toks[600], want[512];
+    int np = ints("prompt_ids", toks), nw = ints("generated_ids", want);
+    int steps = cJSON_GetObjectItem(g_case0, "steps")->valueint;
+    model *m = load(false);
+    int nb = model_max_blocks_per_seq(m);
+    int32_t table[1024];
+    for (int i = 0; i < nb; i++)
+        table[i] = 2 * i + 3;
+    ck_assert_int_eq(model_forward_seq(m, table, toks, 0, np, np - 1), INFERD_OK);
+    kern_sample_params sp = {.temperature = 0, .top_p = 1};
+    int32_t next;
+    ck_assert_int_eq(model_sample(m, &sp, &next), INFERD_OK);
+    int n = np, got = 0, bs = model_block_size(m);
+    while (n <= steps && next != 1) {
+        ck_assert_msg(got < nw && next == want[got], "token %d: got %d want %d", got, next, got < nw ? want[got] : -1);
+        toks[n] = next;
+        got++;
+        int32_t qsl[2] = {0, 1}, len = n + 1, pos = n, idx = 0;
+        int64_t slot = kv_slot(table, n, bs);
+        model_batch mb = {.n_tokens = 1, .tokens = &toks[n], .positions = &pos, .slot_mapping = &slot, .n_seqs = 1,
+                          .query_start_loc = qsl, .seq_lens = &len, .block_tables = table, .max_blocks_per_seq = nb,
+                          .n_logits = 1, .logits_indices = &idx};
+        ck_assert_int_eq(model_step(m, &mb, &sp, &next), INFERD_OK);
+        n++;
+    }
+    ck_assert_int_eq(got, nw);
+    model_graph_info gi;
+    model_graph_info_get(m, &gi);
+    ck_assert_int_ge((int)gi.replays, nw - 1);
+    printf("golden case 0 through graphs: %d/%d tokens, %llu replays\n", got, nw, (unsigned long long)gi.replays);
+    model_free(m);
+}
+END_TEST
+
+START_TEST(test_ceilings)
+{
+    kern_ctx_opts ko = {.backend = KERN_BACKEND_CUDA};
+    kern_ctx *kc = NULL;
+    ck_assert_int_eq(kern_ctx_create(&ko, &kc), INFERD_OK);
+    kern_ceilings c;
+    ck_assert_msg(kern_measure_ceilings(kc, &c) == INFERD_OK, "%s", inferd_last_error());
+    printf("ceilings on %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", c.device, c.copy_gbps, c.gemm_tflops);
+    ck_assert(c.copy_gbps > 100 && c.gemm_tflops > 10);
+    kern_ctx_free(kc);
+}
+END_TEST
+
+int main(void)
+{
+    setenv("CK_FORK", "no", 1); /* CUDA cannot be used in a forked child */
+    if (!kern_cuda_available())
+        test_skip("no CUDA device");
+    char *gp = test_fixture_path("golden/stories260K.json");
+    g_model_dir = test_fixture_path("models/stories260K");
+    char *text;
+    if (!gp || util_read_file(gp, 0, &text, NULL) != INFERD_OK)
+        test_skip("fixtures not found");
+    cJSON *root = cJSON_Parse(text);
+    inferd_free(text);
+    inferd_free(gp);
+    g_case0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cases"), 0);
+    Suite *s = suite_create("graphs gpu");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_graphs_equal_eager);
+    tcase_add_test(tc, test_golden_through_graphs);
+    if (!getenv("INFERD_TEST_QUICK")) /* 1 GiB of scratch; skipped under the sanitizer */
+        tcase_add_test(tc, test_ceilings);
+    suite_add_tcase(s, tc);
+    int rc = test_run_suite(s);
+    cJSON_Delete(root);
+    inferd_free(g_model_dir);
+    return rc;
+}
