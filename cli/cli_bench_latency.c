@@ -3,9 +3,8 @@
  * --batch-size, --num-iters-warmup, --num-iters, --output-json), each
  * length and batch flag also taking a list ("1,16,64": one table row per
  * combination), plus every model/engine flag of `inferd generate`
- * (cli_parse_model_flag: --model, --load-format dummy, --device, ...) and
- * --enforce-eager (no CUDA graphs) when the model option table does not
- * carry it yet.
+ * (cli_parse_model_flag: --model, --load-format dummy, --device,
+ * --enforce-eager, ...).
  *
  * Order of work: parse; measure the device ceilings on a fresh context
  * (before the model takes the memory); load the model with max_num_seqs at
@@ -33,8 +32,7 @@ static void usage(FILE *f)
                "  --num-iters-warmup N        untimed iterations per row (default 1)\n"
                "  --num-iters N               timed iterations per row (default 3)\n"
                "  --output-json PATH          write every row as JSON\n"
-               "  --seed N                    prompt ids seed (default 1234)\n"
-               "  --enforce-eager             no CUDA graphs: every step op by op\n\n");
+               "  --seed N                    prompt ids seed (default 1234)\n\n");
     cli_model_usage(f);
 }
 
@@ -43,10 +41,6 @@ static void usage(FILE *f)
 static int parse_own(int argc, char **argv, int *i, bench_latency_opts *o, cli_model_args *a)
 {
     const char *arg = argv[*i];
-    if (strcmp(arg, "--enforce-eager") == 0) {
-        a->mo.enforce_eager = true;
-        return 1;
-    }
     static const char *k_valued[] = {"--batch-size", "--input-len", "--output-len", "--num-iters-warmup",
                                      "--num-iters", "--output-json", "--seed"};
     const char *val = NULL, *name = NULL;

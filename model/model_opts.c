@@ -77,6 +77,8 @@ static const opt_row k_rows[] = {
      .meta = "BYTES", .help = "KV cache size (0 = from --gpu-memory-utilization)"},
     {.name = "max-model-len", .kind = OPT_INT, .off = OFF(max_model_len), .min = 0, .max = 1 << 24, .def = 0,
      .help = "context limit (0 = the model's)"},
+    {.name = "enforce-eager", .kind = OPT_BOOL, .off = OFF(enforce_eager), .def = 0,
+     .help = "CUDA: run every step op by op (no decode CUDA graphs)"},
     {.name = "dummy-seed", .kind = OPT_INT64, .off = OFF(dummy_seed), .min = 0, .max = 9.2e18, .def = 0,
      .help = "seed of --load-format dummy weights"},
 };

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 FIX=${INFERD_FIXTURES:-$(pwd)/../shared/fixtures}
 MODEL=$FIX/models/stories260K
-BIN=$BUILD/server/inferd
+BIN=$BUILD/cli/inferd
 [[ -x $BIN ]] || { echo "bench_cpu: $BIN not built" >&2; exit 1; }
 [[ -d $MODEL ]] || { echo "bench_cpu: $MODEL not found" >&2; exit 1; }
 NCPU=$(nproc)

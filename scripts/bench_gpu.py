@@ -3,7 +3,7 @@
 as ratios to the hardware ceilings measured in the same run, side by side
 with HF transformers (the peer available on the GPU machine).
 
-  python3 scripts/bench_gpu.py --inferd build-gpu/server/inferd \
+  python3 scripts/bench_gpu.py --inferd build-gpu/cli/inferd \
       --config configs/models/llama3-8b [--prompt-len 512] [--gen 128]
 
 Ceilings (PyTorch, same process, same GPU):

@@ -15,7 +15,9 @@
 #   5. HF transformers comparison on a random-weight Llama-3-structured model;
 #   6. Llama-3-8B-shaped dummy-weight generation speed, with the device's
 #      copy bandwidth and bf16 GEMM rate measured by PyTorch as ceilings, and
-#      HF transformers generate as the peer.
+#      HF transformers generate as the peer; then `inferd bench latency`
+#      with decode CUDA graphs and with --enforce-eager (scripts/device-perf.sh
+#      runs the graph tests, the sanitizer pass and longer tables).
 set -euo pipefail
 ROOT=$(pwd)
 # Logs are written under /tmp/inferd-device-logs and packed into one
@@ -60,7 +62,7 @@ BUILD=$ROOT/build-gpu
     cmake --build "$BUILD" -j "$(nproc)"
 } >"$OUT/build.log" 2>&1 && row "build (CUDA sm_90a)" "ok" || { row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -40 "$OUT/build.log"; exit 1; }
 export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-BIN=$BUILD/server/inferd
+BIN=$BUILD/cli/inferd
 
 # 3. GPU kernel tests + compute-sanitizer
 if OUT=$OUT/gpu bash scripts/gpu-test.sh "$BUILD" >"$OUT/gpu-test.log" 2>&1; then row "gpu-test.sh (kernels vs CPU twins, memcheck)" "PASS"
@@ -68,7 +70,7 @@ else row "gpu-test.sh (kernels vs CPU twins, memcheck)" "FAIL (gpu-test.log)"; f
 grep -E "^\| |PASS|FAIL" "$OUT/gpu-test.log" | tail -40 || true
 
 # 4. the whole ctest suite on this machine, GPU variants on
-if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
 then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
 else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
 grep -E "^[0-9]+: .*(preempt|prefix|cache hit|chunk|seeded|GPU|golden|concurrent|reproduced|tokens)" "$OUT/ctest.log" | head -30 || true
@@ -94,6 +96,19 @@ if "$BIN" generate --load-format dummy --model configs/models/llama3-8b --tokeni
 then row "generate --load-format dummy llama3-8b (text prompt)" "ok"
 else row "generate --load-format dummy llama3-8b (text prompt)" "FAILED (gen8b.log)"; fi
 grep -E "memory:|prompt tokens:" "$OUT/gen8b.log" || tail -5 "$OUT/gen8b.log"
+
+# 6c. `inferd bench latency` (issue 12): decode CUDA graphs vs --enforce-eager, roofline per row
+LBIN=$BUILD/cli/inferd
+for v in graphs eager; do
+    extra=()
+    [[ $v == eager ]] && extra=(--enforce-eager)
+    if "$LBIN" bench latency --model configs/models/llama3-8b --load-format dummy --device cuda --batch-size 1,16,64 \
+          --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 8192 \
+          "${extra[@]}" >"$OUT/bench-latency-$v.txt" 2>&1
+    then row "bench latency llama3-8b dummy ($v)" "ok"
+    else row "bench latency llama3-8b dummy ($v)" "FAILED (bench-latency-$v.txt)"; fi
+    grep -E "^\| [0-9]|ceilings|graphs:" "$OUT/bench-latency-$v.txt" || true
+done
 
 # 7. tokenizer encode speed vs HF tokenizers (Rust), same machine
 if $PY scripts/bench_tokenizer.py --fixtures "$FIX" --perf-bin "$BUILD/tests/tokenizer/test_tok_perf" --inferd "$BIN" >"$OUT/tok.log" 2>&1

@@ -52,4 +52,4 @@ Metrics: curl http://$HOST:$PORT/metrics    Stop: Ctrl-C (graceful).
 MSG
 [[ -z "${MODEL:-}" ]] && echo "(The built-in tiny model has random weights: its replies are gibberish.)"
 echo
-exec "$BUILD/server/inferd" serve "${args[@]}" --host "$HOST" --port "$PORT" "$@"
+exec "$BUILD/cli/inferd" serve "${args[@]}" --host "$HOST" --port "$PORT" "$@"

@@ -34,6 +34,13 @@ static const err_map k_map[SRV_ERR_KIND_COUNT] = {
     [SRV_ERR_INTERNAL] = {500, "server_error", "internal_error"},
     [SRV_ERR_UNAVAILABLE] = {503, "service_unavailable", "unavailable"},
     [SRV_ERR_TIMEOUT] = {503, "timeout_error", "request_timeout"},
+    [SRV_ERR_FORBIDDEN] = {403, "permission_error", "origin_not_allowed"},
+    [SRV_ERR_URI_TOO_LONG] = {414, "invalid_request_error", "uri_too_long"},
+    [SRV_ERR_MEDIA_TYPE] = {415, "invalid_request_error", "unsupported_media_type"},
+    [SRV_ERR_HEADERS_TOO_LARGE] = {431, "invalid_request_error", "headers_too_large"},
+    [SRV_ERR_NOT_IMPLEMENTED] = {501, "invalid_request_error", "not_implemented"},
+    [SRV_ERR_BUSY] = {503, "service_unavailable", "server_busy"},
+    [SRV_ERR_HTTP_VERSION] = {505, "invalid_request_error", "http_version_not_supported"},
 };
 
 bool srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const char *fmt, ...)

@@ -27,6 +27,16 @@
  * and resumes them marked client_gone; the handler then returns MHD_NO, MHD
  * closes the connection, and on_completed releases the engine stream
  * (aborting the request, which frees its KV blocks within one engine step).
+ * A hang-up seen as POLLRDHUP alone may be a half-close (shutdown(SHUT_WR),
+ * `nc -N`): the client still reads. The watchdog then probes once by
+ * writing something every HTTP/1.1 client ignores (an interim
+ * "100 Continue" before a non-streaming answer, an SSE comment in a stream);
+ * a client that really left answers the probe with a reset (POLLHUP/POLLERR)
+ * and is cancelled then, a half-closed one gets its answer. HTTP/1.0
+ * clients cannot be sent a 1xx: theirs run to completion.
+ *
+ * Request heads pass srv_http_guard.c (strict framing, Host, Origin / CORS,
+ * Content-Type) and srv_http_limits.c (deadlines, body budget) first.
  */
 #include "server/srv_http.h"
 
@@ -41,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +61,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_gen.h"
+#include "server/srv_http_guard.h"
+#include "server/srv_http_limits.h"
 #include "server/srv_log.h"
 #include "server/srv_routes.h"
 #include "server/srv_util.h"
@@ -57,6 +70,11 @@
 #define SLOT_CHUNK 256
 #define WATCHDOG_PERIOD_MS 50
 #define SSE_BLOCK 8192
+#define SCAN_EVERY 5       /* watchdog ticks per deadline scan (250 ms) */
+#define MAX_HDRS 100       /* more header lines: 431 */
+#define MHD_POOL (64 << 10) /* per-connection parse memory: room above the guard's limits */
+#define PROBE_100 "HTTP/1.1 100 Continue\r\n\r\n"
+#define PROBE_SSE ": \n\n"
 
 typedef enum {
     R_HEALTH,
@@ -112,9 +130,15 @@ struct srv_conn {
     srv_gen *gen;
     srv_slot *slot;
     int fd;
+    srv_peer *peer;   /* deadlines (srv_http_limits), NULL when unknown */
+    size_t reserved;  /* body bytes reserved from the budget */
+    bool busy;        /* the body did not fit the budget */
+    bool http11;      /* may be sent an interim 1xx */
+    char cors[256];   /* allowed cross-origin Origin to echo, "" none */
     atomic_int refs; /* MHD request + streaming response */
     /* under h->mu */
     bool suspended, signaled, client_gone;
+    bool stream, probed, probe_sse; /* half-close probe (watchdog_scan) */
     inferd_list_node link; /* in h->conns while it has a generation */
 };
 
@@ -123,6 +147,8 @@ struct srv_conn {
 struct srv_http {
     srv_server *s;
     struct MHD_Daemon *d;
+    srv_guard *guard;
+    srv_limits *limits;
     int port;
     int listen_fd;   /* after quiesce, closed after stop */
     atomic_int open; /* open requests */
@@ -246,11 +272,19 @@ static bool begin_pump(srv_conn *c)
     return true;
 }
 
+/* Free the buffered body and give its bytes back to the budget. */
+static void body_drop(srv_conn *c)
+{
+    inferd_buf_free(&c->body);
+    srv_limits_body_release(c->h->limits, c->reserved);
+    c->reserved = 0;
+}
+
 static void conn_unref(srv_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    inferd_buf_free(&c->body);
+    body_drop(c);
     inferd_free(c);
 }
 
@@ -273,6 +307,10 @@ static enum MHD_Result reply(srv_conn *c, int status, char *body, size_t len, co
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     for (int i = 0; extra && extra[i]; i += 2)
         MHD_add_response_header(r, extra[i], extra[i + 1]);
+    if (c->cors[0]) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", c->cors);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
     if (atomic_load(&c->h->s->draining))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
@@ -293,7 +331,7 @@ static enum MHD_Result reply_error(srv_conn *c, const srv_error *e)
     int status;
     char *body = srv_error_render(e, &status);
     const char *extra[5] = {NULL};
-    if (e->kind == SRV_ERR_QUEUE_FULL) {
+    if (e->kind == SRV_ERR_QUEUE_FULL || e->kind == SRV_ERR_BUSY) {
         extra[0] = "Retry-After";
         extra[1] = "1";
     } else if (e->kind == SRV_ERR_AUTH) {
@@ -341,24 +379,77 @@ static bool auth_ok(srv_conn *c, srv_error *err)
     return true;
 }
 
-/* First call (headers in): refuse early what never needs the body. */
-static bool admit(srv_conn *c, const char *url, const char *method, srv_error *err)
+typedef struct {
+    srv_hdr h[MAX_HDRS];
+    size_t n;
+    bool overflow;
+} hdr_list;
+
+static enum MHD_Result collect_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
+    (void)kind;
+    hdr_list *l = cls;
+    if (l->n == MAX_HDRS) {
+        l->overflow = true;
+        return MHD_NO;
+    }
+    l->h[l->n++] = (srv_hdr){key, value};
+    return MHD_YES;
+}
+
+/* A CORS preflight from an allowed origin: 204 with what the route allows. */
+static enum MHD_Result reply_preflight(srv_conn *c, const char *req_headers)
+{
+    bool echo = req_headers && *req_headers && srv_guard_header_list_ok(req_headers);
+    const char *extra[] = {"Access-Control-Allow-Methods",
+                           c->rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS",
+                           "Access-Control-Allow-Headers",
+                           echo ? req_headers : "Authorization, Content-Type",
+                           "Access-Control-Max-Age",
+                           "600",
+                           NULL};
+    return reply(c, 204, inferd_strdup(""), 0, "text/plain", extra);
+}
+
+/* First call (headers in): refuse early what never needs the body (see
+ * srv_http_guard.h for the head checks). *preflight: answer with
+ * reply_preflight; *body_follows: a body is to be read. */
+static bool admit(srv_conn *c, const char *url, const char *method, const char *version, bool *preflight,
+                  bool *body_follows, srv_error *err)
+{
+    hdr_list hl;
+    hl.n = 0;
+    hl.overflow = false;
+    MHD_get_connection_values(c->conn, MHD_HEADER_KIND, collect_hdr, &hl);
+    if (hl.overflow)
+        return srv_error_set(err, SRV_ERR_HEADERS_TOO_LARGE, NULL, "more than %d header lines", MAX_HDRS);
+    srv_guard_req req = {method, url, version, hl.h, hl.n};
+    srv_guard_out g;
+    bool ok = srv_guard_check_head(c->h->guard, &req, &g, err);
+    *body_follows = g.chunked || (g.has_length && g.content_length > 0);
+    if (!ok)
+        return false;
+    if (g.cors_origin)
+        snprintf(c->cors, sizeof c->cors, "%s", g.cors_origin);
     bool method_ok = false;
     c->rt = find_route(url, &method_ok, method);
     if (!c->rt)
         return srv_error_set(err, SRV_ERR_NOT_FOUND, NULL, "no route for %.16s %.100s", method, url);
+    if (g.preflight)
+        return *preflight = true;
     if (!method_ok)
         return srv_error_set(err, SRV_ERR_METHOD, NULL, "method %.16s is not allowed on %s (use %s)", method,
                              c->rt->path, c->rt->post ? "POST" : "GET");
     if (!auth_ok(c, err))
         return false;
-    const char *cl = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    long long n;
+    if (c->rt->post && !srv_guard_check_ctype(&req, err))
+        return false;
     int64_t max = c->h->s->opts.max_body_bytes;
-    if (cl && util_parse_int(cl, 0, INT64_MAX, &n) && n > max)
-        return srv_error_set(err, SRV_ERR_TOO_LARGE, NULL,
-                             "request body of %lld bytes exceeds the limit of %lld bytes", n, (long long)max);
+    if (g.has_length && g.content_length > (uint64_t)max)
+        return srv_error_set(err, SRV_ERR_TOO_LARGE, NULL, "request body of %llu bytes exceeds the limit of %lld bytes",
+                             (unsigned long long)g.content_length, (long long)max);
+    if (g.has_length && !srv_limits_body_admit(c->h->limits, g.content_length, err))
+        return false;
     if (c->rt->needs_model && atomic_load(&c->h->s->draining))
         return srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down");
     if (c->rt->needs_model && !atomic_load(&c->h->s->ready))
@@ -422,9 +513,10 @@ static enum MHD_Result gen_start(srv_conn *c, srv_api api)
     memset(&err, 0, sizeof err);
     c->gen = srv_gen_start(h->s, api, c->body.data ? c->body.data : "", c->body.len, c->t_recv, on_notify,
                            c->slot, &err);
-    inferd_buf_free(&c->body);
+    body_drop(c);
     pthread_mutex_lock(&h->mu);
     if (c->gen) {
+        c->stream = srv_gen_is_stream(c->gen);
         list_add(h, c);
     } else {
         slot_release(h, c->slot);
@@ -464,6 +556,10 @@ static enum MHD_Result dispatch(srv_conn *c, const char *url)
                       (long long)s->opts.max_body_bytes);
         return reply_error(c, &err);
     }
+    if (c->busy) {
+        srv_error_set(&err, SRV_ERR_BUSY, NULL, "the server is buffering too many request bodies; retry shortly");
+        return reply_error(c, &err);
+    }
     if (c->rt->needs_model && (atomic_load(&s->draining) || !atomic_load(&s->ready))) {
         srv_error_set(&err, SRV_ERR_UNAVAILABLE, NULL, "the server is %s",
                       atomic_load(&s->draining) ? "shutting down" : "loading the model");
@@ -487,47 +583,73 @@ static enum MHD_Result dispatch(srv_conn *c, const char *url)
     return body ? reply_json(c, 200, body) : reply_error(c, &err);
 }
 
+/* First call of a request: its state, and the head checks. */
+static enum MHD_Result conn_begin(srv_http *h, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, void **con_cls)
+{
+    srv_conn *c = inferd_calloc(1, sizeof *c);
+    c->h = h;
+    c->conn = conn;
+    c->t_recv = util_now_s();
+    c->fd = -1;
+    atomic_init(&c->refs, 1);
+    snprintf(c->method, sizeof c->method, "%s", method);
+    snprintf(c->path, sizeof c->path, "%s", url);
+    c->http11 = version && strcmp(version, "HTTP/1.1") == 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        c->fd = ci->connect_fd;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    c->peer = ci ? ci->socket_context : NULL;
+    *con_cls = c;
+    atomic_fetch_add(&h->open, 1);
+    srv_error err;
+    memset(&err, 0, sizeof err);
+    bool preflight = false, body_follows = false;
+    bool ok = admit(c, url, method, version, &preflight, &body_follows, &err);
+    srv_limits_head_done(h->limits, c->peer, body_follows);
+    if (!ok)
+        return reply_error(c, &err);
+    return preflight ? reply_preflight(c, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                      "Access-Control-Request-Headers"))
+                     : MHD_YES;
+}
+
+/* A piece of the body: buffer it within the size limit and the budget. */
+static enum MHD_Result conn_body(srv_conn *c, const char *upload, size_t n)
+{
+    srv_http *h = c->h;
+    srv_limits_body_progress(h->limits, c->peer, n);
+    if (c->status)
+        return MHD_YES; /* refused already: drop the body */
+    c->body_seen += n;
+    uint64_t max = (uint64_t)h->s->opts.max_body_bytes;
+    if (c->body_seen <= max && !c->busy && srv_limits_body_reserve(h->limits, n)) {
+        c->reserved += n;
+        inferd_buf_append(&c->body, upload, n);
+    } else {
+        c->busy = c->busy || c->body_seen <= max; /* over the budget, not over the limit */
+        body_drop(c);
+    }
+    /* a chunked upload far beyond the limit: stop reading it */
+    return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **con_cls)
 {
-    (void)version;
     srv_http *h = cls;
     srv_conn *c = *con_cls;
-    if (!c) {
-        c = inferd_calloc(1, sizeof *c);
-        c->h = h;
-        c->conn = conn;
-        c->t_recv = util_now_s();
-        c->fd = -1;
-        atomic_init(&c->refs, 1);
-        snprintf(c->method, sizeof c->method, "%s", method);
-        snprintf(c->path, sizeof c->path, "%s", url);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci)
-            c->fd = ci->connect_fd;
-        *con_cls = c;
-        atomic_fetch_add(&h->open, 1);
-        srv_error err;
-        memset(&err, 0, sizeof err);
-        if (!admit(c, url, method, &err))
-            return reply_error(c, &err);
-        return MHD_YES;
-    }
+    if (!c)
+        return conn_begin(h, conn, url, method, version, con_cls);
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (c->status)
-            return MHD_YES; /* refused already: drop the body */
-        c->body_seen += n;
-        uint64_t max = (uint64_t)h->s->opts.max_body_bytes;
-        if (c->body_seen <= max)
-            inferd_buf_append(&c->body, upload, n);
-        else
-            inferd_buf_free(&c->body);
-        /* a chunked upload far beyond the limit: stop reading it */
-        return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
+        return conn_body(c, upload, n);
     }
+    if (!c->started)
+        srv_limits_body_done(h->limits, c->peer);
     if (c->status && !c->gen)
         return MHD_YES;
     if (!c->started) {
@@ -555,6 +677,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     list_remove(h, c);
     c->suspended = false;
     pthread_mutex_unlock(&h->mu);
+    srv_limits_request_done(h->limits, c->peer);
     srv_access a = {c->method, c->path, c->status ? c->status : 499,      NULL, 0,
                     0,         -1,      (util_now_s() - c->t_recv) * 1e3, NULL, c->note};
     if (!c->status)

@@ -6,7 +6,15 @@
  *   port [0, 65535] (0 = any free port, reported in the log and by tests);
  *   http-threads [1, 256]: libmicrohttpd's thread pool; each thread polls
  *       many connections, so more than a few dozen buys nothing;
- *   max-body-bytes [1, 1 GiB]: bodies are buffered whole before parsing.
+ *   max-body-bytes [1, 1 GiB]: bodies are buffered whole before parsing;
+ *   max-body-buffer-bytes [1 MiB, 1 TiB], default 256 MiB (32 bodies of the
+ *       default limit): the sum of every buffered body, the memory a crowd of
+ *       large uploads can pin at once;
+ *   max-connections-per-client, default 1024: one address cannot take the
+ *       whole --max-connections, yet a load generator on one host fits;
+ *   header-timeout [0.1, 3600] s, default 30 (Apache 20-40, nginx 60);
+ *   min-body-rate, default 1 KiB/s after the header-timeout grace
+ *       (Apache's mod_reqtimeout MinRate is 500 B/s).
  */
 #include "server/srv_opts.h"
 
@@ -53,6 +61,21 @@ static const opt_row k_rows[] = {
      .def = 10, .meta = "SECONDS", .help = "grace period on SIGINT/SIGTERM"},
     {.name = "stats-interval", .kind = OPT_DOUBLE, .off = OFF(stats_interval_s), .min = 0, .max = 86400,
      .def = 5, .meta = "SECONDS", .help = "stats log line period while busy (0 = off)"},
+    {.name = "api-key-file", .kind = OPT_STR, .off = OFF(api_key_file), .meta = "FILE",
+     .help = "read the API key from FILE (or set INFERD_API_KEY): keeps it out of the process list"},
+    {.name = "allowed-hosts", .kind = OPT_STR, .off = OFF(allowed_hosts), .meta = "LIST",
+     .help = "Host header names accepted besides the bound address, comma-separated ('*' = any)"},
+    {.name = "allowed-origins", .kind = OPT_STR, .off = OFF(allowed_origins), .meta = "LIST",
+     .help = "browser origins allowed cross-origin (CORS), e.g. https://app.example ('*' = any)"},
+    {.name = "max-connections-per-client", .kind = OPT_INT, .off = OFF(max_connections_per_client), .min = 0,
+     .max = 1 << 20, .def = 1024, .help = "concurrent connections from one client address (0 = no limit)"},
+    {.name = "header-timeout", .kind = OPT_DOUBLE, .off = OFF(header_timeout_s), .min = 0.1, .max = 3600,
+     .def = 30, .meta = "SECONDS", .help = "close a connection whose request head (or next request) is late"},
+    {.name = "min-body-rate", .kind = OPT_INT64, .off = OFF(min_body_rate), .min = 1, .max = 1 << 30,
+     .def = 1024, .meta = "BYTES", .help = "bytes/s a request body must average after --header-timeout"},
+    {.name = "max-body-buffer-bytes", .kind = OPT_INT64, .off = OFF(max_body_buffer_bytes), .min = 1 << 20,
+     .max = INT64_C(1) << 40, .def = 256 << 20, .meta = "BYTES",
+     .help = "all buffered request bodies together (503 + Retry-After beyond)"},
 };
 #undef OFF
 

@@ -36,6 +36,14 @@ typedef struct {
     int64_t max_body_bytes;
     double shutdown_timeout_s; /* grace period for in-flight requests */
     double stats_interval_s;   /* 0 = no stats line */
+    /* exposure and abuse limits (srv_http_guard.c, srv_http_limits.c) */
+    char *api_key_file;              /* key read from this file (NULL = none; INFERD_API_KEY env next) */
+    char *allowed_hosts;             /* extra Host names, comma-separated; "*" = any */
+    char *allowed_origins;           /* browser origins allowed cross-origin (CORS), comma list; "*" any */
+    int max_connections_per_client;  /* per client address; 0 = no limit */
+    double header_timeout_s;         /* request head (and idle keep-alive) deadline */
+    int64_t min_body_rate;           /* bytes/s a body upload must keep up after the grace */
+    int64_t max_body_buffer_bytes;   /* all buffered request bodies together */
     /* not a row: engine.max_queued_requests as set by srv_run, for the 429 message */
     int max_queued_requests;
 } srv_opts;
