@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 static _Thread_local char g_err[1024];
+static _Thread_local char g_param[64]; /* "" = no field named */
 
 const char *inferd_status_str(inferd_status st)
 {
@@ -36,7 +37,29 @@ inferd_status inferd_set_error(inferd_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
+    g_param[0] = '\0';
     return st;
+}
+
+inferd_status inferd_set_error_at(inferd_status st, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    snprintf(g_param, sizeof g_param, "%s", param ? param : "");
+    return st;
+}
+
+inferd_status inferd_set_error_param(inferd_status st, const char *param)
+{
+    snprintf(g_param, sizeof g_param, "%s", param ? param : "");
+    return st;
+}
+
+const char *inferd_last_error_param(void)
+{
+    return g_param[0] ? g_param : NULL;
 }
 
 const char *inferd_last_error(void)
@@ -47,4 +70,5 @@ const char *inferd_last_error(void)
 void inferd_clear_error(void)
 {
     g_err[0] = '\0';
+    g_param[0] = '\0';
 }

@@ -36,10 +36,24 @@ const char *inferd_status_str(inferd_status st);
 inferd_status inferd_set_error(inferd_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Like inferd_set_error, and also name the request field at fault (an API
+ * key such as "prompt" or "max_tokens"; copied, at most 63 bytes), so a
+ * server can report it as the error's param. inferd_set_error clears it. */
+inferd_status inferd_set_error_at(inferd_status st, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Name the field of the error already set on this thread (keeps its
+ * message) and return st: for a caller that knows the field a callee's
+ * error is about. */
+inferd_status inferd_set_error_param(inferd_status st, const char *param);
+
+/* The field named by this thread's last error, or NULL. */
+const char *inferd_last_error_param(void);
+
 /* This thread's last error detail ("" when none was set). */
 const char *inferd_last_error(void);
 
-/* Clear this thread's error detail. */
+/* Clear this thread's error detail and field. */
 void inferd_clear_error(void);
 
 #endif

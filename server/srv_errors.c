@@ -73,6 +73,8 @@ srv_err_kind srv_err_kind_from_status(inferd_status st)
 void srv_error_from_status(srv_error *e, inferd_status st, const char *param)
 {
     const char *detail = inferd_last_error();
+    if (!param)
+        param = inferd_last_error_param();
     srv_error_set(e, srv_err_kind_from_status(st), param, "%s",
                   detail && *detail ? detail : inferd_status_str(st));
 }

@@ -53,7 +53,9 @@ bool srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const cha
  * UNAVAILABLE, TIMEOUT -> TIMEOUT, NOT_FOUND -> NOT_FOUND, else INTERNAL). */
 srv_err_kind srv_err_kind_from_status(inferd_status st);
 
-/* Fill *e from a failed status and this thread's inferd_last_error(). */
+/* Fill *e from a failed status and this thread's inferd_last_error(); a
+ * NULL param takes the field the error names (inferd_last_error_param()),
+ * if any. */
 void srv_error_from_status(srv_error *e, inferd_status st, const char *param);
 
 /* THE mapping: the HTTP status of e's kind and its JSON body (heap, inferd_free).

@@ -70,11 +70,29 @@ static bool get_str(const cJSON *obj, const char *name, const char **out, srv_er
     return true;
 }
 
+/* Whether the JSON text holds a \u0000 escape. Walks escapes pairwise, so
+ * "\\u0000" (an escaped backslash, then text) is not one. cJSON would end
+ * the string at the NUL and silently drop the rest of it. */
+static bool has_nul_escape(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+            return true;
+        i++; /* skip the escaped character */
+    }
+    return false;
+}
+
 static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
 {
     *root = NULL;
     if (len == 0 || srv_is_blank(body, len))
         return srv_error_set(err, SRV_ERR_INVALID, NULL, "request body is empty; expected a JSON object");
+    if (has_nul_escape(body, len))
+        return srv_error_set(err, SRV_ERR_INVALID, NULL,
+                             "JSON strings may not contain U+0000 (\\u0000): it would truncate the string");
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!j) {

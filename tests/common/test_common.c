@@ -19,6 +19,34 @@ START_TEST(test_status_message)
 }
 END_TEST
 
+/* The field an error names: set with the message, kept by
+ * inferd_set_error_param, cleared by a plain inferd_set_error and by
+ * inferd_clear_error. */
+START_TEST(test_status_param)
+{
+    ck_assert_int_eq(inferd_set_error_at(INFERD_ERR_INVALID_ARG, "top_p", "bad %s", "top_p"),
+                     INFERD_ERR_INVALID_ARG);
+    ck_assert_str_eq(inferd_last_error(), "bad top_p");
+    ck_assert_str_eq(inferd_last_error_param(), "top_p");
+    inferd_set_error(INFERD_ERR_FORMAT, "plain");
+    ck_assert_ptr_null(inferd_last_error_param());
+    ck_assert_int_eq(inferd_set_error_param(INFERD_ERR_TOO_LONG, "max_tokens"), INFERD_ERR_TOO_LONG);
+    ck_assert_str_eq(inferd_last_error(), "plain");
+    ck_assert_str_eq(inferd_last_error_param(), "max_tokens");
+    char long_name[200];
+    memset(long_name, 'k', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    inferd_set_error_param(INFERD_ERR_INVALID_ARG, long_name); /* truncated, not overrun */
+    ck_assert_uint_eq(strlen(inferd_last_error_param()), 63);
+    inferd_set_error_at(INFERD_ERR_INVALID_ARG, NULL, "no field");
+    ck_assert_ptr_null(inferd_last_error_param());
+    inferd_set_error_param(INFERD_ERR_INVALID_ARG, "x");
+    inferd_clear_error();
+    ck_assert_ptr_null(inferd_last_error_param());
+    ck_assert_str_eq(inferd_last_error(), "");
+}
+END_TEST
+
 START_TEST(test_int_list)
 {
     static const struct {
@@ -73,6 +101,7 @@ int main(void)
     Suite *s = suite_create("common");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_status_message);
+    tcase_add_test(tc, test_status_param);
     tcase_add_test(tc, test_int_list);
     tcase_add_test(tc, test_utf8);
     tcase_add_test(tc, test_half_roundtrip);

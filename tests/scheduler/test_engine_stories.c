@@ -588,6 +588,13 @@ START_TEST(test_rejections)
         if (rows[i].n2)
             ck_assert_msg(strstr(inferd_last_error(), rows[i].n2), "%s: '%s'", rows[i].what,
                           inferd_last_error());
+        /* the request field at fault, by the row's field (an API's error param) */
+        static const char *const k_param[] = {"prompt",  "prompt",         "temperature", "top_p",    "min_p",
+                                              "max_tokens", "min_tokens",  "stop_token_ids", "logprobs", "stop",
+                                              "timeout", "max_tokens",     "max_tokens"};
+        const char *param = inferd_last_error_param();
+        ck_assert_msg(param && strcmp(param, k_param[rows[i].field]) == 0, "%s: param '%s', want '%s'",
+                      rows[i].what, param ? param : "(null)", k_param[rows[i].field]);
     }
     /* the wait queue: 3 accepted while the engine is not running, then full */
     sampling_params sp;

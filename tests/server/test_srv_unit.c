@@ -65,6 +65,9 @@ static const parse_row k_parse[] = {
     {C, "", INV, NULL},
     {C, "   ", INV, NULL},
     {C, "{", INV, NULL},
+    {C, "{\"prompt\":\"a\\u0000b\"}", INV, NULL},              /* would truncate to "a" */
+    {C, "{\"prompt\":\"a\\\\u0000b\"}", OK, NULL},             /* an escaped backslash, then text */
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000\"}]}", INV, NULL},
     {C, "{} {}", INV, NULL},
     {C, "\"str\"", INV, NULL},
     {C, "{\"prompt\":null}", INV, "prompt"},
