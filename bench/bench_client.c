@@ -28,8 +28,13 @@
 #include "common/util.h"
 #include "bench/bench_client.h"
 
+/* ERRBODY_MAX: only the head of an error body is kept, enough for an
+ * OpenAI error object; a misbehaving server streaming megabytes of HTML on
+ * a 500 cannot grow memory per request. GET_BODY_MAX bounds /v1/models. */
 enum { ERRBODY_MAX = 2048, GET_BODY_MAX = 8 << 20 };
 
+/* One in-flight request: its curl handle, its parser and its clock. Owned
+ * by the driver from launch() to retire(); x->sse writes into out[idx]. */
 typedef struct {
     CURL *easy;
     int idx;
@@ -41,6 +46,12 @@ typedef struct {
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
 
+/* libcurl's write callback, on the driver thread, once per socket read.
+ * The status is looked up once, at the first body bytes (headers are
+ * complete by then): 2xx bodies go to the SSE parser with the read's
+ * timestamp, others are kept (head only) for the error message. Always
+ * returns n: a body is never refused, so curl's result reflects the
+ * transport, not our parsing. */
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     xfer *x = ud;
@@ -50,6 +61,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
         long code = 0;
         curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
         x->status_checked = true;
+        /* decided once: a transfer's status cannot change mid-body */
         x->http_ok = code >= 200 && code < 300;
     }
     if (x->http_ok) {
@@ -64,6 +76,8 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+/* A heap copy of a formatted message, truncated at 511 bytes (error texts
+ * end up in one-line reports and in the result JSON). */
 static char *fmt_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *fmt_msg(const char *fmt, ...)
 {
@@ -75,6 +89,8 @@ static char *fmt_msg(const char *fmt, ...)
     return inferd_strdup(buf);
 }
 
+/* "HTTP 429: <error.message or body head>"; newlines are flattened so
+ * that a report line stays one line. body may be NULL or not JSON. */
 /* "HTTP 429: <error.message or body head>" */
 static char *http_error_msg(long code, const char *body)
 {
@@ -92,12 +108,20 @@ static char *http_error_msg(long code, const char *body)
     return msg;
 }
 
+/* Classify a finished transfer into r. t: seconds since its launch.
+ * Order matters: a timeout wins over the status (a stream cut by
+ * --timeout after a 200 is a timeout, not a bad response); then an HTTP
+ * error status; then "no status at all" (connect); then a non-2xx,
+ * non-4xx/5xx status (e.g. a 3xx) or a transfer that broke after a status
+ * (bad response). Only a clean 2xx goes to the parser's verdict. */
 /* Classify a finished transfer into r. t: seconds since its launch. */
 static void finish_xfer(xfer *x, CURLcode res, bench_result *r, double t)
 {
     long code = 0;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
     r->http_status = code;
+    /* only a complete 2xx transfer gets the parser's verdict (it may still
+     * be BAD_RESPONSE: truncated stream, error event, no [DONE]) */
     if (res == CURLE_OK && code >= 200 && code < 300) {
         bench_sse_finish(&x->sse, t);
         return;
@@ -122,17 +146,25 @@ static void finish_xfer(xfer *x, CURLcode res, bench_result *r, double t)
     }
 }
 
+/* Best effort: one socket per in-flight request plus slack for curl's
+ * internals and stdio. Failure is only a warning; connections beyond the
+ * limit then fail as connect errors, visible in the report. */
 static void raise_fd_limit(int want)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want)
         return;
+    /* an unprivileged process may raise its soft limit up to the hard one */
     rlim_t target = rl.rlim_max == RLIM_INFINITY ? (rlim_t)want : INFERD_MIN(rl.rlim_max, (rlim_t)want);
     rl.rlim_cur = target;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
         INFERD_LOG_WARN("bench: could not raise the open-file limit to %d", want);
 }
 
+/* Shared by every transfer of a run (curl does not copy the list; it is
+ * freed after the last transfer). "Expect:" turns off curl's
+ * 100-continue handshake for large POST bodies, which would otherwise add
+ * a round trip (or a 1 s wait) to the measured latency. */
 static struct curl_slist *make_headers(const bench_client_opts *o)
 {
     struct curl_slist *h = NULL;
@@ -149,6 +181,13 @@ static struct curl_slist *make_headers(const bench_client_opts *o)
     return h;
 }
 
+/* Every request shares the same transfer options but its body and parser.
+ * r is reset here, so a result describes exactly one launch; its clock
+ * starts right before the handle is added (curl starts connecting on the
+ * next perform). NULL when curl cannot create or add the transfer.
+ * NOTE: the body is not copied (CURLOPT_POSTFIELDS): o->bodies must outlive
+ * the run. CURLOPT_NOSIGNAL: curl must not use signals (SIGALRM for DNS
+ * timeouts); the process owns its signal handling. */
 /* Every request shares the same transfer options but its body and parser. */
 static xfer *launch(CURLM *multi, const bench_client_opts *o, struct curl_slist *hdrs, int idx,
                     bench_result *r, double t0)
@@ -172,7 +211,10 @@ static xfer *launch(CURLM *multi, const bench_client_opts *o, struct curl_slist 
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    /* no Nagle delay on the small POSTs: it would be added to TTFT */
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    /* HTTP/1.1: no multiplexing, each in-flight request has a connection
+     * of its own, so one slow stream cannot delay another's bytes */
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "inferd-bench/0.1");
     double ct = o->connect_timeout_s > 0 ? o->connect_timeout_s : 10.0;
@@ -193,6 +235,7 @@ static xfer *launch(CURLM *multi, const bench_client_opts *o, struct curl_slist 
     return x;
 }
 
+/* Detach and free a transfer (finished or cancelled); r is kept. */
 static void retire(CURLM *multi, xfer *x)
 {
     curl_multi_remove_handle(multi, x->easy);
@@ -202,6 +245,9 @@ static void retire(CURLM *multi, xfer *x)
     inferd_free(x);
 }
 
+/* The driver's state, all on one thread. next: first request not yet
+ * launched (launches are in index order, arrivals being nondecreasing);
+ * done counts finished and failed-to-launch requests alike. */
 typedef struct {
     CURLM *multi;
     const bench_client_opts *o;
@@ -213,6 +259,8 @@ typedef struct {
     int64_t out_tokens;
 } run_state;
 
+/* Drain curl's completion messages: classify, free the transfer, update
+ * the counters. CURLINFO_PRIVATE maps the easy handle back to its xfer. */
 static void reap(run_state *st)
 {
     CURLMsg *msg;
@@ -221,6 +269,7 @@ static void reap(run_state *st)
         if (msg->msg != CURLMSG_DONE)
             continue;
         xfer *x = NULL;
+        /* the char ** cast is what CURLINFO_PRIVATE's varargs expect */
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         double now = util_now_s();
         bench_result *r = &st->out[x->idx];
@@ -238,6 +287,10 @@ static void reap(run_state *st)
 }
 
 /* Interrupted: abort in-flight requests and mark the unlaunched ones. */
+/* In-flight requests keep the chunk times they received (their partial
+ * stream is not counted: cancelled results are excluded from the
+ * latency and token metrics); unlaunched ones get start_s -1 so the concurrency and JSON
+ * writers can tell "never sent" from "aborted". */
 static void cancel_rest(run_state *st)
 {
     double now = util_now_s();
@@ -260,6 +313,11 @@ static void cancel_rest(run_state *st)
     st->t_last_end = now;
 }
 
+/* Launch, in order, every request whose arrival time has passed while a
+ * concurrency slot is free. A request held back by the concurrency limit
+ * launches late and its clock starts then (vLLM's semaphore semantics).
+ * NOTE: a failed launch counts as done and failed right away, so the run
+ * loop still terminates. */
 static bool launch_due(run_state *st)
 {
     const bench_client_opts *o = st->o;
@@ -284,6 +342,9 @@ static bool launch_due(run_state *st)
     return any;
 }
 
+/* How long curl_multi_poll may sleep: until the next arrival when a slot
+ * is free, else 50 ms; never more than 50 ms, so a SIGINT is seen promptly even
+ * when it does not wake the poll. */
 static int wait_ms(const run_state *st)
 {
     const bench_client_opts *o = st->o;
@@ -296,6 +357,10 @@ static int wait_ms(const run_state *st)
     return ms;
 }
 
+/* The loop: stop check, launch what is due, let curl move the sockets,
+ * reap completions, report progress, then sleep in curl_multi_poll unless
+ * something just completed (a freed slot may be launchable now). The
+ * duration ends at the last completion, not at loop exit. */
 inferd_status bench_client_run(const bench_client_opts *o, bench_result *out, double *duration_s,
                                int *peak_active)
 {
@@ -306,8 +371,10 @@ inferd_status bench_client_run(const bench_client_opts *o, bench_result *out, do
     st.multi = curl_multi_init();
     if (!st.multi)
         return inferd_set_error(INFERD_ERR_INTERNAL, "bench: curl_multi_init failed");
+    /* +256: curl's own descriptors, stdio, the tokenizer files */
     raise_fd_limit((o->max_concurrency > 0 ? INFERD_MIN(o->max_concurrency, o->n) : o->n) + 256);
     st.hdrs = make_headers(o);
+    /* indexed by request: cancel_rest finds in-flight transfers in O(n) */
     st.live = inferd_calloc((size_t)INFERD_MAX(o->n, 1), sizeof *st.live);
     st.t0 = st.t_last_end = st.t_progress = util_now_s();
     while (st.done < o->n) {
@@ -317,6 +384,8 @@ inferd_status bench_client_run(const bench_client_opts *o, bench_result *out, do
         }
         launch_due(&st);
         int running = 0;
+        /* `running` is not used: completions are counted by reap(), which
+         * also sees the transfers that failed without ever running */
         curl_multi_perform(st.multi, &running);
         int before = st.done;
         reap(&st);
@@ -340,6 +409,7 @@ inferd_status bench_client_run(const bench_client_opts *o, bench_result *out, do
     return INFERD_OK;
 }
 
+/* Returning less than n makes curl abort with a write error: the cap. */
 static size_t on_get_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     inferd_buf *b = ud;
@@ -350,6 +420,8 @@ static size_t on_get_write(char *ptr, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+/* A blocking one-off GET (used before the run, for /v1/models). A non-2xx
+ * status is not an error here: the caller decides from *http_status. */
 inferd_status bench_http_get(const char *url, const char *api_key, char **body, long *http_status)
 {
     CURL *e = curl_easy_init();

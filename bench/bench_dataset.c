@@ -21,8 +21,15 @@
 #include "common/util.h"
 #include "bench/bench_dataset.h"
 
+/* Without a tokenizer, ids [3, 259): past the usual <unk>/<s>/</s> ids 0-2,
+ * the 256 byte-fallback tokens of Llama-style vocabularies. 256 output
+ * tokens is the JSONL default; ADJUST_TRIES bounds the re-encoding rounds
+ * of text_of_len. */
 enum { NOTOK_ID_LO = 3, NOTOK_ID_HI = 259, DEFAULT_OUTPUT_LEN = 256, ADJUST_TRIES = 10 };
 
+/* A counter-based stream: (seed, ctr) -> value, so each draw is
+ * reproducible from its position alone, independent of the platform's
+ * rand(). */
 typedef struct {
     uint64_t seed, ctr;
 } rng_state;
@@ -33,14 +40,17 @@ static double rnd_u(rng_state *r)
 }
 
 /* Uniform integer in [lo, hi]. */
+/* The MIN guards the u -> 1.0 edge (hi + 1 would be out of range). */
 static int rnd_int(rng_state *r, int lo, int hi)
 {
     if (hi <= lo)
         return lo;
+    /* scaled uniform: bias at most (hi - lo + 1) / 2^53, negligible here */
     int v = lo + (int)(rnd_u(r) * (double)(hi - lo + 1));
     return INFERD_MIN(v, hi);
 }
 
+/* Index order of k_names must match bench_data_kind. */
 bool bench_data_kind_parse(const char *s, bench_data_kind *out)
 {
     static const char *const k_names[] = {"random", "sharegpt", "jsonl"};
@@ -52,6 +62,7 @@ bool bench_data_kind_parse(const char *s, bench_data_kind *out)
     return false;
 }
 
+/* Frees all n slots, including ones a failed build left partly filled. */
 void bench_dataset_free(bench_prompt *p, int n)
 {
     if (!p)
@@ -65,6 +76,8 @@ void bench_dataset_free(bench_prompt *p, int n)
 
 /* ---- arrivals ------------------------------------------------------------ */
 
+/* Box-Muller (one of the pair is used); u1 is shifted to (0, 1] so that
+ * log(u1) is finite. */
 static double rnd_normal(uint64_t seed, uint64_t *ctr)
 {
     double u1 = 1.0 - rng_uniform(seed, (*ctr)++); /* (0, 1] */
@@ -72,6 +85,10 @@ static double rnd_normal(uint64_t seed, uint64_t *ctr)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+/* Marsaglia-Tsang for shape >= 1 (rejection rate under 5%), with the
+ * standard boost for shape < 1. The loop ends with probability 1; the
+ * number of counter values used varies, which is why every caller keeps
+ * its own counter. */
 double bench_gamma(double shape, uint64_t seed, uint64_t *ctr)
 {
     if (shape < 1.0) { /* boost: G(a) = G(a + 1) * U^(1/a) */
@@ -92,11 +109,16 @@ double bench_gamma(double shape, uint64_t seed, uint64_t *ctr)
     }
 }
 
+/* Gamma gaps with shape k and scale 1/(rate k) have mean 1/rate for every
+ * k: burstiness changes the variance (k < 1 bursty, k > 1 regular), not
+ * the average rate. The seed is perturbed so arrivals do not reuse the
+ * prompt stream's values. */
 void bench_arrivals(int n, double rate, double burstiness, uint64_t seed, double *out)
 {
     uint64_t ctr = 0;
     bool all_at_once = !(rate > 0) || isinf(rate);
     double shape = burstiness > 0 ? burstiness : 1.0;
+    /* rate <= 0 and NaN (the negated comparison) mean "all at once" too */
     double scale = all_at_once ? 0.0 : 1.0 / (rate * shape); /* mean gap = 1/rate */
     double t = 0;
     for (int i = 0; i < n; i++) {
@@ -114,6 +136,7 @@ static bool printable(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        /* control bytes would be escaped in JSON and re-encode oddly */
         if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f)
             return false;
         if (c == 0xEF && i + 2 < n && (unsigned char)s[i + 1] == 0xBF && (unsigned char)s[i + 2] == 0xBD)
@@ -124,6 +147,10 @@ static bool printable(const char *s, size_t n)
 
 /* Ids that are not special and decode alone to non-empty, printable, valid
  * UTF-8. */
+/* One decode per vocabulary entry: O(vocab) at start-up, paid once per
+ * run, before the clock.
+ * Ids without a piece (holes in the vocabulary) are skipped. The pool is
+ * heap, sized for the whole vocabulary; the caller frees it. */
 static int32_t *plain_ids(const tokenizer *tok, int *n_out)
 {
     int v = tok_vocab_size(tok);
@@ -149,12 +176,21 @@ static const char *const k_words[] = {
     "they", "were", "happy", "day", "sun", "was", "warm", "time",
 };
 
+/* Ids drawn uniformly from the plain-id pool, or from the fixed range when
+ * there is no tokenizer. */
 static void fill_ids(rng_state *r, const int32_t *pool, int n_pool, int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++)
         ids[i] = pool ? pool[rnd_int(r, 0, n_pool - 1)] : rnd_int(r, NOTOK_ID_LO, NOTOK_ID_HI - 1);
 }
 
+/* Text of `target` tokens: decode random ids, re-encode, trim or extend.
+ * Decoding and re-encoding rarely round-trips (adjacent ids merge or
+ * split), so up to ADJUST_TRIES rounds keep the first min(n_enc, target)
+ * re-encoded ids and refill the rest. *len_out is the true encoded length
+ * of the returned text, which may still differ from target after the last
+ * try; the request is then built with (and reported as) that length.
+ * Specials are neither added nor parsed: the prompt is plain text. */
 /* Text of `target` tokens: decode random ids, re-encode, trim or extend. */
 static inferd_status text_of_len(const tokenizer *tok, rng_state *r, const int32_t *pool, int n_pool,
                                  int target, char **text_out, int *len_out)
@@ -177,11 +213,13 @@ static inferd_status text_of_len(const tokenizer *tok, rng_state *r, const int32
             inferd_free(text);
             return st;
         }
+        /* exact length reached */
         if (n_enc == target) {
             inferd_free(enc);
             break;
         }
         ids = inferd_realloc(ids, (size_t)INFERD_MAX(target, 1) * sizeof *ids);
+        /* keep the re-encoded prefix (the tokenizer's own split), redraw the tail */
         n = INFERD_MIN(n_enc, target);
         memcpy(ids, enc, (size_t)n * sizeof *ids);
         fill_ids(r, pool, n_pool, ids + n, target - n);
@@ -194,6 +232,8 @@ static inferd_status text_of_len(const tokenizer *tok, rng_state *r, const int32
     return INFERD_OK;
 }
 
+/* Space-separated words from k_words; 8 bytes per word cover the longest
+ * word (6 bytes) plus a space, so snprintf never truncates. */
 static char *words_text(rng_state *r, int n_words)
 {
     size_t cap = (size_t)n_words * 8 + 1, len = 0;
@@ -206,17 +246,23 @@ static char *words_text(rng_state *r, int n_words)
     return s;
 }
 
+/* [floor(L(1-r)), ceil(L(1+r))], at least 1 token. */
 static void len_range(int len, double ratio, int *lo, int *hi)
 {
     *lo = INFERD_MAX((int)floor(len * (1.0 - ratio)), 1);
     *hi = INFERD_MAX((int)ceil(len * (1.0 + ratio)), *lo);
 }
 
+/* Draw order per prompt is fixed (input length, output length, ids), so a
+ * seed gives the same prompts whatever the endpoint or tokenizer path. As
+ * ids (completions) the length is exact; as text it is the tokenizer's
+ * count, or an estimate without a tokenizer. */
 static inferd_status build_random(const bench_dataset_opts *o, bench_prompt *p)
 {
     rng_state r = {o->seed, 0};
     int n_pool = 0;
     int32_t *pool = o->tok ? plain_ids(o->tok, &n_pool) : NULL;
+        /* a vocabulary of specials only: nothing can build a prompt */
     if (o->tok && n_pool == 0) {
         inferd_free(pool);
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "tokenizer has no plain (non-special) ids");
@@ -229,6 +275,7 @@ static inferd_status build_random(const bench_dataset_opts *o, bench_prompt *p)
         int in_len = rnd_int(&r, in_lo, in_hi);
         p[i].output_len = rnd_int(&r, out_lo, out_hi);
         p[i].prompt_len = in_len;
+            /* completions: ids as the prompt, exactly in_len tokens */
         if (!o->text_only) {
             p[i].ids = inferd_malloc((size_t)in_len * sizeof *p[i].ids);
             p[i].n_ids = in_len;
@@ -246,6 +293,7 @@ static inferd_status build_random(const bench_dataset_opts *o, bench_prompt *p)
 
 /* ---- ShareGPT -------------------------------------------------------------- */
 
+/* ShareGPT turns spell the text "value"; OpenAI-style dumps "content". */
 static const char *turn_text(const cJSON *turn)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(turn, "value");
@@ -269,6 +317,10 @@ static int count_tokens(const tokenizer *tok, const char *text, bool add_special
 }
 
 /* Take one conversation into p when it passes the filters. */
+/* vLLM's filters: prompt >= 4 tokens, completion >= 4 (unless the output
+ * length is fixed by flag), prompt <= 1024, prompt + completion <= 2048.
+ * The prompt is counted with specials (as the server will), the
+ * completion without. Only the first two turns are used. */
 static bool sharegpt_take(const bench_dataset_opts *o, const cJSON *item, bench_prompt *p)
 {
     const cJSON *conv = cJSON_GetObjectItemCaseSensitive(item, "conversations");
@@ -280,6 +332,7 @@ static bool sharegpt_take(const bench_dataset_opts *o, const cJSON *item, bench_
     const char *completion = turn_text(cJSON_GetArrayItem(conv, 1));
     if (!prompt || !completion)
         return false;
+    /* -1 (encode failure) fails the >= 4 filter below: the item is skipped */
     int in_len = count_tokens(o->tok, prompt, true);
     int out_len = o->fixed_output_len > 0 ? o->fixed_output_len : count_tokens(o->tok, completion, false);
     if (in_len < 4 || out_len < 1 || (o->fixed_output_len <= 0 && out_len < 4))
@@ -293,6 +346,8 @@ static bool sharegpt_take(const bench_dataset_opts *o, const cJSON *item, bench_
 }
 
 /* Fill p[n_have..] by repeating p[0..n_have). */
+/* Deep copies: every slot owns its strings, so bench_dataset_free needs
+ * no special case for repeats. */
 static void cycle_fill(bench_prompt *p, int n_have, int n)
 {
     for (int i = n_have; i < n; i++) {
@@ -307,6 +362,10 @@ static void cycle_fill(bench_prompt *p, int n_have, int n)
     }
 }
 
+/* Whole-file parse (ShareGPT dumps are a single JSON array), a seeded
+ * Fisher-Yates shuffle of the items, then the first num_prompts that pass
+ * the filters; fewer than requested are cycled. The order of the file does
+ * not bias which conversations are used. */
 static inferd_status build_sharegpt(const bench_dataset_opts *o, bench_prompt *p)
 {
     char *data = NULL;
@@ -323,6 +382,7 @@ static inferd_status build_sharegpt(const bench_dataset_opts *o, bench_prompt *p
     int n_items = cJSON_GetArraySize(root);
     cJSON **items = inferd_malloc((size_t)INFERD_MAX(n_items, 1) * sizeof *items);
     int k = 0;
+    /* direct child walk: cJSON_GetArrayItem would make this O(n^2) */
     for (cJSON *it = root->child; it; it = it->next)
         items[k++] = it;
     rng_state r = {o->seed, 0};
@@ -346,6 +406,9 @@ static inferd_status build_sharegpt(const bench_dataset_opts *o, bench_prompt *p
 
 /* ---- JSONL ----------------------------------------------------------------- */
 
+/* An id prompt is sent as ids (exact length) on /v1/completions; the chat
+ * endpoint takes only text, so there the ids are decoded, which needs a
+ * tokenizer, and the length becomes approximate (not marked exact). */
 static inferd_status jsonl_prompt_ids(const bench_dataset_opts *o, const cJSON *arr, bench_prompt *p)
 {
     int n = cJSON_GetArraySize(arr);
@@ -380,6 +443,11 @@ static inferd_status jsonl_prompt_ids(const bench_dataset_opts *o, const cJSON *
     return st;
 }
 
+/* One line: "prompt" (text or ids), "output_len" or "max_tokens"
+ * (default DEFAULT_OUTPUT_LEN), --output-len overriding both. On error p
+ * may hold a partial prompt; the caller frees every slot.
+ * NOTE: output_len is not checked to be integral (2.5 becomes 2), and a
+ * text prompt that fails to tokenize gets prompt_len -1 (count_tokens). */
 static inferd_status jsonl_line(const bench_dataset_opts *o, const char *line, size_t n, bench_prompt *p)
 {
     cJSON *root = cJSON_ParseWithLength(line, n);
@@ -411,6 +479,8 @@ static inferd_status jsonl_line(const bench_dataset_opts *o, const char *line, s
     return st;
 }
 
+/* Stops at num_prompts lines (a long file is not read to the end) and at
+ * the first bad line, with an error naming it; blank lines are skipped. */
 static inferd_status build_jsonl(const bench_dataset_opts *o, bench_prompt *p)
 {
     char *data = NULL;
@@ -424,6 +494,7 @@ static inferd_status build_jsonl(const bench_dataset_opts *o, bench_prompt *p)
         char *end = nl ? nl : data + len;
         line_no++;
         const char *q = s;
+        /* whitespace-only lines (including a final CRLF) are skipped */
         while (q < end && (*q == ' ' || *q == '\t' || *q == '\r'))
             q++;
         if (q < end) {
@@ -447,6 +518,9 @@ static inferd_status build_jsonl(const bench_dataset_opts *o, bench_prompt *p)
     return INFERD_OK;
 }
 
+/* The argument checks repeat bounds the option rows already enforce, for
+ * callers that skip the flag parser (tests). INVALID_ARG for bad
+ * options, FORMAT/IO for bad files; nothing is returned on error. */
 inferd_status bench_dataset_build(const bench_dataset_opts *o, bench_prompt **out, int *n_out)
 {
     if (o->num_prompts <= 0)

@@ -6,6 +6,12 @@
  * The server is never trusted to be up: an unreachable server or failing
  * requests still end in a full report (every request classified) and a
  * non-zero exit status, never in a crash or a hang beyond --timeout.
+ *
+ * Everything that can be prepared is prepared before the clock starts:
+ * prompts are tokenized and every request body is serialized up front, so
+ * the measured loop only sends bytes and parses responses. Warm-up requests
+ * reuse the first bodies and are not reported. Not done here: HTTP/2,
+ * retries, or multiple runs (sweeps are the caller's loop).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -23,6 +29,7 @@
 #include "common/util.h"
 #include "bench/bench_serve.h"
 
+/* Everything a run owns, freed by free_ctx whatever stage it reached. */
 typedef struct {
     const bench_serve_opts *o;
     char *base;       /* base URL without a trailing '/' */
@@ -38,6 +45,7 @@ typedef struct {
     double *arrivals; /* [n] */
 } run_ctx;
 
+/* A heap string of exactly the formatted length (two vsnprintf passes). */
 static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *str_printf(const char *fmt, ...)
 {
@@ -52,6 +60,8 @@ static char *str_printf(const char *fmt, ...)
     return s;
 }
 
+/* --model doubles as the tokenizer directory when it names a local
+ * directory. */
 static bool is_dir(const char *p)
 {
     struct stat st;
@@ -83,6 +93,11 @@ static char *query_model(const run_ctx *c)
     return id;
 }
 
+/* One request body, serialized once before the run. Chat requests carry
+ * both max_tokens and max_completion_tokens (servers differ in which they
+ * read); streamed requests ask for the usage chunk, which gives the true
+ * token counts. Id prompts go out as a JSON array of ints (completions
+ * only). The copy moves the text to inferd's allocator. */
 static char *make_body(const run_ctx *c, const bench_prompt *p)
 {
     const bench_serve_opts *o = c->o;
@@ -120,16 +135,25 @@ static char *make_body(const run_ctx *c, const bench_prompt *p)
     return copy;
 }
 
+/* Model, tokenizer, prompts, bodies, arrivals. Returns an exit code:
+ * 2 for invalid dataset options, 1 for any other failure (tokenizer,
+ * dataset file); c is left for free_ctx either way. An unreachable server
+ * is not an error here: without --model the name is just omitted. */
 /* Model, tokenizer, prompts, bodies, arrivals. Returns an exit code. */
 static int prepare(run_ctx *c)
 {
     const bench_serve_opts *o = c->o;
+    /* --base-url wins over host/port; trailing slashes are trimmed so that
+     * base + "/v1/..." never has "//" (some servers route it elsewhere) */
     c->base = o->base_url ? inferd_strdup(o->base_url) : str_printf("http://%s:%d", o->host, o->port);
     size_t bl = strlen(c->base);
     while (bl > 0 && c->base[bl - 1] == '/')
         c->base[--bl] = '\0';
     c->url = str_printf("%s%s", c->base, o->endpoint);
+    /* the endpoint decides the body and the response shapes; any path
+     * containing chat/completions is treated as chat */
     c->chat = strstr(o->endpoint, "chat/completions") != NULL;
+    /* the environment string is borrowed: valid for the process lifetime */
     c->api_key = o->api_key ? o->api_key : getenv("OPENAI_API_KEY");
     c->model = o->model ? inferd_strdup(o->model) : query_model(c);
     c->tok_dir = o->tokenizer;
@@ -153,14 +177,19 @@ static int prepare(run_ctx *c)
         fprintf(stderr, "inferd bench serve: dataset: %s\n", inferd_last_error());
         return st == INFERD_ERR_INVALID_ARG ? 2 : 1;
     }
+    /* bodies are serialized before the clock starts: no JSON work inside
+     * the measured loop but the response parsing */
     c->bodies = inferd_calloc((size_t)c->n, sizeof *c->bodies);
     for (int i = 0; i < c->n; i++)
         c->bodies[i] = make_body(c, &c->prompts[i]);
     c->arrivals = inferd_malloc((size_t)c->n * sizeof *c->arrivals);
+    /* the schedule is fixed before the run, so a slow server does not
+     * lower the offered load (open loop, as vLLM) */
     bench_arrivals(c->n, o->request_rate, o->burstiness, o->seed, c->arrivals);
     return 0;
 }
 
+/* Safe on a partly prepared context (the fields start NULL/0). */
 static void free_ctx(run_ctx *c)
 {
     for (int i = 0; c->bodies && i < c->n; i++)
@@ -175,6 +204,8 @@ static void free_ctx(run_ctx *c)
     inferd_free(c->base);
 }
 
+/* A one-line progress bar redrawn with '\r' on stderr (installed only when
+ * stderr is a terminal), so stdout stays the clean table. */
 static void draw_progress(void *ud, int n_done, int n_failed, int n_total, int64_t out_tokens, double t)
 {
     (void)ud;
@@ -182,6 +213,7 @@ static void draw_progress(void *ud, int n_done, int n_failed, int n_total, int64
     int fill = n_total > 0 ? (int)((int64_t)W * n_done / n_total) : W;
     char bar[W + 1];
     for (int i = 0; i < W; i++)
+        /* fill is in [0, W]: computed in int64 so n_done * W cannot overflow */
         bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
     bar[W] = '\0';
     fprintf(stderr, "\r%7d/%-7d [%s] %7.1fs  failed %d  %.0f out tok/s   ", n_done, n_total, bar, t,
@@ -189,6 +221,7 @@ static void draw_progress(void *ud, int n_done, int n_failed, int n_total, int64
     fflush(stderr);
 }
 
+/* The transfer settings shared by the warm-up and the measured run. */
 static bench_client_opts client_opts(const run_ctx *c, volatile sig_atomic_t *stop)
 {
     const bench_serve_opts *o = c->o;
@@ -198,10 +231,14 @@ static bench_client_opts client_opts(const run_ctx *c, volatile sig_atomic_t *st
     };
 }
 
+/* k requests, all at once (no arrival schedule), cycling over the bodies;
+ * their results are only counted for the one-line summary. A SIGINT here
+ * also interrupts the measured run, which then reports nothing sent. */
 static void warmup(const run_ctx *c, volatile sig_atomic_t *stop)
 {
     int k = c->o->num_warmups;
     bench_client_opts co = client_opts(c, stop);
+    /* borrowed pointers into c->bodies: only this array is freed */
     char **bodies = inferd_malloc((size_t)k * sizeof *bodies);
     for (int i = 0; i < k; i++)
         bodies[i] = c->bodies[i % c->n];
@@ -221,6 +258,9 @@ static void warmup(const run_ctx *c, volatile sig_atomic_t *stop)
     inferd_free(bodies);
 }
 
+/* vLLM's file name: <backend>-<rate>qps[-concurrency<N>]-<model>-<date>.json
+ * in --result-dir (which must exist). The model part keeps only the last
+ * path component, with '/' and ' ' replaced, so it is one file name. */
 static char *default_result_path(const run_ctx *c)
 {
     const bench_serve_opts *o = c->o;
@@ -248,6 +288,12 @@ static char *default_result_path(const run_ctx *c)
     return name;
 }
 
+/* Table, JSON, warnings; returns the exit code.
+ * Ownership: with rep, the results, sent_len and the path move to rep (the
+ * caller frees with bench_serve_report_free); without it they are freed
+ * here. Only the first three failures are printed: the table has the
+ * counts by class and the JSON every message. A failed save is reported
+ * but does not change the exit code. */
 /* Table, JSON, warnings; returns the exit code. */
 static int report(const run_ctx *c, bench_result *res, double duration, bool interrupted,
                   bench_serve_report *rep)
@@ -296,6 +342,7 @@ static int report(const run_ctx *c, bench_result *res, double duration, bool int
         else if (!o->quiet)
             fprintf(stderr, "Result saved to %s\n", path);
     }
+    /* 0 only for a clean, complete run, so scripts can trust the numbers */
     int rc = (s.completed == 0 || s.failed > 0 || s.cancelled > 0 || interrupted) ? 1 : 0;
     if (rep) {
         rep->summary = s;
@@ -316,6 +363,11 @@ static int report(const run_ctx *c, bench_result *res, double duration, bool int
     return rc;
 }
 
+/* `stop` is only read, never reset: the caller owns the flag. Writes the
+ * table to stdout and progress/diagnostics to stderr (nothing when quiet).
+ * NOTE: `interrupted` is read after the run, so a SIGINT that arrives
+ * just after the last request completed still marks the run interrupted
+ * (exit 1) although every result is complete. */
 int bench_serve_run(const bench_serve_opts *o, volatile sig_atomic_t *stop, bench_serve_report *rep)
 {
     if (rep)
@@ -342,6 +394,7 @@ int bench_serve_run(const bench_serve_opts *o, volatile sig_atomic_t *stop, benc
     co.arrival_s = c.arrivals;
     if (!o->quiet && !o->disable_progress && isatty(STDERR_FILENO))
         co.progress = draw_progress;
+    /* owned here until report(), which frees it or hands it to rep */
     bench_result *res = inferd_calloc((size_t)c.n, sizeof *res);
     double duration = 0;
     if (bench_client_run(&co, res, &duration, NULL) != INFERD_OK) {
@@ -350,6 +403,7 @@ int bench_serve_run(const bench_serve_opts *o, volatile sig_atomic_t *stop, benc
         free_ctx(&c);
         return 1;
     }
+    /* end the '\r' progress line so the table starts on a fresh line */
     if (co.progress)
         fputc('\n', stderr);
     bool interrupted = stop && *stop;
@@ -358,6 +412,7 @@ int bench_serve_run(const bench_serve_opts *o, volatile sig_atomic_t *stop, benc
     return rc;
 }
 
+/* Frees what report() moved into rep; rep is zeroed, NULL is a no-op. */
 void bench_serve_report_free(bench_serve_report *rep)
 {
     if (!rep)

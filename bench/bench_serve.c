@@ -7,6 +7,12 @@
  * defaults, validation and --help come from the same place. Strings are
  * borrowed from argv (OPT_F_BORROW); booleans are vLLM's store_true flags
  * (OPT_F_NO_NEGATE: "--ignore-eos", no "--no-ignore-eos", no "=value").
+ *
+ * The bounds are sanity limits, not tuned values: they keep counts within
+ * int, timeouts within what curl's millisecond options hold, and reject
+ * what can only be a typo (a negative rate, a zero timeout). vLLM's flags
+ * that make no sense here (backends, other datasets) are not accepted: an
+ * unknown flag is an error, never ignored.
  */
 #include <math.h>
 #include <stddef.h>
@@ -22,9 +28,13 @@
 #define STR_ROW(nm, f, d, h) {.name = nm, .kind = OPT_STR, .off = OFF(f), .def_str = d, .help = h, .flags = OPT_F_BORROW}
 #define BOOL_ROW(nm, f, h) {.name = nm, .kind = OPT_BOOL, .off = OFF(f), .help = h, .flags = OPT_F_NO_NEGATE}
 
+/* --dataset-name values, NULL-terminated (the opt_name convention). */
 static const opt_name k_datasets[] = {
     {"random", BENCH_DATA_RANDOM}, {"sharegpt", BENCH_DATA_SHAREGPT}, {"jsonl", BENCH_DATA_JSONL}, {NULL, 0}};
 
+/* Row order is the --help order. The three output-len rows share one field
+ * (vLLM's historical spellings); the last one given wins. max-concurrency
+ * and output-len have no default (OPT_F_NO_DEFAULT): 0 means "unset". */
 static const opt_row k_rows[] = {
     STR_ROW("base-url", base_url, NULL, "server URL, e.g. http://127.0.0.1:8000 (overrides host/port)"),
     STR_ROW("host", host, "127.0.0.1", "server host"),
@@ -37,6 +47,7 @@ static const opt_row k_rows[] = {
     STR_ROW("dataset-path", dataset_path, NULL, "dataset file (sharegpt JSON, JSONL)"),
     {.name = "num-prompts", .kind = OPT_INT, .off = OFF(num_prompts), .min = 1, .max = 1e8, .def = 1000,
      .help = "number of requests"},
+    /* inf is a valid rate (all requests at t = 0), hence max INFINITY */
     {.name = "request-rate", .kind = OPT_DOUBLE, .off = OFF(request_rate), .min = 1e-6, .max = INFINITY,
      .def = INFINITY, .help = "requests/s, Poisson arrivals; inf = all at once"},
     {.name = "burstiness", .kind = OPT_DOUBLE, .off = OFF(burstiness), .min = 1e-3, .max = 1e6, .def = 1,
@@ -58,6 +69,7 @@ static const opt_row k_rows[] = {
     BOOL_ROW("ignore-eos", ignore_eos, "send ignore_eos: true"),
     {.name = "temperature", .kind = OPT_DOUBLE, .off = OFF(temperature), .min = 0, .max = 100, .def = 0,
      .help = "sampling temperature"},
+    /* 9.2e18: just below 2^63, the largest bound a double row states safely */
     {.name = "seed", .kind = OPT_INT64, .off = OFF(seed), .min = 0, .max = 9.2e18, .def = 0,
      .help = "seed of prompts and arrival times"},
     {.name = "num-warmups", .kind = OPT_INT, .off = OFF(num_warmups), .min = 0, .max = 1e6, .def = 0,
@@ -66,6 +78,7 @@ static const opt_row k_rows[] = {
     STR_ROW("result-filename", result_filename, NULL, "result JSON path (implies --save-result)"),
     STR_ROW("result-dir", result_dir, NULL, "directory of the default result file name"),
     STR_ROW("api-key", api_key, NULL, "bearer token (default $OPENAI_API_KEY)"),
+    /* 6 h default: vLLM's client-side (aiohttp) request timeout */
     {.name = "timeout", .kind = OPT_DOUBLE, .off = OFF(timeout_s), .min = 1e-3, .max = 1e7, .def = 21600,
      .help = "per-request timeout in seconds"},
     BOOL_ROW("disable-stream", disable_stream, "non-streaming requests (TTFT = E2E)"),
@@ -75,12 +88,15 @@ static const opt_row k_rows[] = {
 #undef STR_ROW
 #undef BOOL_ROW
 
+/* The table, for --help and the option tests. */
 const opt_row *bench_serve_rows(size_t *n)
 {
     *n = INFERD_ARRAY_LEN(k_rows);
     return k_rows;
 }
 
+/* Every field from its row; fields without a row stay 0/false/NULL
+ * (quiet: only tests set it). */
 void bench_serve_opts_default(bench_serve_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -97,6 +113,9 @@ void bench_serve_usage(FILE *f)
     opt_usage(f, k_rows, INFERD_ARRAY_LEN(k_rows));
 }
 
+/* The checks that involve two flags, or a value a row cannot express
+ * (the endpoint's leading '/': it is appended to the base URL). Messages
+ * go to stderr; false means exit code 2. */
 /* The checks that involve two flags. */
 static bool check_combined(const bench_serve_opts *o)
 {
@@ -105,6 +124,7 @@ static bool check_combined(const bench_serve_opts *o)
                 o->dataset == BENCH_DATA_SHAREGPT ? "sharegpt" : "jsonl");
         return false;
     }
+        /* the endpoint is appended verbatim to the base URL */
     if (o->endpoint[0] != '/') {
         fprintf(stderr, "inferd bench serve: --endpoint must start with '/'\n");
         return false;
@@ -112,9 +132,14 @@ static bool check_combined(const bench_serve_opts *o)
     return true;
 }
 
+/* Flags are applied left to right onto the caller's defaults (last wins);
+ * --help prints and returns at once (flags after it are not looked at; a
+ * bad flag before it is still an error). Positional arguments are
+ * refused. */
 int bench_serve_parse(int argc, char **argv, bench_serve_opts *o, bool *help)
 {
     *help = false;
+    /* one group: the load generator has no model/engine/glue rows */
     opt_group g = {k_rows, INFERD_ARRAY_LEN(k_rows), o};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -11,6 +11,14 @@
  * for inter-token latency. The last `usage` object seen gives the token counts.
  * All chunks delivered by one socket read share one timestamp, the earliest
  * the client can know of them.
+ *
+ * Design choice: tolerant framing, strict outcome. Anything SSE allows
+ * (CRLF, comments, `event:` fields, a missing space after `data:`, bytes
+ * split anywhere) is accepted, but a 2xx response only counts as completed
+ * when it ends with `[DONE]` and carried content (or a usage object saying
+ * zero tokens): a truncated or empty stream is a BAD_RESPONSE, never a
+ * silently short measurement. Not done here: multiple choices (n > 1;
+ * only choice 0 is looked at) and any check of the generated text itself.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,8 +30,13 @@
 #include "common/usage.h"
 #include "bench/bench_client.h"
 
+/* Bounds against a broken server: a line without a newline, or an endless
+ * non-streamed body, fails the request instead of exhausting memory. 16 MiB
+ * per event is orders of magnitude above a real chunk. */
 enum { SSE_MAX_LINE = 16 << 20, SSE_MAX_BODY = 64 << 20 };
 
+/* The names are part of the result JSON ("error_types", "failed_by_type"):
+ * keep them stable. */
 const char *bench_err_name(bench_err e)
 {
     static const char *const k_names[BENCH_ERR_COUNT] = {
@@ -32,6 +45,8 @@ const char *bench_err_name(bench_err e)
     return (unsigned)e < BENCH_ERR_COUNT ? k_names[e] : "unknown";
 }
 
+/* Frees the heap parts only: r itself lives in the caller's array, and is
+ * left reusable (pointers NULL, counts 0). */
 void bench_result_free(bench_result *r)
 {
     if (!r)
@@ -43,6 +58,8 @@ void bench_result_free(bench_result *r)
     r->n_chunks = r->cap_chunks = 0;
 }
 
+/* r is borrowed: the parser writes chunk times, usage and the verdict into
+ * it, and must not outlive it. */
 void bench_sse_init(bench_sse *s, bench_result *r, bool stream, bool chat)
 {
     memset(s, 0, sizeof *s);
@@ -60,6 +77,8 @@ void bench_sse_free(bench_sse *s)
     s->bad_msg = NULL;
 }
 
+/* Record the first problem only: later ones are usually consequences, and
+ * the first one is what a user needs to see. */
 static void sse_fail(bench_sse *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sse_fail(bench_sse *s, const char *fmt, ...)
 {
@@ -74,6 +93,8 @@ static void sse_fail(bench_sse *s, const char *fmt, ...)
     s->bad_msg = inferd_strdup(msg);
 }
 
+/* Doubling growth from 64: a typical stream of a few hundred tokens needs
+ * a few reallocations at most. */
 static void push_chunk(bench_result *r, double t_s)
 {
     if (r->n_chunks == r->cap_chunks) {
@@ -89,6 +110,9 @@ static const char *json_str(const cJSON *obj, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* Any event may carry usage (servers send it on the last chunk with
+ * include_usage, some on every chunk); the last one seen wins. Absent
+ * fields keep their previous values. */
 static void take_usage(bench_result *r, const cJSON *root)
 {
     inferd_usage u = {.prompt_tokens = r->prompt_tokens, .completion_tokens = r->output_tokens};
@@ -116,6 +140,8 @@ static bool is_content_choice(const bench_sse *s, const cJSON *c0)
 {
     const cJSON *fin = cJSON_GetObjectItemCaseSensitive(c0, "finish_reason");
     bool finished = fin && !cJSON_IsNull(fin);
+    /* completions: a "text" field is a token event unless it is the
+     * empty final chunk that only carries finish_reason */
     if (!s->chat) {
         const char *text = json_str(c0, "text");
         return text && (text[0] || !finished);
@@ -131,14 +157,19 @@ static bool is_content_choice(const bench_sse *s, const cJSON *c0)
             return true;
         has_str = has_str || v != NULL;
     }
+    /* chat: an empty delta is a held-back token, except the first chunk
+     * (role announcement) and the last (finish_reason) */
     bool role = cJSON_GetObjectItemCaseSensitive(delta, "role") != NULL;
     return has_str && !role && !finished;
 }
 
+/* One `data:` payload. Events after [DONE] are ignored. An error object
+ * fails the request but the event is still read (its usage may count). */
 static void handle_event(bench_sse *s, const char *payload, size_t n, double t_s)
 {
     if (s->done)
         return;
+        /* not JSON; the stream's end marker. Its time ends E2E latency */
     if (n == 6 && memcmp(payload, "[DONE]", 6) == 0) {
         s->done = true;
         s->last_s = t_s;
@@ -157,6 +188,7 @@ static void handle_event(bench_sse *s, const char *payload, size_t n, double t_s
         sse_fail(s, "error event in stream: %.200s", err);
     take_usage(s->r, root);
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    /* usage-only chunks have "choices": [] and are not token events */
     const cJSON *c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
     if (cJSON_IsObject(c0)) {
         if (s->first_any_s < 0)
@@ -167,6 +199,8 @@ static void handle_event(bench_sse *s, const char *payload, size_t n, double t_s
     cJSON_Delete(root);
 }
 
+/* line is the parser's own buffer, so the CR can be cut in place. One
+ * optional space after "data:" is stripped, per the SSE spec. */
 static void handle_line(bench_sse *s, char *line, size_t n, double t_s)
 {
     if (n > 0 && line[n - 1] == '\r')
@@ -182,8 +216,12 @@ static void handle_line(bench_sse *s, char *line, size_t n, double t_s)
     handle_event(s, p, k, t_s);
 }
 
+/* Every complete line in data is handled with this read's timestamp; a
+ * partial last line waits in s->buf for the next read. After a failure the
+ * rest of a stream is skipped (the verdict is already BAD_RESPONSE). */
 void bench_sse_feed(bench_sse *s, const char *data, size_t n, double t_s)
 {
+    /* non-stream bodies are still collected: finish_plain parses them */
     if (s->bad && s->stream)
         return;
     if (!s->stream) {
@@ -210,12 +248,16 @@ void bench_sse_feed(bench_sse *s, const char *data, size_t n, double t_s)
     }
 }
 
+/* Non-streamed response: TTFT is the whole latency (nothing arrives
+ * earlier), and output_tokens comes only from usage (there are no chunks
+ * to count). */
 static void finish_plain(bench_sse *s, double t_s)
 {
     bench_result *r = s->r;
     r->e2el_s = t_s;
     r->ttft_s = t_s;
     cJSON *root = s->buf.data ? cJSON_ParseWithLength(s->buf.data, s->buf.len) : NULL;
+        /* also covers an empty body (buf.data NULL: root is NULL) */
     if (!cJSON_IsObject(root)) {
         sse_fail(s, "response is not a JSON object");
     } else {
@@ -230,6 +272,11 @@ static void finish_plain(bench_sse *s, double t_s)
     cJSON_Delete(root);
 }
 
+/* E2E ends at [DONE] when it came (not at connection close, which may
+ * lag), else at the end of the body. A stream with no content chunk is
+ * accepted only when usage says zero tokens were generated; its TTFT is
+ * then the first event with choices. Without usage the chunk count stands
+ * in for the token count (servers usually stream one token per chunk). */
 static void finish_stream(bench_sse *s, double t_s)
 {
     bench_result *r = s->r;
@@ -246,6 +293,7 @@ static void finish_stream(bench_sse *s, double t_s)
         sse_fail(s, "stream ended without data: [DONE]");
     else if (r->n_chunks > 0)
         r->ttft_s = r->chunk_s[0];
+        /* a legitimate empty generation (e.g. immediate EOS) */
     else if (r->usage_seen && r->output_tokens == 0)
         r->ttft_s = s->first_any_s >= 0 ? s->first_any_s : r->e2el_s;
     else
@@ -254,6 +302,8 @@ static void finish_stream(bench_sse *s, double t_s)
         r->output_tokens = r->n_chunks;
 }
 
+/* The verdict: BAD_RESPONSE with the first problem's message, or NONE.
+ * Once per parser; r->error is replaced, not appended to. */
 void bench_sse_finish(bench_sse *s, double t_s)
 {
     bench_result *r = s->r;

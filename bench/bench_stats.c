@@ -5,6 +5,12 @@
  * there (labels padded to 40 columns, section rules 50 wide) and adds P90/P95
  * rows, E2E latency and the failure classes; the JSON uses vLLM's key names so
  * existing plotting scripts read it unchanged.
+ *
+ * Only completed requests enter the latency and token metrics; failed and
+ * cancelled ones are counted by class. Statistics are computed once, after
+ * the run, from the raw per-request records (no streaming estimators), so
+ * percentiles are exact at the cost of O(total chunks) memory, which the
+ * records hold anyway. Pure functions: no I/O except the printers.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,12 +23,15 @@
 #include "common/util.h"
 #include "bench/bench_stats.h"
 
+/* (x > y) - (x < y) rather than x - y: no overflow, no truncation to int. */
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+/* numpy's default ("linear"): rank p/100 * (n - 1), interpolated between
+ * its two neighbours, so results match vLLM's numpy-computed numbers. */
 double bench_percentile(const double *sorted, int n, double p)
 {
     if (n <= 0)
@@ -38,6 +47,9 @@ double bench_percentile(const double *sorted, int n, double p)
     return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
 }
 
+/* Sorts vals in place (the caller's scratch array). The standard deviation
+ * takes a second pass around the mean, numerically safer than the one-pass
+ * sum of squares. */
 void bench_dist_compute(double *vals, int n, bench_dist *d)
 {
     memset(d, 0, sizeof *d);
@@ -60,8 +72,14 @@ void bench_dist_compute(double *vals, int n, bench_dist *d)
 }
 
 /* Output tokens per 1 s bucket of the run clock; the largest bucket. */
+/* Chunks are placed by absolute time (launch + arrival since launch); a
+ * request's output_tokens is spread evenly over its chunks, since usage
+ * gives only the total. A non-streamed request puts all its tokens in its
+ * end bucket. Two spare buckets absorb rounding at the end of the run;
+ * anything later is clamped into the last one. */
 static double peak_output_rate(const bench_result *res, int n, double duration_s)
 {
+    /* 1 s buckets, as vLLM; a shorter run has one partial bucket */
     int nb = (int)ceil(INFERD_MAX(duration_s, 0.0)) + 2;
     double *bucket = inferd_calloc((size_t)nb, sizeof *bucket);
     for (int i = 0; i < n; i++) {
@@ -73,6 +91,7 @@ static double peak_output_rate(const bench_result *res, int n, double duration_s
             bucket[INFERD_MIN(INFERD_MAX(b, 0), nb - 1)] += r->output_tokens;
             continue;
         }
+        /* fractional weights: the bucket totals still sum to the tokens */
         double w = (double)r->output_tokens / r->n_chunks;
         for (int k = 0; k < r->n_chunks; k++) {
             int b = (int)(r->start_s + r->chunk_s[k]);
@@ -91,6 +110,9 @@ typedef struct {
     int delta;
 } conc_event;
 
+/* NOTE: at equal times an end sorts before a start, so a request launched
+ * the instant another finished does not count as overlapping it (that is
+ * how max_concurrency slots are reused). */
 static int cmp_event(const void *a, const void *b)
 {
     const conc_event *x = a, *y = b;
@@ -100,6 +122,8 @@ static int cmp_event(const void *a, const void *b)
 }
 
 /* Most requests in flight at once, from launch/end intervals. */
+/* A sweep over +1/-1 events: O(n log n). Requests never launched
+ * (start_s < 0) are left out; aborted ones count until their abort. */
 static int peak_concurrency(const bench_result *res, int n)
 {
     conc_event *ev = inferd_malloc((size_t)INFERD_MAX(2 * n, 1) * sizeof *ev);
@@ -120,6 +144,11 @@ static int peak_concurrency(const bench_result *res, int n)
     return peak;
 }
 
+/* Input tokens prefer the server's usage (the truth for text prompts) and
+ * fall back to the length we built the prompt with. TPOT is per request
+ * and needs two tokens; ITL pools every gap of every request, so long
+ * requests weigh more, as in vLLM. Throughputs divide by the run duration
+ * (run start to last completion), 0 when it is 0. */
 void bench_summarize(const bench_result *results, int n, const int *sent_len, const bool *sent_exact,
                      double duration_s, bench_summary *s)
 {
@@ -133,11 +162,14 @@ void bench_summarize(const bench_result *results, int n, const int *sent_len, co
     double *ttft = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *ttft);
     double *tpot = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *tpot);
     double *e2el = inferd_malloc((size_t)INFERD_MAX(n, 1) * sizeof *e2el);
+    /* scratch arrays sized up front (first pass counted the ITL gaps), so
+     * the main pass never grows anything; MAX(.., 1) avoids malloc(0) */
     double *itl = inferd_malloc(INFERD_MAX(n_itl, 1) * sizeof *itl);
     int n_tpot = 0;
     size_t k_itl = 0;
     for (int i = 0; i < n; i++) {
         const bench_result *r = &results[i];
+        /* errors[] counts every class, NONE and CANCELLED included */
         s->errors[r->err]++;
         if (r->err == BENCH_ERR_CANCELLED) {
             s->cancelled++;
@@ -149,12 +181,15 @@ void bench_summarize(const bench_result *results, int n, const int *sent_len, co
         }
         int sent = sent_len ? sent_len[i] : 0;
         s->total_input_tokens += r->prompt_tokens >= 0 ? r->prompt_tokens : INFERD_MAX(sent, 0);
+            /* token-id prompts: the server must count exactly what we sent;
+             * a difference means it added tokens (BOS) or truncated */
         if (sent_exact && sent_exact[i] && r->prompt_tokens >= 0 && r->prompt_tokens != sent)
             s->input_len_mismatches++;
         s->total_output_tokens += r->output_tokens;
         ttft[s->completed] = r->ttft_s * 1e3;
         e2el[s->completed] = r->e2el_s * 1e3;
         s->completed++;
+            /* TPOT excludes the first token: E2E - TTFT over the rest */
         if (r->output_tokens > 1)
             tpot[n_tpot++] = (r->e2el_s - r->ttft_s) / (r->output_tokens - 1) * 1e3;
         for (int k = 1; k < r->n_chunks; k++)
@@ -179,6 +214,7 @@ void bench_summarize(const bench_result *results, int n, const int *sent_len, co
 
 /* ---- table --------------------------------------------------------------- */
 
+/* A title centered in a 50-column rule, vLLM's table style. */
 static void rule(FILE *f, const char *title, char c)
 {
     enum { WIDTH = 50 };
@@ -193,6 +229,7 @@ static void rule(FILE *f, const char *title, char c)
     fputc('\n', f);
 }
 
+/* Label padded to 40 columns, as vLLM prints it. */
 static void row_i(FILE *f, const char *label, long long v)
 {
     fprintf(f, "%-40s %-10lld\n", label, v);
@@ -215,6 +252,8 @@ static void dist_rows(FILE *f, const char *title, const char *abbr, const bench_
     }
 }
 
+/* Failure classes are printed only when non-zero, and the interrupted line
+ * only for an interrupted run, so a clean run's table matches vLLM's. */
 void bench_print_table(FILE *f, const bench_summary *s, const bench_meta *m)
 {
     static const char *const k_err_labels[BENCH_ERR_COUNT] = {
@@ -223,6 +262,7 @@ void bench_print_table(FILE *f, const bench_summary *s, const bench_meta *m)
     rule(f, " Serving Benchmark Result ", '=');
     row_i(f, "Successful requests:", s->completed);
     row_i(f, "Failed requests:", s->failed);
+    /* failure classes only; cancellations have their own line below */
     for (int e = BENCH_ERR_CONNECT; e < BENCH_ERR_CANCELLED; e++)
         if (s->errors[e] > 0)
             row_i(f, k_err_labels[e], s->errors[e]);
@@ -251,6 +291,7 @@ void bench_print_table(FILE *f, const bench_summary *s, const bench_meta *m)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/* vLLM's keys: mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms... */
 static void add_dist(cJSON *o, const char *metric, const bench_dist *d)
 {
     static const char *const k_stats[] = {"mean", "median", "std", "p90", "p95", "p99"};
@@ -270,6 +311,8 @@ static void add_str_or_null(cJSON *o, const char *key, const char *v)
         cJSON_AddNullToObject(o, key);
 }
 
+/* request_rate "inf" is a string, as vLLM writes it (JSON has no
+ * infinity); the date is local time. */
 static void add_meta(cJSON *o, const bench_summary *s, const bench_meta *m)
 {
     char date[32];
@@ -303,6 +346,8 @@ static void add_summary(cJSON *o, const bench_summary *s)
     cJSON_AddNumberToObject(o, "completed", s->completed);
     cJSON_AddNumberToObject(o, "failed", s->failed);
     cJSON_AddNumberToObject(o, "cancelled", s->cancelled);
+    /* our addition to vLLM's keys: failures by class, names from
+     * bench_err_name */
     cJSON *by = cJSON_AddObjectToObject(o, "failed_by_type");
     for (int e = BENCH_ERR_CONNECT; e < BENCH_ERR_CANCELLED; e++)
         cJSON_AddNumberToObject(by, bench_err_name((bench_err)e), s->errors[e]);
@@ -320,6 +365,9 @@ static void add_summary(cJSON *o, const bench_summary *s)
     add_dist(o, "e2el", &s->e2el);
 }
 
+/* Parallel arrays, one entry per request in index order, in seconds (the
+ * summary is in ms, as in vLLM's files). Failed requests get zeros for the
+ * latency fields and their error text, so every array has n entries. */
 static void add_per_request(cJSON *o, const bench_result *res, int n, const int *sent_len)
 {
     cJSON *in = cJSON_AddArrayToObject(o, "input_lens");
@@ -350,6 +398,7 @@ static void add_per_request(cJSON *o, const bench_result *res, int n, const int 
     }
 }
 
+/* Copied out of cJSON's allocator so the caller frees with inferd_free. */
 char *bench_result_json(const bench_summary *s, const bench_meta *m, const bench_result *results,
                         int n, const int *sent_len)
 {
@@ -364,6 +413,7 @@ char *bench_result_json(const bench_summary *s, const bench_meta *m, const bench
     return copy;
 }
 
+/* fclose's result is checked: a full disk often shows only at close. */
 inferd_status bench_save_json(const char *path, const bench_summary *s, const bench_meta *m,
                               const bench_result *results, int n, const int *sent_len)
 {

@@ -1,9 +1,10 @@
 /* cli/cli_bench.c: `inferd bench MODE [flags]`, the command-line face of
- * bench/. Only `serve` exists: its flags are read by bench_serve_parse
- * (bench/bench_serve.c, the option table next to bench_serve_opts; kept in
- * bench/ so the load generator's tests parse flags without the CLI), then
- * this file installs the process-wide state a run needs (libcurl, SIGINT,
- * SIGPIPE) and calls bench_serve_run.
+ * bench/. Two modes: `latency` is handed whole to cli_bench_latency
+ * (cli/cli_bench_latency.c); for `serve`, described below, the flags are
+ * read by bench_serve_parse (bench/bench_serve.c, the option table next to
+ * bench_serve_opts; kept in bench/ so the load generator's tests parse
+ * flags without the CLI), then this file installs the process-wide state
+ * a run needs (libcurl, SIGINT, SIGPIPE) and calls bench_serve_run.
  *
  * SIGINT: the first Ctrl-C sets the stop flag the run polls (in-flight
  * requests are aborted and partial results printed); SA_RESETHAND makes a
@@ -18,6 +19,9 @@
 #include "bench/bench_serve.h"
 #include "cli/cli.h"
 
+/* The only state a signal handler may write portably; bench_serve_run polls
+ * it through a pointer, so bench/ itself installs no handler and stays
+ * usable from tests. */
 static volatile sig_atomic_t g_stop;
 
 static void on_sigint(int sig)
@@ -26,6 +30,10 @@ static void on_sigint(int sig)
     g_stop = 1; /* SA_RESETHAND: a second Ctrl-C terminates */
 }
 
+/* Run with SIGINT -> g_stop and SIGPIPE ignored; restores both.
+ * SIGPIPE is ignored because a server that closes a connection mid-write
+ * must turn into a failed request (EPIPE from send), not kill the load
+ * generator. */
 /* Run with SIGINT -> g_stop and SIGPIPE ignored; restores both. */
 static int run_with_signals(const bench_serve_opts *o)
 {
@@ -45,6 +53,9 @@ static int run_with_signals(const bench_serve_opts *o)
     return rc;
 }
 
+/* Exit codes as every command (cli/cli.h); bench_serve_parse prints its own
+ * usage errors. curl_global_init is called here, once per process, because
+ * libcurl requires it before any other thread exists. */
 int cli_bench(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

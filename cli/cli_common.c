@@ -5,6 +5,12 @@
  * line's own (log level). `inferd generate` parses through
  * cli_parse_model_flag, `inferd serve` (cli_serve.c) binds the same tables
  * to the model_opts / engine_opts inside its srv_opts.
+ *
+ * Trade-off: the CLI owns no option bounds, so `--help` can never drift from
+ * what model_load and engine_create accept; the price is that every
+ * command-line-only option (log level) needs a row table of its own here.
+ * Not done here: loading policy beyond "model dir, optional tokenizer dir"
+ * (devices, weights and KV sizing are model_load's).
  */
 #include "cli/cli_common.h"
 
@@ -15,6 +21,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+/* The --log-level names, NULL-terminated (the opt_name convention). */
 static const opt_name k_log_levels[] = {{"debug", LOG_LEVEL_DEBUG}, {"info", LOG_LEVEL_INFO},
                                         {"warn", LOG_LEVEL_WARN},   {"error", LOG_LEVEL_ERROR},
                                         {"off", LOG_LEVEL_OFF},     {NULL, 0}};
@@ -24,6 +31,8 @@ static const opt_row k_glue_rows[] = {
      .def = LOG_LEVEL_INFO, .help = "log messages at or above this level"},
 };
 
+/* -1 so parse helpers can `return cli_fail(...)` in the 1/0/-1 protocol of
+ * cli_parse_model_flag; callers map it to exit code 2. */
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
@@ -37,6 +46,9 @@ int cli_fail(const char *fmt, ...)
 
 /* ---- the shared rows ----------------------------------------------------------- */
 
+/* NOTE: the groups hold pointers into mo/eo/g: they are valid only while
+ * those structs are, and must be rebuilt if the structs move (each caller
+ * builds them on the stack right before parsing). */
 void cli_shared_groups(model_opts *mo, engine_opts *eo, cli_glue_opts *g, opt_group out[CLI_SHARED_GROUPS])
 {
     out[0].rows = model_opts_rows(&out[0].n);
@@ -52,6 +64,7 @@ void cli_glue_default(cli_glue_opts *g)
     opt_defaults(k_glue_rows, INFERD_ARRAY_LEN(k_glue_rows), g);
 }
 
+/* Process-wide: the log level is global state of common/log. */
 void cli_glue_apply(const cli_glue_opts *g)
 {
     log_set_level((log_level)g->log_level);
@@ -69,6 +82,9 @@ void cli_shared_usage(FILE *f)
 
 /* ---- `inferd generate`'s view of them ------------------------------------------ */
 
+/* Every row's default, plus the one default that differs from the
+ * library's: the command line picks the device automatically. The engine's
+ * step limits start as the model rows' defaults (engine_opts_from_model). */
 void cli_model_args_default(cli_model_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -79,6 +95,8 @@ void cli_model_args_default(cli_model_args *a)
     cli_glue_default(&a->glue);
 }
 
+/* Only the model rows own memory (their string options, e.g. model_dir);
+ * the engine and glue rows are plain values. */
 void cli_model_args_free(cli_model_args *a)
 {
     size_t n;
@@ -93,6 +111,10 @@ void cli_model_usage(FILE *f)
     cli_shared_usage(f);
 }
 
+/* After every consumed flag the engine's step limits are re-copied from
+ * the model options, so `--max-num-seqs` fills both structs however the
+ * flags are ordered; the log level takes effect at once, so the messages
+ * of model loading already obey it. */
 int cli_parse_model_flag(int argc, char **argv, int *i, cli_model_args *a)
 {
     opt_group g[CLI_SHARED_GROUPS];
@@ -110,6 +132,13 @@ int cli_parse_model_flag(int argc, char **argv, int *i, cli_model_args *a)
     return 1;
 }
 
+/* The tokenizer is optional: without --tokenizer a missing tokenizer.json
+ * in the model directory only means "no text" (ids in and out), while an
+ * explicit --tokenizer directory without one is an error. The tokenizer is
+ * loaded first, so a tokenizer error costs no model load. out->eo gets the
+ * engine options with max_model_len resolved by the loaded model (the
+ * option's 0 means "the config's"). On failure nothing stays loaded and
+ * the error is printed. */
 int cli_load(cli_model_args *a, cli_loaded *out)
 {
     memset(out, 0, sizeof *out);
@@ -136,6 +165,8 @@ int cli_load(cli_model_args *a, cli_loaded *out)
     return 0;
 }
 
+/* Free what cli_load loaded; l is left zeroed. The engine, if any, must be
+ * freed first: it borrows both. */
 void cli_unload(cli_loaded *l)
 {
     model_free(l->m);

@@ -9,6 +9,13 @@
  * the text to it, so a flag accepts exactly what an API field accepts.
  * --dump-logits is a diagnostic prefill of the prompt alone, before the
  * engine starts (scripts/hf_reference.py compares those logits with HF's).
+ *
+ * Trade-off: one code path for one prompt and for many (the same engine,
+ * stop handling and output JSON) at the cost of an engine thread for a
+ * single prompt; a raw per-token timing loop is `inferd bench latency`'s
+ * job, not this command's. Exit codes follow cli/cli.h: 2 for anything
+ * wrong with the command line or the prompt, 1 when loading or running
+ * fails.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,8 @@
 #include "cli/cli_common.h"
 #include "cli/gen_batch.h"
 
+/* Everything the command line says; strings point into argv (no copies),
+ * except what cli_model_args owns. */
 typedef struct {
     cli_model_args ma;
     const char *prompt;
@@ -37,6 +46,7 @@ typedef struct {
 } gen_args;
 
 /* The sampling rows' help lines: flag, range, help. */
+/* Generated from the rows, so the printed ranges are the validator's. */
 static void sampling_usage(FILE *f)
 {
     size_t n;
@@ -50,6 +60,9 @@ static void sampling_usage(FILE *f)
     }
 }
 
+/* `inferd generate --help`. The max-tokens note documents the one
+ * difference from the API: generate's default is 256, not the table's 16,
+ * and a defaulted value is capped to the context (gen_job.cap_max_tokens). */
 static void gen_usage(FILE *f)
 {
     fprintf(f,
@@ -76,6 +89,12 @@ static void gen_usage(FILE *f)
     cli_model_usage(f);
 }
 
+/* A list flag: --stop-token-ids LIST replaces, --stop STRING appends.
+ * The count goes through the row before anything is stored (the fixed
+ * arrays hold SAMPLING_MAX_STOP); entries themselves (id < vocab, UTF-8,
+ * length) are checked by sampling_params_validate later.
+ * NOTE: a --stop string is not copied: sp.stop[] points into argv, which
+ * outlives the whole command; engine_submit copies it for the engine. */
 /* A list flag: --stop-token-ids LIST replaces, --stop STRING appends. */
 static int set_list(const sampling_row *row, const char *v, sampling_params *sp)
 {
@@ -103,6 +122,8 @@ static int set_list(const sampling_row *row, const char *v, sampling_params *sp)
  * 1 consumed, 0 not a sampling flag, -1 error printed. */
 static int parse_sampling(int argc, char **argv, int *i, gen_args *g)
 {
+    /* only a name that is some row's flag or key is ours; everything else
+     * (including too long names) returns 0 for the caller's own flags */
     const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0)
         return 0;
@@ -116,6 +137,8 @@ static int parse_sampling(int argc, char **argv, int *i, gen_args *g)
     const sampling_row *row = sampling_row_find(name);
     if (!row)
         return 0;
+        /* --ignore-eos is a switch: "--ignore-eos=false" is refused rather
+         * than guessed (OPT_F_NO_NEGATE: there is no --no-ignore-eos) */
     if (row->opt.kind == OPT_BOOL) {
         if (eq)
             return cli_fail("--%s takes no value", row->opt.name);
@@ -133,12 +156,20 @@ static int parse_sampling(int argc, char **argv, int *i, gen_args *g)
     return 1;
 }
 
+/* 0 ok, 2 usage error (message printed), 3 --help shown.
+ * Order of the attempts per argument: output switches, model/engine/glue
+ * rows, sampling rows, then generate's own value flags; the first taker
+ * wins, so a sampling row may never share a name with a model row.
+ * Validation runs with vocab 0 (the model is not loaded yet): stop token
+ * ids are checked against the vocabulary at engine_submit. */
 /* 0 ok, 2 usage error (message printed), 3 --help shown. */
 static int parse_args(int argc, char **argv, gen_args *g)
 {
     memset(g, 0, sizeof *g);
     cli_model_args_default(&g->ma);
     sampling_params_default(&g->sp);
+    /* a longer default than the API's 16: a command-line user wants a
+     * visible answer; gen_job.cap_max_tokens keeps it within the context */
     g->sp.max_tokens = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -186,6 +217,10 @@ static int parse_args(int argc, char **argv, gen_args *g)
     return 0;
 }
 
+/* Write the model's last logits row (vocab floats, host byte order) to
+ * path; -1 with the error set when the file cannot be written.
+ * NOTE: fclose()'s result is not checked, so a write error reported only
+ * at close (full disk on a buffered tail) goes unnoticed. */
 static int dump_logits(model *m, const char *path)
 {
     int vocab = model_get_config(m)->vocab_size;
@@ -203,6 +238,13 @@ static int dump_logits(model *m, const char *path)
 
 /* Diagnostic: prefill the prompt alone (blocks 1.., before the engine owns
  * the cache) and write the last position's logits. */
+/* NOTE: this bypasses the engine and its pool: it may only run before the
+ * engine is created, and it uses blocks 1..nb directly. Their contents are
+ * garbage to the engine afterwards, which is harmless: no block is ever
+ * read before it is written, and none is registered in the prefix cache.
+ * The prompt is prefilled in chunks of the model's token budget, each
+ * chunk producing the logits of its last position; the last chunk's are
+ * the ones written. */
 static int prefill_dump(model *m, const int32_t *ids, int n_ids, const char *path)
 {
     int bs = model_block_size(m), nb = INFERD_CEIL_DIV(n_ids, bs);
@@ -224,6 +266,9 @@ static int prefill_dump(model *m, const int32_t *ids, int n_ids, const char *pat
     return 0;
 }
 
+/* One prompt through the engine as a batch of one. Without a tokenizer the
+ * output falls back to ids (there is no text to print). The prompt buffer
+ * stays the caller's: gen_run copies it. */
 /* One prompt through the engine as a batch of one. */
 static int run_single(gen_args *g, cli_loaded *L, const int32_t *ids, int n_ids)
 {
@@ -237,6 +282,11 @@ static int run_single(gen_args *g, cli_loaded *L, const int32_t *ids, int n_ids)
     return gen_run(L->m, L->tok, &L->eo, &job);
 }
 
+/* --prompt-ids as given, or --prompt tokenized with the model's tokenizer
+ * (post-processor applied, so BOS when the tokenizer adds one;
+ * special-token text parsed into special ids). *ids is the
+ * caller's to free. Runs after the model load: --prompt needs the loaded
+ * tokenizer, and --prompt-ids shares the path. */
 static int prompt_to_ids(const gen_args *g, const tokenizer *tok, int32_t **ids, int *n)
 {
     if (g->prompt_ids) {
@@ -251,6 +301,9 @@ static int prompt_to_ids(const gen_args *g, const tokenizer *tok, int32_t **ids,
     return 0;
 }
 
+/* `inferd generate`: parse, load, run, unload. Every exit path frees what
+ * the earlier steps allocated (cli_model_args owns its strings until the
+ * end). */
 int cli_generate(int argc, char **argv)
 {
     gen_args g;

@@ -8,6 +8,11 @@
  * accept and reject the same values. Config files are strict: an unknown
  * key or a value of the wrong type is an error naming the key, so a typo
  * does not silently fall back to a default.
+ *
+ * Not done here: any server logic. This file ends at a validated srv_opts
+ * (server/ includes no CLI header); srv_run owns everything after. The
+ * parse entry point is exported (cli_serve.h) so the option-table tests can
+ * drive it without starting a server.
  */
 #include "cli/cli_serve.h"
 
@@ -18,11 +23,15 @@
 #include "cli/cli.h"
 
 /* Largest config file read. */
+/* 16 MiB is far above any real config; the bound only keeps a mistaken
+ * --config /dev/zero or a huge file from being read whole into memory. */
 #define CONFIG_MAX_BYTES (16 << 20)
 
 /* Model, engine and glue rows (cli_shared_groups), then the server's. */
 #define SERVE_GROUPS (CLI_SHARED_GROUPS + 1)
 
+/* NOTE: the groups point into *o and *glue; they are rebuilt for each use
+ * and never outlive the structs. */
 static void serve_groups(srv_opts *o, cli_glue_opts *glue, opt_group g[SERVE_GROUPS])
 {
     cli_shared_groups(&o->model, &o->engine, glue, g);
@@ -30,6 +39,7 @@ static void serve_groups(srv_opts *o, cli_glue_opts *glue, opt_group g[SERVE_GRO
     g[CLI_SHARED_GROUPS].base = o;
 }
 
+/* --help: the four tables, printed from the rows themselves. */
 void cli_serve_usage(FILE *f)
 {
     size_t n;
@@ -43,6 +53,9 @@ void cli_serve_usage(FILE *f)
     fprintf(f, "  %-32s %s\n", "--help", "this text");
 }
 
+/* Strict: opt_apply_json refuses unknown keys and wrong types, naming the
+ * key. o may be partly updated when it fails (keys before the bad one are
+ * applied); callers treat any failure as fatal, so that is harmless. */
 bool cli_serve_apply_json(srv_opts *o, cli_glue_opts *glue, const char *json, const char *name)
 {
     cli_glue_opts scratch;
@@ -62,6 +75,8 @@ bool cli_serve_apply_json(srv_opts *o, cli_glue_opts *glue, const char *json, co
     return ok;
 }
 
+/* Read and apply one config file; false with the error set (I/O, size,
+ * JSON or option error). */
 static bool load_config(srv_opts *o, cli_glue_opts *glue, const char *path)
 {
     char *text;
@@ -74,6 +89,11 @@ static bool load_config(srv_opts *o, cli_glue_opts *glue, const char *path)
 }
 
 /* The --config argument, or NULL; *help when --help / -h is present. */
+/* A pre-scan, because the file must be applied before the flags whatever
+ * their position on the line (flags override the file). With several
+ * --config the last one is used. NOTE: a trailing `--config` with no value
+ * is not reported here; parse_flags then skips it too, so it is silently
+ * ignored. */
 static const char *find_config(int argc, char **argv, bool *help)
 {
     const char *config = NULL;
@@ -90,12 +110,15 @@ static const char *find_config(int argc, char **argv, bool *help)
 }
 
 /* Apply the flags (the --config one was read before them). */
+/* Every argument must be a row's flag; positional arguments are refused
+ * (the model is `--model DIR`, not an argument). */
 static bool parse_flags(srv_opts *o, cli_glue_opts *glue, int argc, char **argv)
 {
     opt_group g[SERVE_GROUPS];
     serve_groups(o, glue, g);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+            /* already applied by load_config; skip the flag and its value */
         if (strcmp(a, "--config") == 0) {
             i++;
             continue;
@@ -116,6 +139,9 @@ static bool parse_flags(srv_opts *o, cli_glue_opts *glue, int argc, char **argv)
     return true;
 }
 
+/* --help wins over everything else, even over a bad --config, so help is
+ * always reachable. srv_opts_validate runs last: cross-field rules see the
+ * final values whatever their source. */
 int cli_serve_parse(srv_opts *o, cli_glue_opts *glue, int argc, char **argv, FILE *out)
 {
     cli_glue_opts scratch;
@@ -136,6 +162,9 @@ int cli_serve_parse(srv_opts *o, cli_glue_opts *glue, int argc, char **argv, FIL
     return srv_opts_validate(o) == INFERD_OK ? 0 : 2;
 }
 
+/* `inferd serve`: parse, apply the log level, run until shutdown. srv_run
+ * takes over o's strings (and zeroes o); on a parse failure they are freed
+ * here. */
 int cli_serve(int argc, char **argv)
 {
     srv_opts o;

@@ -11,6 +11,10 @@
  * a directory with only the tokenizer files works. Exit codes: 0 ok, 2 usage
  * error (one line on stderr), 1 runtime failure (bad file, id outside the
  * vocab, invalid UTF-8).
+ *
+ * These commands load only the tokenizer, never the model, so they work on
+ * a machine without the weights or a GPU (tests/cli/test_tok_cli.c runs
+ * them as a user would).
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +31,8 @@ typedef struct {
     bool help;
 } tok_cli_args;
 
+/* --help texts; printed to stdout (exit 0). Usage errors print one line to
+ * stderr instead of the whole text. */
 static void usage_tokenize(FILE *f)
 {
     fprintf(f, "usage: inferd tokenize (--model DIR | --tokenizer DIR) [--no-special] [--] TEXT\n"
@@ -51,6 +57,13 @@ static void usage_detokenize(FILE *f)
                "  --keep-special    print special tokens (skipped by default)\n");
 }
 
+/* Parse argv; returns 0 ok, 2 usage error (message printed).
+ * Shared by both commands: flag_name is the one command-specific switch.
+ * Options and the positional argument may come in any order; after "--"
+ * everything is positional, so a TEXT starting with '-' can be given. A
+ * lone "-" is positional as well. --help returns at once with a->help set
+ * (the caller prints it), before the required arguments are checked.
+ * Strings in *a point into argv. */
 /* Parse argv; returns 0 ok, 2 usage error (message printed). */
 static int parse_args(const char *cmd, const char *flag_name, int argc, char **argv, tok_cli_args *a)
 {
@@ -96,6 +109,8 @@ static int parse_args(const char *cmd, const char *flag_name, int argc, char **a
     return 0;
 }
 
+/* The tokenizer of dir, or NULL with the error printed (the caller exits
+ * 1: a bad file is a runtime failure, not a usage error). */
 static tokenizer *load_or_report(const char *cmd, const char *dir)
 {
     tokenizer *t = NULL;
@@ -106,6 +121,8 @@ static tokenizer *load_or_report(const char *cmd, const char *dir)
     return t;
 }
 
+/* The text is encoded as given (no trailing newline added or removed);
+ * add_special is always on, parse_special unless --no-special. */
 int cli_tokenize(int argc, char **argv)
 {
     tok_cli_args a;
@@ -135,6 +152,9 @@ int cli_tokenize(int argc, char **argv)
     return 0;
 }
 
+/* The id list is parsed before the tokenizer is loaded, so a malformed list
+ * is a cheap usage error (2); ids outside the vocabulary are found by
+ * tok_decode (1). The text is printed raw with one newline appended. */
 int cli_detokenize(int argc, char **argv)
 {
     tok_cli_args a;

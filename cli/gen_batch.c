@@ -12,6 +12,14 @@
  * (sampling_row_set_number) and the whole line is checked with
  * sampling_params_validate, so a line accepts exactly what a flag or an API
  * request accepts.
+ *
+ * Design choice: results are printed in input order, not completion order,
+ * so output lines pair with input lines and runs are diffable; the cost is
+ * head-of-line buffering (a long first prompt holds back the lines of
+ * finished later ones, whose output waits in their streams). Submission is
+ * paced by the engine's queue bound, so a file of any length runs in
+ * bounded engine memory. Not done here: retries, per-line timeouts, or
+ * parallel tokenization (parsing is single-threaded and happens up front).
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -26,6 +34,8 @@
 #include "common/util.h"
 #include "cli/gen_batch.h"
 
+/* One prompt of the job, from parse to release. Owns ids and stops[]; the
+ * stream is the consumer's reference while the request is submitted. */
 typedef struct {
     int line; /* 1-based line number in the file */
     int32_t *ids;
@@ -37,6 +47,7 @@ typedef struct {
 } gb_item;
 
 typedef struct {
+    /* growable array (doubling), so parsing a file is O(lines) */
     gb_item *v;
     int n, cap;
 } gb_list;
@@ -58,6 +69,8 @@ static int line_fail(const char *path, int line, const char *fmt, ...)
     return 2;
 }
 
+/* Free an item in any state: a failed parse, a queued request (the release
+ * aborts it in the engine), or a collected one (stream already NULL). */
 static void item_free(gb_item *it)
 {
     inferd_free(it->ids);
@@ -69,6 +82,9 @@ static void item_free(gb_item *it)
 
 /* --- parsing -------------------------------------------------------------- */
 
+/* cJSON keeps every number as a double: an integer field must be integral
+ * and in range as a double before the cast, which is otherwise undefined
+ * for out-of-range values. */
 static bool json_int(const cJSON *v, long long lo, long long hi, long long *out)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)lo ||
@@ -78,6 +94,10 @@ static bool json_int(const cJSON *v, long long lo, long long hi, long long *out)
     return true;
 }
 
+/* A JSON list of non-negative int32 into a heap array (*ids, caller frees;
+ * at least one element is allocated so an empty list is not a NULL
+ * buffer). Returns NULL or a static error text naming no field (the caller
+ * adds the key). On error *ids is NULL. */
 static const char *parse_int_array(const cJSON *v, int max_n, int32_t **ids, int *n)
 {
     if (!cJSON_IsArray(v))
@@ -103,6 +123,9 @@ static const char *parse_int_array(const cJSON *v, int max_n, int32_t **ids, int
 
 /* "stop": a string or a list of strings (count checked by the row, each
  * string by the validator). */
+/* NOTE: the line's list replaces the defaults' list, it does not extend
+ * it. The copies are owned by the item (it->stops); sp.stop[] is re-pointed
+ * at them only after all entries were taken. */
 static const char *parse_stop(const cJSON *v, gb_item *it)
 {
     int cnt = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
@@ -123,6 +146,10 @@ static const char *parse_stop(const cJSON *v, gb_item *it)
     return NULL;
 }
 
+/* "stop_token_ids": the count through the row first (so the error message
+ * is the table's), then the entries; vocabulary bounds come later, from
+ * sampling_params_validate with the real vocab size. Replaces the defaults'
+ * list. */
 static const char *parse_stop_ids(const cJSON *f, sampling_params *sp)
 {
     if (cJSON_IsArray(f) && sampling_row_check(sampling_row_find("stop_token_ids"), cJSON_GetArraySize(f)) != INFERD_OK)
@@ -139,6 +166,10 @@ static const char *parse_stop_ids(const cJSON *f, sampling_params *sp)
 
 /* One sampling field through its row; returns an error text or NULL.
  * *known = false when the key is no row's key. */
+/* Only the API spelling (top_p) is a key here: sampling_row_find also
+ * matches the flag spelling (top-p), which a JSON line must not use, hence
+ * the exact comparison with row->key. A number or bool is stored through
+ * the row, exactly as the OpenAI adapter does. */
 static const char *parse_field(const cJSON *f, gb_item *it, bool *known)
 {
     const sampling_row *row = sampling_row_find(f->string);
@@ -170,6 +201,11 @@ static const char *parse_field(const cJSON *f, gb_item *it, bool *known)
     return NULL;
 }
 
+/* One JSON line into *it (whose sp already holds the defaults): sampling
+ * fields in file order, then the prompt. Strict: unknown keys, wrong types
+ * and an empty prompt are errors naming the line. tok may be NULL (then
+ * only prompt_ids). Returns 0 or exit code 2 with the message printed;
+ * whatever was allocated stays in *it for item_free. */
 static int parse_json_line(const char *path, int line, const char *s, size_t n, const tokenizer *tok,
                            gb_item *it)
 {
@@ -209,6 +245,8 @@ static int parse_json_line(const char *path, int line, const char *s, size_t n, 
         goto out;
     }
     if (prompt_ids) {
+        /* 1 << 24 ids: a sanity bound far above any context length, so a
+         * broken file cannot ask for gigabytes; the fit check is later */
         const char *err = parse_int_array(prompt_ids, 1 << 24, &it->ids, &it->n_ids);
         if (err)
             rc = line_fail(path, line, "\"prompt_ids\" %s", err);
@@ -227,6 +265,10 @@ out:
     return rc;
 }
 
+/* A plain-text line is the prompt itself, tokenized like --prompt
+ * (post-processor applied, special-token text parsed). UTF-8 is checked here to name the line in
+ * the error. NOTE: unlike the JSON path, an empty encoding is not refused
+ * here; engine_submit then refuses it ("prompt is empty") mid-run. */
 static int parse_text_line(const char *path, int line, const char *s, size_t n, const tokenizer *tok,
                            gb_item *it)
 {
@@ -239,6 +281,7 @@ static int parse_text_line(const char *path, int line, const char *s, size_t n, 
     return 0;
 }
 
+/* Whitespace-only lines are skipped in both formats. */
 static bool blank(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -247,6 +290,14 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
+/* Parse the whole file into items; returns 0 or an exit code.
+ * The format is decided once, by the first non-blank line: '{' means JSON
+ * lines, anything else plain text; a later line is never re-sniffed (a text
+ * prompt may start with '{'). CRLF line ends are accepted. Every line is
+ * also validated against the sampling rules with the real vocab, so all
+ * input errors surface before the first request runs.
+ * NOTE: an item is counted in L->n even when its parse failed, so that
+ * gen_run's cleanup frees what the failed parse allocated. */
 /* Parse the whole file into items; returns 0 or an exit code. */
 static int parse_file(const char *path, const tokenizer *tok, int vocab, const sampling_params *defaults,
                       gb_list *L)
@@ -270,6 +321,7 @@ static int parse_file(const char *path, const tokenizer *tok, int vocab, const s
             continue;
         if (json < 0) {
             size_t i = 0;
+            /* bounded by the non-blank character blank() found */
             while (isspace((unsigned char)s[i]))
                 i++;
             json = s[i] == '{';
@@ -298,6 +350,8 @@ static int parse_file(const char *path, const tokenizer *tok, int vocab, const s
 /* --- running -------------------------------------------------------------- */
 
 /* One request's output as it is collected. */
+/* lps non-NULL from the start means "logprobs were asked for", which keeps
+ * the two arrays parallel even when the first output has no tokens. */
 typedef struct {
     int32_t *ids;
     engine_logprob *lps; /* NULL unless logprobs were asked */
@@ -306,6 +360,7 @@ typedef struct {
     size_t text_len;
 } gb_out;
 
+/* Append one poll's output; text stays NUL-terminated for cJSON. */
 static void out_append(gb_out *a, const engine_output *o)
 {
     if (a->n_ids + o->n_tokens > a->cap) {
@@ -324,6 +379,7 @@ static void out_append(gb_out *a, const engine_output *o)
     a->text[a->text_len] = '\0';
 }
 
+/* [{"id", "logprob", "top": [[id, logprob], ...]}, ...], one per token. */
 static cJSON *logprobs_json(const gb_out *a)
 {
     cJSON *arr = cJSON_CreateArray();
@@ -344,6 +400,9 @@ static cJSON *logprobs_json(const gb_out *a)
     return arr;
 }
 
+/* One JSON result line (format in gen_batch.h), flushed at once so a
+ * consumer of stdout sees each result as soon as it is final. prompt_tokens
+ * is the item's own count, usage through the shared usage writer. */
 static void print_result(const gb_item *it, int index, const gb_out *a, const engine_output *last)
 {
     cJSON *o = cJSON_CreateObject();
@@ -367,6 +426,7 @@ static void print_result(const gb_item *it, int index, const gb_out *a, const en
     cJSON_Delete(o);
 }
 
+/* b - a, or 0 when a timestamp is missing (0) or out of order. */
 static double span_s(double a, double b)
 {
     return a > 0 && b >= a ? b - a : 0;
@@ -389,6 +449,8 @@ static void print_timing(int n_prompt, int n_gen, const engine_times *t)
 }
 
 /* Text and ids modes print output as it arrives. */
+/* Flushed every time: the point of the text mode is to watch tokens
+ * arrive. */
 static void print_delta(gen_out_mode mode, const engine_output *o)
 {
     if (mode == GEN_OUT_TEXT && o->text_len)
@@ -399,6 +461,12 @@ static void print_delta(gen_out_mode mode, const engine_output *o)
     fflush(stdout);
 }
 
+/* Wait for item i to finish and print it. Returns false on FINISH_ERROR.
+ * Blocks on the stream (no timeout: the engine always finishes a request,
+ * by stop, length, abort or error). The stream is released here, which
+ * frees the engine's output; the item keeps only its prompt. In the text
+ * mode the final newline is added only on a terminal, so a pipe receives
+ * the exact generated bytes. */
 /* Wait for item i to finish and print it. Returns false on FINISH_ERROR. */
 static bool collect(gb_item *it, int index, gen_out_mode mode, uint64_t *gen_tokens)
 {
@@ -436,6 +504,10 @@ static bool collect(gb_item *it, int index, gen_out_mode mode, uint64_t *gen_tok
     }
 }
 
+/* A prompt that did not choose max_tokens gets at most the room it leaves.
+ * When the prompt leaves no room at all the value is kept and the submit
+ * fails with TOO_LONG, naming the line. min_tokens follows max_tokens down
+ * so the pair stays valid. */
 /* A prompt that did not choose max_tokens gets at most the room it leaves. */
 static void cap_max_tokens(engine *e, gb_item *it)
 {
@@ -448,6 +520,16 @@ static void cap_max_tokens(engine *e, gb_item *it)
         it->sp.min_tokens = it->sp.max_tokens;
 }
 
+/* Submit ahead as far as the engine's queue allows, collect in order.
+ * On QUEUE_FULL with results outstanding, collect the next one first (the
+ * engine drains its queue meanwhile); with none outstanding, the count is stale (the engine
+ * refreshes n_waiting_sched once per loop), so sleep 1 ms and retry.
+ * Returns 0, 1 when some request ended in FINISH_ERROR, or 2 when the
+ * engine refused a request (e.g. TOO_LONG for a line whose own max_tokens
+ * does not fit).
+ * NOTE: that refusal comes at submit time, so results of earlier lines may
+ * already be printed: unlike parse errors, it is not an "all or nothing"
+ * failure. Streams still open are released (aborted) by gen_run. */
 static int run_all(engine *e, const gen_job *job, gb_list *L, uint64_t *prompt_tokens, uint64_t *gen_tokens)
 {
     int next_submit = 0, rc = 0;
@@ -478,6 +560,8 @@ static int run_all(engine *e, const gen_job *job, gb_list *L, uint64_t *prompt_t
 }
 
 /* Aggregate throughput and engine counters on stderr. */
+/* The engine counters are read after a bounded idle wait; after a timeout
+ * they may lag by a step, which only affects these diagnostics. */
 static void print_summary(engine *e, int n_prompts, uint64_t pt, uint64_t gt, double dt)
 {
     engine_stats st;
@@ -496,6 +580,9 @@ static void print_summary(engine *e, int n_prompts, uint64_t pt, uint64_t gt, do
 
 /* The job's prompts as a list: the file's lines, or the one prompt (its
  * stop strings borrowed from the caller). */
+/* The single prompt is copied, so gen_run never keeps a pointer into the
+ * caller's buffer; its sampling params (and thus stop strings) are the
+ * defaults, borrowed for the duration of the run. */
 static int build_list(const model *m, const tokenizer *tok, const gen_job *job, gb_list *L)
 {
     int vocab = model_get_config(m)->vocab_size;
@@ -512,6 +599,10 @@ static int build_list(const model *m, const tokenizer *tok, const gen_job *job, 
     return 0;
 }
 
+/* Order: parse everything, then create and start the engine, so an input
+ * error costs no engine. The engine is freed before returning (stopped:
+ * requests still live are aborted); m and tok stay the caller's. The
+ * summary is skipped on exit code 2 (the run stopped early). */
 int gen_run(model *m, const tokenizer *tok, const engine_opts *eo, const gen_job *job)
 {
     gb_list L = {0};
@@ -546,6 +637,9 @@ int gen_run_prompts_file(model *m, const tokenizer *tok, const engine_opts *eo,
     return gen_run(m, tok, eo, &job);
 }
 
+/* The same parse and validation as a prompts-file line, without a
+ * tokenizer, model or engine: the request-field table test runs it for
+ * every row's boundary values. */
 int gen_check_line(const char *line, int vocab, const sampling_params *defaults)
 {
     gb_item it;

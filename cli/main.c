@@ -1,4 +1,13 @@
 /* cli/main.c: the `inferd` binary: dispatches to a subcommand. */
+/*
+ * The table below is the whole command surface: each entry hands argv
+ * (shifted so that argv[0] is the command name) to a function of cli/ that
+ * parses its own flags and returns the exit code (cli/cli.h: 0 ok,
+ * 1 runtime failure, 2 usage error). No global flags are parsed here, so
+ * `inferd --log-level debug serve` is a usage error: every option belongs
+ * to a command and is listed by that command's --help. `inferd bench
+ * latency` is dispatched one level down, by cli_bench.
+ */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +19,7 @@ typedef struct {
     const char *help;
 } command;
 
+/* Order is the order of `inferd --help`. */
 static const command k_commands[] = {
     {"serve", cli_serve, "OpenAI-compatible HTTP server"},
     {"generate", cli_generate, "offline generation from a prompt or a prompts file"},
@@ -18,6 +28,9 @@ static const command k_commands[] = {
     {"bench", cli_bench, "load generator for OpenAI-compatible servers (bench serve)"},
 };
 
+/* To stdout when asked for (--help, exit 0), to stderr on a usage error
+ * (exit 2), so `inferd --help | less` works and errors do not pollute a
+ * pipe. */
 static void usage(FILE *f)
 {
     fprintf(f, "usage: inferd <command> [options]   (inferd <command> --help)\n\ncommands:\n");
@@ -25,6 +38,8 @@ static void usage(FILE *f)
         fprintf(f, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
 }
 
+/* NOTE: no setlocale() here, on purpose: strtod in the option parsers and
+ * printf in the JSON writers rely on the "C" locale's '.' decimal point. */
 int main(int argc, char **argv)
 {
     if (argc < 2) {

@@ -1,5 +1,6 @@
-/* scheduler/engine.c: the engine's lifecycle, its thread loop and the
- * thread-safe submission API (see engine.h and engine_internal.h).
+/* scheduler/engine.c: the engine's lifecycle (create, start, stop, free) and
+ * its thread loop; the caller-side API (submit, stats, idle wait) is in
+ * engine_submit.c (see engine.h and engine_internal.h).
  *
  * Loop: take the submitted requests (under e->mu), add them to the
  * scheduler, finish those whose consumer aborted or whose deadline passed,
@@ -11,6 +12,19 @@
  * values fixed at engine_create (model length, block size, pool size), so a
  * request that can never run is rejected with a status instead of failing
  * later; the scheduler re-checks the same limits when the request arrives.
+ *
+ * Design choice: one engine thread owns every piece of mutable inference
+ * state (scheduler, pool, per-step buffers, the live list), so none of it
+ * needs a lock of its own; callers only touch the pending list and the stats
+ * snapshot under e->mu. The cost is that a step's latency is seen by every
+ * request, and submit -> first schedule waits for the current step to end.
+ * Not done here: priorities, fairness across clients, or any step
+ * pipelining (the CPU builds batch N+1 only after batch N is sampled).
+ *
+ * Lock order: e->step_mu before e->mu, never the reverse (the loop holds
+ * step_mu across a step and takes mu briefly inside it, in retire() and
+ * publish_stats()); a stream's mutex is taken last and never held while
+ * taking another lock.
  */
 #include <math.h>
 #include <string.h>
@@ -25,6 +39,13 @@
 
 /* --- lifecycle ------------------------------------------------------------ */
 
+/* Size the per-step host buffers for the clamped limits: T tokens and S
+ * sequences per step, S block tables of max_blocks_per_seq entries. Called
+ * once at create, so a step never allocates (h_logits, needed only for
+ * logprobs, is allocated lazily by engine_step.c). inferd_malloc aborts on
+ * OOM, hence no error path.
+ * NOTE: the products are size_t on purpose: S * max_blocks_per_seq can
+ * exceed int for long contexts with small blocks. */
 static void alloc_buffers(engine *e)
 {
     size_t T = (size_t)e->opts.max_num_batched_tokens, S = (size_t)e->opts.max_num_seqs;
@@ -40,6 +61,12 @@ static void alloc_buffers(engine *e)
     e->b_sampled = inferd_malloc(S * sizeof(int32_t));
 }
 
+/* Clamp the engine limits to what the model's buffers were sized for.
+ * The model allocated its activations and device block tables at load from
+ * its own copies of these limits; an engine asking for more would overrun
+ * them, so asking for more is a warning and a clamp, not an error (the
+ * options were already validated against the same rows). max_model_len 0
+ * means "the model's". */
 /* Clamp the engine limits to what the model's buffers were sized for. */
 static void clamp_opts(engine *e)
 {
@@ -62,6 +89,13 @@ static void clamp_opts(engine *e)
     }
 }
 
+/* Build an engine over a loaded model: validate opts against the option
+ * rows, clamp them to the model, create the KV block pool (all of the
+ * model's KV blocks) and the scheduler, size the step buffers. The thread is
+ * not started (engine_start). m and tok are borrowed and must outlive the
+ * engine; tok may be NULL (no text, no stop strings).
+ * Errors: INVALID_ARG from the rows, or what kv_pool_init / sched_init
+ * return; *out is NULL and nothing is leaked. Any thread, once. */
 inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *tok, engine **out)
 {
     *out = NULL;
@@ -95,6 +129,8 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
+    /* monotonic: engine_wait_idle's timed wait must not jump with the wall
+     * clock (inferd_deadline_cond_wait computes its abstime on it) */
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cv, &ca);
     pthread_cond_init(&e->idle_cv, &ca);
@@ -113,6 +149,14 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
 
 /* --- thread loop ---------------------------------------------------------- */
 
+/* Move a taken submission into the scheduler (engine thread, step_mu held).
+ * r joins e->live first so that every outcome, including a refusal by
+ * sched_add, leaves through eng_finish/retire, which unlinks it, drops the
+ * engine's stream reference and decrements n_live. On success the prompt
+ * copy is freed: the scheduler holds its own copy in sched_req.tokens.
+ * sched_add re-runs the fit check engine_submit already passed; it cannot
+ * fail for an accepted request, but if it did the consumer would see
+ * FINISH_ERROR with the message rather than a hang. */
 /* Move a taken submission into the scheduler (engine thread). */
 static void admit(engine *e, eng_req *r)
 {
@@ -134,6 +178,13 @@ static void admit_all(engine *e, inferd_list *taken)
         admit(e, ENG_REQ_OF(n));
 }
 
+/* Finish every live request whose consumer asked for an abort (atomic flag
+ * set by engine_stream_abort/release) or whose timeout passed; when
+ * `stopping`, finish all of them. Engine thread with step_mu held, between
+ * steps, so no request is in a batch while it is freed. An abort therefore
+ * takes effect within one step: the blocks return to the pool at the next
+ * iteration, never in the middle of a forward pass.
+ * NOTE: the _SAFE walk is required: eng_finish unlinks and frees r. */
 static void reap_aborts(engine *e, bool stopping)
 {
     inferd_list_node *it, *tmp;
@@ -144,6 +195,12 @@ static void reap_aborts(engine *e, bool stopping)
     }
 }
 
+/* Copy the scheduler's and the engine thread's counters into the snapshot
+ * that engine_get_stats reads, under e->mu (the snapshot is the only stats
+ * state callers see; the counters themselves are engine-thread only).
+ * Also refreshes n_waiting_sched, the admission-control count
+ * engine_submit compares with max_queued_requests, and wakes
+ * engine_wait_idle when nothing is live or pending. */
 static void publish_stats(engine *e)
 {
     sched_stats ss;
@@ -168,6 +225,13 @@ static void publish_stats(engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The engine thread. Each iteration: sleep until there is something to do;
+ * take the whole pending list in O(1) (splice) so e->mu is held briefly and
+ * submitters never wait on a step; then, under step_mu, admit, reap aborts,
+ * run at most one step and publish the stats. When stopping it makes one
+ * last pass that aborts everything live and exits.
+ * NOTE: the wait condition includes n_live: while any request is live the
+ * thread never sleeps, which is why aborts and deadlines need no wake-up. */
 static void *engine_main(void *arg)
 {
     engine *e = arg;
@@ -179,6 +243,8 @@ static void *engine_main(void *arg)
         inferd_list_init(&taken);
         int n_taken = (int)inferd_list_len(&e->pending);
         inferd_list_splice_back(&taken, &e->pending);
+        /* counted live here, under mu, so engine_wait_idle never sees a
+         * request that is in neither `pending` nor n_live */
         e->n_live += n_taken;
         e->n_waiting_sched += n_taken; /* they wait in the scheduler until publish_stats recounts */
         bool stopping = e->stopping;
@@ -197,6 +263,9 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* Start the engine thread, once. UNAVAILABLE when already started or once
+ * stopped (stop is final); INTERNAL when pthread_create
+ * fails, with the engine left unstarted. Any thread. */
 inferd_status engine_start(engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -214,6 +283,14 @@ inferd_status engine_start(engine *e)
     return INFERD_OK;
 }
 
+/* Stop the engine: ask the thread to exit, join it (it aborts every live
+ * request on its way out), then abort on this thread whatever was submitted
+ * but never taken (the engine was never started). After it, engine_submit
+ * fails with UNAVAILABLE and every unfinished request's stream has received
+ * FINISH_ABORT.
+ * Idempotent; must not be called from the engine thread or from a notify
+ * callback (it joins the engine thread). Consumers keep their streams until
+ * they release them. */
 void engine_stop(engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -225,6 +302,8 @@ void engine_stop(engine *e)
     if (was_started)
         pthread_join(e->thread, NULL);
     /* requests never taken by a thread (not started, or submitted late) */
+    /* step_mu, then mu: the documented order (the thread is gone, but
+     * engine_wait_idle and engine_check_invariants may still run) */
     pthread_mutex_lock(&e->step_mu);
     pthread_mutex_lock(&e->mu);
     inferd_list taken;
@@ -238,6 +317,10 @@ void engine_stop(engine *e)
     pthread_mutex_unlock(&e->step_mu);
 }
 
+/* Stop (if still running) and free everything the engine owns; the model
+ * and tokenizer are not freed. Streams still held by consumers stay valid
+ * until released: they are reference counted, not owned by the engine.
+ * NULL is a no-op. */
 void engine_free(engine *e)
 {
     if (!e)

@@ -7,6 +7,12 @@
  * buffers from them at load; here they are checked against those very rows,
  * so the command line, model_load and engine_create share one set of
  * bounds; their defaults come from those rows too.
+ *
+ * Trade-off: engine_opts keeps its own copies of the three step limits
+ * (the engine clamps them to the loaded model, which may have been built
+ * with smaller ones), so they are copied from model_opts by
+ * engine_opts_from_model rather than shared; the k_model_limits map below
+ * is the one place that ties each copy to its row.
  */
 #include <stddef.h>
 #include <string.h>
@@ -16,6 +22,8 @@
 
 #define OFF(f) offsetof(engine_opts, f)
 
+/* max-queued-requests: 1 << 24 is a sanity cap, not a tuned value; it keeps
+ * engine_submit's pending + waiting count far from int overflow. */
 static const opt_row k_rows[] = {
     {.name = "enable-prefix-caching", .kind = OPT_BOOL, .off = OFF(enable_prefix_caching), .def = 1,
      .help = "reuse the KV blocks of shared prompt prefixes"},
@@ -34,6 +42,10 @@ static const struct {
     {"max-model-len", offsetof(engine_opts, max_model_len)},
 };
 
+/* Every field at its row's default, the step limits at the model rows'.
+ * NOTE: r is not checked for NULL: the three names must match rows of
+ * model/model_opts.c exactly; renaming one there crashes here at the first
+ * engine_opts_default (every test that builds an engine calls it). */
 void engine_opts_default(engine_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -52,6 +64,8 @@ const opt_row *engine_opts_rows(size_t *n)
     return k_rows;
 }
 
+/* Copy the step limits that were parsed into the model options (the CLI
+ * and --config fill model_opts once); the other engine fields are kept. */
 void engine_opts_from_model(engine_opts *eo, const model_opts *mo)
 {
     eo->max_num_seqs = mo->max_num_seqs;
@@ -59,6 +73,10 @@ void engine_opts_from_model(engine_opts *eo, const model_opts *mo)
     eo->max_model_len = mo->max_model_len;
 }
 
+/* The check engine_create runs first: the engine rows, then each step limit
+ * against its model row. opt_validate/opt_check_value set the error message
+ * (naming the field and its range), so the caller only forwards the
+ * status. Pure function, any thread. */
 inferd_status engine_opts_validate(const engine_opts *o)
 {
     if (!opt_validate(k_rows, INFERD_ARRAY_LEN(k_rows), o, "engine options"))

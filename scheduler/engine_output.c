@@ -12,6 +12,15 @@
  *  - max_tokens or the model length: FINISH_LENGTH.
  * Text that could still be the start of a stop string is held back until it
  * can no longer be one (or the request finishes).
+ *
+ * Design choice: stop strings are matched on the request's whole text
+ * buffer with a bounded look-back (max_stop_len - 1 bytes) instead of an
+ * automaton: O(new bytes + look-back) per stop string per token, with
+ * SAMPLING_MAX_STOP_LEN bounding the look-back. The trade-off is the
+ * held-back text: a consumer sees text that might begin a stop string only
+ * one token later. Everything here runs on the engine thread, with step_mu
+ * held; the only lock taken is e->mu in retire() and the stream's own in
+ * stream_publish().
  */
 #include <string.h>
 
@@ -20,6 +29,10 @@
 #include "common/util.h"
 #include "scheduler/engine_internal.h"
 
+/* Free the engine's record: stop-string copies, detokenizer, the prompt
+ * copy (still owned only before admission), the text. The stream is not
+ * touched: its references are dropped by retire() or, for a request that
+ * never reached the engine, by engine_submit. NULL is a no-op. */
 void eng_req_free(eng_req *r)
 {
     if (!r)
@@ -42,7 +55,10 @@ static long find_stop(const eng_req *r, size_t from)
         size_t nl = strlen(needle);
         if (nl == 0 || r->text.len < nl)
             continue;
+        /* naive scan: needles are <= SAMPLING_MAX_STOP_LEN bytes and the
+         * window is the new text plus the look-back, so this stays small */
         for (size_t p = from; p + nl <= r->text.len; p++) {
+                /* a later needle can only win with an earlier start */
             if (best >= 0 && (long)p >= best)
                 break;
             if (memcmp(r->text.data + p, needle, nl) == 0) {
@@ -54,6 +70,12 @@ static long find_stop(const eng_req *r, size_t from)
     return best;
 }
 
+/* Bytes at the end of the unemitted text that are a proper prefix of some
+ * stop string (they must wait for the next token). Only the longest such
+ * suffix matters, hence `k > keep`. Only unemitted bytes are considered:
+ * text already published cannot be taken back.
+ * NOTE: nl - 1 relies on stop strings being non-empty, which
+ * sampling_params_validate guarantees. */
 /* Bytes at the end of the unemitted text that are a proper prefix of some
  * stop string (they must wait for the next token). */
 static size_t holdback(const eng_req *r)
@@ -75,6 +97,9 @@ static size_t holdback(const eng_req *r)
 /* Search the text appended since old_len (reaching back max_stop_len - 1
  * bytes across the boundary) for a stop string; on a match cut the text
  * there and return true. */
+/* NOTE: the search never starts before r->emitted, so a cut never removes
+ * text the consumer already has. That loses no match because holdback()
+ * never lets a suffix that could begin a stop string be emitted. */
 static bool match_stop(eng_req *r, size_t old_len)
 {
     if (r->sp.n_stop == 0 || r->text.len <= old_len)
@@ -94,6 +119,10 @@ static bool match_stop(eng_req *r, size_t old_len)
 /* The request ends: let the detokenizer emit what it held back (an
  * incomplete character at the very end). Returns true when that text
  * completed a stop string (the text is cut there). */
+/* may_stop is false before min_tokens: then the flushed text is kept even
+ * if it completes a stop string, as for any other token. A flush error
+ * loses at most the held-back bytes, which is preferred to failing the
+ * request at its very end. */
 static bool flush_detok(eng_req *r, bool may_stop)
 {
     if (!r->detok)
@@ -107,6 +136,7 @@ static bool flush_detok(eng_req *r, bool may_stop)
     return may_stop && match_stop(r, old_len);
 }
 
+/* Is t one of the model's EOS ids (config: eos_token_id may be a list)? */
 static bool is_eos(const engine *e, int32_t t)
 {
     for (int i = 0; i < e->cfg->n_eos; i++)
@@ -115,6 +145,7 @@ static bool is_eos(const engine *e, int32_t t)
     return false;
 }
 
+/* Is t one of the request's stop_token_ids? Linear: at most 16. */
 static bool is_stop_token(const eng_req *r, int32_t t)
 {
     for (int i = 0; i < r->sp.n_stop_token_ids; i++)
@@ -125,6 +156,11 @@ static bool is_stop_token(const eng_req *r, int32_t t)
 
 /* Remove r from the live list and the scheduler; drop the engine's stream
  * reference; free r. */
+/* The single exit of every request (eng_finish, eng_accept_token): after
+ * it r is gone and the consumer's stream is the only trace of it.
+ * NOTE: sched_remove releases r's KV blocks, last block first, so the
+ * blocks are free for the very next step. n_live is decremented under e->mu
+ * because engine_wait_idle reads it there. */
 static void retire(engine *e, eng_req *r, finish_reason reason)
 {
     inferd_list_unlink(&e->live, &r->link);
@@ -139,11 +175,19 @@ static void retire(engine *e, eng_req *r, finish_reason reason)
     eng_req_free(r);
 }
 
+/* Prompt tokens the prefix cache served at first admission (0 before the
+ * request reached the scheduler). */
 static int cached_tokens_of(const eng_req *r)
 {
     return r->sr ? r->sr->cached_tokens : 0;
 }
 
+/* Finish r now with FINISH_ABORT (consumer abort, timeout, shutdown) or
+ * FINISH_ERROR (a failed step): flush the detokenizer (not on error),
+ * publish whatever
+ * text was held back plus the finish event, and retire r. r is freed on
+ * return. Engine thread (or engine_stop's thread once the engine thread
+ * has exited). */
 void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
 {
     r->times.finished = util_now_s();
@@ -156,6 +200,13 @@ void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
     retire(e, r, reason);
 }
 
+/* Take one sampled token of a running request: append it to the
+ * scheduler's sequence, decode its text, decide whether the request ends,
+ * publish the token with the text that is now safe to show, and retire the
+ * request when it finished (true: r is freed, do not touch it).
+ * Order of the checks matters and follows vLLM: a stop token wins over a
+ * stop string found in the same token, which wins over the length limit.
+ * lp may be NULL (no logprobs requested). Engine thread, r->sr non-NULL. */
 bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob *lp)
 {
     double now = util_now_s();
@@ -168,6 +219,8 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
 
     finish_reason fin = FINISH_NONE;
     bool may_stop = r->n_gen >= r->sp.min_tokens;
+    /* a stop/EOS token's text is never decoded: it must not appear in the
+     * output text, but it stays in token_ids and in completion_tokens */
     bool stop_tok = may_stop && ((!r->sp.ignore_eos && is_eos(e, token)) || is_stop_token(r, token));
     if (stop_tok)
         fin = FINISH_STOP;
@@ -181,8 +234,12 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
     }
     if (fin == FINISH_NONE && may_stop && match_stop(r, old_len))
         fin = FINISH_STOP;
+        /* the same limit seen from the scheduler (cap = prompt +
+         * max_tokens): never let sched_append_token pass its bound */
     else if (fin == FINISH_NONE && (r->n_gen >= r->sp.max_tokens || r->sr->n_total >= r->sr->cap))
         fin = FINISH_LENGTH;
+        /* at the end, flush the detokenizer's held-back bytes (an
+         * incomplete UTF-8 tail); they may still complete a stop string */
     if (fin == FINISH_LENGTH || stop_tok) {
         if (flush_detok(r, may_stop))
             fin = FINISH_STOP;

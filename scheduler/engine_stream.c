@@ -7,6 +7,14 @@
  * out with poll/wait. Two references (engine, consumer) keep the stream
  * alive; the engine drops its reference when the request finishes, the
  * consumer with engine_stream_release (which also requests an abort).
+ *
+ * Design choice: an unbounded per-request buffer instead of a bounded ring,
+ * so the engine thread can never block on a consumer (a stalled HTTP client
+ * must not stall the batch). The trade-off: memory grows with what an
+ * unread request generates, bounded by its max_tokens and text. Consumers
+ * are woken twice over: the condvar for blocking readers
+ * (engine_stream_wait) and the notify callback for event loops (the HTTP
+ * server), which is called after the mutex is released.
  */
 #include <string.h>
 #include <time.h>
@@ -15,6 +23,9 @@
 #include "common/check.h"
 #include "scheduler/engine_internal.h"
 
+/* A new stream with two references (the engine's and the consumer's),
+ * recording what the consumer needs from the request: whether to keep
+ * logprobs, the notify callback and the prompt length. Never fails. */
 engine_stream *stream_new(uint64_t id, const engine_request *req)
 {
     engine_stream *s = inferd_calloc(1, sizeof *s);
@@ -34,6 +45,7 @@ engine_stream *stream_new(uint64_t id, const engine_request *req)
     return s;
 }
 
+/* Free a stream whose last reference is gone, with any output never read. */
 static void stream_destroy(engine_stream *s)
 {
     pthread_mutex_destroy(&s->mu);
@@ -44,6 +56,8 @@ static void stream_destroy(engine_stream *s)
     inferd_free(s);
 }
 
+/* NOTE: destroy happens outside the mutex (it destroys that mutex); this is
+ * safe because at zero no other party holds a pointer to s. */
 void stream_unref(engine_stream *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -54,6 +68,16 @@ void stream_unref(engine_stream *s)
         stream_destroy(s);
 }
 
+/* Engine thread only. Tokens and their logprobs (zeroed when lp is NULL but
+ * the consumer asked for them, so the two arrays stay parallel) are appended;
+ * the counters and times replace the previous ones (they are totals). The
+ * first finish wins: a later finish event (there is none in practice) is
+ * ignored, so the consumer sees one finish reason.
+ * NOTE: notify(user) runs after s->mu is released (the callback may poll
+ * this stream) and may run after the consumer released the stream; the
+ * engine's reference keeps s alive, but notify_user's lifetime is the
+ * caller's problem (the HTTP server makes a late call find no connection
+ * and do nothing: server/srv_http.c). */
 void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *lp, int n_tok,
                     const char *text, size_t text_len, const engine_times *times, int completion_tokens,
                     int cached_tokens, finish_reason finish, const char *error)
@@ -61,6 +85,8 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
     pthread_mutex_lock(&s->mu);
     if (n_tok > 0) {
         if (s->n_tok + n_tok > s->cap_tok) {
+            /* doubling: amortized O(1) per token for a consumer that polls
+             * rarely; tok and lp share cap_tok */
             s->cap_tok = (s->n_tok + n_tok) * 2;
             s->tok = inferd_realloc(s->tok, (size_t)s->cap_tok * sizeof *s->tok);
             if (s->want_logprobs)
@@ -103,6 +129,10 @@ static bool has_news(const engine_stream *s)
 }
 
 /* Under s->mu: move the pending output into *out. */
+/* Ownership of the token, logprob and text buffers moves to *out (the
+ * consumer frees them with engine_output_free), so a poll copies nothing;
+ * the stream starts again from empty buffers. The finish is delivered once:
+ * finish_delivered makes the next has_news() false. */
 static void take(engine_stream *s, engine_output *out)
 {
     memset(out, 0, sizeof *out);
@@ -127,6 +157,8 @@ static void take(engine_stream *s, engine_output *out)
     out->times = s->times;
 }
 
+/* Under s->mu: no new output, only the current totals and state (what a
+ * poll that returns false still fills in). */
 static void empty_output(const engine_stream *s, engine_output *out)
 {
     memset(out, 0, sizeof *out);
@@ -138,6 +170,8 @@ static void empty_output(const engine_stream *s, engine_output *out)
     out->times = s->times;
 }
 
+/* Free the buffers a poll handed over and clear the pointers, so calling it
+ * twice, or on an output that came back empty, is harmless. */
 void engine_output_free(engine_output *o)
 {
     if (!o)
@@ -163,6 +197,11 @@ bool engine_stream_poll(engine_stream *s, engine_output *out)
     return engine_stream_wait(s, out, 0);
 }
 
+/* Wait for output on the consumer's thread. *out is always filled (empty
+ * when false is returned) and must be freed with engine_output_free.
+ * Returns at once, false, once the finish was delivered: a consumer loop
+ * `while (!o.finished)` and a loop that waits after the finish both end.
+ * One consumer per stream: two waiters would split the output. */
 bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms)
 {
     inferd_deadline dl = inferd_deadline_in_ms(timeout_ms);
@@ -182,11 +221,16 @@ bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms)
     return news;
 }
 
+/* Lock-free: the engine polls the flag every iteration and finishes the
+ * request with FINISH_ABORT (published to this stream) within one step. */
 void engine_stream_abort(engine_stream *s)
 {
     atomic_store(&s->abort_req, true);
 }
 
+/* The consumer's last call on s: request an abort (a no-op for a finished
+ * request) and drop its reference. s must not be used afterwards; output
+ * not yet polled is discarded. NULL is a no-op. */
 void engine_stream_release(engine_stream *s)
 {
     if (!s)

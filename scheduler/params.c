@@ -1,6 +1,6 @@
-/* scheduler/params.c: the sampling-parameter table, its validator, the
- * "does this request fit" check, and defaults/names for the engine's
- * public types.
+/* scheduler/params.c: the sampling-parameter table, its validator, and
+ * defaults/names for the engine's public types (the "does this request
+ * fit" check is sched_fit_check, in sched.c).
  *
  * Every front end (the `inferd generate` flags, prompts-file lines, the
  * OpenAI adapter) only extracts a value with its type and hands it to
@@ -16,6 +16,11 @@
  * what a double holds, as for any JSON client) and keeps negative seeds'
  * two's-complement bits as the uint64 seed, so seed -1 and seed 2^64-1
  * sample alike.
+ *
+ * Not done here: cross-checks that need the model other than the vocabulary
+ * size (the engine adds the tokenizer and fit checks at submit), and
+ * parsing of JSON or flag syntax (the callers own that; they pass a number
+ * or the flag's text).
  */
 #include <math.h>
 #include <stddef.h>
@@ -28,6 +33,7 @@
 #define SP_OFF(f) offsetof(sampling_params, f)
 #define I32_MAX 2147483647.0
 #define I64_LO (-9223372036854775808.0) /* -2^63, exact in a double */
+/* I32_MAX is exact in a double, so `v <= max` tests int32 range exactly. */
 #define I64_HI 9223372036854775808.0    /* 2^63: first value above int64 */
 
 /* One row: flag name, API key, kind, field, [min, max], default, --help
@@ -41,6 +47,8 @@ static const sampling_row k_rows[] = {
     ROW("temperature", "temperature", OPT_FLOAT, temperature, 0, 2, 1, "T", 0, false,
         "sampling temperature; 0 = greedy"),
     ROW("top-p", "top_p", OPT_FLOAT, top_p, 0, 1, 1, "P", 0, true, "nucleus sampling mass; 1 = off"),
+    /* top_k -1 is accepted (OpenAI/vLLM clients send it for "off"), and so
+     * is 0; -2 and below are rejected */
     ROW("top-k", "top_k", OPT_INT, top_k, -1, I32_MAX, 0, "K", 0, false,
         "keep the K most likely tokens; <= 0 = off"),
     ROW("min-p", "min_p", OPT_FLOAT, min_p, 0, 1, 0, "P", 0, false,
@@ -58,16 +66,23 @@ static const sampling_row k_rows[] = {
         "stop before this text (1..256 bytes of UTF-8)"),
     ROW("ignore-eos", "ignore_eos", OPT_BOOL, ignore_eos, 0, 1, 0, NULL, OPT_F_NO_NEGATE, false,
         "do not stop at the model's EOS ids"),
+    /* logprobs: the default -1 (off) is outside [0, 20] on purpose: a
+     * request cannot ask for "off" explicitly, it just omits the field;
+     * sampling_params_validate lets -1 through */
     ROW("logprobs", "logprobs", OPT_INT, logprobs, 0, SAMPLING_MAX_LOGPROBS, -1, "N", OPT_F_NO_DEFAULT, false,
         "log-probability of each token and of its top N alternatives"),
 };
 
+/* The table, for the generic parser and --help; rows are static. */
 const sampling_row *sampling_rows(size_t *n)
 {
     *n = INFERD_ARRAY_LEN(k_rows);
     return k_rows;
 }
 
+/* Name equality where '_' and '-' are interchangeable, so both the API key
+ * (top_p) and the flag name (top-p) find the row. Exact otherwise (case
+ * matters, as in OpenAI's API). */
 static bool name_eq(const char *a, const char *b)
 {
     for (; *a && *b; a++, b++)
@@ -84,6 +99,9 @@ const sampling_row *sampling_row_find(const char *name)
     return NULL;
 }
 
+/* List rows (stop, stop_token_ids) are OPT_CUSTOM: the generic parser
+ * cannot fill them, the caller appends entries and the row bounds the
+ * count. */
 static bool is_list(const sampling_row *r)
 {
     return r->opt.kind == OPT_CUSTOM;
@@ -94,6 +112,8 @@ static bool is_integer(const sampling_row *r)
     return r->opt.kind == OPT_INT || r->opt.kind == OPT_INT64 || is_list(r);
 }
 
+/* The range as shown by --help and error messages; the int64 row prints
+ * its true range, not the double bounds it is stored with. Returns buf. */
 const char *sampling_row_range(const sampling_row *r, char *buf, size_t len)
 {
     if (r->opt.kind == OPT_INT64)
@@ -106,6 +126,10 @@ const char *sampling_row_range(const sampling_row *r, char *buf, size_t len)
     return buf;
 }
 
+/* NOTE: NaN fails every comparison, so it is rejected by construction; the
+ * int64 row ignores opt.max (I64_HI - 1024) and tests the half-open double
+ * range, which is what the (int64_t) cast in set_number needs to be
+ * defined behaviour. */
 inferd_status sampling_row_check(const sampling_row *r, double v)
 {
     bool ok = r->min_open ? v > r->opt.min : v >= r->opt.min;
@@ -127,6 +151,9 @@ inferd_status sampling_row_check(const sampling_row *r, double v)
 }
 
 /* Store v (already checked) into the row's field. */
+/* `exact` carries the int64 seed (a double cannot hold every int64); every
+ * other kind stores from v. Lists are never stored (the caller fills
+ * them), hence the silent default. */
 static void store(const sampling_row *r, sampling_params *sp, double v, int64_t exact)
 {
     char *f = (char *)sp + r->opt.off;
@@ -142,6 +169,9 @@ static void store(const sampling_row *r, sampling_params *sp, double v, int64_t 
     }
 }
 
+/* The JSON path (prompts-file lines, the OpenAI body): check v against the
+ * row and store it; *sp is untouched on error. BOOL rows take exactly 0/1
+ * (both JSON readers pass true/false as 1/0). */
 inferd_status sampling_row_set_number(const sampling_row *r, sampling_params *sp, double v)
 {
     if (is_list(r))
@@ -154,10 +184,16 @@ inferd_status sampling_row_set_number(const sampling_row *r, sampling_params *sp
     return st;
 }
 
+/* The command-line path: parse text with the row's kind, then the same
+ * checks as set_number. Integers are parsed as int64 first, so "1e3" and
+ * "1.5" are refused for integer rows (a flag is typed by a person: a
+ * strict parse beats a silent truncation). */
 inferd_status sampling_row_set_text(const sampling_row *r, sampling_params *sp, const char *text)
 {
     long long x;
     double d;
+    /* the seed skips sampling_row_check: every int64 is valid and its
+     * double conversion could round up to 2^63 */
     if (r->opt.kind == OPT_INT64) {
         if (!util_parse_int(text, INT64_MIN, INT64_MAX, &x))
             return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' must be an integer in [-2^63, 2^63-1], got '%s'",
@@ -200,6 +236,8 @@ static double field_value(const sampling_row *r, const sampling_params *sp)
     }
 }
 
+/* Report which field failed through *param (the OpenAI adapter names it in
+ * the error's `param`); passes st through. */
 static inferd_status fail_param(inferd_status st, const sampling_row *r, const char **param)
 {
     if (param)
@@ -208,6 +246,8 @@ static inferd_status fail_param(inferd_status st, const sampling_row *r, const c
 }
 
 /* stop_token_ids and stop: each entry. */
+/* The counts were checked by the row loop before this runs, so the loops
+ * stay inside the fixed arrays. A NULL stop entry counts as empty. */
 static inferd_status check_lists(const sampling_params *sp, int vocab_size, const char **param)
 {
     const sampling_row *ids = sampling_row_find("stop_token_ids"), *stop = sampling_row_find("stop");
@@ -232,6 +272,9 @@ static inferd_status check_lists(const sampling_params *sp, int vocab_size, cons
     return INFERD_OK;
 }
 
+/* NOTE: this is the check engine_submit relies on; callers that built sp
+ * field by field (tests, bench) get the same verdict as the front ends,
+ * because the loop walks the same rows. Runs on any thread, no state. */
 inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size, const char **param)
 {
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++) {
@@ -256,6 +299,8 @@ inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size
     return check_lists(sp, vocab_size, param);
 }
 
+/* Row defaults; the seed stays unset (has_seed false: a fresh seed per
+ * request) and the lists empty. */
 void sampling_params_default(sampling_params *sp)
 {
     memset(sp, 0, sizeof *sp);

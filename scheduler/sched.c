@@ -5,6 +5,21 @@
  * `running` in admission order (the tail is the preemption victim), `waiting`
  * FCFS with preempted requests pushed back at the front. A step never
  * allocates memory: the item array is sized for max_num_seqs at init.
+ *
+ * Policy (vLLM v1, simplified): every step first gives the token budget to
+ * the running requests in admission order (decode tokens and the next
+ * chunk of unfinished prompts alike), then, if nothing had to be preempted,
+ * admits waiting requests FCFS with whatever budget is left. Prompts are
+ * chunked by the budget, so a long prompt never blocks decodes for more
+ * than one step's worth of tokens. Preemption is recompute-only: a victim
+ * loses its blocks and starts again from its prefix-cache hits. The
+ * trade-off: no swapping to host memory and no priorities, and the
+ * FCFS head of the waiting queue blocks smaller requests behind it when it
+ * does not fit (no starvation, at some cost in utilization).
+ *
+ * Pure policy: no threads, no model, no CUDA (the engine holds step_mu
+ * around every call). Every function here leaves the queues and the pool
+ * consistent; sched_check verifies that.
  */
 #include "scheduler/sched.h"
 
@@ -39,6 +54,8 @@ const char *req_state_str(req_state s)
 
 /* --- lifecycle ------------------------------------------------------------ */
 
+/* The pool is borrowed (the engine owns it) and must outlive the scheduler.
+ * INVALID_ARG when a limit is < 1; *out NULL then. */
 inferd_status sched_init(const sched_opts *o, kv_pool *pool, sched **out)
 {
     *out = NULL;
@@ -66,6 +83,8 @@ static void req_destroy(sched_req *r)
     inferd_free(r);
 }
 
+/* Remove every request (their blocks go back to the pool) and free s. The
+ * sched_req pointers the caller still holds become dangling. */
 void sched_free(sched *s)
 {
     if (!s)
@@ -80,6 +99,10 @@ void sched_free(sched *s)
 
 /* ---- does a request fit ---------------------------------------------------- */
 
+/* The most tokens a request with this prompt could generate: the smaller of
+ * the model-length room and the whole-KV-cache room; negative when the
+ * prompt alone does not fit. int64: kv_blocks * block_size can pass
+ * INT_MAX. */
 int64_t sched_fit_room(const sched_fit_limits *l, int64_t n_prompt)
 {
     /* the last sampled token is never fed back, so it needs no KV slot */
@@ -87,6 +110,11 @@ int64_t sched_fit_room(const sched_fit_limits *l, int64_t n_prompt)
     return INFERD_MIN((int64_t)l->max_model_len, kv_tokens) - n_prompt;
 }
 
+/* The one "does this request fit" check (engine_submit, the server's
+ * pre-check, sched_add): prompt + max_tokens within max_model_len, and its
+ * KV within the whole cache, counted against an empty pool on purpose (a
+ * request that fits an empty cache can always run eventually, by
+ * preempting the others). TOO_LONG with the numbers otherwise. Pure. */
 inferd_status sched_fit_check(const sched_fit_limits *l, int64_t n_prompt, int64_t max_tokens)
 {
     int64_t total = n_prompt + max_tokens;
@@ -95,6 +123,7 @@ inferd_status sched_fit_check(const sched_fit_limits *l, int64_t n_prompt, int64
                                 "prompt (%lld tokens) + max_tokens (%lld) = %lld tokens exceeds the maximum model "
                                 "length of %d tokens",
                                 (long long)n_prompt, (long long)max_tokens, (long long)total, l->max_model_len);
+    /* total - 1: the last sampled token is never fed back (sched_fit_room) */
     int64_t need = INFERD_CEIL_DIV(total - 1, (int64_t)l->block_size);
     if (need > l->kv_blocks)
         return inferd_set_error(INFERD_ERR_TOO_LONG,
@@ -105,6 +134,12 @@ inferd_status sched_fit_check(const sched_fit_limits *l, int64_t n_prompt, int64
     return INFERD_OK;
 }
 
+/* Queue a request at the tail of `waiting`. The prompt is copied into a
+ * token array sized for prompt + max_tokens, and the block table and hash
+ * arrays for its worst case, so that appending tokens and reserving blocks
+ * never reallocate during a step. `user` is the caller's back-pointer
+ * (the engine's eng_req). *out stays owned by the scheduler until
+ * sched_remove. Errors (nothing queued): INVALID_ARG, TOO_LONG. */
 inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prompt, int max_tokens,
                         void *user, sched_req **out)
 {
@@ -147,6 +182,8 @@ static void release_blocks(sched *s, sched_req *r)
     r->n_cached_blocks = 0;
 }
 
+/* NOTE: INFERD_CHECK, not an error: max_blocks was sized from cap at add,
+ * so a larger want is a scheduler bug, never a request property. */
 /* Make r's block table cover n_tokens tokens; false (nothing changed) when
  * the pool has too few free blocks. */
 static bool reserve(sched *s, sched_req *r, int n_tokens)
@@ -162,6 +199,10 @@ static bool reserve(sched *s, sched_req *r, int n_tokens)
     return true;
 }
 
+/* Recompute preemption: r drops all its blocks (its computed KV is lost,
+ * except what stays findable in the prefix cache) and goes to the FRONT of
+ * `waiting`, so it is the next request admitted; its tokens, including the
+ * generated ones, are kept and recomputed as a prompt. */
 static void preempt(sched *s, sched_req *r)
 {
     INFERD_CHECK(r->state == REQ_STATE_RUNNING);
@@ -175,6 +216,9 @@ static void preempt(sched *s, sched_req *r)
 
 /* --- step ----------------------------------------------------------------- */
 
+/* Append r's next n_new tokens to the step's batch. `sample` is set when
+ * the chunk reaches the end of r's known tokens: only then do its logits
+ * produce a token (a partial prompt chunk samples nothing). */
 static void add_item(sched *s, sched_output *out, sched_req *r, int n_new)
 {
     INFERD_CHECK(out->n_items < s->o.max_num_seqs);
@@ -189,11 +233,19 @@ static void add_item(sched *s, sched_output *out, sched_req *r, int n_new)
 
 /* Running requests in admission order; preempt from the tail when the pool
  * is dry. Returns the remaining budget. */
+/* NOTE: victims come from the tail and the walk from the head, so a victim
+ * is never a request already given an item this step: the batch never
+ * refers to a preempted request. When r itself is the tail and still does
+ * not fit, r is preempted and the walk stops (everything after it is
+ * gone). It cannot leave the step empty with work pending: a lone running
+ * request always fits (sched_fit_check counted against the whole pool). */
 static int schedule_running(sched *s, sched_output *out, int budget)
 {
     sched_req *r = REQ_OF(inferd_list_first(&s->running));
     while (r && budget > 0) {
         int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
+            /* defensive: a running request normally has its newest token
+             * to compute; one with nothing left needs no budget or blocks */
         if (n_new <= 0) {
             r = REQ_OF(inferd_list_next(&s->running, &r->link));
             continue;
@@ -218,6 +270,11 @@ static int schedule_running(sched *s, sched_output *out, int budget)
     return budget;
 }
 
+/* Take the longest cached prefix of a request that holds no blocks.
+ * max_hit_blocks leaves at least the last token uncomputed even when the
+ * whole sequence is cached: the step must run that token to get the logits
+ * that sample the next one. The hits take pool references; the hashes
+ * computed on the way are kept in r->hashes for cache_full_blocks. */
 /* Take the longest cached prefix of a request that holds no blocks. */
 static void admit_prefix(sched *s, sched_req *r)
 {
@@ -231,6 +288,13 @@ static void admit_prefix(sched *s, sched_req *r)
     r->n_computed = hits * s->block_size;
 }
 
+/* Waiting requests FCFS while budget, sequences and blocks last.
+ * NOTE: strict FCFS: when the head cannot get its blocks the loop stops
+ * rather than trying smaller requests behind it, so a long request cannot
+ * be starved by a stream of short ones. The prefix hits it took are given
+ * back, keeping the invariant that waiting requests hold no blocks.
+ * prefix_queries/prefix_hits count at every admission, re-admissions after
+ * preemption included (vLLM counts the same way). */
 /* Waiting requests FCFS while budget, sequences and blocks last. */
 static void schedule_waiting(sched *s, sched_output *out, int budget)
 {
@@ -260,6 +324,11 @@ static void schedule_waiting(sched *s, sched_output *out, int budget)
     }
 }
 
+/* Plan one step into *out. out->items points into the scheduler's own
+ * array: valid until the next sched_step, and the caller must call
+ * sched_commit with it after the forward pass (or remove the requests on
+ * failure) before planning again. Aborts (INFERD_CHECK) if work is pending
+ * but nothing could be scheduled, which the fit check rules out. */
 void sched_step(sched *s, sched_output *out)
 {
     memset(out, 0, sizeof *out);
@@ -274,6 +343,11 @@ void sched_step(sched *s, sched_output *out)
 }
 
 /* Offer r's newly full, computed blocks to the prefix cache. */
+/* Hashes chain (each block's hash covers its parent's), so they are
+ * computed in order and only once per block; r->hashes may already hold
+ * some from the admission lookup. A refused registration (the same
+ * content is already cached under another block) leaves the block simply
+ * uncached. */
 static void cache_full_blocks(sched *s, sched_req *r)
 {
     int n_full = r->n_computed / s->block_size;
@@ -293,6 +367,9 @@ static void cache_full_blocks(sched *s, sched_req *r)
         r->n_cached_blocks = n_full;
 }
 
+/* Record that the planned tokens were computed (after a successful
+ * forward) and offer blocks that just became full to the prefix cache.
+ * The checks catch an engine that committed a stale plan. */
 void sched_commit(sched *s, const sched_output *out)
 {
     for (int i = 0; i < out->n_items; i++) {
@@ -305,6 +382,9 @@ void sched_commit(sched *s, const sched_output *out)
     }
 }
 
+/* Append a sampled token; it is computed in the next step that schedules
+ * r. NOTE: the bound is an abort, not an error: the engine finishes a
+ * request at cap (FINISH_LENGTH) before it could append beyond it. */
 void sched_append_token(sched *s, sched_req *r, int32_t token)
 {
     (void)s;
@@ -312,6 +392,9 @@ void sched_append_token(sched *s, sched_req *r, int32_t token)
     r->tokens[r->n_total++] = token;
 }
 
+/* Take r out of whichever queue it is in, release its blocks (full
+ * computed ones stay cached for later hits) and free it: r is invalid on
+ * return. Valid in any state, between steps. */
 void sched_remove(sched *s, sched_req *r)
 {
     if (r->state == REQ_STATE_RUNNING)
@@ -328,6 +411,7 @@ bool sched_has_work(const sched *s)
     return !inferd_list_empty(&s->running) || !inferd_list_empty(&s->waiting);
 }
 
+/* Counters since init plus the current queue lengths (O(1) lists). */
 void sched_get_stats(const sched *s, sched_stats *st)
 {
     *st = s->st;
@@ -335,6 +419,9 @@ void sched_get_stats(const sched *s, sched_stats *st)
     st->waiting = (int)inferd_list_len(&s->waiting);
 }
 
+/* Queue walking for tests and tools: heads, then
+ * sched_req_next within r's current queue (NULL at the end or for a
+ * finished request). Read-only. */
 sched_req *sched_running_head(const sched *s)
 {
     return REQ_OF(inferd_list_first(&s->running));
@@ -361,6 +448,9 @@ sched_req *sched_req_next(const sched *s, const sched_req *r)
         goto fail;                                                                                           \
     } while (0)
 
+/* Check every request of one queue (state, counters, block-table bounds)
+ * and add its block references into refs[], which sched_check then
+ * compares with the pool's reference counts. */
 static bool check_list(const inferd_list *l, bool running, int block_size, int32_t *refs, int n_blocks,
                        char *msg, size_t msg_len)
 {
@@ -393,6 +483,9 @@ fail:
     return false;
 }
 
+/* Every invariant of the pool and the queues, with the first violation
+ * described in msg. O(blocks + requests) and allocates: for tests and
+ * debug checks, never on the step path. */
 bool sched_check(const sched *s, char *msg, size_t msg_len)
 {
     int n_blocks = kv_pool_num_blocks(s->pool);
