@@ -52,6 +52,7 @@ mkdir -p "$TMP"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0}
 
 declare -A RUNS EXECS COV CRASH NOTE
 failed=0
@@ -82,14 +83,14 @@ for h in "${HARNESSES[@]}"; do
     echo "=== fuzz: $h for ${SECONDS_PER}s"
     rc=0
     TMPDIR=$TMP INFERD_FIXTURES=$FIX "$bin" "${args[@]}" "$BUILD/corpus/$h" "$SEEDS/$h" >"$log" 2>&1 || rc=$?
-    RUNS[$h]=$(awk -F': *' '/^stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
-    EXECS[$h]=$(awk -F': *' '/^stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
-    COV[$h]=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
+    RUNS[$h]=$(awk '/^stat::number_of_executed_units/ {print $2}' "$log" | tail -1 || true)
+    EXECS[$h]=$(awk '/^stat::average_exec_per_sec/ {print $2}' "$log" | tail -1 || true)
+    COV[$h]=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | awk '{print $2}')
     : "${RUNS[$h]:=-}" "${EXECS[$h]:=-}" "${COV[$h]:=-}"
     if ((rc != 0)) || grep -qE '^==[0-9]+==ERROR|^SUMMARY: |==FUZZ ASSERT==' "$log"; then
         CRASH[$h]=1
         failed=1
-        art=$(grep -o "Test unit written to .*" "$log" | head -1 | sed 's/Test unit written to //')
+        art=$( (grep -o "Test unit written to .*" "$log" || true) | head -1 | sed 's/Test unit written to //')
         NOTE[$h]="rc $rc; ${art:-no artifact}; log $log"
         echo "--- $h crashed (rc $rc):"
         grep -E -m1 -A25 '==ERROR|runtime error|==FUZZ ASSERT==|SUMMARY' "$log" || tail -30 "$log"

@@ -344,6 +344,12 @@ static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t
 {
     s->a.len = 0;
     s->b.len = 0;
+    if (s->n == 0) { /* NOTE: no id yet (or only refused ones): s->ids may be NULL */
+        *delta = inferd_calloc(1, 1);
+        if (delta_len)
+            *delta_len = 0;
+        return INFERD_OK;
+    }
     inferd_status st = tok_decode_into(s->t, s->ids + s->prefix, s->read - s->prefix, s->skip_special, &s->a);
     if (st == INFERD_OK)
         st = tok_decode_into(s->t, s->ids + s->prefix, s->n - s->prefix, s->skip_special, &s->b);

@@ -52,10 +52,14 @@ static void assert_ordered(const char *name, const bench_dist *d)
                   "%s percentiles out of order: %g %g %g %g", name, d->median, d->p90, d->p95, d->p99);
 }
 
+/* got within -rel of the mock's programmed delay, and at most 50% above it.
+ * NOTE: asymmetric on purpose: a delay can only be measured too short by a
+ * bug in the load generator, while a loaded CI machine (ctest -j next to
+ * the sanitizer build) delays the mock's threads by tens of ms. */
 static void assert_near(const char *name, double got, double want, double rel)
 {
-    ck_assert_msg(fabs(got - want) <= rel * want, "%s = %.2f ms, want %.2f ms +- %.0f%%", name, got, want,
-                  rel * 100);
+    ck_assert_msg(got >= want * (1 - rel) && got <= want * 1.5, "%s = %.2f ms, want %.2f ms -%.0f%%/+50%%", name,
+                  got, want, rel * 100);
 }
 
 static void print_summary(const char *tag, const bench_summary *s)
@@ -416,7 +420,9 @@ END_TEST
 START_TEST(test_many_streams)
 {
     enum { N = 300 };
-    mock_server *m = start_mock((mock_cfg){.first_delay_ms = 300, .token_delay_ms = 20, .n_tokens = 5});
+    /* each stream is held 1 s before its first token: long enough for the
+     * client to open most of them even on a loaded machine */
+    mock_server *m = start_mock((mock_cfg){.first_delay_ms = 1000, .token_delay_ms = 20, .n_tokens = 5});
     bench_serve_opts o = base_opts(N, 0, 16, 5);
     bench_serve_report rep;
     int rc = bench_serve_run(&o, NULL, &rep);

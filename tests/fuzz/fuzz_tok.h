@@ -55,15 +55,7 @@ static inline void fuzz_tok_decode_check(const tokenizer *t, const int32_t *ids,
     char *cat = malloc(1);
     size_t cat_len = 0;
     bool stream_ok = true;
-    int n_held = n_prefill;
     for (int i = n_prefill; i <= n; i++) {
-        /* NOTE: known bug, tests/fuzz/crashes/README.md (tok_stream_flush on a
-         * stream that holds no id computes NULL + 0: UBSan aborts). The
-         * engine always prefills the prompt first, so it is not reachable
-         * there; skipped here so the fuzzer can go deeper. Remove the skip
-         * once tokenizer/tok_decode.c is fixed. */
-        if (i == n && n_held == 0)
-            break;
         char *d = NULL;
         size_t dl = 0;
         inferd_status ps = i < n ? tok_stream_push(s, ids[i], &d, &dl) : tok_stream_flush(s, &d, &dl);
@@ -73,7 +65,6 @@ static inline void fuzz_tok_decode_check(const tokenizer *t, const int32_t *ids,
             inferd_free(d);
             continue;
         }
-        n_held++;
         if (dl) {
             FUZZ_ASSERT(d != NULL, "delta NULL with length %zu", dl);
             FUZZ_ASSERT(fuzz_utf8_valid(d, dl), "delta %d of %d is invalid UTF-8", i, n);

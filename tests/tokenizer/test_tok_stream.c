@@ -213,6 +213,14 @@ START_TEST(test_stream_bad_id)
     tok_stream *s = tok_stream_new(t, true);
     char *d = NULL;
     size_t dl = 9;
+    /* flushing a stream that holds no id is an empty delta (it once did
+     * pointer arithmetic on a NULL id array: found by fuzz_tok_encode) */
+    ck_assert(tok_stream_flush(s, &d, &dl) == INFERD_OK);
+    ck_assert_str_eq(d, "");
+    ck_assert_uint_eq(dl, 0);
+    inferd_free(d);
+    d = NULL;
+    dl = 9;
     ck_assert(tok_stream_push(s, 512, &d, &dl) == INFERD_ERR_INVALID_ARG);
     ck_assert(strstr(inferd_last_error(), "512") != NULL);
     ck_assert(tok_stream_push(s, -1, &d, &dl) == INFERD_ERR_INVALID_ARG);
