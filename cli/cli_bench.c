@@ -60,14 +60,15 @@ int cli_bench(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: inferd bench serve [flags]   (inferd bench serve --help)\n\n"
-                   "  serve   load generator for OpenAI-compatible servers\n");
+        fprintf(f, "usage: inferd bench serve|latency [flags]   (inferd bench MODE --help)\n\n"
+                   "  serve     load generator for OpenAI-compatible servers\n"
+                   "  latency   prefill and decode-step latency of the engine at fixed batch sizes\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "latency") == 0)
         return cli_bench_latency(argc - 1, argv + 1);
     if (strcmp(argv[1], "serve") != 0) {
-        fprintf(stderr, "inferd bench: unknown mode '%s' (only 'serve' is available)\n", argv[1]);
+        fprintf(stderr, "inferd bench: unknown mode '%s' (serve or latency)\n", argv[1]);
         return 2;
     }
     bench_serve_opts o;

@@ -81,6 +81,10 @@ static bool load_config(srv_opts *o, cli_glue_opts *glue, const char *path)
 {
     char *text;
     size_t len;
+    if (!*path) {
+        inferd_set_error(INFERD_ERR_INVALID_ARG, "--config needs a file name");
+        return false;
+    }
     if (util_read_file(path, CONFIG_MAX_BYTES, &text, &len) != INFERD_OK)
         return false;
     bool ok = cli_serve_apply_json(o, glue, text, path);
@@ -88,12 +92,10 @@ static bool load_config(srv_opts *o, cli_glue_opts *glue, const char *path)
     return ok;
 }
 
-/* The --config argument, or NULL; *help when --help / -h is present. */
-/* A pre-scan, because the file must be applied before the flags whatever
- * their position on the line (flags override the file). With several
- * --config the last one is used. NOTE: a trailing `--config` with no value
- * is not reported here; parse_flags then skips it too, so it is silently
- * ignored. */
+/* The --config argument ("" when it has no value: load_config refuses
+ * it), or NULL; *help when --help / -h is present. A pre-scan, because the
+ * file must be applied before the flags whatever their position on the line
+ * (flags override the file). With several --config the last one is used. */
 static const char *find_config(int argc, char **argv, bool *help)
 {
     const char *config = NULL;
@@ -101,8 +103,8 @@ static const char *find_config(int argc, char **argv, bool *help)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
             *help = true;
-        else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            config = argv[++i];
+        else if (strcmp(argv[i], "--config") == 0)
+            config = i + 1 < argc ? argv[++i] : ""; /* "" is refused as a missing file name */
         else if (strncmp(argv[i], "--config=", 9) == 0)
             config = argv[i] + 9;
     }

@@ -1,4 +1,14 @@
-/* common/alloc.c: allocation wrappers (see alloc.h). */
+/* common/alloc.c: allocation wrappers (see alloc.h).
+ *
+ * With jemalloc (every build but the sanitizer one), malloc_conf below makes
+ * freed memory go back to the OS: a background thread purges dirty pages
+ * after 1 s and muzzy pages at once, so a burst of large request bodies or
+ * tokenizer scratch does not stay resident for good (jemalloc's defaults
+ * keep dirty pages 10 s and purge only on later allocator activity, which
+ * an idle server never has). jemalloc's background threads block every
+ * signal, so srv_run's sigtimedwait still receives SIGINT/SIGTERM. The
+ * MALLOC_CONF environment variable still overrides these values.
+ */
 #include "common/alloc.h"
 
 #include <stdio.h>
@@ -6,6 +16,11 @@
 #include <string.h>
 
 #include "common/check.h"
+
+#ifdef INFERD_JEMALLOC
+/* Read by jemalloc at its initialisation (Debian's jemalloc has no symbol prefix). */
+const char *malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+#endif
 
 static void oom(size_t n)
 {

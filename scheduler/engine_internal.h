@@ -87,6 +87,7 @@ struct engine {
     inferd_list pending; /* of eng_req: submitted, not yet taken by the engine */
     int n_live;          /* requests taken by the engine, unfinished */
     int n_waiting_sched; /* scheduler waiting count, for QUEUE_FULL */
+    int n_admitting;     /* submissions past the QUEUE_FULL check, not yet pushed */
     uint64_t next_id;
     engine_stats stats; /* snapshot under mu */
 

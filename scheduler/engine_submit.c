@@ -119,13 +119,17 @@ inferd_status engine_submit(engine *e, const engine_request *req, engine_stream 
         pthread_mutex_unlock(&e->mu);
         return inferd_set_error(INFERD_ERR_UNAVAILABLE, "the engine is stopping");
     }
-    int queued = (int)inferd_list_len(&e->pending) + e->n_waiting_sched;
+    /* NOTE: n_admitting counts submissions between this check and their
+     * push below (the build runs unlocked), so concurrent submitters cannot
+     * all pass the bound at once. */
+    int queued = (int)inferd_list_len(&e->pending) + e->n_waiting_sched + e->n_admitting;
     if (queued >= e->opts.max_queued_requests) {
         pthread_mutex_unlock(&e->mu);
         return inferd_set_error(INFERD_ERR_QUEUE_FULL, "%d requests are waiting (limit %d)", queued,
                                 e->opts.max_queued_requests);
     }
     uint64_t id = e->next_id++;
+    e->n_admitting++;
     pthread_mutex_unlock(&e->mu);
 
     /* build outside the lock: tokenizer prefill and copies may take a while */
@@ -133,6 +137,7 @@ inferd_status engine_submit(engine *e, const engine_request *req, engine_stream 
     eng_req *r = make_req(req, s, e->tok);
 
     pthread_mutex_lock(&e->mu);
+    e->n_admitting--;
     if (e->stopping) {
         pthread_mutex_unlock(&e->mu);
         /* both references go: the engine never saw the stream (eng_req_free

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # scripts/setup.sh: install the build dependencies from Debian's packages;
 # with --test also what the tests need (Node.js + npm for the official openai
-# client test). Idempotent: returns quickly when everything is installed.
+# client test; clang, its runtime libraries (libFuzzer, sanitizers) and
+# OpenMP for the libFuzzer harnesses of scripts/fuzz.sh). Idempotent:
+# returns quickly when everything is installed.
 #   bash scripts/setup.sh [--test]
 set -euo pipefail
 
+# libpython3-dev + python3-jinja2: chat templates are rendered by jinja2 embedded in the
+# server (INFERD_JINJA); the build, the server and the tests all need them.
 PKGS=(cmake gcc make pkg-config libmicrohttpd-dev libcjson-dev libjemalloc-dev check
-      libpcre2-dev libcurl4-openssl-dev libunistring-dev python3)
+      libpcre2-dev libcurl4-openssl-dev libunistring-dev python3 libpython3-dev python3-jinja2)
 if [[ ${1:-} == --test ]]; then
-    PKGS+=(nodejs npm)
+    PKGS+=(nodejs npm clang libclang-rt-dev libomp-dev)
 fi
 
 missing=()

@@ -24,4 +24,10 @@ echo "=== sanitizer build (ASan + UBSan)"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 run_build build-asan -DINFERD_SANITIZE=ON -DINFERD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+# libFuzzer harnesses (tests/fuzz), 30 s each, when clang is there
+# (setup.sh --test installs it); FUZZ_SECONDS=0 skips them.
+if [[ ${FUZZ_SECONDS:-30} != 0 ]] && command -v clang >/dev/null 2>&1; then
+    echo "=== fuzz (libFuzzer, ${FUZZ_SECONDS:-30} s per harness)"
+    bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi
 echo "=== all tests passed"

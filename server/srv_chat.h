@@ -1,18 +1,41 @@
-/* server/srv_chat.h: chat templates, written in C per model family.
+/* server/srv_chat.h: chat prompts: the model's own Jinja chat template
+ * rendered by jinja2 (srv_jinja.h) exactly as HF transformers'
+ * apply_chat_template does, then tokenized so that text which came from a
+ * message's content is never read as special tokens.
  *
- * There is no Jinja engine: the family is detected from the marker strings of
- * tokenizer_config.json's `chat_template` (or forced with --chat-template
- * NAME), and each family's format is reproduced here byte for byte for the
- * message shapes the API accepts (system / user / assistant text).
+ * Where the template comes from (srv_chat_load): --chat-template NAME (a
+ * built-in template text for the llama-2, llama-3, llama-3.1, chatml and
+ * mistral families), --chat-template FILE or an inline template; otherwise
+ * the tokenizer's (tokenizer_config.json `chat_template`, a string or the
+ * named-list form's "default", or chat_template.jinja). The template sees
+ * messages, add_generation_prompt, tools and documents (None when not
+ * given), every special token set in tokenizer_config.json (bos_token,
+ * eos_token, unk_token, pad_token, ...; unset ones stay undefined) and
+ * extra kwargs.
+ *
+ * Special-token injection (issue 11, finding 6): srv_chat_encode renders
+ * with the special-token text found in message contents fenced by the
+ * noncharacters U+FDD0 / U+FDD1, strips the fences, and tokenizes the
+ * prompt with special-token parsing everywhere except in the fenced spans
+ * (tok_encode_ex). Clients may not send those two code points. The server
+ * option --allow-special-tokens-in-content turns this off for trusted
+ * clients.
+ *
+ * A srv_chat is immutable once built: any thread may render with it.
  */
 #ifndef INFERD_SERVER_SRV_CHAT_H
 #define INFERD_SERVER_SRV_CHAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #include "server/srv_errors.h"
+#include "tokenizer/tokenizer.h"
 
+/* Built-in template texts, chosen with --chat-template NAME. */
 typedef enum {
     SRV_CHAT_NONE = 0,
     SRV_CHAT_LLAMA2,  /* <s>[INST] <<SYS>>\n..\n<</SYS>>\n\n.. [/INST] */
@@ -30,26 +53,80 @@ typedef struct {
     char *content; /* heap, NUL-terminated, valid UTF-8 */
 } srv_chat_msg;
 
-/* The family whose markers a Jinja chat_template contains; NONE for NULL or
- * an unrecognized template. */
-srv_chat_family srv_chat_detect(const char *jinja_template);
-
 /* Parse a --chat-template NAME ("llama-2", "llama-3", "llama-3.1", "chatml",
  * "mistral", and the spellings without '-'); false when unknown. */
 bool srv_chat_from_name(const char *name, srv_chat_family *out);
 const char *srv_chat_name(srv_chat_family f);
 /* "llama-2, llama-3, llama-3.1, chatml, mistral" (for messages). */
 const char *srv_chat_names(void);
-
-/* Render messages plus the assistant generation prompt. bos/eos are the
- * tokenizer's BOS/EOS token texts ("" when none). Returns false and fills
- * *err (400) when the conversation does not fit the family (roles out of
- * order, no user turn). *out is heap (inferd_free). */
-bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, const char *bos,
-                     const char *eos, char **out, srv_error *err);
-
-/* Text that ends an assistant turn in this family beyond the model's EOS
- * ("<|eot_id|>", "<|im_end|>"), or NULL. */
+/* The Jinja text of a built-in family (NULL for NONE). */
+const char *srv_chat_builtin_source(srv_chat_family f);
+/* The built-in family whose markers a template contains (NONE when none):
+ * informational only (logs), rendering always uses the template itself. */
+srv_chat_family srv_chat_detect(const char *jinja_template);
+/* End-of-turn text of a template beyond the model's EOS: the first of
+ * <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|END_OF_TURN_TOKEN|>
+ * that its source contains, or NULL. */
+const char *srv_chat_end_marker_of(const char *jinja_template);
+/* srv_chat_end_marker_of(srv_chat_builtin_source(f)). */
 const char *srv_chat_end_marker(srv_chat_family f);
+
+/* ---- a loaded template ------------------------------------------------------ */
+
+typedef struct srv_chat srv_chat;
+
+/* The server's template for tokenizer tok: family (not NONE) > template_arg
+ * (a file path, else inline Jinja) > the tokenizer's own. A template given
+ * explicitly that cannot be read or compiled is an error (INVALID_ARG,
+ * message set); the model's own template failing to compile, no template
+ * at all, or no Jinja engine give OK with a srv_chat whose srv_chat_ready()
+ * is false (chat requests then get 400 with the reason, and completions
+ * still work). tok must outlive the srv_chat. */
+inferd_status srv_chat_load(const tokenizer *tok, srv_chat_family family, const char *template_arg,
+                            bool allow_special_in_content, srv_chat **out);
+/* A template from its text (tests, tools). specials: a JSON object of
+ * special-token variables ({"bos_token": "<s>", ...}) or NULL to take them
+ * from tok's tokenizer_config.json (tok may be NULL: render only). false
+ * with *err set when it does not compile. */
+bool srv_chat_new(const char *name, const char *source, const tokenizer *tok, const cJSON *specials,
+                  bool allow_special_in_content, srv_chat **out, srv_error *err);
+void srv_chat_free(srv_chat *c);
+
+bool srv_chat_ready(const srv_chat *c);
+/* Where the template came from ("built-in llama-3", "FILE", "the model's
+ * tokenizer_config.json", ...), or why there is none. */
+const char *srv_chat_describe(const srv_chat *c);
+/* End-of-turn stop: a special token id (>= 0) or else text (NULL = none). */
+int32_t srv_chat_stop_id(const srv_chat *c);
+const char *srv_chat_stop_str(const srv_chat *c);
+
+/* Template inputs besides the messages. */
+typedef struct {
+    bool add_generation_prompt;
+    const cJSON *tools;     /* array or NULL (the template sees None) */
+    const cJSON *documents; /* array or NULL (None) */
+    const cJSON *kwargs;    /* object of extra variables (chat_template_kwargs) or NULL */
+    const char *fixed_now;  /* strftime_now() clock, "2026-01-15T12:00:00"; NULL = now */
+    bool add_special_tokens; /* srv_chat_encode: also apply the post-processor (BOS); /tokenize's option */
+} srv_chat_inputs;
+
+/* Render messages given as JSON (any OpenAI/HF shape: tool_calls, null
+ * content, content parts, ...; passed to the template unchanged). *text is
+ * heap, *len bytes. A template exception is a 400 (SRV_ERR_INVALID, param
+ * "messages") carrying the template's message. */
+bool srv_chat_render_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in, char **text,
+                          size_t *len, srv_error *err);
+
+/* The chat prompt's token ids: render msgs and tokenize without the
+ * post-processor (the template writes BOS), message contents protected
+ * from special-token parsing unless the srv_chat allows it. 400 when a
+ * content holds U+FDD0/U+FDD1 or the template raises. *ids is heap. */
+bool srv_chat_encode(const srv_chat *c, const srv_chat_msg *msgs, int n_msgs, const srv_chat_inputs *in,
+                     int32_t **ids, int *n_ids, srv_error *err);
+
+/* Render a built-in family's template (compiled once per process) with the
+ * given BOS/EOS texts and add_generation_prompt true. *out is heap. */
+bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, const char *bos, const char *eos,
+                     char **out, srv_error *err);
 
 #endif

@@ -1,10 +1,12 @@
 /* server/srv_gen.c: see srv_gen.h.
  *
  * Prompt construction follows HF semantics: a text prompt is encoded with
- * the tokenizer's post-processor (BOS) unless add_special_tokens is false;
- * a chat prompt is rendered by the family's template (which writes BOS
- * itself) and encoded without the post-processor; special-token text is
- * parsed in both. Token-id prompts go to the engine unchanged.
+ * the tokenizer's post-processor (BOS) unless add_special_tokens is false,
+ * special-token text parsed; a chat prompt is rendered by the model's chat
+ * template (which writes BOS itself) and encoded without the
+ * post-processor, special-token text parsed only where the template wrote
+ * it, not in message contents (srv_chat_encode). Token-id prompts go to the
+ * engine unchanged.
  *
  * Length policy: prompt + max_tokens must pass the engine's fit check
  * (sched_fit_check: model length and KV capacity); when
@@ -77,11 +79,10 @@ static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
     if (r->api == SRV_API_COMPLETIONS) {
         st = tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, true, ids, n);
     } else {
-        char *text;
-        if (!srv_chat_render(s->chat, r->msgs, r->n_msgs, s->bos_text, s->eos_text, &text, err))
+        srv_chat_inputs in = {.add_generation_prompt = true};
+        if (!srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err))
             return false;
-        st = tok_encode(s->tok, text, strlen(text), false, true, ids, n);
-        inferd_free(text);
+        st = INFERD_OK;
     }
     if (st != INFERD_OK) {
         srv_error_from_status(err, st, r->api == SRV_API_CHAT ? "messages" : "prompt");
@@ -138,13 +139,15 @@ static void add_chat_stop(srv_gen *g)
     sampling_params *sp = &g->req.sp;
     if (g->req.api != SRV_API_CHAT)
         return;
-    if (s->chat_stop_id >= 0 && sp->n_stop_token_ids < SAMPLING_MAX_STOP) {
+    int32_t stop_id = srv_chat_stop_id(s->chat);
+    const char *stop_str = srv_chat_stop_str(s->chat);
+    if (stop_id >= 0 && sp->n_stop_token_ids < SAMPLING_MAX_STOP) {
         for (int i = 0; i < sp->n_stop_token_ids; i++)
-            if (sp->stop_token_ids[i] == s->chat_stop_id)
+            if (sp->stop_token_ids[i] == stop_id)
                 return;
-        sp->stop_token_ids[sp->n_stop_token_ids++] = s->chat_stop_id;
-    } else if (s->chat_stop_str && sp->n_stop < SAMPLING_MAX_STOP) {
-        g->req.stops[sp->n_stop] = inferd_strdup(s->chat_stop_str);
+        sp->stop_token_ids[sp->n_stop_token_ids++] = stop_id;
+    } else if (stop_str && sp->n_stop < SAMPLING_MAX_STOP) {
+        g->req.stops[sp->n_stop] = inferd_strdup(stop_str);
         sp->stop[sp->n_stop] = g->req.stops[sp->n_stop];
         sp->n_stop++;
     }
@@ -177,7 +180,11 @@ static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void
         return srv_error_set(err, SRV_ERR_QUEUE_FULL, NULL,
                              "the server is at capacity (more than %d requests waiting); retry later",
                              g->s->opts.max_queued_requests);
-    srv_error_from_status(err, st, NULL);
+    /* the engine names the field at fault; chat's prompt is its messages */
+    const char *param = inferd_last_error_param();
+    if (param && g->req.api == SRV_API_CHAT && strcmp(param, "prompt") == 0)
+        param = "messages";
+    srv_error_from_status(err, st, param);
     return false;
 }
 
@@ -192,11 +199,9 @@ srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len,
         inferd_free(g);
         return NULL;
     }
-    if (api == SRV_API_CHAT && s->chat == SRV_CHAT_NONE) {
-        srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages",
-                      "this model has no chat template; start the server with --chat-template NAME (%s) "
-                      "or use /v1/completions",
-                      srv_chat_names());
+    if (api == SRV_API_CHAT && !srv_chat_ready(s->chat)) {
+        srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s (or use /v1/completions)",
+                      srv_chat_describe(s->chat));
         srv_gen_free(g);
         return NULL;
     }

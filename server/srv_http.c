@@ -61,20 +61,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_gen.h"
-#include "server/srv_http_guard.h"
-#include "server/srv_http_limits.h"
+#include "server/srv_http_int.h"
 #include "server/srv_log.h"
 #include "server/srv_routes.h"
 #include "server/srv_util.h"
 
 #define SLOT_CHUNK 256
-#define WATCHDOG_PERIOD_MS 50
 #define SSE_BLOCK 8192
-#define SCAN_EVERY 5       /* watchdog ticks per deadline scan (250 ms) */
 #define MAX_HDRS 100       /* more header lines: 431 */
-#define MHD_POOL (64 << 10) /* per-connection parse memory: room above the guard's limits */
-#define PROBE_100 "HTTP/1.1 100 Continue\r\n\r\n"
-#define PROBE_SSE ": \n\n"
 
 typedef enum {
     R_HEALTH,
@@ -87,14 +81,14 @@ typedef enum {
     R_DETOKENIZE
 } route_id;
 
-typedef struct {
+struct route {
     const char *path;
     bool prefix;      /* path is a prefix ("/v1/models/{id}") */
     bool post;        /* POST, else GET/HEAD */
     bool auth;        /* needs the API key when one is set */
     bool needs_model; /* 503 until the model is loaded */
     route_id id;
-} route;
+};
 
 static const route k_routes[] = {
     {"/health", false, false, false, false, R_HEALTH},
@@ -105,66 +99,6 @@ static const route k_routes[] = {
     {"/v1/chat/completions", false, true, true, true, R_CHAT},
     {"/tokenize", false, true, true, true, R_TOKENIZE},
     {"/detokenize", false, true, true, true, R_DETOKENIZE},
-};
-
-typedef struct srv_conn srv_conn;
-
-typedef struct {
-    srv_http *h;
-    srv_conn *c; /* under h->mu; NULL when free */
-} srv_slot;
-
-struct srv_conn {
-    srv_http *h;
-    struct MHD_Connection *conn;
-    const route *rt;
-    char method[16];
-    char path[128];
-    double t_recv;
-    inferd_buf body;
-    uint64_t body_seen;
-    bool started;     /* dispatched */
-    bool aborted;     /* generation aborted for shutdown */
-    int status;       /* HTTP status queued, 0 = none yet */
-    const char *note; /* for the access log */
-    srv_gen *gen;
-    srv_slot *slot;
-    int fd;
-    srv_peer *peer;   /* deadlines (srv_http_limits), NULL when unknown */
-    size_t reserved;  /* body bytes reserved from the budget */
-    bool busy;        /* the body did not fit the budget */
-    bool http11;      /* may be sent an interim 1xx */
-    char cors[256];   /* allowed cross-origin Origin to echo, "" none */
-    atomic_int refs; /* MHD request + streaming response */
-    /* under h->mu */
-    bool suspended, signaled, client_gone;
-    bool stream, probed, probe_sse; /* half-close probe (watchdog_scan) */
-    inferd_list_node link; /* in h->conns while it has a generation */
-};
-
-#define CONN_OF(node) INFERD_LIST_ENTRY(node, srv_conn, link)
-
-struct srv_http {
-    srv_server *s;
-    struct MHD_Daemon *d;
-    srv_guard *guard;
-    srv_limits *limits;
-    int port;
-    int listen_fd;   /* after quiesce, closed after stop */
-    atomic_int open; /* open requests */
-    pthread_mutex_t mu;
-    bool closing;      /* under mu: never suspend again */
-    inferd_list conns; /* under mu: of srv_conn, requests with a generation */
-    srv_slot **chunks; /* under mu */
-    int n_chunks;
-    srv_slot **free_slots;
-    int n_free, cap_free;
-    pthread_t watchdog;
-    bool watchdog_started;
-    atomic_bool stop_watchdog;
-    struct pollfd *pfds; /* watchdog scratch */
-    srv_conn **pconns;
-    size_t pcap;
 };
 
 /* ---- slots and the request list (callers hold h->mu) ------------------- */
@@ -207,7 +141,7 @@ static void list_remove(srv_http *h, srv_conn *c)
 }
 
 /* Resume a suspended connection (caller holds h->mu). */
-static void wake_locked(srv_conn *c)
+void srv_http_wake_locked(srv_conn *c)
 {
     c->signaled = true;
     if (c->suspended) {
@@ -217,11 +151,11 @@ static void wake_locked(srv_conn *c)
 }
 
 /* Wake every request with a generation (caller holds h->mu). */
-static void wake_all_locked(srv_http *h)
+void srv_http_wake_all_locked(srv_http *h)
 {
     inferd_list_node *it;
     INFERD_LIST_FOR_EACH(&h->conns, it)
-        wake_locked(CONN_OF(it));
+        srv_http_wake_locked(CONN_OF(it));
 }
 
 /* Engine thread: new output for the request in this slot. */
@@ -231,7 +165,7 @@ static void on_notify(void *user)
     srv_http *h = s->h;
     pthread_mutex_lock(&h->mu);
     if (s->c)
-        wake_locked(s->c);
+        srv_http_wake_locked(s->c);
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -475,6 +409,16 @@ static enum MHD_Result gen_wait(srv_conn *c)
     }
 }
 
+/* Whether the watchdog asked for a half-close probe (and clear it). */
+static bool take_probe(srv_conn *c)
+{
+    pthread_mutex_lock(&c->h->mu);
+    bool p = c->probe_sse;
+    c->probe_sse = false;
+    pthread_mutex_unlock(&c->h->mu);
+    return p;
+}
+
 /* Streaming reader: pending SSE bytes, or suspend until notify. */
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -493,6 +437,10 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return (ssize_t)n;
         if (done)
             return MHD_CONTENT_READER_END_OF_STREAM;
+        if (max >= sizeof PROBE_SSE - 1 && take_probe(c)) { /* an SSE comment: clients skip it */
+            memcpy(buf, PROBE_SSE, sizeof PROBE_SSE - 1);
+            return (ssize_t)(sizeof PROBE_SSE - 1);
+        }
         if (try_suspend(c))
             return 0;
     }
@@ -635,7 +583,7 @@ static enum MHD_Result conn_body(srv_conn *c, const char *upload, size_t n)
     return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **con_cls)
 {
@@ -661,7 +609,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)conn;
@@ -704,173 +652,3 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_unref(c);
 }
 
-/* ---- watchdog ------------------------------------------------------------- */
-
-/* Cancel suspended requests whose client hung up (caller holds h->mu). */
-static void watchdog_scan(srv_http *h)
-{
-    size_t n = 0;
-    inferd_list_node *it;
-    INFERD_LIST_FOR_EACH(&h->conns, it) {
-        srv_conn *c = CONN_OF(it);
-        if (!c->suspended || c->fd < 0)
-            continue;
-        if (n == h->pcap) {
-            h->pcap = h->pcap ? 2 * h->pcap : 64;
-            h->pfds = inferd_realloc(h->pfds, sizeof *h->pfds * h->pcap);
-            h->pconns = inferd_realloc(h->pconns, sizeof *h->pconns * h->pcap);
-        }
-        h->pfds[n] = (struct pollfd){.fd = c->fd, .events = POLLRDHUP, .revents = 0};
-        h->pconns[n++] = c;
-    }
-    if (n == 0 || poll(h->pfds, (nfds_t)n, 0) <= 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        if (h->pfds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-            h->pconns[i]->client_gone = true;
-            wake_locked(h->pconns[i]);
-        }
-    }
-}
-
-static void *watchdog_main(void *arg)
-{
-    srv_http *h = arg;
-    while (!atomic_load(&h->stop_watchdog)) {
-        struct timespec ts = {0, WATCHDOG_PERIOD_MS * 1000000L};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&h->mu);
-        if (!h->closing)
-            watchdog_scan(h);
-        pthread_mutex_unlock(&h->mu);
-    }
-    return NULL;
-}
-
-/* ---- lifecycle -------------------------------------------------------------- */
-
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    if (g_log_level > LOG_LEVEL_DEBUG)
-        return;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t n = strlen(msg);
-    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-        msg[--n] = '\0';
-    INFERD_LOG_DEBUG("mhd: %s", msg);
-}
-
-static bool resolve(const char *host, int port, struct sockaddr_storage *addr, bool *v6)
-{
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(host, ps, &hints, &res) != 0 || !res)
-        return false;
-    memcpy(addr, res->ai_addr, res->ai_addrlen);
-    *v6 = res->ai_family == AF_INET6;
-    freeaddrinfo(res);
-    return true;
-}
-
-inferd_status srv_http_start(srv_server *s)
-{
-    const srv_opts *o = &s->opts;
-    struct sockaddr_storage addr;
-    bool v6 = false;
-    if (!resolve(o->host, o->port, &addr, &v6))
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "--host: cannot resolve '%s'", o->host);
-    srv_http *h = inferd_calloc(1, sizeof *h);
-    h->s = s;
-    inferd_list_init(&h->conns);
-    h->listen_fd = -1;
-    pthread_mutex_init(&h->mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
-    if (v6)
-        flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-                            (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
-    if (!h->d) {
-        pthread_mutex_destroy(&h->mu);
-        inferd_free(h);
-        return inferd_set_error(INFERD_ERR_IO, "cannot listen on %s:%d (address in use or not permitted?)",
-                                o->host, o->port);
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : o->port;
-    if (pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0)
-        h->watchdog_started = true;
-    s->http = h;
-    return INFERD_OK;
-}
-
-int srv_http_port(const srv_http *h)
-{
-    return h->port;
-}
-
-int srv_http_open_requests(const srv_http *h)
-{
-    return atomic_load(&((srv_http *)h)->open);
-}
-
-void srv_http_quiesce(srv_http *h)
-{
-    if (h->listen_fd < 0) {
-        MHD_socket fd = MHD_quiesce_daemon(h->d);
-        h->listen_fd = (int)fd;
-    }
-}
-
-void srv_http_abort_all(srv_http *h)
-{
-    pthread_mutex_lock(&h->mu);
-    wake_all_locked(h);
-    pthread_mutex_unlock(&h->mu);
-}
-
-void srv_http_stop(srv_http *h)
-{
-    if (!h || !h->d)
-        return;
-    pthread_mutex_lock(&h->mu);
-    h->closing = true;
-    wake_all_locked(h);
-    pthread_mutex_unlock(&h->mu);
-    atomic_store(&h->stop_watchdog, true);
-    if (h->watchdog_started)
-        pthread_join(h->watchdog, NULL);
-    h->watchdog_started = false;
-    MHD_stop_daemon(h->d);
-    h->d = NULL;
-    if (h->listen_fd >= 0)
-        close(h->listen_fd);
-    h->listen_fd = -1;
-}
-
-void srv_http_free(srv_http *h)
-{
-    if (!h)
-        return;
-    srv_http_stop(h);
-    for (int i = 0; i < h->n_chunks; i++)
-        inferd_free(h->chunks[i]);
-    inferd_free(h->chunks);
-    inferd_free(h->free_slots);
-    inferd_free(h->pfds);
-    inferd_free(h->pconns);
-    pthread_mutex_destroy(&h->mu);
-    h->s->http = NULL;
-    inferd_free(h);
-}

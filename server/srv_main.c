@@ -30,6 +30,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_http.h"
+#include "server/srv_jinja.h"
+#include "server/srv_http_guard.h"
 #include "server/srv_log.h"
 #include "server/srv_server.h"
 
@@ -45,41 +47,31 @@ static void raise_nofile(void)
     }
 }
 
-/* Chat template family and its end-of-turn stop (token or text). */
-static void setup_chat(srv_server *s)
+/* Chat template (srv_chat.h): a built-in, --chat-template FILE or inline,
+ * or the model's own; rendered by the embedded jinja2, started here once.
+ * False when a template given with --chat-template cannot be used; a model
+ * template that cannot be used only disables chat (400 naming why). */
+static bool setup_chat(srv_server *s)
 {
-    const char *tmpl = tok_chat_template(s->tok);
-    if (s->opts.chat_family != SRV_CHAT_NONE) {
-        s->chat = s->opts.chat_family;
-    } else {
-        s->chat = srv_chat_detect(tmpl);
-        if (tmpl && s->chat == SRV_CHAT_NONE)
-            INFERD_LOG_WARN(
-                "the tokenizer's chat_template is not one of the supported families (%s); chat requests get "
-                "400 unless --chat-template NAME is given",
-                srv_chat_names());
-    }
-    int32_t bos = tok_bos_id(s->tok), eos = tok_eos_id(s->tok);
-    const char *bp = bos >= 0 ? tok_id_to_piece(s->tok, bos) : NULL;
-    const char *ep = eos >= 0 ? tok_id_to_piece(s->tok, eos) : NULL;
-    s->bos_text = inferd_strdup(bp ? bp : "");
-    s->eos_text = inferd_strdup(ep ? ep : "");
-    s->chat_stop_id = -1;
-    const char *marker = srv_chat_end_marker(s->chat);
-    if (!marker)
-        return;
-    int32_t id = tok_piece_to_id(s->tok, marker);
-    if (id >= 0 && tok_is_special(s->tok, id))
-        s->chat_stop_id = id;
+    if (srv_jinja_init() != INFERD_OK)
+        INFERD_LOG_WARN("chat templates disabled: %s", inferd_last_error());
+    if (srv_chat_load(s->tok, s->opts.chat_family, s->opts.chat_template, s->opts.allow_special_in_content,
+                      &s->chat) != INFERD_OK)
+        return false;
+    if (!srv_chat_ready(s->chat))
+        INFERD_LOG_WARN("chat requests will get 400: %s", srv_chat_describe(s->chat));
     else
-        s->chat_stop_str = inferd_strdup(marker);
+        INFERD_LOG_INFO("chat template: %s, rendered by %s%s", srv_chat_describe(s->chat), srv_jinja_version(),
+                        s->opts.allow_special_in_content ? "; special-token text in message contents is parsed"
+                                                         : "");
+    return true;
 }
 
 static bool load(srv_server *s)
 {
     srv_opts *o = &s->opts;
     const char *tok_dir = o->model.tokenizer_dir ? o->model.tokenizer_dir : o->model.model_dir;
-    if (tok_load(tok_dir, &s->tok) != INFERD_OK)
+    if (tok_load(tok_dir, &s->tok) != INFERD_OK || !setup_chat(s))
         return false;
     if (model_load(&o->model, &s->m) != INFERD_OK)
         return false;
@@ -91,7 +83,6 @@ static bool load(srv_server *s)
     s->max_model_len = model_max_model_len(s->m);
     int mv = model_get_config(s->m)->vocab_size, tv = tok_vocab_size(s->tok);
     s->vocab_size = mv < tv ? mv : tv;
-    setup_chat(s);
     s->created = util_unix_s();
     return true;
 }
@@ -164,9 +155,7 @@ static void free_server(srv_server *s)
     model_free(s->m);
     tok_free(s->tok);
     srv_metrics_free(s->metrics);
-    inferd_free(s->bos_text);
-    inferd_free(s->eos_text);
-    inferd_free(s->chat_stop_str);
+    srv_chat_free(s->chat);
     srv_opts_free(&s->opts);
     inferd_free(s);
 }
@@ -174,6 +163,11 @@ static void free_server(srv_server *s)
 int srv_run(srv_opts *o)
 {
     if (srv_opts_validate(o) != INFERD_OK) {
+        INFERD_LOG_ERROR("%s", inferd_last_error());
+        srv_opts_free(o);
+        return 2;
+    }
+    if (srv_guard_resolve_key(o) != INFERD_OK) { /* --api-key-file / INFERD_API_KEY */
         INFERD_LOG_ERROR("%s", inferd_last_error());
         srv_opts_free(o);
         return 2;
@@ -189,7 +183,6 @@ int srv_run(srv_opts *o)
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     s->metrics = srv_metrics_new();
-    s->chat_stop_id = -1;
     if (srv_http_start(s) != INFERD_OK) {
         INFERD_LOG_ERROR("%s", inferd_last_error());
         free_server(s);
@@ -205,8 +198,8 @@ int srv_run(srv_opts *o)
     }
     atomic_store(&s->ready, true);
     INFERD_LOG_INFO("ready: model '%s' (max_model_len %d, vocab %d, chat template %s) on http://%s:%d",
-             s->opts.served_model_name, s->max_model_len, s->vocab_size, srv_chat_name(s->chat), s->opts.host,
-             srv_http_port(s->http));
+             s->opts.served_model_name, s->max_model_len, s->vocab_size, srv_chat_ready(s->chat) ? "on" : "off",
+             s->opts.host, srv_http_port(s->http));
     int sig = serve_loop(s, &set);
     shutdown_server(s, sig, &set);
     free_server(s);

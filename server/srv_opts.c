@@ -10,8 +10,9 @@
  *   max-body-buffer-bytes [1 MiB, 1 TiB], default 256 MiB (32 bodies of the
  *       default limit): the sum of every buffered body, the memory a crowd of
  *       large uploads can pin at once;
- *   max-connections-per-client, default 1024: one address cannot take the
- *       whole --max-connections, yet a load generator on one host fits;
+ *   max-connections-per-client, default 4096: one address cannot take the
+ *       whole --max-connections (10,000), yet a load generator or a test
+ *       with 1,200 connections from one host fits;
  *   header-timeout [0.1, 3600] s, default 30 (Apache 20-40, nginx 60);
  *   min-body-rate, default 1 KiB/s after the header-timeout grace
  *       (Apache's mod_reqtimeout MinRate is 500 B/s).
@@ -26,23 +27,41 @@
 
 #define OFF(f) offsetof(srv_opts, f)
 
-/* --chat-template NAME: one of the families srv_chat knows. */
+/* --chat-template NAME|FILE|TEMPLATE: a built-in family, else a readable
+ * file, else inline Jinja (vLLM's convention); anything else is refused
+ * here rather than at the first chat request. */
 static bool parse_chat(void *base, const opt_row *row, const char *text)
 {
     (void)row;
     srv_opts *o = base;
-    if (srv_chat_from_name(text, &o->chat_family))
-        return true;
-    inferd_set_error(INFERD_ERR_INVALID_ARG, "unknown template '%s' (known: %s)", text, srv_chat_names());
-    return false;
+    srv_chat_family f;
+    bool inline_jinja = strstr(text, "{{") || strstr(text, "{%");
+    if (!srv_chat_from_name(text, &f) && !util_file_exists(text) && !inline_jinja) {
+        inferd_set_error(INFERD_ERR_INVALID_ARG,
+                         "unknown template '%s': not a built-in name (%s), a readable file or an inline "
+                         "Jinja template",
+                         text, srv_chat_names());
+        return false;
+    }
+    inferd_free(o->chat_template);
+    o->chat_template = NULL;
+    o->chat_family = SRV_CHAT_NONE;
+    if (!srv_chat_from_name(text, &o->chat_family))
+        o->chat_template = inferd_strdup(text);
+    return true;
 }
 
 static const opt_row k_rows[] = {
     {.name = "served-model-name", .kind = OPT_STR, .off = OFF(served_model_name), .meta = "NAME",
      .help = "model id in the API (default: model dir name)"},
-    {.name = "chat-template", .kind = OPT_CUSTOM, .parse = parse_chat, .meta = "NAME",
-     .help = "llama-2|llama-3|llama-3.1|chatml|mistral (default: detect from tokenizer_config.json)",
+    {.name = "chat-template", .kind = OPT_CUSTOM, .parse = parse_chat, .meta = "NAME|FILE|TEMPLATE",
+     .help = "llama-2|llama-3|llama-3.1|chatml|mistral, a Jinja file or inline Jinja (default: the "
+             "model's tokenizer_config.json chat_template)",
      .flags = OPT_F_NO_DEFAULT},
+    {.name = "allow-special-tokens-in-content", .kind = OPT_BOOL, .off = OFF(allow_special_in_content),
+     .def = 0,
+     .help = "parse special-token text inside chat message contents (trusted clients only: lets them "
+             "forge turns)"},
     {.name = "request-timeout", .kind = OPT_DOUBLE, .off = OFF(request_timeout_s), .min = 0, .max = 1e9,
      .def = 0, .meta = "SECONDS", .help = "abort requests running longer (0 = none)"},
     {.name = "host", .kind = OPT_STR, .off = OFF(host), .def_str = "127.0.0.1", .meta = "ADDR",
@@ -68,7 +87,7 @@ static const opt_row k_rows[] = {
     {.name = "allowed-origins", .kind = OPT_STR, .off = OFF(allowed_origins), .meta = "LIST",
      .help = "browser origins allowed cross-origin (CORS), e.g. https://app.example ('*' = any)"},
     {.name = "max-connections-per-client", .kind = OPT_INT, .off = OFF(max_connections_per_client), .min = 0,
-     .max = 1 << 20, .def = 1024, .help = "concurrent connections from one client address (0 = no limit)"},
+     .max = 1 << 20, .def = 4096, .help = "concurrent connections from one client address (0 = no limit)"},
     {.name = "header-timeout", .kind = OPT_DOUBLE, .off = OFF(header_timeout_s), .min = 0.1, .max = 3600,
      .def = 30, .meta = "SECONDS", .help = "close a connection whose request head (or next request) is late"},
     {.name = "min-body-rate", .kind = OPT_INT64, .off = OFF(min_body_rate), .min = 1, .max = 1 << 30,
@@ -103,6 +122,7 @@ void srv_opts_free(srv_opts *o)
     const opt_row *mrows = model_opts_rows(&nm);
     opt_free(mrows, nm, &o->model);
     opt_free(k_rows, INFERD_ARRAY_LEN(k_rows), o);
+    inferd_free(o->chat_template); /* CUSTOM row: opt_free leaves it */
     memset(o, 0, sizeof *o);
 }
 

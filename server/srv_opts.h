@@ -26,7 +26,9 @@ typedef struct {
     engine_opts engine; /* engine_opts_rows; step limits taken from model by srv_run */
     /* the server's rows (srv_opts_rows) */
     char *served_model_name;     /* NULL = basename of model.model_dir */
-    srv_chat_family chat_family; /* SRV_CHAT_NONE = detect from tokenizer_config.json */
+    srv_chat_family chat_family; /* --chat-template NAME: a built-in template; NONE = see chat_template */
+    char *chat_template;         /* --chat-template FILE or inline Jinja (heap); NULL = the model's */
+    bool allow_special_in_content; /* parse special-token text in message contents (trusted clients) */
     double request_timeout_s;    /* 0 = none */
     char *host;
     int port;

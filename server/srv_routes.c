@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/alloc.h"
 #include "server/srv_openai.h"
 
@@ -41,31 +43,55 @@ char *srv_routes_metrics(srv_server *s, size_t *len)
     return srv_metrics_render(s->metrics, have ? &st : NULL, len);
 }
 
+/* Chat template inputs of a /tokenize body beyond its messages (vLLM's
+ * names): add_generation_prompt (default true) and chat_template_kwargs
+ * (an object of extra template variables, e.g. enable_thinking). */
+static bool tokenize_chat(srv_server *s, const char *body, size_t len, const srv_tokenize_req *r, int32_t **ids,
+                          int *n, srv_error *err)
+{
+    if (!srv_chat_ready(s->chat))
+        return srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s", srv_chat_describe(s->chat));
+    cJSON *root = cJSON_ParseWithLength(body, len); /* already validated by srv_tokenize_parse */
+    const cJSON *agp = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    bool ok = true;
+    if (agp && !cJSON_IsBool(agp) && !cJSON_IsNull(agp))
+        ok = srv_error_set(err, SRV_ERR_INVALID, "add_generation_prompt",
+                           "'add_generation_prompt' must be a boolean");
+    else if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw))
+        ok = srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs",
+                           "'chat_template_kwargs' must be an object");
+    if (ok) {
+        srv_chat_inputs in = {.add_generation_prompt = !cJSON_IsFalse(agp),
+                              .kwargs = cJSON_IsObject(kw) ? kw : NULL,
+                              .add_special_tokens = r->add_special_tokens};
+        ok = srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err);
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
 char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error *err)
 {
     srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
     srv_tokenize_req r;
     if (!srv_tokenize_parse(body, len, &lim, &r, err))
         return NULL;
-    char *text = NULL;
-    const char *src = r.prompt;
-    size_t src_len = r.prompt_len;
-    if (r.msgs) {
-        if (!srv_chat_render(s->chat, r.msgs, r.n_msgs, s->bos_text, s->eos_text, &text, err)) {
-            srv_tokenize_free(&r);
-            return NULL;
-        }
-        src = text;
-        src_len = strlen(text);
-    }
     int32_t *ids = NULL;
     int n = 0;
-    inferd_status st = tok_encode(s->tok, src, src_len, r.add_special_tokens, true, &ids, &n);
-    inferd_free(text);
-    srv_tokenize_free(&r);
-    if (st != INFERD_OK) {
-        srv_error_from_status(err, st, "prompt");
-        return NULL;
+    if (r.msgs) {
+        /* the chat prompt exactly as chat completions builds it */
+        bool ok = tokenize_chat(s, body, len, &r, &ids, &n, err);
+        srv_tokenize_free(&r);
+        if (!ok)
+            return NULL;
+    } else {
+        inferd_status st = tok_encode(s->tok, r.prompt, r.prompt_len, r.add_special_tokens, true, &ids, &n);
+        srv_tokenize_free(&r);
+        if (st != INFERD_OK) {
+            srv_error_from_status(err, st, "prompt");
+            return NULL;
+        }
     }
     char *out = srv_resp_tokenize(ids, n, s->max_model_len);
     inferd_free(ids);

@@ -28,11 +28,8 @@ typedef struct srv_server {
     engine *eng;
     srv_metrics *metrics;
     srv_http *http;
-    /* chat template */
-    srv_chat_family chat;
-    char *bos_text, *eos_text; /* token texts for templates ("" when none) */
-    int32_t chat_stop_id;      /* end-of-turn special token id, -1 none */
-    char *chat_stop_str;       /* end-of-turn text when it is not one token, NULL none */
+    /* chat template (srv_chat.h): never NULL once loaded; may be not ready */
+    srv_chat *chat;
     /* limits */
     int max_model_len;
     int vocab_size;

@@ -8,7 +8,14 @@
  * without overlaps. A match honours `single_word` (no word character
  * touching it), `lstrip` / `rstrip` (swallow the whitespace around it). With
  * parse_special false, special tokens are found but left in the text, which
- * is what HF's `split_special_tokens` does.
+ * is what HF's `split_special_tokens` does. Protected spans (tok_span)
+ * refuse special matches that overlap them; the scan then resumes one byte
+ * after the refused match's start, so a special token that begins inside
+ * the refused text but outside the span is still found.
+ *
+ * A third trie holds the raw text of every special token, for
+ * tok_find_special / tok_special_edges (finding special-token text in
+ * client content before it is put into a chat prompt).
  */
 #include <string.h>
 
@@ -93,6 +100,11 @@ inferd_status tok_added_build(tokenizer *t)
         const tok_added *a = &t->added[i];
         if (a->len == 0)
             continue;
+        if (a->special) {
+            trie_insert(&t->trie_special, a->content, a->len, i);
+            if (a->len > t->special_max_len)
+                t->special_max_len = a->len;
+        }
         need_word |= a->single_word;
         if (!a->normalized) {
             trie_insert(&t->trie_raw, a->content, a->len, i);
@@ -116,6 +128,7 @@ void tok_added_free(tokenizer *t)
 {
     trie_free(&t->trie_raw);
     trie_free(&t->trie_norm);
+    trie_free(&t->trie_special);
     tok_regex_free(&t->word_re);
 }
 
@@ -171,8 +184,23 @@ static size_t ws_run_after(const char *s, size_t n, size_t start)
     return e;
 }
 
-void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const char *s, size_t n,
-                     int64_t base_orig, tok_list *out)
+bool tok_span_hit(const tok_span *protect, int n_protect, size_t a, size_t b)
+{
+    /* spans are sorted and disjoint, so their ends do not decrease: find
+     * the first span ending after a, then it is the only candidate */
+    int lo = 0, hi = n_protect;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (protect[mid].end > a)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo < n_protect && protect[lo].start < b;
+}
+
+void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const tok_span *protect,
+                     int n_protect, const char *s, size_t n, int64_t base_orig, tok_list *out)
 {
     pcre2_match_data *md = NULL;
     size_t done = 0, i = 0;
@@ -188,6 +216,11 @@ void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_specia
         i = me;
         if (a->special && !parse_special)
             continue;
+        if (a->special && n_protect > 0 &&
+            tok_span_hit(protect, n_protect, (size_t)base_orig + ms, (size_t)base_orig + me)) {
+            i = ms + 1;
+            continue;
+        }
         if (a->single_word) {
             if (!md)
                 md = pcre2_match_data_create(1, NULL);
@@ -211,4 +244,48 @@ void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_specia
         tok_list_push(out, s + done, n - done, -1, base_orig + (int64_t)done);
     if (md)
         pcre2_match_data_free(md);
+}
+
+bool tok_find_special(const tokenizer *t, const char *s, size_t n, size_t from, size_t *ms, size_t *me)
+{
+    for (size_t i = from; i < n && t->trie_special.n > 0; i++) {
+        size_t len = 0;
+        if (trie_longest(&t->trie_special, s + i, n - i, &len) >= 0) {
+            *ms = i;
+            *me = i + len;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether s[p..n) walks the special trie to a node that has children. */
+static bool walks_to_inner_node(const tok_trie *tr, const char *s, size_t p, size_t n)
+{
+    int32_t node = 0;
+    for (size_t i = p; i < n && node >= 0; i++)
+        node = trie_child(tr, node, (uint8_t)s[i]);
+    return node >= 0 && tr->first_child[node] >= 0;
+}
+
+void tok_special_edges(const tokenizer *t, const char *s, size_t n, bool *ends_with_head, bool *starts_with_tail)
+{
+    *ends_with_head = *starts_with_tail = false;
+    if (t->trie_special.n == 0 || n == 0)
+        return;
+    size_t span = t->special_max_len > 1 ? t->special_max_len - 1 : 0;
+    for (size_t p = n > span ? n - span : 0; p < n && !*ends_with_head; p++)
+        *ends_with_head = walks_to_inner_node(&t->trie_special, s, p, n);
+    for (int i = 0; i < t->n_added && !*starts_with_tail; i++) {
+        const tok_added *a = &t->added[i];
+        if (!a->special)
+            continue;
+        for (size_t k = 1; k < a->len && k <= n; k++) {
+            const char *tail = a->content + a->len - k;
+            if (tail[0] == s[0] && memcmp(tail, s, k) == 0) {
+                *starts_with_tail = true;
+                break;
+            }
+        }
+    }
 }

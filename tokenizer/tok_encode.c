@@ -9,6 +9,9 @@
  *   5. apply the post-processor template (BOS) when add_special.
  *
  * All scratch is local to the call, so one tokenizer serves many threads.
+ * Protected spans (tok_encode_ex) act in steps 1 and 2: in step 1 they are
+ * exact (raw offsets); in step 2 a normalizer may move offsets, so special
+ * tokens are not parsed at all in a normalized piece that overlaps one.
  */
 #include <string.h>
 
@@ -33,9 +36,13 @@ static void enc_ctx_free(enc_ctx *c)
 }
 
 /* Steps 1-3: text -> words and added-token pieces in c->pieces. */
-static inferd_status enc_split(const tokenizer *t, enc_ctx *c, const char *text, size_t len, bool parse_special)
+static inferd_status enc_split(const tokenizer *t, enc_ctx *c, const char *text, size_t len,
+                               const tok_encode_opts *o)
 {
-    tok_added_split(t, &t->trie_raw, parse_special, text, len, 0, &c->segs);
+    bool ps = o->parse_special;
+    const tok_span *pr = o->protect;
+    int npr = ps ? o->n_protect : 0;
+    tok_added_split(t, &t->trie_raw, ps, pr, npr, text, len, 0, &c->segs);
     for (int i = 0; i < c->segs.n; i++) {
         const tok_piece *p = &c->segs.v[i];
         const char *s = tok_list_str(&c->segs, i);
@@ -44,13 +51,14 @@ static inferd_status enc_split(const tokenizer *t, enc_ctx *c, const char *text,
             continue;
         }
         if (t->norm.n == 0) {
-            tok_added_split(t, &t->trie_norm, parse_special, s, p->len, p->orig, &c->pieces);
+            tok_added_split(t, &t->trie_norm, ps, pr, npr, s, p->len, p->orig, &c->pieces);
             continue;
         }
         inferd_status st = tok_normalize(t, &t->norm, s, p->len, &c->norm);
         if (st != INFERD_OK)
             return st;
-        tok_added_split(t, &t->trie_norm, parse_special, c->norm.data, c->norm.len, p->orig, &c->pieces);
+        bool piece_ps = ps && !(npr > 0 && tok_span_hit(pr, npr, (size_t)p->orig, (size_t)p->orig + p->len));
+        tok_added_split(t, &t->trie_norm, piece_ps, NULL, 0, c->norm.data, c->norm.len, p->orig, &c->pieces);
     }
     if (t->pre.n > 0)
         return tok_pretokenize(t, &c->pieces, &c->tmp);
@@ -69,7 +77,14 @@ static void push_id(int32_t **ids, int *n, int *cap, int32_t id)
 inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                          int32_t **ids, int *n_ids)
 {
-    if (!t || !ids || !n_ids || (!text && len > 0))
+    tok_encode_opts o = {.add_special = add_special, .parse_special = parse_special};
+    return tok_encode_ex(t, text, len, &o, ids, n_ids);
+}
+
+inferd_status tok_encode_ex(const tokenizer *t, const char *text, size_t len, const tok_encode_opts *o,
+                            int32_t **ids, int *n_ids)
+{
+    if (!t || !o || !ids || !n_ids || (!text && len > 0) || (o->n_protect > 0 && !o->protect))
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "tok_encode: NULL argument");
     *ids = NULL;
     *n_ids = 0;
@@ -80,7 +95,7 @@ inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool 
 
     enc_ctx c = {0};
     c.bpe = tok_bpe_scratch_new();
-    inferd_status st = enc_split(t, &c, len ? text : "", len, parse_special);
+    inferd_status st = enc_split(t, &c, len ? text : "", len, o);
     if (st != INFERD_OK) {
         enc_ctx_free(&c);
         return st;
@@ -96,7 +111,7 @@ inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool 
     }
     enc_ctx_free(&c);
 
-    if (!add_special || !t->tmpl) {
+    if (!o->add_special || !t->tmpl) {
         if (!body)
             body = inferd_malloc(sizeof *body);
         *ids = body;

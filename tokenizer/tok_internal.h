@@ -187,6 +187,10 @@ typedef struct {
     int n, cap;
 } tok_trie;
 
+/* The special-token keys of tokenizer_config.json kept as text (order of
+ * k_config_token_keys in tok_load.c). */
+#define TOK_CONFIG_TOKENS 7
+
 /* Post-processor template item: a special token's ids or the sequence. */
 typedef struct {
     bool is_sequence;
@@ -217,6 +221,8 @@ struct tokenizer {
     tok_added *added;
     int n_added;
     tok_trie trie_raw, trie_norm; /* added tokens with normalized false / true */
+    tok_trie trie_special;        /* raw text of every special added token (tok_find_special) */
+    size_t special_max_len;       /* longest special token text in bytes */
     tok_regex word_re;            /* single_word boundary test (compiled when needed) */
 
     tok_tmpl_item *tmpl;     /* post-processor single template, NULL when none */
@@ -224,6 +230,8 @@ struct tokenizer {
 
     int32_t bos_id, eos_id;
     bool add_bos_token;      /* tokenizer_config.json, informational */
+    bool has_config;         /* a tokenizer_config.json was given */
+    char *config_tokens[TOK_CONFIG_TOKENS]; /* bos/eos/unk/sep/pad/cls/mask text or NULL */
     char *chat_template;
 };
 
@@ -268,9 +276,13 @@ inferd_status tok_added_build(tokenizer *t);
 void tok_added_free(tokenizer *t);
 /* Split s[0..n) at matches of trie; added pieces carry their id. Non-added
  * pieces keep orig = base_orig + offset. Special tokens are skipped (left
- * as text) unless parse_special. Empty pieces are dropped. */
-void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const char *s, size_t n,
-                     int64_t base_orig, tok_list *out);
+ * as text) unless parse_special, and also when their match
+ * [base_orig + ms, base_orig + me) overlaps a span of protect[0..n_protect)
+ * (sorted, disjoint; see tok_span). Empty pieces are dropped. */
+void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const tok_span *protect,
+                     int n_protect, const char *s, size_t n, int64_t base_orig, tok_list *out);
+/* Whether [a, b) overlaps a protected span (tok_span's rule). */
+bool tok_span_hit(const tok_span *protect, int n_protect, size_t a, size_t b);
 
 /* ---- tok_decode.c -------------------------------------------------------- */
 

@@ -254,6 +254,22 @@ static int32_t config_token(const tokenizer *t, const cJSON *cfg, const char *ke
     return id;
 }
 
+static const char *const k_config_token_keys[TOK_CONFIG_TOKENS] = {
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+};
+
+/* Keep the special-token texts of tokenizer_config.json (chat templates
+ * see them as bos_token, eos_token, ...). */
+static void config_token_texts(tokenizer *t, const cJSON *cfg)
+{
+    for (int k = 0; k < TOK_CONFIG_TOKENS; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, k_config_token_keys[k]);
+        const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? tok_json_str(v, "content") : NULL;
+        if (s && s[0])
+            t->config_tokens[k] = inferd_strdup(s);
+    }
+}
+
 static void config_chat_template(tokenizer *t, const cJSON *cfg)
 {
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
@@ -286,6 +302,8 @@ static inferd_status load_config(tokenizer *t, const char *config_json)
         t->bos_id = config_token(t, cfg, "bos_token");
         t->eos_id = config_token(t, cfg, "eos_token");
         t->add_bos_token = tok_json_bool(cfg, "add_bos_token", true);
+        t->has_config = true;
+        config_token_texts(t, cfg);
         config_chat_template(t, cfg);
         cJSON_Delete(cfg);
     }
@@ -407,6 +425,8 @@ void tok_free(tokenizer *t)
         inferd_free(t->tmpl[i].ids);
     inferd_free(t->tmpl);
     inferd_free(t->chat_template);
+    for (int k = 0; k < TOK_CONFIG_TOKENS; k++)
+        inferd_free(t->config_tokens[k]);
     inferd_free(t);
 }
 
@@ -415,6 +435,15 @@ int32_t tok_bos_id(const tokenizer *t) { return t->bos_id; }
 int32_t tok_eos_id(const tokenizer *t) { return t->eos_id; }
 const char *tok_chat_template(const tokenizer *t) { return t->chat_template; }
 bool tok_add_bos_token(const tokenizer *t) { return t->add_bos_token; }
+bool tok_has_config(const tokenizer *t) { return t->has_config; }
+
+const char *tok_config_token(const tokenizer *t, const char *key)
+{
+    for (int k = 0; k < TOK_CONFIG_TOKENS; k++)
+        if (strcmp(key, k_config_token_keys[k]) == 0)
+            return t->config_tokens[k];
+    return NULL;
+}
 
 bool tok_is_special(const tokenizer *t, int32_t id)
 {

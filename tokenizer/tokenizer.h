@@ -46,6 +46,45 @@ bool tok_add_bos_token(const tokenizer *t);
 inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t **ids, int *n_ids);
 
+/* A byte range [start, end) of an encode's input that must never be read
+ * as special tokens: a special token whose text overlaps it (or, when
+ * start == end, that straddles that offset) is left as ordinary text, as
+ * with parse_special false. Used for text that came from a client inside a
+ * rendered chat prompt (see server/srv_chat.c). */
+typedef struct {
+    size_t start, end;
+} tok_span;
+
+typedef struct {
+    bool add_special;        /* apply the post-processor (BOS) */
+    bool parse_special;      /* special-token text -> special ids */
+    const tok_span *protect; /* sorted by start, not overlapping; NULL = none */
+    int n_protect;
+} tok_encode_opts;
+
+/* tok_encode with protected spans (o->protect, only meaningful with
+ * parse_special). Non-special added tokens are parsed everywhere, as HF
+ * does with split_special_tokens. Special tokens whose `normalized` flag is
+ * set are matched after normalization; within a normalized piece that
+ * overlaps a protected span they are not parsed at all. */
+inferd_status tok_encode_ex(const tokenizer *t, const char *text, size_t len, const tok_encode_opts *o,
+                            int32_t **ids, int *n_ids);
+
+/* Leftmost-longest occurrence of a special token's text (added tokens with
+ * special: true) in s[from..n): true with [*ms, *me). */
+bool tok_find_special(const tokenizer *t, const char *s, size_t n, size_t from, size_t *ms, size_t *me);
+/* Whether s ends with a proper prefix of a special token's text (so that
+ * text following s could complete it), and whether s starts with a proper
+ * suffix of one (so that text before s could). */
+void tok_special_edges(const tokenizer *t, const char *s, size_t n, bool *ends_with_head, bool *starts_with_tail);
+
+/* A special token named in tokenizer_config.json ("bos_token", "eos_token",
+ * "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"): its
+ * text, or NULL when the file has none, null or "" for it. */
+const char *tok_config_token(const tokenizer *t, const char *key);
+/* Whether a tokenizer_config.json was loaded with the tokenizer. */
+bool tok_has_config(const tokenizer *t);
+
 /* Full decode; *text is heap (inferd_free). */
 inferd_status tok_decode(const tokenizer *t, const int32_t *ids, int n, bool skip_special,
                          char **text, size_t *len);

@@ -61,6 +61,7 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--load-format=gguf"},
         {"serve", "--model", "m", "--block-size=0"},
         {"serve", "--model", "m", "--max-model-len"},
+        {"serve", "--model", "m", "--config"}, /* a trailing --config was ignored */
     };
     for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
         srv_opts_default(&o);

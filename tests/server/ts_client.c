@@ -459,6 +459,45 @@ int ts_raw_send(const ts_server *s, const char *bytes, size_t n)
     return fd;
 }
 
+int ts_raw_connect(const ts_server *s, const char *src_ip)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in src = {.sin_family = AF_INET, .sin_port = 0};
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)s->port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if ((src_ip && (inet_pton(AF_INET, src_ip, &src.sin_addr) != 1 ||
+                    bind(fd, (struct sockaddr *)&src, sizeof src) != 0)) ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int ts_raw_exchange(const ts_server *s, const char *req, int timeout_ms, char **out)
+{
+    int fd = ts_raw_send(s, req, strlen(req));
+    if (out)
+        *out = NULL;
+    if (fd < 0)
+        return 0;
+    char *acc = NULL;
+    size_t n = 0;
+    ts_raw_read_until(fd, "\x01never\x01", timeout_ms, &acc, &n); /* until closed */
+    close(fd);
+    int status = 0;
+    if (acc && strncmp(acc, "HTTP/1.", 7) == 0 && strlen(acc) > 12)
+        status = atoi(acc + 9);
+    if (out)
+        *out = acc;
+    else
+        free(acc);
+    return status;
+}
+
 int ts_raw_post(const ts_server *s, const char *path, const char *json)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -82,6 +82,13 @@ char *ts_golden_text(void);
 /* Connect to the server and write bytes[0..n) as they are (any request,
  * well formed or not); returns the fd (-1 on error). */
 int ts_raw_send(const ts_server *s, const char *bytes, size_t n);
+/* Connect to the server from source address src_ip (NULL = any; any
+ * 127.x.y.z works on Linux loopback); returns the fd (-1 on error). */
+int ts_raw_connect(const ts_server *s, const char *src_ip);
+/* Send one raw request (Connection: close expected in it) and read the
+ * whole answer until the server closes or timeout_ms; returns the status
+ * (0 when none) and the answer in *out (heap, free()) when out is not NULL. */
+int ts_raw_exchange(const ts_server *s, const char *req, int timeout_ms, char **out);
 /* Raw HTTP/1.1 POST over a socket; returns the connected fd (-1 on error).
  * The caller reads with ts_raw_read_until and hangs up with close(). */
 int ts_raw_post(const ts_server *s, const char *path, const char *json);

@@ -1,0 +1,338 @@
+/* server/srv_jinja.c: see srv_jinja.h.
+ *
+ * The environment is written in Python (k_env_py below) and run once in a
+ * private namespace of the embedded interpreter; C keeps two callables from
+ * it, compile_template() and render(). Variables cross the boundary as one
+ * JSON text decoded by json.loads on the Python side: that gives the
+ * template exactly the dict/list/str/int/float/bool/None values HF users
+ * pass (JSON objects keep their key order), without a hand-written cJSON to
+ * PyObject converter. The rendered str comes back as UTF-8.
+ *
+ * The interpreter is configured isolated (no PYTHON* environment variables,
+ * no user site-packages), does not install signal handlers (the server
+ * takes SIGINT/SIGTERM with sigtimedwait) and writes no bytecode. Its
+ * program name is the interpreter CMake found (INFERD_PYTHON_EXECUTABLE),
+ * so it finds the same standard library and dist-packages (python3-jinja2).
+ * After start-up the initializing thread releases the GIL; every entry
+ * point takes it with PyGILState_Ensure and drops it before returning. The
+ * interpreter is never finalized: it lives as long as the process.
+ */
+#ifdef INFERD_HAVE_JINJA
+#define PY_SSIZE_T_CLEAN
+#include <Python.h> /* first: it sets feature macros */
+#endif
+
+#include "server/srv_jinja.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+#ifdef INFERD_HAVE_JINJA
+
+static const char k_env_py[] =
+    "import datetime, json\n"
+    "import jinja2, jinja2.ext, jinja2.nodes, sys\n"
+    "from jinja2.exceptions import TemplateError\n"
+    "from jinja2.sandbox import ImmutableSandboxedEnvironment\n"
+    "\n"
+    "def raise_exception(message):\n"
+    "    raise TemplateError(message)\n"
+    "\n"
+    "def strftime_now(fmt):\n"
+    "    return datetime.datetime.now().strftime(fmt)\n"
+    "\n"
+    "def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):\n"
+    "    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,\n"
+    "                      sort_keys=sort_keys)\n"
+    "\n"
+    "class GenerationBlock(jinja2.ext.Extension):\n"
+    "    tags = {'generation'}\n"
+    "    def parse(self, parser):\n"
+    "        lineno = next(parser.stream).lineno\n"
+    "        body = parser.parse_statements(('name:endgeneration',), drop_needle=True)\n"
+    "        return jinja2.nodes.CallBlock(self.call_method('_render_body'), [], [], body).set_lineno(lineno)\n"
+    "    def _render_body(self, caller):\n"
+    "        return caller()\n"
+    "\n"
+    "env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,\n"
+    "                                    extensions=[GenerationBlock, jinja2.ext.loopcontrols])\n"
+    "env.filters['tojson'] = tojson\n"
+    "env.globals['raise_exception'] = raise_exception\n"
+    "env.globals['strftime_now'] = strftime_now\n"
+    "version = 'jinja2 %s (Python %s)' % (jinja2.__version__, sys.version.split()[0])\n"
+    "\n"
+    "def compile_template(source):\n"
+    "    try:\n"
+    "        return (env.from_string(source), None, None)\n"
+    "    except Exception as e:\n"
+    "        return (None, type(e).__name__, str(e))\n"
+    "\n"
+    "def render(template, variables_json, fixed_now):\n"
+    "    try:\n"
+    "        kw = json.loads(variables_json)\n"
+    "        if fixed_now:\n"
+    "            now = datetime.datetime.fromisoformat(fixed_now)\n"
+    "            kw['strftime_now'] = lambda fmt: now.strftime(fmt)\n"
+    "        return (template.render(**kw), None, None)\n"
+    "    except Exception as e:\n"
+    "        return (None, type(e).__name__, str(e))\n";
+
+struct srv_jinja {
+    PyObject *tmpl; /* jinja2 Template */
+};
+
+static struct {
+    pthread_once_t once;
+    inferd_status status;
+    char why[400];
+    char version[96];
+    PyObject *compile_fn, *render_fn; /* owned references */
+} g = {.once = PTHREAD_ONCE_INIT, .status = INFERD_ERR_UNAVAILABLE};
+
+/* Text of the pending Python exception (cleared); GIL held. */
+static void take_exception(char *dst, size_t cap)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *txt = s ? PyUnicode_AsUTF8(s) : NULL;
+    const char *tn = type ? ((PyTypeObject *)type)->tp_name : "error";
+    snprintf(dst, cap, "%s: %s", tn, txt ? txt : "(no message)");
+    PyErr_Clear();
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* Run k_env_py and keep its callables; GIL held. */
+static bool build_env(void)
+{
+    PyObject *ns = PyDict_New();
+    if (!ns || PyDict_SetItemString(ns, "__builtins__", PyEval_GetBuiltins()) != 0) {
+        Py_XDECREF(ns);
+        take_exception(g.why, sizeof g.why);
+        return false;
+    }
+    PyObject *r = PyRun_String(k_env_py, Py_file_input, ns, ns);
+    if (!r) {
+        char ex[300];
+        take_exception(ex, sizeof ex);
+        snprintf(g.why, sizeof g.why, "the embedded Python could not set up jinja2 (install python3-jinja2): %s",
+                 ex);
+        Py_DECREF(ns);
+        return false;
+    }
+    Py_DECREF(r);
+    g.compile_fn = PyDict_GetItemString(ns, "compile_template");
+    g.render_fn = PyDict_GetItemString(ns, "render");
+    PyObject *ver = PyDict_GetItemString(ns, "version");
+    Py_XINCREF(g.compile_fn);
+    Py_XINCREF(g.render_fn);
+    const char *v = ver ? PyUnicode_AsUTF8(ver) : NULL;
+    snprintf(g.version, sizeof g.version, "%s", v ? v : "jinja2");
+    Py_DECREF(ns); /* the functions keep their globals alive */
+    return g.compile_fn && g.render_fn;
+}
+
+static void init_once(void)
+{
+    if (Py_IsInitialized()) {
+        /* embedded in a program that already runs Python: share it */
+        PyGILState_STATE gs = PyGILState_Ensure();
+        g.status = build_env() ? INFERD_OK : INFERD_ERR_UNAVAILABLE;
+        PyGILState_Release(gs);
+        return;
+    }
+    PyConfig cfg;
+    PyConfig_InitIsolatedConfig(&cfg);
+    cfg.install_signal_handlers = 0;
+    cfg.write_bytecode = 0;
+    cfg.site_import = 1;
+    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, INFERD_PYTHON_EXECUTABLE);
+    if (!PyStatus_Exception(st))
+        st = Py_InitializeFromConfig(&cfg);
+    PyConfig_Clear(&cfg);
+    if (PyStatus_Exception(st)) {
+        snprintf(g.why, sizeof g.why, "could not start the embedded Python: %s",
+                 st.err_msg ? st.err_msg : "unknown error");
+        return;
+    }
+    g.status = build_env() ? INFERD_OK : INFERD_ERR_UNAVAILABLE;
+    PyEval_SaveThread(); /* release the GIL: renders take it per call */
+}
+
+inferd_status srv_jinja_init(void)
+{
+    pthread_once(&g.once, init_once);
+    if (g.status != INFERD_OK)
+        return inferd_set_error(g.status, "%s", g.why);
+    return INFERD_OK;
+}
+
+bool srv_jinja_available(void)
+{
+    return srv_jinja_init() == INFERD_OK;
+}
+
+const char *srv_jinja_version(void)
+{
+    return srv_jinja_available() ? g.version : g.why;
+}
+
+/* Fill *e from a (None, type, message) result tuple or the pending error. */
+static void result_error(PyObject *res, srv_jinja_error *e)
+{
+    const char *type = NULL, *msg = NULL;
+    if (res && PyTuple_Check(res) && PyTuple_Size(res) == 3) {
+        PyObject *t = PyTuple_GetItem(res, 1), *m = PyTuple_GetItem(res, 2);
+        type = t && PyUnicode_Check(t) ? PyUnicode_AsUTF8(t) : NULL;
+        msg = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+    }
+    if (!type || !msg) {
+        char ex[sizeof e->message];
+        if (PyErr_Occurred())
+            take_exception(ex, sizeof ex);
+        else
+            snprintf(ex, sizeof ex, "unexpected result from the template engine");
+        snprintf(e->type, sizeof e->type, "%s", "InternalError");
+        snprintf(e->message, sizeof e->message, "%s", ex);
+        PyErr_Clear();
+        return;
+    }
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->message, sizeof e->message, "%s", msg);
+}
+
+static void unavailable(srv_jinja_error *e)
+{
+    snprintf(e->type, sizeof e->type, "%s", "Unavailable");
+    snprintf(e->message, sizeof e->message, "%s", g.why);
+}
+
+bool srv_jinja_compile(const char *source, srv_jinja **out, srv_jinja_error *e)
+{
+    *out = NULL;
+    memset(e, 0, sizeof *e);
+    if (!srv_jinja_available()) {
+        unavailable(e);
+        return false;
+    }
+    PyGILState_STATE gs = PyGILState_Ensure();
+    PyObject *res = PyObject_CallFunction(g.compile_fn, "s", source);
+    PyObject *tmpl = res && PyTuple_Check(res) && PyTuple_Size(res) == 3 ? PyTuple_GetItem(res, 0) : NULL;
+    bool ok = tmpl && tmpl != Py_None;
+    if (ok) {
+        Py_INCREF(tmpl);
+        *out = inferd_calloc(1, sizeof **out);
+        (*out)->tmpl = tmpl;
+    } else {
+        result_error(res, e);
+    }
+    Py_XDECREF(res);
+    PyGILState_Release(gs);
+    return ok;
+}
+
+void srv_jinja_free(srv_jinja *t)
+{
+    if (!t)
+        return;
+    PyGILState_STATE gs = PyGILState_Ensure();
+    Py_XDECREF(t->tmpl);
+    PyGILState_Release(gs);
+    inferd_free(t);
+}
+
+/* Copy a Python str out as UTF-8; GIL held. */
+static bool copy_text(PyObject *s, char **out, size_t *out_len)
+{
+    Py_ssize_t n = 0;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!u)
+        return false;
+    *out = inferd_malloc((size_t)n + 1);
+    memcpy(*out, u, (size_t)n);
+    (*out)[n] = '\0';
+    *out_len = (size_t)n;
+    return true;
+}
+
+bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
+                      srv_jinja_error *e)
+{
+    *out = NULL;
+    *out_len = 0;
+    memset(e, 0, sizeof *e);
+    if (!t || !srv_jinja_available()) {
+        unavailable(e);
+        return false;
+    }
+    PyGILState_STATE gs = PyGILState_Ensure();
+    PyObject *res = PyObject_CallFunction(g.render_fn, "Osz", t->tmpl, vars_json, fixed_now);
+    PyObject *text = res && PyTuple_Check(res) && PyTuple_Size(res) == 3 ? PyTuple_GetItem(res, 0) : NULL;
+    bool ok = text && PyUnicode_Check(text) && copy_text(text, out, out_len);
+    if (!ok)
+        result_error(text && PyUnicode_Check(text) ? NULL : res, e);
+    Py_XDECREF(res);
+    PyGILState_Release(gs);
+    return ok;
+}
+
+#else /* !INFERD_HAVE_JINJA */
+
+struct srv_jinja {
+    int unused;
+};
+
+static const char k_off[] = "this build has no Jinja engine (INFERD_JINJA=OFF: rebuild with libpython3-dev and "
+                            "python3-jinja2 installed)";
+
+inferd_status srv_jinja_init(void)
+{
+    return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s", k_off);
+}
+
+bool srv_jinja_available(void)
+{
+    return false;
+}
+
+const char *srv_jinja_version(void)
+{
+    return k_off;
+}
+
+bool srv_jinja_compile(const char *source, srv_jinja **out, srv_jinja_error *e)
+{
+    (void)source;
+    *out = NULL;
+    snprintf(e->type, sizeof e->type, "%s", "Unavailable");
+    snprintf(e->message, sizeof e->message, "%s", k_off);
+    return false;
+}
+
+void srv_jinja_free(srv_jinja *t)
+{
+    inferd_free(t);
+}
+
+bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
+                      srv_jinja_error *e)
+{
+    (void)t;
+    (void)vars_json;
+    (void)fixed_now;
+    *out = NULL;
+    *out_len = 0;
+    snprintf(e->type, sizeof e->type, "%s", "Unavailable");
+    snprintf(e->message, sizeof e->message, "%s", k_off);
+    return false;
+}
+
+#endif
