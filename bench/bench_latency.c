@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "model/model_prof.h"
 
 void bench_latency_opts_default(bench_latency_opts *o)
 {
@@ -97,6 +98,7 @@ typedef struct {
     double mean_ctx;           /* mean context of the measured steps */
     model_cost cost, pf_cost;  /* a decode step at mean_ctx; the whole prefill */
     double floor_ms, pct_roofline, pf_pct_gemm;
+    model_prof_stats prof;     /* decode steps of the timed iterations */
     char error[256];
 } row_result;
 
@@ -222,6 +224,8 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
     inferd_status st = INFERD_OK;
     for (int it = 0; it < o->num_iters_warmup + o->num_iters && st == INFERD_OK; it++) {
         bool keep = it >= o->num_iters_warmup;
+        if (it == o->num_iters_warmup) /* the engine is idle between iterations */
+            model_prof_reset(m);
         st = run_iter(&x, r, (uint64_t)it, keep);
         if (keep)
             pf[it - o->num_iters_warmup] = r->prefill_ms;
@@ -240,6 +244,7 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
         r->p99_ms = percentile(sorted, r->n_steps, 0.99);
         inferd_free(sorted);
         row_roofline(m, ceil, r);
+        model_prof_get(m, &r->prof);
     } else {
         snprintf(r->error, sizeof r->error, "%s", inferd_last_error());
     }
@@ -271,10 +276,23 @@ static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_
                 kern_ctx_backend(model_kern(m)) == KERN_BACKEND_CUDA ? "--enforce-eager" : "CPU backend");
     fprintf(f, "iterations: %d warm-up + %d timed; floor = max(bytes / copy BW, FLOPs / GEMM rate)\n\n",
             o->num_iters_warmup, o->num_iters);
+    if (o->profile_ops)
+        fprintf(f, "profile: every step eager, an event before each op (--profile-ops)\n");
+    fprintf(f, "\n");
     fprintf(f, "| batch | in | out | prefill ms | prefill tok/s | pf %%GEMM | decode ms/step | p50 ms | p99 ms | "
                "decode tok/s | MB/step | GFLOP/step | floor ms | %% roofline | steps |\n");
     fprintf(f, "|------:|---:|----:|-----------:|--------------:|---------:|---------------:|-------:|-------:|"
                "-------------:|--------:|-----------:|---------:|-----------:|------:|\n");
+}
+
+static double busy_ms(const row_result *r)
+{
+    return r->prof.busy_steps ? r->prof.busy_ms / (double)r->prof.busy_steps : 0;
+}
+
+static double gap_us(const row_result *r)
+{
+    return r->prof.gaps ? 1e3 * r->prof.gap_ms / (double)r->prof.gaps : 0;
 }
 
 static void print_row(FILE *f, const row_result *r)
@@ -289,6 +307,55 @@ static void print_row(FILE *f, const row_result *r)
             r->batch, r->input, r->output, r->prefill_ms, pf_tps, r->pf_pct_gemm, r->step_ms, r->p50_ms, r->p99_ms,
             dec_tps, (r->cost.weight_bytes + r->cost.kv_bytes) / 1e6, r->cost.flops / 1e9, r->floor_ms,
             r->pct_roofline, r->n_steps);
+}
+
+/* The GPU side of the decode steps, one line per row (after the table). */
+static void print_gpu_side(FILE *f, const row_result *rows, int n)
+{
+    fprintf(f, "\ndecode steps on the GPU (events around each step): busy = step begin -> end, "
+               "gap = GPU idle between consecutive decode steps\n\n");
+    fprintf(f, "| batch | in | out | GPU busy ms/step | host gap us | max gap us | steps timed |\n");
+    fprintf(f, "|------:|---:|----:|-----------------:|------------:|-----------:|------------:|\n");
+    for (int i = 0; i < n; i++) {
+        const row_result *r = &rows[i];
+        if (r->error[0])
+            continue;
+        fprintf(f, "| %d | %d | %d | %.3f | %.1f | %.1f | %llu |\n", r->batch, r->input, r->output, busy_ms(r),
+                gap_us(r), 1e3 * r->prof.gap_max_ms, (unsigned long long)r->prof.busy_steps);
+    }
+}
+
+/* Per-op table of one row (--profile-ops): per decode step, summed over
+ * layers; GB/s = the op's bytes over its event time. */
+static void print_ops(FILE *f, const row_result *r, const kern_ceilings *c)
+{
+    const model_prof_stats *p = &r->prof;
+    if (r->error[0] || p->op_steps == 0)
+        return;
+    double steps = (double)p->op_steps, tot = 0, tot_b = 0;
+    for (int op = 0; op < MODEL_OP_COUNT; op++) {
+        tot += p->op_ms[op];
+        tot_b += p->op_bytes[op];
+    }
+    fprintf(f, "\nops of a decode step: batch %d, context ~%.0f, %llu steps profiled (eager)\n\n", r->batch,
+            r->mean_ctx, (unsigned long long)p->op_steps);
+    fprintf(f, "| op | calls/step | us/step | %% of ops | MB/step | GB/s | %% copy BW |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int op = 0; op < MODEL_OP_COUNT; op++) {
+        if (p->op_calls[op] == 0)
+            continue;
+        double ms = p->op_ms[op] / steps, mb = p->op_bytes[op] / steps / 1e6;
+        double gbs = ms > 0 ? mb / ms : 0; /* MB/ms = GB/s */
+        fprintf(f, "| %s | %.0f | %.1f | %.1f%% | %.2f | %.0f | %.1f%% |\n", model_op_name((model_op)op),
+                (double)p->op_calls[op] / steps, ms * 1e3, tot > 0 ? 100.0 * p->op_ms[op] / tot : 0, mb, gbs,
+                c->copy_gbps > 0 ? 100.0 * gbs / c->copy_gbps : 0);
+    }
+    double ms = tot / steps, mb = tot_b / steps / 1e6;
+    fprintf(f, "| all ops | | %.1f | 100%% | %.2f | %.0f | %.1f%% |\n", ms * 1e3, mb, ms > 0 ? mb / ms : 0,
+            c->copy_gbps > 0 && ms > 0 ? 100.0 * mb / ms / c->copy_gbps : 0);
+    fprintf(f, "| GPU busy (step begin -> end) | | %.1f | | | | |\n", busy_ms(r) * 1e3);
+    fprintf(f, "| host gap (GPU idle between steps) | | %.1f | | | | |\n", gap_us(r));
+    fprintf(f, "| wall step (engine thread) | | %.1f | | | | |\n", r->step_ms * 1e3);
 }
 
 static int write_json(const char *path, model *m, const kern_ceilings *c, const row_result *rows, int n)
@@ -329,6 +396,15 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
             cJSON_AddNumberToObject(o, "flops_per_step", r->cost.flops);
             cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
             cJSON_AddNumberToObject(o, "pct_roofline", r->pct_roofline);
+            cJSON_AddNumberToObject(o, "gpu_busy_ms_per_step", busy_ms(r));
+            cJSON_AddNumberToObject(o, "host_gap_us", gap_us(r));
+            cJSON_AddNumberToObject(o, "host_gap_max_us", 1e3 * r->prof.gap_max_ms);
+            if (r->prof.op_steps > 0) {
+                cJSON *ops = cJSON_AddObjectToObject(o, "ops_us_per_step");
+                for (int op = 0; op < MODEL_OP_COUNT; op++)
+                    cJSON_AddNumberToObject(ops, model_op_name((model_op)op),
+                                            1e3 * r->prof.op_ms[op] / (double)r->prof.op_steps);
+            }
             /* vLLM's field: one request's end-to-end latency, seconds */
             double lat = (r->prefill_ms + r->step_ms * (r->output - 1)) * 1e-3;
             cJSON_AddNumberToObject(o, "avg_latency", lat);
@@ -355,6 +431,10 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
                       FILE *out)
 {
     engine *e = NULL;
+    if (model_prof_enable(m, MODEL_PROF_GAPS | (o->profile_ops ? MODEL_PROF_OPS : 0u)) != INFERD_OK) {
+        fprintf(stderr, "inferd bench latency: %s\n", inferd_last_error());
+        return 1;
+    }
     if (engine_create(eo, m, NULL, &e) != INFERD_OK || engine_start(e) != INFERD_OK) {
         fprintf(stderr, "inferd bench latency: %s\n", inferd_last_error());
         engine_free(e);
@@ -385,9 +465,13 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
     model_graph_info_get(m, &gi);
     fprintf(out, "\nsteps: %llu through graphs, %llu eager\n", (unsigned long long)gi.replays,
             (unsigned long long)gi.eager_steps);
+    print_gpu_side(out, rows, n_rows);
+    for (int i = 0; i < n_rows && o->profile_ops; i++)
+        print_ops(out, &rows[i], ceil);
     for (int i = 0; i < n_rows; i++)
         inferd_free(rows[i].steps_ms);
     inferd_free(rows);
     engine_free(e);
+    model_prof_enable(m, 0);
     return rc;
 }

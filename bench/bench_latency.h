@@ -14,6 +14,13 @@
  * measured steps' mean context (model_step_cost: weights + KV read), the
  * device ceilings measured once at start (kern_measure_ceilings), the time
  * floor max(bytes / bandwidth, FLOPs / GEMM rate), and the % of it reached.
+ *
+ * The GPU side of the decode steps is measured too (model_prof.h): the mean
+ * GPU busy time of a step and the idle gap between consecutive steps (host
+ * work the GPU waits for), from events around every decode step. With
+ * --profile-ops every step runs eagerly with an event before each op, and a
+ * per-op table follows the main one: time per step summed over layers,
+ * bytes, achieved GB/s and % of the copy bandwidth.
  */
 #ifndef INFERD_BENCH_LATENCY_H
 #define INFERD_BENCH_LATENCY_H
@@ -37,6 +44,7 @@ typedef struct {
     int num_iters;
     uint64_t seed;           /* prompt ids */
     const char *output_json; /* NULL = none */
+    bool profile_ops;        /* --profile-ops: eager steps, per-op event times */
 } bench_latency_opts;
 
 void bench_latency_opts_default(bench_latency_opts *o);

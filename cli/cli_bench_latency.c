@@ -32,7 +32,9 @@ static void usage(FILE *f)
                "  --num-iters-warmup N        untimed iterations per row (default 1)\n"
                "  --num-iters N               timed iterations per row (default 3)\n"
                "  --output-json PATH          write every row as JSON\n"
-               "  --seed N                    prompt ids seed (default 1234)\n\n");
+               "  --seed N                    prompt ids seed (default 1234)\n"
+               "  --profile-ops               run decode steps eagerly with an event before every op and print\n"
+               "                              a per-op table (time per step, bytes, GB/s, %% of copy bandwidth)\n\n");
     cli_model_usage(f);
 }
 
@@ -41,6 +43,10 @@ static void usage(FILE *f)
 static int parse_own(int argc, char **argv, int *i, bench_latency_opts *o, cli_model_args *a)
 {
     const char *arg = argv[*i];
+    if (strcmp(arg, "--profile-ops") == 0) {
+        o->profile_ops = true;
+        return 1;
+    }
     static const char *k_valued[] = {"--batch-size", "--input-len", "--output-len", "--num-iters-warmup",
                                      "--num-iters", "--output-json", "--seed"};
     const char *val = NULL, *name = NULL;

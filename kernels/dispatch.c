@@ -2,12 +2,14 @@
  * or CUDA backend named by the context. Builds without CUDA reject
  * KERN_BACKEND_CUDA at kern_ctx_create, so the kcuda_* symbols are only
  * referenced when INFERD_HAVE_CUDA is defined. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/util.h"
 #include "kernels/kern_internal.h"
 
 #ifdef INFERD_HAVE_CUDA
@@ -53,10 +55,26 @@ bool kern_cuda_available(void)
 #endif
 }
 
+/* An integer from the environment, or def when unset or malformed. */
+static int env_int(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    return end && *end == '\0' ? (int)x : def;
+}
+
 inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
 {
     kern_ctx *ctx = inferd_calloc(1, sizeof *ctx);
     ctx->backend = opts->backend;
+    kern_gemm_opts go = {.gemv_max_n = env_int("INFERD_GEMV_MAX_N", KCUDA_GEMV_DEFAULT_MAX_N),
+                         .gemv_min_weight_bytes = env_int("INFERD_GEMV_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
+                         .pdl = env_int("INFERD_GEMV_PDL", 1) != 0,
+                         .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1)};
+    kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         ctx->n_threads = opts->n_threads > 0 ? opts->n_threads : (int)(nc > 0 ? nc : 1);
@@ -93,6 +111,24 @@ kern_backend kern_ctx_backend(const kern_ctx *ctx)
     return ctx->backend;
 }
 
+/* MemAvailable of /proc/meminfo in bytes; false when the file or the line
+ * is missing (not Linux, or a kernel before 3.14). */
+static bool meminfo_available(size_t *out)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return false;
+    char line[256];
+    bool found = false;
+    unsigned long long kb = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    if (found)
+        *out = (size_t)kb * 1024;
+    return found;
+}
+
 inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b)
 {
 #ifdef INFERD_HAVE_CUDA
@@ -101,7 +137,15 @@ inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b)
 #endif
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     *total_b = (size_t)pages * (size_t)psz;
-    *free_b = (size_t)avail * (size_t)psz;
+    if (!meminfo_available(free_b))
+        *free_b = (size_t)avail * (size_t)psz;
+    const char *ov = getenv("INFERD_TEST_MEM_AVAILABLE");
+    if (ov && *ov) {
+        char *end = NULL;
+        unsigned long long v = strtoull(ov, &end, 10);
+        if (end && *end == '\0')
+            *free_b = (size_t)v;
+    }
     return INFERD_OK;
 }
 
@@ -197,6 +241,14 @@ void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float
     DISPATCH(ctx, weight_fill_random(ctx, w, seed, scale));
 }
 
+inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts)
+{
+    INFERD_CHECK(n >= 0 && (n == 0 || (ws != NULL && counts != NULL)));
+    for (int i = 0; i < n; i++)
+        INFERD_CHECK(ws[i].rows >= 0 && ws[i].cols >= 0 && (ws[i].data != NULL || ws[i].rows * ws[i].cols == 0));
+    return DISPATCH_RET(ctx, weights_count_nonfinite(ctx, ws, n, counts));
+}
+
 void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table)
 {
     DISPATCH(ctx, embed(ctx, out, tokens, n, table));
@@ -216,6 +268,17 @@ void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w,
 void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
 {
     DISPATCH(ctx, logits(ctx, logits, in, w, n));
+}
+
+void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
+{
+    ctx->gemm = *o;
+    ctx->gemm.gemv_max_n = INFERD_MAX(0, INFERD_MIN(o->gemv_max_n, KCUDA_GEMV_MAX_N));
+}
+
+void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o)
+{
+    *o = ctx->gemm;
 }
 
 void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d)
@@ -332,6 +395,59 @@ void kern_host_free(kern_ctx *ctx, void *p)
     }
 #endif
     kern_free(ctx, p);
+}
+
+/* --- timers ------------------------------------------------------------------- */
+
+kern_timer *kern_timer_create(kern_ctx *ctx, int n)
+{
+    INFERD_CHECK(n > 0);
+    kern_timer *t = inferd_calloc(1, sizeof *t);
+    t->n = n;
+    t->host_s = inferd_calloc((size_t)n, sizeof *t->host_s);
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA && !kcuda_timer_init(ctx, t)) {
+        inferd_free(t->host_s);
+        inferd_free(t);
+        return NULL;
+    }
+#endif
+    (void)ctx;
+    return t;
+}
+
+void kern_timer_record(kern_ctx *ctx, kern_timer *t, int i)
+{
+    INFERD_CHECK(i >= 0 && i < t->n);
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_timer_record(ctx, t, i);
+        return;
+    }
+#endif
+    t->host_s[i] = util_now_s(); /* CPU ops are synchronous */
+}
+
+double kern_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j)
+{
+    INFERD_CHECK(i >= 0 && i < t->n && j >= 0 && j < t->n);
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        return kcuda_timer_ms(ctx, t, i, j);
+#endif
+    return (t->host_s[j] - t->host_s[i]) * 1e3;
+}
+
+void kern_timer_free(kern_ctx *ctx, kern_timer *t)
+{
+    if (!t)
+        return;
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        kcuda_timer_release(ctx, t);
+#endif
+    inferd_free(t->host_s);
+    inferd_free(t);
 }
 
 inferd_status kern_measure_ceilings(kern_ctx *ctx, kern_ceilings *out)

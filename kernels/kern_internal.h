@@ -15,6 +15,23 @@ struct kern_ctx {
     kern_backend backend;
     int n_threads;  /* CPU backend */
     void *cuda;     /* CUDA backend state (kernels/cuda), NULL on CPU */
+    kern_gemm_opts gemm; /* CUDA: small-batch GEMV choice (kern_gemm_config) */
+};
+
+/* The most tokens the CUDA GEMV kernel (kernels/cuda/gemv.cu) takes, and
+ * the default of kern_ctx::gemv_max_n (INFERD_GEMV_MAX_N overrides it). */
+#define KCUDA_GEMV_MAX_N 16
+#define KCUDA_GEMV_DEFAULT_MAX_N 4
+/* Weights smaller than this stay on cuBLASLt at every n: not for speed,
+ * to keep small models' numerics (see use_gemv in gemm.cu). */
+#define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
+
+/* Event timers (kern_timer_*): n slots, each a CUDA event (ev) or a host
+ * time in seconds (host_s: CPU backend and the kernel emulator). */
+struct kern_timer {
+    int n;
+    void **ev;      /* [n] cudaEvent_t, NULL on the CPU */
+    double *host_s; /* [n] */
 };
 
 /* Declares one backend's op table with a given prefix. */
@@ -22,6 +39,8 @@ struct kern_ctx {
     void P##_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,    \
                            kern_dtype src_dtype, int64_t n_rows);                                 \
     void P##_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);       \
+    inferd_status P##_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n,        \
+                                              int64_t *counts);                                   \
     void P##_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t); \
     void P##_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add,                  \
                          const kern_weight *w, int n, float eps);                                 \
@@ -71,6 +90,16 @@ void *kcuda_host_alloc(kern_ctx *ctx, size_t bytes);
 void kcuda_host_free(kern_ctx *ctx, void *p);
 inferd_status kcuda_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
 inferd_status kcpu_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
+
+/* Small-batch GEMV (kernels/cuda/gemv.cu): kcuda_gemv_fits says whether the
+ * kernel takes the product; kcuda_gemv runs it (out_f32: fp32 logits). */
+bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n);
+void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const kern_weight *w, int n, bool pdl);
+/* Event timers on the ctx's stream (kernels/cuda/timer.cu). */
+bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);
+void kcuda_timer_record(kern_ctx *ctx, kern_timer *t, int i);
+double kcuda_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j);
+void kcuda_timer_release(kern_ctx *ctx, kern_timer *t);
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,13 @@ void kern_ctx_free(kern_ctx *ctx);
 kern_backend kern_ctx_backend(const kern_ctx *ctx);
 /* True when this build has the CUDA backend and a device is present. */
 bool kern_cuda_available(void);
-/* Device memory (bytes free, total); CPU backend reports host RAM. */
+/* Device memory (bytes free, total). The CPU backend reports host RAM:
+ * total, and as free the kernel's MemAvailable (/proc/meminfo: free memory
+ * plus what page cache and reclaimable slabs would give back; MemFree is
+ * far smaller on a machine that has read files), falling back to free pages
+ * where /proc/meminfo is unreadable. INFERD_TEST_MEM_AVAILABLE=bytes
+ * replaces the CPU's free figure (tests make the model's memory checks fire
+ * with it without exhausting memory). */
 inferd_status kern_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b);
 
 kern_dtype kern_act_dtype(const kern_ctx *ctx);
@@ -124,6 +130,15 @@ void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const
 /* Fill w with uniform values in [-scale, scale] from a seed, on the device
  * (--load-format dummy). */
 void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);
+/* Contract: counts[i] (host) = the number of elements of ws[i] (rows * cols
+ * values of ws[i].dtype at ws[i].data, backend memory) that are NaN or
+ * +-Inf, for i < n. Decided on the bits (exponent all ones), so it holds
+ * under any floating-point mode and never converts. ws[i].data needs only
+ * its element alignment (views into fused weights are fine). One read of
+ * every element at memory bandwidth and one synchronization for the whole
+ * list (model load checks the weight slab with it). INFERD_ERR_NOMEM when
+ * the backend cannot allocate its counters (counts untouched). */
+inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts);
 
 /* --- ops ------------------------------------------------------------------ */
 /* out[n, d] = table[tokens[i], :]. tokens: [n] int32 (backend memory). */
@@ -141,6 +156,28 @@ void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w,
 
 /* logits[n, w->rows] (F32) = in[n, w->cols] @ w^T. */
 void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);
+
+/* Small-batch products (CUDA): kern_matmul / kern_logits of n <= gemv_max_n
+ * tokens with a weight of at least gemv_min_weight_bytes run the
+ * weight-streaming GEMV kernel (kernels/cuda/gemv.cu) where it applies
+ * (cols % 8 == 0, 16-byte aligned weight and input); the rest cuBLASLt.
+ * gemv_max_n 0 = cuBLASLt always; at most 16. pdl: launch the GEMV with
+ * programmatic dependent launch (its first weight loads overlap the previous
+ * kernel). Defaults: n <= 4, weights >= 1 MiB, PDL on; INFERD_GEMV_MAX_N,
+ * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1) and INFERD_GEMV_VARIANT
+ * override them at kern_ctx_create. The choice
+ * depends only on n and the weight, so a padded graph replay uses the same
+ * kernel as the eager step when gemv_max_n is a size of the graph ladder
+ * (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph is
+ * being captured. */
+typedef struct {
+    int gemv_max_n;
+    int64_t gemv_min_weight_bytes;
+    bool pdl;
+    int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
+} kern_gemm_opts;
+void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
+void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
 
 /* out[r, d] = in[idx[j], :] for j < r. idx: [r] int32 backend memory. */
 void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d);
@@ -235,6 +272,20 @@ int kern_attn_last_splits(const kern_ctx *ctx);
  * failure. */
 void *kern_host_alloc(kern_ctx *ctx, size_t bytes);
 void kern_host_free(kern_ctx *ctx, void *p);
+
+/* --- timers (profiling) ---------------------------------------------------- */
+/* n time stamps recorded in stream order (CUDA: events on the ctx's stream;
+ * CPU: the host clock, ops being synchronous there). kern_timer_ms is the
+ * time from slot i to slot j in ms, once both were recorded and the stream
+ * has passed them (after kern_sync or a d2h copy); a negative value when
+ * not available. Recording is capture-unsafe: never inside a graph capture.
+ * kern_timer_create returns NULL on failure. Not for the hot path unless a
+ * profile was asked for. */
+typedef struct kern_timer kern_timer;
+kern_timer *kern_timer_create(kern_ctx *ctx, int n);
+void kern_timer_record(kern_ctx *ctx, kern_timer *t, int i);
+double kern_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j);
+void kern_timer_free(kern_ctx *ctx, kern_timer *t);
 
 /* --- device ceilings (benchmarks) ------------------------------------------ */
 /* What the device can do at best, measured in this process: the copy

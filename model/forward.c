@@ -22,9 +22,176 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/util.h"
 #include "kvcache/kv_layout.h"
 #include "model/model_internal.h"
+
+/* --- profiling (model_prof.h) ------------------------------------------------ */
+
+static const char *const k_op_names[MODEL_OP_COUNT] = {
+    "embedding", "add+rmsnorm (attn)", "QKV GEMM", "RoPE + KV write", "attention", "O GEMM",
+    "add+rmsnorm (mlp)", "gate/up GEMM", "SiLU * up", "down GEMM", "final gather+norm", "lm_head", "sampling",
+};
+
+const char *model_op_name(model_op op)
+{
+    return op >= 0 && op < MODEL_OP_COUNT ? k_op_names[op] : "?";
+}
+
+#define PROF_ON(m, bit) ((m)->prof.open && ((m)->prof.what & (bit)))
+#define PROF_MARK(m, op, bytes)                    \
+    do {                                           \
+        if (PROF_ON(m, MODEL_PROF_OPS))            \
+            prof_mark(m, (int)(op), (bytes));      \
+    } while (0)
+
+static void prof_mark(model *m, int op, double bytes)
+{
+    model_prof *p = &m->prof;
+    if (p->n_marks >= p->max_marks)
+        return;
+    p->mark_op[p->n_marks] = (int8_t)op;
+    p->mark_bytes[p->n_marks] = bytes;
+    kern_timer_record(m->kc, p->t, p->n_marks++);
+}
+
+static int slot_begin(const model_prof *p, int cur)
+{
+    return p->max_marks + cur;
+}
+
+static int slot_end(const model_prof *p, int cur)
+{
+    return p->max_marks + 2 + cur;
+}
+
+void model_prof_reset(model *m)
+{
+    memset(&m->prof.st, 0, sizeof m->prof.st);
+    m->prof.prev_valid = false;
+}
+
+inferd_status model_prof_enable(model *m, unsigned what)
+{
+    model_prof *p = &m->prof;
+    if (what && !p->t) {
+        int marks = 10 * m->cfg.n_layers + 8;
+        kern_timer *t = kern_timer_create(m->kc, marks + 4);
+        if (!t)
+            return inferd_set_error(INFERD_ERR_NOMEM, "profile: cannot create %d timers", marks + 4);
+        p->t = t;
+        p->max_marks = marks;
+        p->mark_op = inferd_calloc((size_t)marks, sizeof *p->mark_op);
+        p->mark_bytes = inferd_calloc((size_t)marks, sizeof *p->mark_bytes);
+    } else if (!what && p->t) {
+        kern_sync(m->kc);
+        kern_timer_free(m->kc, p->t);
+        inferd_free(p->mark_op);
+        inferd_free(p->mark_bytes);
+        memset(p, 0, sizeof *p);
+    }
+    p->what = what;
+    p->open = false;
+    model_prof_reset(m);
+    return INFERD_OK;
+}
+
+void model_prof_get(const model *m, model_prof_stats *out)
+{
+    *out = m->prof.st;
+}
+
+/* model_step's start: open a record for a decode-only step (only those are
+ * profiled); any other step breaks the chain of gaps. */
+static void prof_step_begin(model *m, const model_batch *b)
+{
+    model_prof *p = &m->prof;
+    if (!p->what)
+        return;
+    p->decode = b->n_tokens == b->n_seqs && b->n_logits == b->n_seqs;
+    p->open = p->decode;
+    p->n_marks = 0;
+    if (!p->decode) {
+        p->prev_valid = false;
+        return;
+    }
+    kern_timer_record(m->kc, p->t, slot_begin(p, p->cur));
+}
+
+void model_prof_step_end(model *m)
+{
+    model_prof *p = &m->prof;
+    if (!p->open)
+        return;
+    if (p->what & MODEL_PROF_OPS)
+        PROF_MARK(m, -1, 0);
+    kern_timer_record(m->kc, p->t, slot_end(p, p->cur));
+}
+
+void model_prof_step_done(model *m)
+{
+    model_prof *p = &m->prof;
+    if (!p->open)
+        return;
+    p->open = false;
+    kern_ctx *kc = m->kc;
+    model_prof_stats *st = &p->st;
+    if ((p->what & MODEL_PROF_OPS) && p->n_marks > 1 && p->mark_op[p->n_marks - 1] < 0) {
+        for (int i = 0; i + 1 < p->n_marks; i++) {
+            double ms = kern_timer_ms(kc, p->t, i, i + 1);
+            int op = p->mark_op[i];
+            if (ms < 0 || op < 0)
+                continue;
+            st->op_ms[op] += ms;
+            st->op_bytes[op] += p->mark_bytes[i];
+            st->op_calls[op]++;
+        }
+        st->op_steps++;
+    }
+    double busy = kern_timer_ms(kc, p->t, slot_begin(p, p->cur), slot_end(p, p->cur));
+    if (busy >= 0) {
+        st->busy_ms += busy;
+        st->busy_steps++;
+    }
+    if (p->prev_valid) {
+        double gap = kern_timer_ms(kc, p->t, slot_end(p, 1 - p->cur), slot_begin(p, p->cur));
+        if (gap >= 0) {
+            st->gap_ms += gap;
+            st->gap_max_ms = INFERD_MAX(st->gap_max_ms, gap);
+            st->gaps++;
+        }
+    }
+    p->prev_valid = true;
+    p->cur = 1 - p->cur;
+}
+
+/* Bytes of the ops of one layer and of the head, for n tokens of act-dtype
+ * activations (weights counted in full; KV read from the host mirror). */
+static double act_bytes(const model *m, double elems)
+{
+    return elems * (double)kern_dtype_size(m->act_dtype);
+}
+
+static double w_bytes(const kern_weight *w)
+{
+    return (double)w->rows * (double)w->cols * (double)kern_dtype_size(w->dtype);
+}
+
+static double gemm_bytes(const model *m, const kern_weight *w, int n)
+{
+    return w_bytes(w) + act_bytes(m, (double)n * (double)(w->rows + w->cols));
+}
+
+static double attn_bytes(const model *m, const model_fwd_in *in)
+{
+    const model_config *c = &m->cfg;
+    double ctx = 0;
+    for (int i = 0; i < in->n_seqs; i++)
+        ctx += m->h_seq_lens[i];
+    double kv = ctx * 2.0 * c->n_kv_heads * c->head_dim, q = 2.0 * in->n_tokens * c->n_heads * c->head_dim;
+    return act_bytes(m, kv + q);
+}
 
 inferd_status model_check_batch(const model *m, const model_batch *b)
 {
@@ -98,7 +265,11 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
 {
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
+    const int n = b->n_tokens;
+    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
     kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
+    PROF_MARK(m, MODEL_OP_ROPE_KV,
+              act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)));
     kern_rope_kv_params rp = {
         .qkv = a->qkv,
         .positions = b->positions,
@@ -113,6 +284,7 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .block_size = m->block_size,
     };
     kern_rope_kv_write(m->kc, &rp);
+    PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b));
     kern_attn_params ap = {
         .out = a->attn,
         .qkv = a->qkv,
@@ -136,14 +308,18 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .scale = 1.0f / sqrtf((float)c->head_dim),
     };
     kern_attention(m->kc, &ap);
+    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
     kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
 }
 
 static void mlp_block(model *m, const model_layer *L, int n)
 {
     model_acts *a = &m->a;
+    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
     kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
+    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->cfg.intermediate_size));
     kern_silu_mul(m->kc, a->act, a->gate_up, n, m->cfg.intermediate_size);
+    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
 }
 
@@ -152,19 +328,28 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
     int n = in->n_tokens;
+    const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
+    PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd));
     kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
+        PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (l == 0 ? 2.0 : 4.0) * nd));
         kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
         attention_block(m, L, in);
+        PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, 4.0 * nd));
         kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n);
     }
     if (in->n_logits == 0)
         return;
+    PROF_MARK(m, MODEL_OP_FINAL_NORM,
+              w_bytes(&m->final_norm) + act_bytes(m, 7.0 * in->n_logits * (double)c->hidden_size));
     kern_gather_rows(m->kc, a->gx, a->x, in->logits_idx, in->n_logits, c->hidden_size);
     kern_gather_rows(m->kc, a->gp, a->proj, in->logits_idx, in->n_logits, c->hidden_size);
     kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, in->n_logits, c->rms_norm_eps);
+    PROF_MARK(m, MODEL_OP_LM_HEAD,
+              w_bytes(&m->lm_head) + act_bytes(m, (double)in->n_logits * c->hidden_size) +
+                  4.0 * in->n_logits * (double)c->vocab_size);
     kern_logits(m->kc, a->logits, a->gn, &m->lm_head, in->n_logits);
 }
 
@@ -181,6 +366,7 @@ inferd_status model_forward(model *m, const model_batch *b)
     inferd_status st = model_check_batch(m, b);
     if (st != INFERD_OK)
         return st;
+    m->prof.prev_valid = false; /* a step without sampling breaks the chain of decode gaps */
     forward_checked(m, b);
     return INFERD_OK;
 }
@@ -218,8 +404,11 @@ inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *
     if (r == 0)
         return INFERD_OK;
     kern_memcpy_h2d(m->kc, m->a.sparams, params, (size_t)r * sizeof(kern_sample_params));
+    PROF_MARK(m, MODEL_OP_SAMPLE, 4.0 * r * (double)m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, m->a.sparams, r, m->cfg.vocab_size, m->a.sample_ws);
+    model_prof_step_end(m);
     kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
+    model_prof_step_done(m);
     return INFERD_OK;
 }
 
@@ -233,7 +422,9 @@ inferd_status model_step(model *m, const model_batch *b, const kern_sample_param
     inferd_status st = model_check_batch(m, b);
     if (st != INFERD_OK)
         return st;
-    if (model_graph_step(m, b, params, tokens))
+    prof_step_begin(m, b);
+    /* an op profile needs its events between the ops: eager steps only */
+    if (!(m->prof.what & MODEL_PROF_OPS) && model_graph_step(m, b, params, tokens))
         return INFERD_OK;
     m->gr.eager_steps++;
     forward_checked(m, b);

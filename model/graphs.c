@@ -251,6 +251,9 @@ void model_graphs_free(model *m)
     kern_host_free(m->kc, g->host);
     kern_free(m->kc, g->dev);
     memset(g, 0, sizeof *g);
+    /* model_free calls this last thing before the context goes: the
+     * profiler's timers (forward.c) go with the graphs */
+    model_prof_enable(m, 0);
 }
 
 /* The graph of a decode-only batch, or NULL. */
@@ -294,7 +297,9 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
     fill_padding(g, n, rows, w);
     upload_region(m, rows, w);
     kern_graph_launch(m->kc, graph);
+    model_prof_step_end(m);
     kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)n * sizeof(int32_t));
+    model_prof_step_done(m);
     m->last_n_logits = n;
     g->replays++;
     return true;

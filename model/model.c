@@ -7,10 +7,21 @@
  *    per-step input (tokens, positions, slots, block tables, ...) so that the
  *    forward pass never allocates and decode graphs can be captured later;
  *  - the paged KV storage: --kv-cache-bytes, or on CUDA what is left of
- *    gpu_memory_utilization * device memory after weights and activations.
+ *    gpu_memory_utilization * device memory after weights and activations
+ *    (CPU: max_num_seqs max-length sequences, at most 1/4 of available RAM).
  * The numbers are logged; a model that does not fit gets an error with them.
+ *
+ * Two guards against a load that "works" and fails later: on the CPU the
+ * weight slab, the arena and the smallest KV cache are compared with
+ * available memory (MemAvailable) before the slab is allocated, since an
+ * overcommitted malloc succeeds and the OOM killer strikes when the pages
+ * are touched (model_check_host_memory); and an automatically sized KV cache
+ * must hold one max_model_len sequence, or max_model_len is lowered to what
+ * it holds, with a warning naming both (a request longer than the whole pool
+ * could be admitted by length and never run).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -89,12 +100,73 @@ static inferd_status alloc_acts(model *m)
     return INFERD_OK;
 }
 
+/* The smallest KV cache load accepts (bytes): --kv-cache-bytes, or when
+ * sized automatically the null block and one block of tokens. */
+static int64_t kv_min_bytes(const model *m)
+{
+    if (m->opts.kv_cache_bytes > 0)
+        return m->opts.kv_cache_bytes;
+    return (KV_NULL_BLOCKS + 1) * model_kv_bytes_per_block(m);
+}
+
+inferd_status model_check_host_memory(model *m, size_t weight_bytes)
+{
+    if (kern_ctx_backend(m->kc) != KERN_BACKEND_CPU)
+        return INFERD_OK;
+    size_t avail = 0, total = 0;
+    inferd_status st = kern_mem_info(m->kc, &avail, &total);
+    if (st != INFERD_OK)
+        return st;
+    arena a = {0};
+    plan_acts(m, &a); /* measure only */
+    const double mib = 1048576.0;
+    const double kv = (double)kv_min_bytes(m);
+    const double need = (double)weight_bytes + (double)a.off + kv;
+    if (need <= (double)avail)
+        return INFERD_OK;
+    const char *ov = getenv("INFERD_TEST_MEM_AVAILABLE");
+    return inferd_set_error(
+        INFERD_ERR_NOMEM,
+        "not enough host memory for %s on the cpu backend: weights %.1f MiB + activations %.1f MiB (%d tokens/step) "
+        "+ KV cache %.1f MiB (%s) = %.1f MiB, but only %.1f MiB are available (%s) of %.1f MiB; lower "
+        "--max-num-batched-tokens or --kv-cache-bytes, or free memory",
+        m->opts.model_dir, (double)weight_bytes / mib, (double)a.off / mib, m->T, kv / mib,
+        m->opts.kv_cache_bytes > 0 ? "--kv-cache-bytes" : "at least 2 blocks", need / mib, (double)avail / mib,
+        ov && *ov ? "INFERD_TEST_MEM_AVAILABLE" : "MemAvailable, /proc/meminfo", (double)total / mib);
+}
+
+/* An automatically sized pool of n_blocks must hold one max_model_len
+ * sequence; when it cannot, lower max_model_len (and the block-table width)
+ * to what it holds. Buffers already sized for the larger length stay valid:
+ * they are only bigger than needed. An explicit --kv-cache-bytes is the
+ * user's choice: longer requests are refused at submission; warn only. */
+static void fit_max_model_len(model *m, int64_t n_blocks, bool auto_sized)
+{
+    int64_t cap = kv_max_len_for_blocks(n_blocks, m->block_size);
+    if (cap >= m->max_model_len)
+        return;
+    if (!auto_sized) {
+        INFERD_LOG_WARN("KV cache: --kv-cache-bytes gives %lld blocks of %d tokens = %lld tokens, fewer than "
+                        "max_model_len %d: longer requests will be refused",
+                        (long long)n_blocks - KV_NULL_BLOCKS, m->block_size, (long long)cap, m->max_model_len);
+        return;
+    }
+    INFERD_LOG_WARN("KV cache: the memory left holds %lld blocks of %d tokens = %lld tokens, fewer than "
+                    "max_model_len %d: lowering max_model_len to %lld (raise --gpu-memory-utilization or "
+                    "--kv-cache-bytes, or give --max-model-len)",
+                    (long long)n_blocks - KV_NULL_BLOCKS, m->block_size, (long long)cap, m->max_model_len,
+                    (long long)cap);
+    m->max_model_len = (int)cap;
+    m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
+}
+
 /* Decide the KV pool size and allocate it (one slab, per-layer K and V). */
 static inferd_status alloc_kv(model *m)
 {
     int64_t per_block = model_kv_bytes_per_block(m);
     int64_t budget = m->opts.kv_cache_bytes;
-    if (budget <= 0) {
+    const bool auto_sized = budget <= 0;
+    if (auto_sized) {
         size_t free_b = 0, total_b = 0;
         inferd_status st = kern_mem_info(m->kc, &free_b, &total_b);
         if (st != INFERD_OK)
@@ -103,8 +175,9 @@ static inferd_status alloc_kv(model *m)
             double allowed = m->opts.gpu_memory_utilization * (double)total_b;
             budget = (int64_t)(allowed - (double)(total_b - free_b));
         } else {
-            /* CPU: room for max_num_seqs sequences of max length, at most 1/4 of free RAM */
-            int64_t want = (int64_t)m->S * m->max_blocks_per_seq * per_block;
+            /* CPU: room for max_num_seqs sequences of max length plus the
+             * null block, at most 1/4 of available RAM */
+            int64_t want = kv_blocks_for_seqs(m->S, m->max_model_len, m->block_size) * per_block;
             budget = INFERD_MIN(want, (int64_t)(free_b / 4));
         }
     }
@@ -117,6 +190,7 @@ static inferd_status alloc_kv(model *m)
                                 (long long)n_blocks, per_block / 1048576.0);
     if (n_blocks > INT32_MAX / 2)
         n_blocks = INT32_MAX / 2;
+    fit_max_model_len(m, n_blocks, auto_sized);
     m->n_blocks = (int)n_blocks;
     m->kv_bytes = (size_t)(n_blocks * per_block);
     m->kv_slab = kern_alloc(m->kc, m->kv_bytes);

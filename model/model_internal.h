@@ -5,6 +5,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/model_prof.h"
 
 typedef struct {
     kern_weight attn_norm; /* [1, d] */
@@ -79,6 +80,21 @@ typedef struct {
     uint64_t replays, eager_steps;
 } model_graphs;
 
+/* Profiler state (forward.c; model_prof.h). Timer slots: [0, max_marks)
+ * op marks of the current step, then begin[2] and end[2] of the two last
+ * steps (ping-pong on cur). */
+typedef struct {
+    unsigned what;           /* MODEL_PROF_* bits, 0 = off */
+    kern_timer *t;
+    int max_marks, n_marks;
+    int8_t *mark_op;         /* [max_marks] op of the segment that starts at mark i, -1 = end */
+    double *mark_bytes;      /* [max_marks] bytes of that op */
+    int cur;                 /* step slot of the current step */
+    bool open, decode;       /* a step is being recorded; it is decode-only */
+    bool prev_valid;         /* the previous step was decode-only and has its end event */
+    model_prof_stats st;
+} model_prof;
+
 struct model {
     model_config cfg;
     model_opts opts;
@@ -104,10 +120,18 @@ struct model {
     int32_t *h_pos, *h_idx, *h_null_table;
     int64_t *h_slots;
     model_graphs gr; /* decode CUDA graphs (graphs.c) */
+    model_prof prof; /* decode-step profile (forward.c), off by default */
 };
 
-/* Plan and allocate the weight slab, then load weights (or fill dummy). */
+/* Plan and allocate the weight slab, then load weights (or fill dummy);
+ * FORMAT naming the tensor when a loaded weight holds NaN or Inf. */
 inferd_status model_weights_load(model *m);
+/* model.c: on the CPU backend, INFERD_ERR_NOMEM (with every number) when
+ * weight_bytes of weights, the activation arena and the smallest KV cache
+ * the options allow exceed available host memory (kern_mem_info: MemAvailable);
+ * INFERD_OK on CUDA (device allocations fail cleanly). model_weights_load
+ * calls it between its layout pass and the slab allocation. */
+inferd_status model_check_host_memory(model *m, size_t weight_bytes);
 
 /* forward.c: enqueue the ops of one forward pass (embedding to logits) over
  * inputs already on the device; m->h_qsl / m->h_seq_lens must mirror
@@ -116,6 +140,11 @@ inferd_status model_weights_load(model *m);
 void model_forward_ops(model *m, const model_fwd_in *in);
 /* forward.c: the batch checks of model_forward (status + message). */
 inferd_status model_check_batch(const model *m, const model_batch *b);
+/* forward.c: profiler hooks, no-ops unless model_prof_enable was called:
+ * the step ends (after the sampler, before the token copy), and the token
+ * copy has synchronized the stream (accumulate). */
+void model_prof_step_end(model *m);
+void model_prof_step_done(model *m);
 /* graphs.c: run a decode-only batch through its graph; false (nothing done)
  * when the batch has no graph. */
 bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);

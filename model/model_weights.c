@@ -8,6 +8,16 @@
  * random values on the device instead (norm weights are set to 1 so the
  * activations stay in a sane range). Shapes are checked against the config
  * before anything is copied; every error names the tensor.
+ *
+ * Between the passes, model_check_host_memory (model.c) refuses a CPU slab
+ * that would not fit in available memory, before it is allocated (an
+ * overcommitted malloc succeeds and the process is OOM-killed later, when the
+ * pages are touched). After the second pass one reduction over the slab
+ * (kern_weights_count_nonfinite) counts NaN/Inf values per source tensor: a
+ * checkpoint with one NaN otherwise serves empty text without an error. The
+ * count runs over every source tensor as a view into its fused weight (q, k
+ * and v rows of wqkv separately), so the error names the file's tensor; the
+ * dummy weights are checked too (one read of the slab at memory bandwidth).
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +41,10 @@ typedef struct {
     uint64_t seed;
     int64_t done_bytes, total_bytes;
     bool tty;
+    /* pass 2: one view per source tensor, for the non-finite check */
+    kern_weight *views; /* [n_views] rows of a slab weight */
+    char (*view_names)[128]; /* [n_views] the source tensor's name */
+    int n_views, cap_views;
 } weight_pass;
 
 /* One source tensor feeding rows [row_off, row_off + rows) of a weight. */
@@ -64,6 +78,20 @@ static void progress(weight_pass *p, int64_t bytes)
             p->done_bytes / 1048576.0, p->total_bytes / 1048576.0);
     if (p->done_bytes >= p->total_bytes)
         fputc('\n', stderr);
+}
+
+/* Remember rows [row, row + s->rows) of w as the source tensor s->name. */
+static void add_view(weight_pass *p, const kern_weight *w, int64_t row, const weight_src *s)
+{
+    if (p->n_views == p->cap_views) {
+        p->cap_views = p->cap_views ? 2 * p->cap_views : 64;
+        p->views = inferd_realloc(p->views, (size_t)p->cap_views * sizeof *p->views);
+        p->view_names = inferd_realloc(p->view_names, (size_t)p->cap_views * sizeof *p->view_names);
+    }
+    size_t off = (size_t)(row * w->cols) * kern_dtype_size(w->dtype);
+    p->views[p->n_views] = (kern_weight){(char *)w->data + off, w->dtype, s->rows, w->cols};
+    snprintf(p->view_names[p->n_views], sizeof p->view_names[0], "%s", s->name);
+    p->n_views++;
 }
 
 static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
@@ -113,6 +141,11 @@ static inferd_status do_weight(weight_pass *p, kern_weight *w, const weight_src 
         p->offset += (bytes + WEIGHT_ALIGN - 1) & ~(size_t)(WEIGHT_ALIGN - 1);
         p->total_bytes += (int64_t)bytes;
         return INFERD_OK;
+    }
+    int64_t row = 0;
+    for (int i = 0; i < n_src; i++) {
+        add_view(p, w, row, &src[i]);
+        row += src[i].rows;
     }
     if (!p->st) {
         fill_dummy(p, w, src[0].n_dims == 1);
@@ -219,6 +252,38 @@ static void relocate_all(model *m)
     }
 }
 
+/* One count over every source tensor of the filled slab; FORMAT naming the
+ * first tensor with a NaN or Inf (its file, or the dummy seed). */
+static inferd_status check_finite(weight_pass *p)
+{
+    int64_t *counts = inferd_calloc((size_t)(p->n_views > 0 ? p->n_views : 1), sizeof(int64_t));
+    inferd_status st = kern_weights_count_nonfinite(p->m->kc, p->views, p->n_views, counts);
+    int first = -1, n_bad = 0;
+    for (int i = 0; st == INFERD_OK && i < p->n_views; i++) {
+        if (counts[i] > 0 && n_bad++ == 0)
+            first = i;
+    }
+    if (first >= 0) {
+        const kern_weight *v = &p->views[first];
+        const char *name = p->view_names[first];
+        const st_tensor *t = p->st ? st_find(p->st, name) : NULL;
+        char where[600];
+        if (t)
+            snprintf(where, sizeof where, "in %s (%s)", t->file, kern_dtype_name(t->dtype));
+        else
+            snprintf(where, sizeof where, "in the dummy weights (seed %llu)",
+                     (unsigned long long)p->m->opts.dummy_seed);
+        st = inferd_set_error(INFERD_ERR_FORMAT,
+                              "weight %s %s: %lld of %lld values are NaN or Inf after loading as %s on %s "
+                              "(%d of %d tensors have some); the model would generate garbage or nothing",
+                              name, where, (long long)counts[first], (long long)(v->rows * v->cols),
+                              kern_dtype_name(v->dtype), kern_backend_name(kern_ctx_backend(p->m->kc)), n_bad,
+                              p->n_views);
+    }
+    inferd_free(counts);
+    return st;
+}
+
 inferd_status model_weights_load(model *m)
 {
     weight_pass p = {.m = m, .assign = true, .seed = m->opts.dummy_seed, .tty = isatty(2)};
@@ -230,6 +295,8 @@ inferd_status model_weights_load(model *m)
     }
     m->layers = inferd_calloc((size_t)m->cfg.n_layers, sizeof(model_layer));
     st = do_all(&p); /* pass 1: layout (also checks presence of lm_head) */
+    if (st == INFERD_OK)
+        st = model_check_host_memory(m, p.offset); /* CPU: before the slab exists */
     if (st == INFERD_OK) {
         m->weight_bytes = p.offset;
         m->weight_slab = kern_alloc(m->kc, p.offset);
@@ -244,7 +311,11 @@ inferd_status model_weights_load(model *m)
         st = do_all(&p); /* pass 2: fill */
         kern_sync(m->kc);
     }
+    if (st == INFERD_OK)
+        st = check_finite(&p);
     if (p.st)
         st_close(p.st);
+    inferd_free(p.views);
+    inferd_free(p.view_names);
     return st;
 }

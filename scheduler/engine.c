@@ -94,13 +94,36 @@ static void clamp_opts(engine *e)
  * model's KV blocks) and the scheduler, size the step buffers. The thread is
  * not started (engine_start). m and tok are borrowed and must outlive the
  * engine; tok may be NULL (no text, no stop strings).
- * Errors: INVALID_ARG from the rows, or what kv_pool_init / sched_init
+ * Errors: INVALID_ARG from the rows or when tok can produce an id >= the
+ * model's vocab_size (both sizes named), or what kv_pool_init / sched_init
  * return; *out is NULL and nothing is leaked. Any thread, once. */
+/* The tokenizer must not produce ids the model has no embedding row for:
+ * its largest id (model vocab and added tokens, tok_vocab_size = max + 1)
+ * below the model's vocab_size. Checked once here, the one place that gets
+ * both; otherwise the first request that meets such a token fails (or, for
+ * a stop or special token, is silently never produced). A model vocab
+ * larger than the tokenizer's (padded embeddings, as Qwen ships) is fine. */
+static inferd_status check_tok_vocab(const model *m, const tokenizer *tok)
+{
+    if (!tok)
+        return INFERD_OK;
+    int mv = model_get_config(m)->vocab_size, tv = tok_vocab_size(tok);
+    if (tv <= mv)
+        return INFERD_OK;
+    return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                            "tokenizer and model do not match: the tokenizer's largest token id is %d (%d ids "
+                            "including added tokens) but the model's vocab_size (config.json) is %d, so ids %d..%d "
+                            "have no embedding; use the tokenizer that ships with the model",
+                            tv - 1, tv, mv, mv, tv - 1);
+}
+
 inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *tok, engine **out)
 {
     *out = NULL;
     inferd_status st = engine_opts_validate(opts); /* the option rows (engine_opts.c) */
     if (st != INFERD_OK)
+        return st;
+    if ((st = check_tok_vocab(m, tok)) != INFERD_OK)
         return st;
     engine *e = inferd_calloc(1, sizeof *e);
     e->opts = *opts;

@@ -15,10 +15,20 @@
 #   5. `inferd bench latency` on Llama-3-8B-shaped dummy weights, graphs on
 #      and --enforce-eager, batch x context table;
 #   6. compute-sanitizer memcheck of test_graphs_gpu (graph replays).
+# Before 3, the small-batch GEMM pass (issue 12 item 4): test_cuda_kernels
+# (every CUDA op vs its CPU twin, the GEMV forced for n = 1..16 with and
+# without PDL) with INFERD_TEST_GEMM_BENCH=1 (cuBLASLt vs GEMV vs GEMV+PDL
+# on the Llama-3-8B shapes -> gemm-bench.txt) and its memcheck; after 5,
+# `bench latency` variants (INFERD_GEMV_MAX_N=0: cuBLASLt only; GEMV
+# without PDL) and the --profile-ops per-op tables (-> profile-ops.txt).
 # DEVICE_PERF_ROWS=long skips 3, 4 and 6 and benchmarks instead the long
 # rows: batch 256 at 1k context and batch 1 at 8k (llama3-8b) and 32k
 # (llama3.1-8b: rope scaling) context, graphs on and --enforce-eager.
+# DEVICE_PERF_QUICK=1 runs only the dense kernel cases (CK_RUN_CASE=dense)
+# and skips the 8k row and the memcheck of test_graphs_gpu (fits one
+# 10-minute device call with the GEMM pass).
 set -uo pipefail
+QUICK=${DEVICE_PERF_QUICK:-0}
 LONG=$([[ ${DEVICE_PERF_ROWS:-} == long ]] && echo 1 || echo 0)
 ROOT=$(pwd)
 # logs go to /tmp and come back packed (the device tool returns at most 8
@@ -26,7 +36,7 @@ ROOT=$(pwd)
 FINAL_OUT=${OUT:-$ROOT/device-logs}
 OUT=/tmp/inferd-perf-logs
 rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
-trap 'cp "$OUT"/summary.txt "$OUT"/bench-latency-graphs.txt "$OUT"/bench-latency-eager.txt "$FINAL_OUT/" 2>/dev/null; tar czf "$FINAL_OUT/logs.tgz" -C /tmp inferd-perf-logs' EXIT
+trap 'cp "$OUT"/summary.txt "$OUT"/bench-latency-graphs.txt "$OUT"/bench-latency-eager.txt "$OUT"/gemm-bench.txt "$OUT"/profile-ops.txt "$OUT"/variants.txt "$FINAL_OUT/" 2>/dev/null; tar czf "$FINAL_OUT/logs.tgz" -C /tmp inferd-perf-logs' EXIT
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 FAILED=0
@@ -60,7 +70,7 @@ if LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
       -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" \
       -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
       -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$(nproc)" --target inferd test_graphs_gpu test_engine_stories test_stories_gpu \
+   cmake --build "$BUILD" -j "$(nproc)" --target inferd test_graphs_gpu test_engine_stories test_stories_gpu test_cuda_kernels \
       >>"$OUT/build.log" 2>&1
 then row "build (CUDA sm_90a) $(el)" ok
 else row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; fi
@@ -85,11 +95,34 @@ if [[ $LONG == 1 ]]; then
     echo "=== summary"; cat "$SUMMARY"; exit $FAILED
 fi
 
+# 2b. kernels vs CPU twins (GEMV included), GEMM timings, memcheck of the kernels
+KT=$BUILD/tests/kernels/cuda/test_cuda_kernels
+CASE=()
+[[ $QUICK == 1 ]] && CASE=(CK_RUN_CASE=dense)
+if env "${CASE[@]}" INFERD_TEST_GEMM_BENCH=1 timeout 300 "$KT" >"$OUT/test_cuda_kernels.log" 2>&1
+then row "test_cuda_kernels (GEMV n=1..16, PDL on/off) $(el)" PASS
+else row "test_cuda_kernels (exit $?)" "FAIL (test_cuda_kernels.log)"; fi
+grep -E "^GEMM_BENCH" "$OUT/test_cuda_kernels.log" | sed 's/^GEMM_BENCH //' >"$OUT/gemm-bench.txt"
+grep -E "matmul|logits|gemv|Checks|FAIL" "$OUT/test_cuda_kernels.log" | head -20
+cat "$OUT/gemm-bench.txt"
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if env "${CASE[@]}" INFERD_TEST_QUICK=1 timeout 240 "$CS" --tool memcheck --report-api-errors no --error-exitcode 99 \
+      "$KT" >"$OUT/sanitizer-kernels.log" 2>&1
+then row "compute-sanitizer memcheck test_cuda_kernels $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-kernels.log" | tail -1)"
+else row "compute-sanitizer memcheck kernels (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-kernels.log" | tail -1)"; fi
+
 # 3. graphs vs eager
 if timeout 240 "$BUILD/tests/model/test_graphs_gpu" >"$OUT/test_graphs_gpu.log" 2>&1
 then row "test_graphs_gpu (graphs == eager bitwise) $(el)" PASS
 else row "test_graphs_gpu (exit $?)" "FAIL (test_graphs_gpu.log)"; fi
 grep -E "graphs:|batch|golden|ceilings|replays|Checks|fail|Assert" "$OUT/test_graphs_gpu.log" | head -30
+
+# 3b. the same with the GEMV forced on stories260K's weights (they are
+# under the 1 MiB floor of the default rule): GEMV + PDL inside the graphs
+if INFERD_GEMV_MIN_BYTES=0 timeout 240 "$BUILD/tests/model/test_graphs_gpu" >"$OUT/test_graphs_gpu_gemv.log" 2>&1
+then row "test_graphs_gpu, GEMV forced (INFERD_GEMV_MIN_BYTES=0) $(el)" PASS
+else row "test_graphs_gpu GEMV forced (exit $?)" "FAIL (test_graphs_gpu_gemv.log)"; fi
+grep -E "Checks|fail|Assert" "$OUT/test_graphs_gpu_gemv.log" | head -8
 
 # 4. engine invariance and stories260K on the GPU, graphs on
 for t in scheduler/test_engine_stories model/test_stories_gpu; do
@@ -111,6 +144,34 @@ for v in graphs eager; do
     else row "bench latency ($v, exit $?)" "FAILED (bench-latency-$v.txt)"; fi
     grep -E "^\||device:|ceilings|graphs|steps:|capture" "$OUT/bench-latency-$v.txt"
 done
+# 5b. small-batch GEMM variants (graphs on): cuBLASLt only, GEMV without
+# PDL, the default (GEMV + PDL, above); then the per-op profiles (eager)
+: >"$OUT/variants.txt"
+BV=(bench latency --model configs/models/llama3-8b --load-format dummy --device cuda
+    --batch-size 1,4,16 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2
+    --max-num-batched-tokens 8192)
+for v in "cublas INFERD_GEMV_MAX_N=0" "gemv-nopdl INFERD_GEMV_PDL=0" "gemv-v1 INFERD_GEMV_VARIANT=1" \
+         "gemv-max8 INFERD_GEMV_MAX_N=8" "default INFERD_GEMV_PDL=1"; do
+    read -r name envs <<<"$v"
+    echo "=== $name ($envs)" >>"$OUT/variants.txt"
+    if env "$envs" timeout 120 "$BIN" "${BV[@]}" >>"$OUT/variants.txt" 2>&1
+    then row "bench latency variant $name $(el)" ok
+    else row "bench latency variant $name (exit $?)" FAILED; fi
+done
+grep -E "^===|^\| [0-9]" "$OUT/variants.txt"
+: >"$OUT/profile-ops.txt"
+for v in "cublas INFERD_GEMV_MAX_N=0" "default INFERD_GEMV_PDL=1"; do
+    read -r name envs <<<"$v"
+    echo "=== $name ($envs) --profile-ops" >>"$OUT/profile-ops.txt"
+    if env "$envs" timeout 120 "$BIN" bench latency --model configs/models/llama3-8b --load-format dummy \
+          --device cuda --batch-size 1,16 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 1 \
+          --max-num-batched-tokens 8192 --profile-ops >>"$OUT/profile-ops.txt" 2>&1
+    then row "bench latency --profile-ops $name $(el)" ok
+    else row "bench latency --profile-ops $name (exit $?)" FAILED; fi
+done
+grep -vE "^\[|^$" "$OUT/profile-ops.txt" | grep -E "^===|^\||ops of" | head -80
+
+if [[ $QUICK == 1 ]]; then echo "=== summary"; cat "$SUMMARY"; exit $FAILED; fi
 # batch 1 at a long context, graphs only (prefill of 8k tokens)
 if timeout 90 "$BIN" bench latency --model configs/models/llama3-8b --load-format dummy --device cuda \
       --batch-size 1 --input-len 8000 --output-len 32 --num-iters-warmup 1 --num-iters 1 \

@@ -1,7 +1,9 @@
 /* kernels/cpu/weights.c: weight upload (dtype conversion) and random
  * weights for --load-format dummy, for the CPU backend (twin:
  * kernels/cuda/weights.cu), plus the weight-to-fp32 row conversion the
- * other CPU ops read weights through (kcpu_weight_to_f32).
+ * other CPU ops read weights through (kcpu_weight_to_f32), and the count of
+ * NaN/Inf weight elements that model load runs over the slab
+ * (kcpu_weights_count_nonfinite).
  *
  * The CPU backend keeps weights in the file dtype (kern_weight_dtype), so the
  * usual upload is a memcpy; every other combination of F32/F16/BF16 converts
@@ -101,4 +103,44 @@ void kcpu_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float
         double u = rng_uniform(seed, (uint64_t)e);
         store_f32(w, e, (float)((2.0 * u - 1.0) * (double)scale));
     }
+}
+
+/* Non-finite test on the bits: the exponent field all ones (Inf or NaN). */
+static inline bool f32_bits_nonfinite(uint32_t u)
+{
+    return (u & 0x7F800000u) == 0x7F800000u;
+}
+static inline bool h16_bits_nonfinite(uint16_t h, uint16_t exp_mask)
+{
+    return (h & exp_mask) == exp_mask;
+}
+
+/* Non-finite elements of x[0, n) of dtype dt. */
+static int64_t count_nonfinite_one(kern_ctx *ctx, const void *x, kern_dtype dt, int64_t n)
+{
+    int64_t c = 0;
+    int nt = kcpu_threads(ctx, n);
+    if (dt == KERN_DTYPE_F32) {
+        const uint32_t *u = x;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : c)
+        for (int64_t i = 0; i < n; i++)
+            c += f32_bits_nonfinite(u[i]);
+    } else {
+        const uint16_t *h = x;
+        const uint16_t m = dt == KERN_DTYPE_F16 ? 0x7C00u : 0x7F80u; /* f16: 5 exponent bits; bf16: 8 */
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : c)
+        for (int64_t i = 0; i < n; i++)
+            c += h16_bits_nonfinite(h[i], m);
+    }
+    return c;
+}
+
+/* Contract (kern_weights_count_nonfinite): counts[i] = NaN/Inf elements of
+ * ws[i] (its dtype, rows * cols values); host memory, so no counters to
+ * allocate and never NOMEM. The CUDA twin decides on the same bits. */
+inferd_status kcpu_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts)
+{
+    for (int i = 0; i < n; i++)
+        counts[i] = count_nonfinite_one(ctx, ws[i].data, ws[i].dtype, ws[i].rows * ws[i].cols);
+    return INFERD_OK;
 }

@@ -17,6 +17,11 @@
  *
  * NOTE: the plan (grid size) depends on the batch's lengths; CUDA graph
  * capture of decode steps will need a fixed plan per captured batch size.
+ *
+ * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu) where it
+ * supports the head_dim (64, 128), else the CUDA-core one
+ * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
+ * kernel. The variable is read once per process, at the first call.
  */
 #include "kernels/cuda/attention.cuh"
 
@@ -24,6 +29,32 @@
  * its decode sequences (1 = no split, 0 = no decode sequence). */
 extern "C" int kcuda_attn_last_splits;
 int kcuda_attn_last_splits = 0;
+
+/* Test hooks: kcuda_attn_prefill_force picks the prefill kernel (-1: as
+ * INFERD_PREFILL_ATTN says, 0: CUDA cores, 1: tensor cores where supported);
+ * kcuda_attn_last_prefill tells which one the last call ran (0: none, 1: CUDA
+ * cores, 2: tensor cores). */
+extern "C" int kcuda_attn_prefill_force;
+extern "C" int kcuda_attn_last_prefill;
+int kcuda_attn_prefill_force = -1;
+int kcuda_attn_last_prefill = 0;
+
+static bool prefill_env_simt(void)
+{
+    const char *e = getenv("INFERD_PREFILL_ATTN");
+    const bool simt = e && strcmp(e, "simt") == 0;
+    if (simt)
+        INFERD_LOG_INFO("cuda: INFERD_PREFILL_ATTN=simt: prefill attention on CUDA cores");
+    return simt;
+}
+
+/* True when the prefill part of this launch runs on tensor cores. */
+static bool prefill_use_tc(const kcuda_state *st, int hd)
+{
+    static const bool env_simt = prefill_env_simt(); /* thread-safe, once per process */
+    const bool want = kcuda_attn_prefill_force >= 0 ? kcuda_attn_prefill_force == 1 : !env_simt;
+    return want && kcuda_attn_prefill_tc_supported(st, hd);
+}
 
 static int attn_max_splits(int max_seq_len)
 {
@@ -95,6 +126,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     INFERD_CHECK(kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->out, 16) && kcuda_aligned(p->k_cache, 16) &&
           kcuda_aligned(p->v_cache, 16));
     kcuda_attn_last_splits = 0;
+    kcuda_attn_last_prefill = 0;
     if (p->n_seqs == 0) {
         zero_rows(st, p, 0, p->n_tokens);
         return;
@@ -151,8 +183,14 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_splits = max_splits;
         kcuda_attn_decode_launch(st, &a);
     }
-    if (n_pre > 0)
-        kcuda_attn_prefill_launch(st, &a, max_q);
+    if (n_pre > 0) {
+        const bool tc = prefill_use_tc(st, hd);
+        kcuda_attn_last_prefill = tc ? 2 : 1;
+        if (tc)
+            kcuda_attn_prefill_tc_launch(st, &a, max_q);
+        else
+            kcuda_attn_prefill_launch(st, &a, max_q);
+    }
     zero_rows(st, p, 0, hq[0]);
     zero_rows(st, p, hq[p->n_seqs], p->n_tokens);
 }

@@ -1,7 +1,9 @@
 /* kernels/cuda/attention.cuh: private interface between the attention
  * dispatcher (attention.cu) and its two kernels families:
  * attention_decode.cu (one query per sequence, split-KV + log-sum-exp merge)
- * and attention_prefill.cu (variable query length, causal, tiled).
+ * and attention_prefill.cu (variable query length, causal, tiled, CUDA
+ * cores) or attention_prefill_tc.cu (the same on tensor cores, head_dim 64
+ * and 128; the dispatcher prefers it unless INFERD_PREFILL_ATTN=simt).
  *
  * Both kernels take every sequence of the batch and skip, on the device, the
  * sequences that belong to the other path (decode: q_len == 1; prefill:
@@ -41,5 +43,10 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
 /* Prefill attention for every sequence with q_len > 1; max_q_len bounds the
  * query tiles. */
 void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len);
+
+/* The same on tensor cores (attention_prefill_tc.cu), for the head_dims and
+ * devices where kcuda_attn_prefill_tc_supported holds (64 and 128). */
+bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
+void kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len);
 
 #endif

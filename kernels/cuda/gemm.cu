@@ -14,9 +14,20 @@
  * offers no algorithm (odd leading dimensions), cublasGemmEx computes the
  * same product. Both use the ctx's one workspace on the ctx's stream.
  *
+ * Small batches (n <= 4 and weights >= 1 MiB by default, kern_gemm_config)
+ * go to the weight-streaming GEMV of gemv.cu when it takes the shape:
+ * measured on an H100 over the Llama-3-8B shapes (docs/PERF.md), it beats
+ * cuBLASLt per layer at n = 1..6 (at n = 1: 82-104% of the copy bandwidth
+ * against 67-95%) and loses from n = 8 on; the default stops at 4, the
+ * largest graph-ladder size below the crossover, so padded graph replays
+ * and eager steps choose alike. The rule is fixed, not timed at start-up,
+ * so two contexts (or a graph and an eager step) always make the same
+ * choice.
+ *
  * NOTE: cuBLAS may pick a different kernel (tile shape, split-K) for a
  * different n, so a row's result can change in the last bits with the batch
- * size; the CPU backend is bitwise batch-invariant, this one is not.
+ * size; the CPU backend is bitwise batch-invariant, this one is not (the
+ * GEMV is invariant for every n it takes).
  */
 #include "kernels/cuda/common.cuh"
 
@@ -152,13 +163,36 @@ static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, co
 
 /* Contract (kern_matmul): out[n, w->rows] = bf16(in[n, w->cols] @ w^T), fp32
  * accumulation. out must not overlap in. */
+/* The run-time choice (kern_gemm_config): GEMV for n <= gemv_max_n tokens
+ * and weights of at least gemv_min_weight_bytes, when the kernel takes the
+ * shape. NOTE: the 1 MiB floor is not a speed rule (the GEMV is faster
+ * there too: 3.9 vs 10 us at 512 x 512): it keeps small models on the
+ * kernels their numerics were validated with. Mixing the GEMV (n <= 4)
+ * and cuBLASLt (n > 4) in one model makes a row's bits depend on how many
+ * tokens share its step; on stories260K that flipped greedy tokens in the
+ * engine invariance tests (preemption, chunked prefill), which pass on
+ * cuBLASLt alone. Large models were never batch-invariant on this backend
+ * (cuBLASLt changes algorithm with n), see the NOTE at the top. */
+static bool use_gemv(const kern_ctx *ctx, const void *in, const kern_weight *w, int n)
+{
+    return n >= 1 && n <= ctx->gemm.gemv_max_n &&
+           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+           kcuda_gemv_fits(in, w, n);
+}
+
 void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n)
 {
-    gemm_run(kcuda_st(ctx), out, 0, in, w, n);
+    if (use_gemv(ctx, in, w, n))
+        kcuda_gemv(ctx, out, 0, in, w, n, ctx->gemm.pdl);
+    else
+        gemm_run(kcuda_st(ctx), out, 0, in, w, n);
 }
 
 /* Contract (kern_logits): logits[n, w->rows] (fp32) = in[n, w->cols] @ w^T. */
 void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
 {
-    gemm_run(kcuda_st(ctx), logits, 1, in, w, n);
+    if (use_gemv(ctx, in, w, n))
+        kcuda_gemv(ctx, logits, 1, in, w, n, ctx->gemm.pdl);
+    else
+        gemm_run(kcuda_st(ctx), logits, 1, in, w, n);
 }

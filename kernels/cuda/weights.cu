@@ -9,6 +9,14 @@
  * directly. Random weights are generated on the device with the same formula
  * as the CPU backend: (float)((2 * rng_uniform(seed, e) - 1) * scale), e the
  * flat element index.
+ *
+ * The non-finite count (model load's check of the weight slab) reads each
+ * weight once: 16-byte loads over the aligned body, scalar loads for the
+ * unaligned head and the tail, a test on the exponent bits, a warp sum, and
+ * one 32-bit atomic per warp into the counter of its chunk. Weights are cut
+ * into chunks of at most 2^31 elements, each with its own counter, so no
+ * counter can wrap; the host adds the chunks of a weight up after one copy
+ * back. Load-time only: it allocates its counters and synchronizes.
  */
 #include "kernels/cuda/common.cuh"
 
@@ -91,4 +99,107 @@ void kcuda_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, floa
         return;
     launch_fill_random(st, (uint16_t *)w->data, n, seed, scale);
     KCUDA_LAUNCH_CHECK();
+}
+
+/* --- non-finite count ----------------------------------------------------- */
+
+#define NONFINITE_CHUNK ((int64_t)1 << 31) /* elements per counter: < 2^32, cannot wrap */
+
+/* NaN/Inf elements in one 32-bit word: one f32 (exp_mask16 == 0) or two
+ * f16/bf16 halves (exp_mask16 = 0x7C00 / 0x7F80). */
+__device__ __forceinline__ unsigned nonfinite_in_word(uint32_t w, uint32_t exp_mask16)
+{
+    if (exp_mask16 == 0)
+        return (w & 0x7F800000u) == 0x7F800000u;
+    return ((w & exp_mask16) == exp_mask16) + (((w >> 16) & exp_mask16) == exp_mask16);
+}
+
+/* *counter += NaN/Inf elements of x[0, n); es = element size (2 or 4).
+ * head: elements before the first 16-byte boundary (scalar, block 0), then
+ * n_vec uint4 vectors (grid-stride), then the tail (scalar, block 0). */
+static __global__ void count_nonfinite_kernel(const uint8_t *__restrict__ x, int64_t n, int es, uint32_t exp_mask16,
+                                              int64_t head, int64_t n_vec, unsigned *__restrict__ counter)
+{
+    unsigned c = 0;
+    const int64_t per_vec = 16 / es;
+    const uint4 *v = (const uint4 *)(x + head * es); /* [n_vec] */
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_vec; i += stride) {
+        const uint4 q = __ldg(&v[i]);
+        c += nonfinite_in_word(q.x, exp_mask16) + nonfinite_in_word(q.y, exp_mask16) +
+             nonfinite_in_word(q.z, exp_mask16) + nonfinite_in_word(q.w, exp_mask16);
+    }
+    if (blockIdx.x == 0) {
+        const int64_t tail0 = head + n_vec * per_vec;
+        for (int64_t i = threadIdx.x; i < head + (n - tail0); i += blockDim.x) {
+            const int64_t e = i < head ? i : tail0 + (i - head); /* element index */
+            const uint32_t w = es == 4 ? ((const uint32_t *)x)[e] : (uint32_t)((const uint16_t *)x)[e];
+            c += nonfinite_in_word(w, exp_mask16);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        c += __shfl_xor_sync(0xFFFFFFFFu, c, o);
+    if ((threadIdx.x & 31) == 0 && c != 0)
+        atomicAdd(counter, c);
+}
+
+/* Count x[0, n) (n <= NONFINITE_CHUNK) of dtype dt into *counter. */
+static void launch_count_nonfinite(const kcuda_state *st, const void *x, kern_dtype dt, int64_t n, unsigned *counter)
+{
+    const int es = (int)kern_dtype_size(dt);
+    const uint32_t mask = dt == KERN_DTYPE_F32 ? 0u : dt == KERN_DTYPE_F16 ? 0x7C00u : 0x7F80u;
+    const int64_t per_vec = 16 / es;
+    int64_t head = (int64_t)(((16 - ((uintptr_t)x & 15)) & 15) / (uintptr_t)es);
+    if (head > n)
+        head = n;
+    const int64_t n_vec = (n - head) / per_vec;
+    unsigned grid = kcuda_cdiv(n_vec > 0 ? n_vec : 1, 256);
+    if (grid > (unsigned)st->n_sms * 8u)
+        grid = (unsigned)st->n_sms * 8u;
+    count_nonfinite_kernel<<<grid, 256, 0, st->stream>>>((const uint8_t *)x, n, es, mask, head, n_vec, counter);
+}
+
+/* Contract (kern_weights_count_nonfinite): counts[i] = NaN/Inf elements of
+ * ws[i] (any dtype: the check runs on CUDA weights, bf16, and on whatever a
+ * test hands it); one counter per chunk of NONFINITE_CHUNK elements, one
+ * copy back, one synchronization. NOMEM when the counters do not fit. */
+inferd_status kcuda_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    int64_t n_slots = 0;
+    for (int i = 0; i < n; i++)
+        n_slots += (ws[i].rows * ws[i].cols + NONFINITE_CHUNK - 1) / NONFINITE_CHUNK;
+    if (n_slots == 0) {
+        for (int i = 0; i < n; i++)
+            counts[i] = 0;
+        return INFERD_OK;
+    }
+    unsigned *d = (unsigned *)kcuda_alloc(ctx, (size_t)n_slots * sizeof(unsigned)); /* [n_slots] */
+    if (!d)
+        return inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate %lld non-finite counters on the device",
+                                (long long)n_slots);
+    CUDA_CHECK(cudaMemsetAsync(d, 0, (size_t)n_slots * sizeof(unsigned), st->stream));
+    int64_t slot = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t total = ws[i].rows * ws[i].cols;
+        const size_t es = kern_dtype_size(ws[i].dtype);
+        for (int64_t e0 = 0; e0 < total; e0 += NONFINITE_CHUNK, slot++) {
+            const int64_t len = total - e0 < NONFINITE_CHUNK ? total - e0 : NONFINITE_CHUNK;
+            launch_count_nonfinite(st, (const uint8_t *)ws[i].data + (size_t)e0 * es, ws[i].dtype, len, d + slot);
+            KCUDA_LAUNCH_CHECK();
+        }
+    }
+    unsigned *h = (unsigned *)inferd_malloc((size_t)n_slots * sizeof(unsigned));
+    kcuda_memcpy_d2h(ctx, h, d, (size_t)n_slots * sizeof(unsigned)); /* synchronous */
+    slot = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t total = ws[i].rows * ws[i].cols;
+        counts[i] = 0;
+        for (int64_t e0 = 0; e0 < total; e0 += NONFINITE_CHUNK, slot++)
+            counts[i] += h[slot];
+    }
+    inferd_free(h);
+    kcuda_free(ctx, d);
+    return INFERD_OK;
 }

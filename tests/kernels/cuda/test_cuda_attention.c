@@ -14,6 +14,14 @@
  * so the output counts keys exactly: a dropped or repeated key shifts a
  * value by >= 1/(pos+1) relative to ~1/head_dim.
  *
+ * Prefill runs on one of two kernels (tensor cores for head_dim 64/128,
+ * CUDA cores otherwise or with INFERD_PREFILL_ATTN=simt); the "tc" tests run
+ * every case on both, forced through the kcuda_attn_prefill_force hook, and
+ * check which one ran (kcuda_attn_last_prefill). Their cases add odd and
+ * tile-straddling lengths, chunks after cached context, block tables that
+ * share prefix blocks between sequences (as prefix-cache hits do), GQA 1/4/8
+ * and a head_dim the tensor-core kernel leaves to the fallback.
+ *
  * Tolerance: bf16 output of an fp32 softmax over bf16-exact inputs:
  * atol 2e-3, rtol 1e-2 (random), rtol 5e-3 (uniform: exact mean, one bf16
  * rounding).
@@ -28,9 +36,13 @@
 #include "kt_harness.h"
 
 #ifdef INFERD_HAVE_CUDA
-extern int kcuda_attn_last_splits; /* kernels/cuda/attention.cu test hook */
+extern int kcuda_attn_last_splits; /* kernels/cuda/attention.cu test hooks */
+extern int kcuda_attn_prefill_force; /* -1 env, 0 CUDA cores, 1 tensor cores */
+extern int kcuda_attn_last_prefill;  /* 0 none, 1 CUDA cores, 2 tensor cores */
 #else
 static int kcuda_attn_last_splits;
+static int kcuda_attn_prefill_force;
+static int kcuda_attn_last_prefill;
 #endif
 
 static int64_t cache_off(int64_t slot, int h, int nkv, int bs, int hd)
@@ -153,6 +165,7 @@ typedef struct {
     int n_seqs, pad_tokens;
     bool use_ws, uniform;
     int expect_split; /* -1: don't check, 0: must not split, 1: must split */
+    int share_blocks; /* sequences i > 0 map their first full blocks (at most this many) to sequence 0's */
 } kt_attn_case;
 
 /* The host side of one attention scenario (CPU layout, F32). */
@@ -206,8 +219,11 @@ static void scene_build(const kt_attn_case *c, uint64_t seed, kt_scene *sc)
     uint64_t rs = seed * 1000;
     for (int i = 0; i < ns; i++) {
         int32_t *bti = sc->bt + (size_t)i * sc->max_blocks;
-        for (int b = 0; b * bs < sc->lens[i]; b++)
-            bti[b] = ids[next++];
+        for (int b = 0; b * bs < sc->lens[i]; b++) {
+            const bool shared = i > 0 && b < c->share_blocks && (b + 1) * bs <= sc->lens[0] &&
+                                (b + 1) * bs <= sc->lens[i]; /* full blocks of both, as a prefix hit */
+            bti[b] = shared ? sc->bt[b] : ids[next++];
+        }
         for (int p = 0; p < sc->lens[i]; p++) {
             int64_t slot = (int64_t)bti[p / bs] * bs + p % bs;
             for (int h = 0; h < nkv; h++) {
@@ -271,6 +287,9 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
                            sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale};
     kern_attention(kt_gpu, &pg);
     const int splits = kcuda_attn_last_splits;
+    static const char *const paths[] = {"-", "simt", "tc"};
+    const int pk = kcuda_attn_last_prefill;
+    const char *path = paths[pk >= 0 && pk <= 2 ? pk : 0];
     uint16_t *h = inferd_malloc(sc.no * 2);
     float *got = inferd_malloc(sc.no * sizeof(float));
     kt_gbuf_read(&go, h);
@@ -285,8 +304,8 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
         kt_record("attention", 1, 0, 0);
         bad++;
     }
-    printf("  attention %-28s nh=%-2d nkv=%-2d hd=%-3d bs=%-2d tokens=%-4d splits=%d ws=%zu %s\n", c->name, nh,
-           nkv, hd, bs, sc.n_tokens, splits, ws ? wsb : (size_t)0, bad ? "FAIL" : "ok");
+    printf("  attention %-28s nh=%-2d nkv=%-2d hd=%-3d bs=%-2d tokens=%-4d splits=%d ws=%zu prefill=%s %s\n",
+           c->name, nh, nkv, hd, bs, sc.n_tokens, splits, ws ? wsb : (size_t)0, path, bad ? "FAIL" : "ok");
     kt_gbuf_free(&go);
     kern_free(kt_gpu, ws);
     kern_free(kt_gpu, dbt);
@@ -314,15 +333,15 @@ START_TEST(test_attention_decode)
     static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
     static const kt_seq big[] = {{4100, 1}};
     const kt_attn_case cases[] = {
-        {"decode short gqa4", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0},
-        {"decode split gqa8", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1},
-        {"decode split uniform", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, true, 1},
-        {"decode no-ws long", 16, 2, 128, 32, long3, NSEQ(long3), 0, false, false, 0},
-        {"decode gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1},
-        {"decode gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1},
-        {"decode gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1},
-        {"decode gqa4 hd128 pad", 32, 8, 128, 16, short3, NSEQ(short3), 3, true, false, 0},
-        {"decode 1 seq 4100", 32, 8, 128, 16, big, NSEQ(big), 0, true, true, 1},
+        {"decode short gqa4", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0, 0},
+        {"decode split gqa8", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
+        {"decode split uniform", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, true, 1, 0},
+        {"decode no-ws long", 16, 2, 128, 32, long3, NSEQ(long3), 0, false, false, 0, 0},
+        {"decode gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1, 0},
+        {"decode gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"decode gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"decode gqa4 hd128 pad", 32, 8, 128, 16, short3, NSEQ(short3), 3, true, false, 0, 0},
+        {"decode 1 seq 4100", 32, 8, 128, 16, big, NSEQ(big), 0, true, true, 1, 0},
     };
     int bad = 0;
     for (int i = 0; i < NSEQ(cases); i++)
@@ -340,20 +359,20 @@ START_TEST(test_attention_prefill)
     static const kt_seq wide[] = {{40, 40}, {600, 1}, {70, 35}};
     static const kt_seq big[] = {{1000, 300}};
     const kt_attn_case cases[] = {
-        {"prefill 77 gqa4", 8, 2, 64, 16, one, NSEQ(one), 0, true, false, -1},
-        {"chunked gqa8 hd128", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, false, -1},
-        {"chunked uniform", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, true, -1},
-        {"mixed decode+prefill", 8, 2, 64, 16, mixed, NSEQ(mixed), 2, true, false, -1},
-        {"mixed uniform bs1", 4, 1, 64, 1, mixed, NSEQ(mixed), 0, true, true, -1},
-        {"prefill hd8 (stories)", 8, 4, 8, 16, tiny, NSEQ(tiny), 0, true, false, -1},
-        {"prefill hd256 opt-in smem", 2, 1, 256, 16, wide, NSEQ(wide), 0, true, false, -1},
-        {"prefill gqa1 hd64 bs32", 4, 4, 64, 32, tiny, NSEQ(tiny), 1, true, false, -1},
+        {"prefill 77 gqa4", 8, 2, 64, 16, one, NSEQ(one), 0, true, false, -1, 0},
+        {"chunked gqa8 hd128", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, false, -1, 0},
+        {"chunked uniform", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, true, -1, 0},
+        {"mixed decode+prefill", 8, 2, 64, 16, mixed, NSEQ(mixed), 2, true, false, -1, 0},
+        {"mixed uniform bs1", 4, 1, 64, 1, mixed, NSEQ(mixed), 0, true, true, -1, 0},
+        {"prefill hd8 (stories)", 8, 4, 8, 16, tiny, NSEQ(tiny), 0, true, false, -1, 0},
+        {"prefill hd256 opt-in smem", 2, 1, 256, 16, wide, NSEQ(wide), 0, true, false, -1, 0},
+        {"prefill gqa1 hd64 bs32", 4, 4, 64, 32, tiny, NSEQ(tiny), 1, true, false, -1, 0},
     };
     int bad = 0;
     for (int i = 0; i < NSEQ(cases); i++)
         bad += attn_case(&cases[i], 2000 + (uint64_t)i);
     if (!kt_quick) {
-        const kt_attn_case large = {"chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1};
+        const kt_attn_case large = {"chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1, 0};
         bad += attn_case(&large, 2100);
     }
     ck_assert_int_eq(bad, 0);
@@ -388,8 +407,111 @@ START_TEST(test_attention_random)
         const bool use_ws = RND(5) != 0;
         const bool uniform = RND(4) == 0;
 #undef RND
-        kt_attn_case ac = {"random", nh, nkv, hd, bs, seqs, ns, pad, use_ws, uniform, -1};
+        kt_attn_case ac = {"random", nh, nkv, hd, bs, seqs, ns, pad, use_ws, uniform, -1, 0};
         bad += attn_case(&ac, seed + (uint64_t)c);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Runs case c with the prefill kernel forced to tensor cores (force 1) or
+ * CUDA cores (force 0), then checks that the dispatcher ran the expected
+ * one: tensor cores only for head_dim 64/128, nothing without a prefill
+ * sequence. Returns violations. */
+static int attn_case_forced(const kt_attn_case *c, uint64_t seed, int force)
+{
+    kcuda_attn_prefill_force = force;
+    int bad = attn_case(c, seed);
+    kcuda_attn_prefill_force = -1;
+    bool prefill = false;
+    for (int i = 0; i < c->n_seqs; i++)
+        prefill |= c->seqs[i].q_len > 1;
+    const int expect = !prefill ? 0 : force == 1 && (c->hd == 64 || c->hd == 128) ? 2 : 1;
+    if (kcuda_attn_last_prefill != expect) {
+        printf("  attention %s: prefill kernel %d ran, expected %d (force %d)\n", c->name,
+               kcuda_attn_last_prefill, expect, force);
+        kt_record("attention", 1, 0, 0);
+        bad++;
+    }
+    return bad;
+}
+
+/* Tensor-core prefill and its fallback, each case on both kernels. */
+START_TEST(test_attention_prefill_tc)
+{
+    static const kt_seq p200[] = {{200, 200}};                          /* 3 full + 1 partial tile */
+    static const kt_seq odd3[] = {{77, 77}, {129, 129}, {2, 2}};        /* odd, 64 + 1, shortest prefill */
+    static const kt_seq chunk3[] = {{300, 45}, {130, 67}, {65, 64}};    /* chunks after 255, 63, 1 cached */
+    static const kt_seq mixed6[] = {{200, 45}, {50, 1}, {64, 64}, {1200, 1}, {33, 2}, {190, 3}};
+    static const kt_seq uni2[] = {{500, 131}, {70, 70}};
+    static const kt_seq prefix3[] = {{160, 160}, {180, 20}, {170, 65}}; /* prefix hits on seq 0's blocks */
+    static const kt_seq bs1[] = {{100, 33}};
+    static const kt_seq fb[] = {{150, 90}, {40, 1}};
+    static const kt_seq big[] = {{1000, 300}};
+    static const kt_seq full[] = {{700, 700}, {129, 128}};
+    const kt_attn_case cases[] = {
+        {"tc prefill 200 gqa4 hd128", 8, 2, 128, 16, p200, NSEQ(p200), 0, true, false, -1, 0},
+        {"tc odd lens gqa1 hd64 pad", 4, 4, 64, 16, odd3, NSEQ(odd3), 1, true, false, -1, 0},
+        {"tc chunked gqa8 hd128 bs32", 8, 1, 128, 32, chunk3, NSEQ(chunk3), 0, true, false, -1, 0},
+        {"tc mixed+decode gqa4 hd64", 16, 4, 64, 16, mixed6, NSEQ(mixed6), 2, true, false, -1, 0},
+        {"tc uniform chunked hd128", 4, 1, 128, 16, uni2, NSEQ(uni2), 0, true, true, -1, 0},
+        {"tc uniform gqa8 hd64 bs8", 8, 1, 64, 8, chunk3, NSEQ(chunk3), 0, true, true, -1, 0},
+        {"tc prefix-shared gqa4 hd128", 8, 2, 128, 16, prefix3, NSEQ(prefix3), 0, true, false, -1, 8},
+        {"tc prefix-shared uni hd64", 4, 1, 64, 32, prefix3, NSEQ(prefix3), 0, true, true, -1, 4},
+        {"tc bs1 gqa8 hd64", 8, 1, 64, 1, bs1, NSEQ(bs1), 0, true, false, -1, 0},
+        {"tc fallback hd96 gqa4", 8, 2, 96, 16, fb, NSEQ(fb), 0, true, false, -1, 0},
+        {"tc fallback hd256", 2, 1, 256, 16, chunk3, NSEQ(chunk3), 0, true, false, -1, 0},
+    };
+    int bad = 0;
+    for (int i = 0; i < NSEQ(cases); i++)
+        for (int force = 1; force >= 0; force--)
+            bad += attn_case_forced(&cases[i], 3000 + (uint64_t)i, force);
+    if (!kt_quick) {
+        const kt_attn_case large[] = {
+            {"tc chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1, 0},
+            {"tc full 700 gqa4 hd64", 16, 4, 64, 16, full, NSEQ(full), 0, true, false, -1, 0},
+            {"tc full 700 uniform hd128", 8, 8, 128, 32, full, NSEQ(full), 0, true, true, -1, 0},
+        };
+        for (int i = 0; i < NSEQ(large); i++)
+            for (int force = 1; force >= 0; force--)
+                bad += attn_case_forced(&large[i], 3100 + (uint64_t)i, force);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Random prefill scenarios for the tensor-core kernel from a fresh seed
+ * (INFERD_TEST_SEED to replay), each on both kernels: head_dim 64/128 (80:
+ * fallback), GQA 1/4/8, block sizes 1/8/16/32, 1-4 sequences with 0..700
+ * cached tokens, some decode rows, some shared prefix blocks. */
+START_TEST(test_attention_prefill_tc_random)
+{
+    const uint64_t seed = kt_seed();
+    printf("  attention tc random: INFERD_TEST_SEED=%llu\n", (unsigned long long)seed);
+    static const int hds[] = {64, 128, 64, 128, 80}, groups[] = {1, 4, 8}, bss[] = {1, 8, 16, 32};
+    int bad = 0;
+    const int n_cases = kt_quick ? 3 : 10;
+    const int max_q = kt_quick ? 100 : 260, max_ctx = kt_quick ? 200 : 700;
+    for (int c = 0; c < n_cases; c++) {
+        uint64_t r = seed * 6151 + (uint64_t)c * 92821, k = 0;
+#define RND(n) ((int)(rng_uniform(r, k++) * (n)))
+        kt_seq seqs[4];
+        const int ns = 1 + RND(4);
+        for (int i = 0; i < ns; i++) {
+            seqs[i].q_len = i > 0 && RND(4) == 0 ? 1 : 2 + RND(max_q - 1);
+            seqs[i].L = seqs[i].q_len + (RND(3) == 0 ? 0 : RND(max_ctx + 1));
+        }
+        const int nkv = 1 + RND(2);
+        const int nh = nkv * groups[RND(3)];
+        const int hd = hds[RND(5)];
+        const int bs = bss[RND(4)];
+        const int pad = RND(3);
+        const bool uniform = RND(4) == 0;
+        const int share = RND(2) ? RND(8) : 0;
+#undef RND
+        kt_attn_case ac = {"tc random", nh, nkv, hd, bs, seqs, ns, pad, true, uniform, -1, share};
+        for (int force = 1; force >= 0; force--)
+            bad += attn_case_forced(&ac, seed + (uint64_t)c, force);
     }
     ck_assert_int_eq(bad, 0);
 }
@@ -415,6 +537,8 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
+    tcase_add_test(tc, test_attention_prefill_tc);
+    tcase_add_test(tc, test_attention_prefill_tc_random);
     tcase_add_test(tc, test_attention_workspace);
     return tc;
 }

@@ -145,6 +145,103 @@ START_TEST(test_weight_fill_random)
 }
 END_TEST
 
+/* --- non-finite weight count ------------------------------------------------------- */
+
+/* x[0, n) of dtype dt: random finite bit patterns (exponent never all ones),
+ * then n_bad NaN/Inf patterns (quiet, signalling, negative, all-ones) at
+ * distinct random places, the first and last element among them. Returns
+ * the planted count. */
+static int64_t nonfinite_fill(void *x, kern_dtype dt, size_t n, size_t n_bad, uint64_t seed)
+{
+    const uint32_t em = dt == KERN_DTYPE_F32 ? 0x7F800000u : dt == KERN_DTYPE_F16 ? 0x7C00u : 0x7F80u;
+    const uint32_t lo = dt == KERN_DTYPE_F32 ? 0x00800000u : dt == KERN_DTYPE_F16 ? 0x0400u : 0x0080u;
+    const uint32_t bad32[] = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu};
+    const uint32_t bad16[2][5] = {{0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFFFF}, {0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF}};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)(rng_uniform(seed, i) * 4294967296.0);
+        if (dt != KERN_DTYPE_F32)
+            b &= 0xFFFFu;
+        if ((b & em) == em)
+            b &= ~lo;
+        if (dt == KERN_DTYPE_F32)
+            ((uint32_t *)x)[i] = b;
+        else
+            ((uint16_t *)x)[i] = (uint16_t)b;
+    }
+    n_bad = n_bad < n ? n_bad : n;
+    uint8_t *taken = inferd_calloc(n ? n : 1, 1);
+    size_t planted = 0;
+    for (uint64_t k = 0; planted < n_bad; k++) {
+        const size_t i = planted == 0 ? 0 : planted == 1 ? n - 1 : (size_t)(rng_uniform(seed + 1, k) * (double)n);
+        if (i >= n || taken[i])
+            continue;
+        taken[i] = 1;
+        if (dt == KERN_DTYPE_F32)
+            ((uint32_t *)x)[i] = bad32[planted % 5];
+        else
+            ((uint16_t *)x)[i] = (uint16_t)bad16[dt == KERN_DTYPE_BF16][planted % 5];
+        planted++;
+    }
+    inferd_free(taken);
+    return (int64_t)planted;
+}
+
+/* GPU count == CPU twin count == planted, for every dtype, odd sizes and
+ * start addresses off the 16-byte boundary by every element step (the
+ * kernel's scalar head, vector body and tail), each buffer inside guards of
+ * 0xFF bytes (NaN in every dtype: an over-read miscounts); then one call
+ * over a list of all of them (per-weight counters in one launch sequence).
+ * Exact: counts are integers. */
+START_TEST(test_count_nonfinite)
+{
+    const uint64_t seed = kt_seed();
+    const size_t sizes[] = {1, 7, 9, 33, 4099, 100003, 5000011};
+    const size_t n_sizes = kt_quick ? 6 : 7;
+    const kern_dtype dts[] = {KERN_DTYPE_F32, KERN_DTYPE_F16, KERN_DTYPE_BF16};
+    enum { MAXW = 3 * 7 * 8 };
+    kern_weight gw[MAXW], cw[MAXW];
+    int64_t want[MAXW];
+    kt_gbuf gb[MAXW];
+    int nw = 0, bad = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < n_sizes; s++)
+            for (size_t off = 0; off < 16; off += kern_dtype_size(dts[d]) * (s % 2 ? 1 : 2)) {
+                const size_t n = sizes[s], bytes = n * kern_dtype_size(dts[d]);
+                const size_t n_bad = (s + off) % 4 == 0 ? 0 : 1 + (n / 1000) % 37;
+                void *h = inferd_malloc(bytes);
+                want[nw] = nonfinite_fill(h, dts[d], n, n_bad, seed + 31u * (uint64_t)nw);
+                void *g = kt_gbuf_alloc(&gb[nw], bytes, off);
+                kern_memcpy_h2d(kt_gpu, g, h, bytes);
+                gw[nw] = (kern_weight){g, dts[d], 1, (int64_t)n};
+                cw[nw] = (kern_weight){kern_alloc(kt_cpu, bytes), dts[d], 1, (int64_t)n};
+                memcpy(cw[nw].data, h, bytes);
+                inferd_free(h);
+                int64_t got_g = -1, got_c = -1;
+                ck_assert_int_eq(kern_weights_count_nonfinite(kt_gpu, &gw[nw], 1, &got_g), INFERD_OK);
+                ck_assert_int_eq(kern_weights_count_nonfinite(kt_cpu, &cw[nw], 1, &got_c), INFERD_OK);
+                if (got_g != want[nw] || got_c != want[nw]) {
+                    printf("  count_nonfinite %s n=%zu off=%zu: gpu %lld cpu %lld planted %lld (seed %llu)\n",
+                           kern_dtype_name(dts[d]), n, off, (long long)got_g, (long long)got_c,
+                           (long long)want[nw], (unsigned long long)seed);
+                    bad++;
+                }
+                bad += kt_gbuf_guards_bad(&gb[nw], "count_nonfinite");
+                nw++;
+            }
+    int64_t *got = inferd_malloc((size_t)nw * sizeof(int64_t));
+    ck_assert_int_eq(kern_weights_count_nonfinite(kt_gpu, gw, nw, got), INFERD_OK);
+    for (int i = 0; i < nw; i++)
+        bad += got[i] != want[i];
+    kt_record("count_nonfinite", bad, 0, 0);
+    for (int i = 0; i < nw; i++) {
+        kt_gbuf_free(&gb[i]);
+        kern_free(kt_cpu, cw[i].data);
+    }
+    inferd_free(got);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* --- embedding, gather -------------------------------------------------------------- */
 
 START_TEST(test_embed)
@@ -357,6 +454,167 @@ START_TEST(test_logits)
 }
 END_TEST
 
+/* --- small-batch GEMV (kernels/cuda/gemv.cu) ------------------------------------------ */
+
+/* Every n the GEMV takes (1..16; a subset under INFERD_TEST_QUICK), with
+ * and without programmatic dependent launch, against kcpu_matmul /
+ * kcpu_logits on odd row counts and C = 8..4096 (multiples of 8), inputs
+ * 16-byte but not 256-byte aligned; then cuBLASLt forced on the same shapes
+ * (the other branch of the run-time choice). Tolerances as gemm_case. */
+START_TEST(test_gemv)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    static const int shapes[][2] = {{1, 8}, {3, 72}, {37, 264}, {129, 1000}, {1000, 64}, {61, 4096}};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    const uint64_t seed = kt_seed();
+    printf("test_gemv: seed %llu\n", (unsigned long long)seed);
+    int bad = 0, k = 0;
+    for (int mode = 0; mode < 4; mode++) { /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1 */
+        kern_gemm_opts go = {.gemv_max_n = mode == 2 ? 0 : 16, .gemv_min_weight_bytes = 0, .pdl = mode != 0,
+                             .gemv_variant = mode == 3};
+        kern_gemm_config(kt_gpu, &go);
+        for (int n = 1; n <= 16; n++) {
+            if ((kt_quick && n != 1 && n != 2 && n != 5 && n != 16) || (mode == 3 && n > 2))
+                continue;
+            for (int si = 0; si < n_shapes; si++, k++) {
+                if ((kt_quick || mode >= 2) && (si + n) % 2)
+                    continue;
+                const int R = shapes[si][0], C = shapes[si][1];
+                bad += gemm_case(k % 2 == 0, n, R, C, (size_t)(16 * (k % 3)), seed + (uint64_t)k);
+            }
+        }
+    }
+    if (!kt_quick) { /* Llama-3-8B down projection and lm_head shapes */
+        kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true};
+        kern_gemm_config(kt_gpu, &go);
+        bad += gemm_case(false, 2, 4096, 14336, 0, seed + 1000);
+        bad += gemm_case(true, 1, 128256, 4096, 16, seed + 1001);
+    }
+    kern_gemm_config(kt_gpu, &go0);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The GEMV's result for a token does not depend on how many tokens share
+ * the launch (what makes a padded graph replay equal the eager step):
+ * logits of token t computed in a batch of n equal those of a batch of 16
+ * bit for bit, for every n. */
+START_TEST(test_gemv_batch_invariant)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    const kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true};
+    kern_gemm_config(kt_gpu, &go);
+    const int R = 203, C = 520, N = 16;
+    const uint64_t seed = kt_seed() + 77;
+    float *in = inferd_malloc(sizeof(float) * N * C), *w = inferd_malloc(sizeof(float) * R * C);
+    kt_rand_bf16(in, (size_t)N * C, seed, -1.0f, 1.0f);
+    kt_rand_bf16(w, (size_t)R * C, seed + 1, -0.1f, 0.1f);
+    kern_weight wg = kt_weight_gpu(w, R, C);
+    void *gin = kt_gpu_bf16(in, (size_t)N * C);
+    float *gout = kern_alloc(kt_gpu, sizeof(float) * N * R);
+    float *ref = inferd_malloc(sizeof(float) * N * R), *got = inferd_malloc(sizeof(float) * N * R);
+    kern_logits(kt_gpu, gout, gin, &wg, N);
+    kern_memcpy_d2h(kt_gpu, ref, gout, sizeof(float) * N * R);
+    int bad = 0;
+    for (int n = 1; n < N; n++) {
+        kern_logits(kt_gpu, gout, gin, &wg, n);
+        kern_memcpy_d2h(kt_gpu, got, gout, sizeof(float) * (size_t)n * R);
+        if (memcmp(got, ref, sizeof(float) * (size_t)n * R) != 0) {
+            printf("  gemv: batch of %d differs from batch of %d\n", n, N);
+            bad++;
+        }
+    }
+    kt_record("gemv_batch_invariant", bad, 0, 0);
+    kern_gemm_config(kt_gpu, &go0);
+    kern_free(kt_gpu, gout);
+    kern_free(kt_gpu, gin);
+    kern_free(kt_gpu, wg.data);
+    inferd_free(got);
+    inferd_free(ref);
+    inferd_free(w);
+    inferd_free(in);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
+ * PDL and its variant 1 (n <= 2) on the Llama-3-8B weight shapes for n = 1..16 and print
+ * a table (us per product, GB/s of weight bytes, % of the copy bandwidth).
+ * Each shape rotates over enough weight copies (>= 256 MiB) that the L2
+ * never holds them; weights random (kern_weight_fill_random). This is the
+ * measurement behind KCUDA_GEMV_DEFAULT_MAX_N (docs/PERF.md). */
+START_TEST(test_gemm_small_bench)
+{
+    const char *e = getenv("INFERD_TEST_GEMM_BENCH");
+    if (!e || strcmp(e, "1") != 0 || kt_quick)
+        return;
+    kern_ceilings cl;
+    ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    static const struct {
+        const char *name;
+        int R, C, f32;
+    } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
+              {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
+    static const int ns[] = {1, 2, 4, 6, 8, 16};
+    const size_t rot_bytes = (size_t)256 << 20;
+    kern_timer *t = kern_timer_create(kt_gpu, 2);
+    ck_assert_ptr_nonnull(t);
+    printf("\nGEMM_BENCH copy %.0f GB/s; us per product (GB/s of weights, %% copy BW)\n", cl.copy_gbps);
+    printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW |\n");
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
+        int copies = (int)((rot_bytes + wb - 1) / wb);
+        copies = copies < 2 ? 2 : copies;
+        uint8_t *slab = kern_alloc(kt_gpu, wb * (size_t)copies);
+        ck_assert_ptr_nonnull(slab);
+        kern_weight all = {slab, KERN_DTYPE_BF16, (int64_t)sh[s].R * copies, sh[s].C};
+        kern_weight_fill_random(kt_gpu, &all, 5 + s, 0.02f);
+        const size_t ni = (size_t)16 * (size_t)sh[s].C;
+        float *hin = inferd_malloc(ni * sizeof(float));
+        kt_rand_bf16(hin, ni, 9 + s, -1.0f, 1.0f);
+        void *in = kt_gpu_bf16(hin, ni);
+        void *out = kern_alloc(kt_gpu, (size_t)16 * (size_t)sh[s].R * 4);
+        for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
+            const int n = ns[ni_];
+            double us[3];
+            for (int mode = 0; mode < 3; mode++) {
+                kern_gemm_opts go = {.gemv_max_n = mode == 0 ? 0 : 16, .gemv_min_weight_bytes = 0, .pdl = true,
+                                     .gemv_variant = mode == 2};
+                kern_gemm_config(kt_gpu, &go);
+                const int reps = 6 * copies > 30 ? 6 * copies : 30;
+                for (int r = -copies; r < reps; r++) { /* first round: warm-up (plans, modules) */
+                    if (r == 0)
+                        kern_timer_record(kt_gpu, t, 0);
+                    kern_weight w = {slab + wb * (size_t)((r + copies) % copies), KERN_DTYPE_BF16, sh[s].R, sh[s].C};
+                    if (sh[s].f32)
+                        kern_logits(kt_gpu, out, in, &w, n);
+                    else
+                        kern_matmul(kt_gpu, out, in, &w, n);
+                }
+                kern_timer_record(kt_gpu, t, 1);
+                kern_sync(kt_gpu);
+                us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+            }
+            double pct[3];
+            for (int mode = 0; mode < 3; mode++)
+                pct[mode] = 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps;
+            printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% |\n", sh[s].name,
+                   sh[s].R, sh[s].C, n, us[0], us[1], us[2], pct[0], pct[1], pct[2]);
+        }
+        kern_free(kt_gpu, out);
+        kern_free(kt_gpu, in);
+        kern_free(kt_gpu, slab);
+        inferd_free(hin);
+    }
+    kern_timer_free(kt_gpu, t);
+    kern_gemm_config(kt_gpu, &go0);
+}
+END_TEST
+
 /* --- SiLU * up ------------------------------------------------------------------------ */
 
 /* Tolerance: one bf16 rounding of the product: rtol 1e-2, atol 1e-3. */
@@ -399,11 +657,15 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_memory);
     tcase_add_test(tc, test_weight_upload);
     tcase_add_test(tc, test_weight_fill_random);
+    tcase_add_test(tc, test_count_nonfinite);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_gather_rows);
     tcase_add_test(tc, test_add_rmsnorm);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
+    tcase_add_test(tc, test_gemv);
+    tcase_add_test(tc, test_gemv_batch_invariant);
+    tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
     return tc;
 }

@@ -1,0 +1,457 @@
+/* kernels/cuda/attention_prefill_tc.cu: paged causal attention for sequences
+ * with several new tokens (prefill and chunked prefill) on tensor cores,
+ * FlashAttention-2 style, for head_dim 64 and 128. Same contract as
+ * attention_prefill.cu (the CUDA-core kernel, which keeps every other
+ * head_dim and is selected with INFERD_PREFILL_ATTN=simt; attention.cu
+ * chooses): causal, variable length, GQA, earlier context read through the
+ * block table, fp32 online softmax, bf16 output, q_len == 1 sequences left
+ * to the decode kernel.
+ *
+ * Tiling: one CTA of 4 warps per (sequence, query head, tile of 64 query
+ * rows); warp w owns rows [16 w, 16 w + 16) for the whole key walk, so the
+ * softmax state never leaves registers. Keys are walked in tiles of 64 up to
+ * the last position the CTA's rows may see; tiles past the diagonal are never
+ * loaded, and the causal mask is applied only on tiles that reach past the
+ * first row's position. Per key tile and warp: S = Q K^T (16 x 64) with
+ * mma.sync m16n8k16 bf16 -> fp32 (Q fragments loaded once with ldmatrix and
+ * kept in registers, K fragments with ldmatrix), the online softmax in the
+ * log2 domain (scale * log2 e folded into one multiply, exp2f), P rounded to
+ * bf16 and reused straight from the accumulator registers as the A operand
+ * of O += P V (V fragments with ldmatrix.trans). The row sum l accumulates
+ * the bf16-rounded P, so the output is an exact weighted mean of V with
+ * weights that sum to one; l stays a per-thread partial (the rescale factor
+ * is uniform across the 4 lanes of a row) and is reduced once at the end.
+ *
+ * Memory: K/V tiles are gathered from the paged cache ([n_blocks, nkv, bs,
+ * hd], one block-table lookup per key row) with cp.async into a two-stage
+ * shared-memory ring: tile i + 1 is in flight while tile i is computed. Rows
+ * past the last visible key (and query rows past the sequence) are
+ * zero-filled by cp.async's src-size 0 and never read from memory, so
+ * stale or NaN cache slots cannot leak in. Shared rows are padded by 8 bf16
+ * (16 bytes): the 8 row addresses of each ldmatrix phase then fall on
+ * distinct bank groups. Shared memory: (64 + 2 * 64 + 2 * 64) rows x
+ * (hd + 8) bf16 = 45 KiB at hd 64, 85 KiB at hd 128 (two CTAs per SM).
+ * Registers per thread at hd 128: O 64 + S 32 + Q 32 fp32/b32.
+ *
+ * Trade-offs: mma.sync rather than wgmma (portable to sm_80, and the
+ * register-resident softmax stays simple); no split over keys, so a short
+ * chunk after a long cached context runs one CTA per (head, 64 rows) through
+ * the whole context; heads of one GQA group read the same K/V through L2
+ * rather than sharing a shared-memory tile.
+ *
+ * Host emulator (tests/kernels/cuda/emu): the four warp-level primitives
+ * below (cp.async, ldmatrix, ldmatrix.trans, mma) have a second body, used
+ * when kemu.h is the CUDA stand-in, that reproduces the PTX fragment layouts
+ * exactly through a per-warp scratch and __syncwarp, so the emulator runs
+ * this kernel's real tiling, fragment indexing and masking.
+ */
+#include "kernels/cuda/attention.cuh"
+
+#define TC_BQ 64 /* query rows per CTA (4 warps x 16) */
+#define TC_BK 64 /* keys per tile */
+#define TC_WARPS 4
+#define TC_THREADS (TC_WARPS * 32)
+#define TC_PAD 8 /* bf16 of padding per shared row (16 bytes) */
+#define TC_LOG2E 1.4426950408889634f
+
+/* Dynamic shared memory of the kernel for head_dim hd: Q tile plus two
+ * stages of K and V. */
+static size_t tc_smem_bytes(int hd)
+{
+    return (size_t)(TC_BQ + 4 * TC_BK) * (size_t)(hd + TC_PAD) * sizeof(uint16_t);
+}
+
+/* --- warp-level primitives ------------------------------------------------------
+ * Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, lane l, g = l / 4, c = l % 4):
+ *   A (16 x 16, row major) a[0] = A[g][2c..2c+1], a[1] = A[g+8][2c..], a[2] = A[g][2c+8..],
+ *                          a[3] = A[g+8][2c+8..]
+ *   B (16 x 8, k x n)      b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
+ *   C/D (16 x 8, fp32)     d[0] = C[g][2c], d[1] = C[g][2c+1], d[2] = C[g+8][2c], d[3] = C[g+8][2c+1]
+ * The lower 16 bits of a b32 register hold the element with the smaller
+ * column (A, C) or row (B) index. ldmatrix .x4: lane l gives the address of
+ * row l % 8 of matrix l / 8; register i gets matrix i's (row g, elements
+ * 2c, 2c+1), with .trans (elements (2c, g), (2c+1, g)). */
+#if defined(KEMU_H)
+/* NOTE: kemu.h defines KEMU_H; blocks run one at a time there, so a static
+ * per-warp scratch is the warp's private exchange area. */
+static uint32_t tc_emu_a[TC_WARPS][32][4], tc_emu_b[TC_WARPS][32][2];
+static const uint16_t *tc_emu_p[TC_WARPS][32];
+
+static inline float tc_emu_lo(uint32_t u, int hi)
+{
+    return kc_bf2f((uint16_t)(hi ? u >> 16 : u & 0xFFFFu));
+}
+
+static inline void tc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 16);
+    else
+        memset(smem, 0, 16);
+}
+static inline void tc_cp_commit(void)
+{
+}
+template <int N> static inline void tc_cp_wait(void)
+{
+}
+
+static inline void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
+{
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
+    tc_emu_p[w][l] = p;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            memcpy(&r[i], tc_emu_p[w][i * 8 + g] + 2 * c, 4);
+        } else {
+            const uint32_t lo = tc_emu_p[w][i * 8 + 2 * c][g], hi = tc_emu_p[w][i * 8 + 2 * c + 1][g];
+            r[i] = lo | hi << 16;
+        }
+    }
+    __syncwarp();
+}
+
+static inline void tc_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
+    for (int i = 0; i < 4; i++)
+        tc_emu_a[w][l][i] = a[i];
+    tc_emu_b[w][l][0] = b0;
+    tc_emu_b[w][l][1] = b1;
+    __syncwarp();
+    for (int e = 0; e < 4; e++) {
+        const int row = g + (e >> 1) * 8, col = 2 * c + (e & 1);
+        float s = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const uint32_t ar = tc_emu_a[w][4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
+            const uint32_t br = tc_emu_b[w][4 * col + (k & 7) / 2][k >> 3];
+            s += tc_emu_lo(ar, k & 1) * tc_emu_lo(br, k & 1);
+        }
+        d[e] += s;
+    }
+    __syncwarp();
+}
+#else
+/* 16 bytes global -> shared, asynchronous; zero-filled when !valid (no read). */
+__device__ __forceinline__ void tc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void tc_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Wait until at most N committed groups of this thread are still in flight. */
+template <int N> __device__ __forceinline__ void tc_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+}
+
+/* d += A B, one m16n8k16 bf16 tile with fp32 accumulators. */
+__device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+/* Two floats -> packed bf16 pair (x in the low half), round to nearest even. */
+__device__ __forceinline__ uint32_t tc_pack_bf16(float x, float y)
+{
+    return (uint32_t)kc_f2bf(x) | ((uint32_t)kc_f2bf(y) << 16);
+}
+
+/* --- tiles ------------------------------------------------------------------------ */
+
+/* Tile geometry of one CTA, identical in all its threads. */
+typedef struct {
+    int q0, qstart, nrows; /* first token row of the sequence, tile start, valid rows */
+    int pos0, kv_end;      /* position of tile row 0; keys [0, kv_end) */
+    int h, kvh;
+    int bs_log; /* log2(block_size) when it is a power of two, else -1 */
+} tc_tile;
+
+/* Q rows [qstart, qstart + 64) of head t.h into sQ [64][D + PAD]; rows past
+ * the sequence's queries are zero. */
+template <int D>
+__device__ __forceinline__ void tc_load_q(const kc_attn_args &a, const tc_tile &t, uint16_t *sQ)
+{
+    constexpr int CH = D / 8, LD = D + TC_PAD; /* 16-byte chunks per row */
+    static_assert(TC_BQ * CH % TC_THREADS == 0, "Q tile chunks per thread");
+#pragma unroll
+    for (int j = 0; j < TC_BQ * CH / TC_THREADS; j++) {
+        const int i = threadIdx.x + j * TC_THREADS, r = i / CH, ch = i % CH;
+        const bool ok = r < t.nrows;
+        const uint16_t *src = a.qkv; /* [n_tokens, qkv_stride] */
+        if (ok)
+            src += (int64_t)(t.q0 + t.qstart + r) * a.qkv_stride + (int64_t)t.h * D + ch * 8;
+        tc_cp_async16(sQ + r * LD + ch * 8, src, ok);
+    }
+}
+
+/* Keys/values [kt, kt + 64) of kv head t.kvh, gathered through the block
+ * table bt into sK / sV [64][D + PAD]; rows at or past kv_end are zero. */
+template <int D>
+__device__ __forceinline__ void tc_load_kv(const kc_attn_args &a, const tc_tile &t, const int32_t *bt, int kt,
+                                           uint16_t *sK, uint16_t *sV)
+{
+    constexpr int CH = D / 8, LD = D + TC_PAD;
+    static_assert(TC_BK * CH % TC_THREADS == 0, "K/V tile chunks per thread");
+#pragma unroll
+    for (int j = 0; j < TC_BK * CH / TC_THREADS; j++) {
+        const int i = threadIdx.x + j * TC_THREADS, r = i / CH, ch = i % CH, p = kt + r;
+        const bool ok = p < t.kv_end;
+        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
+        if (ok) {
+            /* NOTE: a run-time division costs ~20 instructions per row;
+             * block sizes are powers of two in practice. */
+            const int bi = t.bs_log >= 0 ? p >> t.bs_log : p / a.bs;
+            off = (((int64_t)bt[bi] * a.nkv + t.kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
+        }
+        tc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
+        tc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
+    }
+}
+
+/* S (this warp's 16 rows x 64 keys, fp32 C fragments) = Q K^T over D. */
+template <int D>
+__device__ __forceinline__ void tc_qk(const uint32_t (&qf)[D / 16][4], const uint16_t *sK,
+                                      float (&s)[TC_BK / 8][4])
+{
+    constexpr int LD = D + TC_PAD;
+    const int lane = threadIdx.x & 31;
+    /* ldmatrix.x4 over keys [16 np, +16) x dims [16 kk, +16): matrices
+     * (keys +0, dims +0), (+0, +8), (+8, +0), (+8, +8) = b0, b1 of n-tile
+     * 2 np and b0, b1 of n-tile 2 np + 1. */
+    const uint16_t *base = sK + ((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int n = 0; n < TC_BK / 8; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int np = 0; np < TC_BK / 16; np++) {
+            uint32_t kb[4];
+            tc_ldsm_x4(kb, base + np * 16 * LD + kk * 16, false);
+            tc_mma(s[2 * np], qf[kk], kb[0], kb[1]);
+            tc_mma(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+        }
+    }
+}
+
+/* O (16 rows x D, fp32 C fragments) += P V, P (16 x 64) as bf16 A fragments. */
+template <int D>
+__device__ __forceinline__ void tc_pv(const uint32_t (&pa)[TC_BK / 16][4], const uint16_t *sV,
+                                      float (&o)[D / 8][4])
+{
+    constexpr int LD = D + TC_PAD;
+    const int lane = threadIdx.x & 31;
+    /* ldmatrix.x4.trans over keys [16 kk, +16) x dims [16 dp, +16):
+     * matrices (keys +0, dims +0), (+8, +0), (+0, +8), (+8, +8) = b0, b1 of
+     * dim-tile 2 dp and b0, b1 of dim-tile 2 dp + 1. */
+    const uint16_t *base = sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++) {
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t vb[4];
+            tc_ldsm_x4(vb, base + kk * 16 * LD + dp * 16, true);
+            tc_mma(o[2 * dp], pa[kk], vb[0], vb[1]);
+            tc_mma(o[2 * dp + 1], pa[kk], vb[2], vb[3]);
+        }
+    }
+}
+
+/* Online softmax of one key tile for this thread's two rows (i = 0: row g,
+ * i = 1: row g + 8 of the warp): scores in the log2 domain, causal mask when
+ * `diag`, running max m and partial sum l, O rescaled, P returned as bf16 A
+ * fragments (pa[kk] covers keys [16 kk, +16)). */
+template <int D>
+__device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[D / 8][4],
+                                           uint32_t (&pa)[TC_BK / 16][4], float (&m)[2], float (&l)[2],
+                                           float scale_log2, bool diag, int key0, int qpos0)
+{
+    const int c = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int qpos = qpos0 + 8 * i; /* this row's position */
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = s[n][2 * i + e] * scale_log2;
+                if (diag && key0 + 8 * n + 2 * c + e > qpos)
+                    v = -INFINITY;
+                s[n][2 * i + e] = v;
+                mx = fmaxf(mx, v);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+        const float m_new = fmaxf(m[i], mx);
+        /* NOTE: a row whose keys are all masked so far keeps m = -inf; use 0
+         * as the base so that exp2(-inf - base) = 0 instead of NaN. */
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m[i] - base);
+        m[i] = m_new;
+        float rs = 0.0f;
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++) {
+            const uint32_t pp = tc_pack_bf16(exp2f(s[n][2 * i] - base), exp2f(s[n][2 * i + 1] - base));
+            rs += kc_bf2f((uint16_t)(pp & 0xFFFFu)) + kc_bf2f((uint16_t)(pp >> 16));
+            pa[n / 2][(n & 1) * 2 + i] = pp;
+        }
+        l[i] = l[i] * corr + rs;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            o[dn][2 * i] *= corr;
+            o[dn][2 * i + 1] *= corr;
+        }
+    }
+}
+
+template <int D>
+static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(const kc_attn_args a)
+{
+    constexpr int LD = D + TC_PAD;
+    extern __shared__ float4 tc_sm4[];
+    const int seq = blockIdx.x;
+    tc_tile t;
+    t.q0 = a.qsl[seq];
+    const int q_len = a.qsl[seq + 1] - t.q0;
+    if (q_len <= 1)
+        return; /* decode sequences go to the decode kernel */
+    /* the last (longest) query tiles get the lowest z: they start first */
+    t.qstart = (int)(gridDim.z - 1 - blockIdx.z) * TC_BQ;
+    if (t.qstart >= q_len)
+        return;
+    t.nrows = min(TC_BQ, q_len - t.qstart);
+    t.pos0 = a.seq_lens[seq] - q_len + t.qstart;
+    t.kv_end = t.pos0 + t.nrows;
+    t.h = blockIdx.y;
+    t.kvh = t.h / a.group;
+    t.bs_log = 0;
+    while ((1 << t.bs_log) < a.bs)
+        t.bs_log++;
+    if ((1 << t.bs_log) != a.bs)
+        t.bs_log = -1;
+    uint16_t *sQ = (uint16_t *)tc_sm4;                                /* [BQ][LD] */
+    uint16_t *sK = sQ + TC_BQ * LD;                                   /* [2][BK][LD] */
+    uint16_t *sV = sK + 2 * TC_BK * LD;                               /* [2][BK][LD] */
+    const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks; /* [max_blocks] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wrow = warp * 16 + (lane >> 2); /* this thread's first row in the tile */
+    const float scale_log2 = a.scale * TC_LOG2E;
+
+    /* cp.async groups: Q, then K/V tile 0; Q fragments go to registers once,
+     * while tile 0 is still in flight. */
+    tc_load_q<D>(a, t, sQ);
+    tc_cp_commit();
+    tc_load_kv<D>(a, t, bt, 0, sK, sV);
+    tc_cp_commit();
+    tc_cp_wait<1>();
+    __syncthreads();
+    uint32_t qf[D / 16][4];
+    {
+        const uint16_t *qb = sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            tc_ldsm_x4(qf[kk], qb + kk * 16, false);
+    }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int n_tiles = (t.kv_end + TC_BK - 1) / TC_BK;
+    for (int it = 0; it < n_tiles; it++) {
+        const int kt = it * TC_BK, stage = it & 1;
+        if (it + 1 < n_tiles) {
+            /* NOTE: stage ^ 1 was last read in iteration it - 1, which ended
+             * with a barrier, so it is free to overwrite. */
+            tc_load_kv<D>(a, t, bt, kt + TC_BK, sK + (stage ^ 1) * TC_BK * LD, sV + (stage ^ 1) * TC_BK * LD);
+            tc_cp_commit();
+            tc_cp_wait<1>(); /* this thread's copies of tile it landed */
+        } else {
+            tc_cp_wait<0>();
+        }
+        __syncthreads(); /* ... and every other thread's */
+        float s[TC_BK / 8][4];
+        tc_qk<D>(qf, sK + stage * TC_BK * LD, s);
+        uint32_t pa[TC_BK / 16][4];
+        /* the mask matters only where the tile's last key passes row 0 */
+        const bool diag = kt + TC_BK - 1 > t.pos0;
+        tc_softmax<D>(s, o, pa, m, l, scale_log2, diag, kt, t.pos0 + wrow);
+        tc_pv<D>(pa, sV + stage * TC_BK * LD, o);
+        __syncthreads(); /* stage consumed before iteration it + 1 refills it */
+    }
+
+    const int c = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 2);
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const int r = wrow + 8 * i;
+        if (r < t.nrows) {
+            uint16_t *orow =
+                a.out + (int64_t)(t.q0 + t.qstart + r) * a.out_stride + (int64_t)t.h * D; /* [D] */
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++)
+                *(uint32_t *)(orow + dn * 8 + 2 * c) =
+                    tc_pack_bf16(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+        }
+    }
+}
+
+template <int D> static void tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+{
+    const size_t smem = tc_smem_bytes(D);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, TC_BQ));
+    attn_prefill_tc_kernel<D><<<grid, TC_THREADS, smem, st->stream>>>(*a);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* Contract: true when the tensor-core prefill kernel handles head_dim hd on
+ * this device (hd 64 or 128 and its shared memory within the opt-in limit). */
+bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
+{
+    return (hd == 64 || hd == 128) && tc_smem_bytes(hd) <= st->smem_optin;
+}
+
+/* Contract: prefill attention on tensor cores for every sequence with
+ * q_len > 1; max_q_len bounds the query tiles. Needs
+ * kcuda_attn_prefill_tc_supported(st, a->hd). */
+void kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+{
+    INFERD_CHECK_MSG(kcuda_attn_prefill_tc_supported(st, a->hd),
+                     "tensor-core prefill attention: head_dim 64 or 128");
+    INFERD_CHECK(a->hd == 64 || a->hd == 128);
+    if (a->hd == 64)
+        tc_launch<64>(st, a, max_q_len);
+    else
+        tc_launch<128>(st, a, max_q_len);
+}
