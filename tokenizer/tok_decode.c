@@ -357,7 +357,8 @@ static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t
         return st;
     size_t cut = s->a.len;
     bool emit = s->b.len > s->a.len && (force || !ends_incomplete(&s->b));
-    if (emit && memcmp(s->a.data, s->b.data, s->a.len) != 0) {
+    /* NOTE: a.len may be 0 with a.data still NULL: memcmp must not see it */
+    if (emit && s->a.len > 0 && memcmp(s->a.data, s->b.data, s->a.len) != 0) {
         /* not a byte prefix (should not happen): cut at a char boundary */
         while (cut < s->b.len && ((unsigned char)s->b.data[cut] & 0xC0) == 0x80)
             cut++;
