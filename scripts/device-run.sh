@@ -69,8 +69,17 @@ if OUT=$OUT/gpu bash scripts/gpu-test.sh "$BUILD" >"$OUT/gpu-test.log" 2>&1; the
 else row "gpu-test.sh (kernels vs CPU twins, memcheck)" "FAIL (gpu-test.log)"; fi
 grep -E "^\| |PASS|FAIL" "$OUT/gpu-test.log" | tail -40 || true
 
+# 3b. the attention kernels (cp.async double buffer of the tensor-core prefill) under racecheck + synccheck
+CSAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in racecheck synccheck; do
+    if INFERD_TEST_QUICK=1 CK_RUN_CASE=attention "$CSAN" --tool $tool --report-api-errors no --error-exitcode 99 \
+          "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$OUT/attn-$tool.log" 2>&1
+    then row "compute-sanitizer $tool (attention cases)" "PASS $(grep -E 'SUMMARY' "$OUT/attn-$tool.log" | tail -1)"
+    else row "compute-sanitizer $tool (attention cases)" "FAIL (attn-$tool.log)"; fi
+done
+
 # 4. the whole ctest suite on this machine, GPU variants on
-if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs|model_files}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
 then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
 else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
 grep -E "^[0-9]+: .*(preempt|prefix|cache hit|chunk|seeded|GPU|golden|concurrent|reproduced|tokens)" "$OUT/ctest.log" | head -30 || true
@@ -108,6 +117,18 @@ for v in graphs eager; do
     then row "bench latency llama3-8b dummy ($v)" "ok"
     else row "bench latency llama3-8b dummy ($v)" "FAILED (bench-latency-$v.txt)"; fi
     grep -E "^\| [0-9]|ceilings|graphs:" "$OUT/bench-latency-$v.txt" || true
+done
+
+# 6d. prefill attention: tensor-core kernel vs the CUDA-core one (INFERD_PREFILL_ATTN=simt), 512 and 2048 tokens
+for v in tc simt; do
+    pa=auto
+    [[ $v == simt ]] && pa=simt
+    if INFERD_PREFILL_ATTN=$pa "$LBIN" bench latency --model configs/models/llama3-8b --load-format dummy \
+          --device cuda --batch-size 1 --input-len 512,2048 --output-len 8 --num-iters-warmup 1 --num-iters 3 \
+          --max-num-batched-tokens 8192 >"$OUT/bench-prefill-$v.txt" 2>&1
+    then row "bench latency prefill ($v)" "ok"
+    else row "bench latency prefill ($v)" "FAILED (bench-prefill-$v.txt)"; fi
+    grep -E "^\| [0-9]|ceilings" "$OUT/bench-prefill-$v.txt" || true
 done
 
 # 7. tokenizer encode speed vs HF tokenizers (Rust), same machine
