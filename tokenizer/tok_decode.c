@@ -17,6 +17,12 @@
  * the first space, Metaspace's first token) treat them alike, so the deltas
  * concatenate to the full decode. The window start only advances to points
  * where the text was complete.
+ *
+ * Threads: tok_decode is read-only on the tokenizer and safe from any
+ * thread. A tok_stream belongs to one request and is used by one thread at
+ * a time (the engine thread); it is not locked. Not done here: stop-string
+ * matching (the engine's output stage) and the skipping of special tokens'
+ * text at the API level (callers choose skip_special).
  */
 #include <string.h>
 
@@ -41,6 +47,8 @@ static const char *id_text(const tokenizer *t, int32_t id, size_t *len)
     return t->arena.data + t->piece_off[id];
 }
 
+/* Literal replace in each token string (non-overlapping, left to right).
+ * A token stays one piece, so later steps still see token boundaries. */
 static void dec_replace(const tok_step *st, const tok_list *in, tok_list *out)
 {
     for (int i = 0; i < in->n; i++) {
@@ -71,7 +79,8 @@ static int hexval(char c)
     return -1;
 }
 
-/* Byte of a "<0xNN>" token, or -1. */
+/* Byte of a "<0xNN>" token, or -1. Hex digits of either case are
+ * accepted; vocabularies use upper case. */
 static int byte_token(const char *s, size_t n)
 {
     if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
@@ -80,6 +89,9 @@ static int byte_token(const char *s, size_t n)
     return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
+/* A run of byte tokens: one piece of its bytes when they form valid
+ * UTF-8, else one U+FFFD piece per byte (HF's ByteFallback, which does not
+ * salvage the valid part of a mixed run). */
 static void flush_bytes(inferd_buf *bytes, tok_list *out)
 {
     if (bytes->len == 0)
@@ -110,6 +122,7 @@ static void dec_bytefallback(const tok_list *in, tok_list *out)
     inferd_buf_free(&bytes);
 }
 
+/* All pieces into one (so Strip after it strips the whole text once). */
 static void dec_fuse(const tok_list *in, tok_list *out)
 {
     tok_list_begin(out, -1, 0);
@@ -118,6 +131,8 @@ static void dec_fuse(const tok_list *in, tok_list *out)
     tok_list_end(out);
 }
 
+/* Up to start copies of content removed from each piece's front and stop
+ * copies from its back (Llama-2 uses start 1 to drop the leading space). */
 static void dec_strip(const tok_step *st, const tok_list *in, tok_list *out)
 {
     const char *c = st->content;
@@ -133,6 +148,10 @@ static void dec_strip(const tok_step *st, const tok_list *in, tok_list *out)
     }
 }
 
+/* GPT-2 alphabet back to raw bytes, all pieces joined, then one lossy
+ * UTF-8 pass over the whole, so a character split across tokens decodes
+ * whole. A piece with a character outside the alphabet (an added token's
+ * plain text) is copied as is, as HF does. */
 static void dec_bytelevel(const tok_list *in, tok_list *out)
 {
     inferd_buf bytes = {0};
@@ -160,6 +179,9 @@ static void dec_bytelevel(const tok_list *in, tok_list *out)
     inferd_buf_free(&bytes);
 }
 
+/* "▁" becomes a space, except in the first token when a prefix was
+ * prepended at encode (HF drops every replacement in token 0 then, not
+ * just the leading one). */
 static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
 {
     const char *r = st->content;
@@ -183,6 +205,10 @@ static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
     }
 }
 
+/* Appends to out (which need not be empty). Every id is checked first, so
+ * an error leaves out unchanged; an id with no text (a hole in the vocab)
+ * is an error too, not a silent skip. The steps ping-pong between two
+ * lists like the encode pipeline. */
 inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, bool skip_special, inferd_buf *out)
 {
     tok_list a = {0}, b = {0};
@@ -222,13 +248,27 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
         a = b;
         b = swap;
     }
+    /* NOTE: the decoder chain can cut a character (Strip counts bytes, a
+     * Replace may split one, a vocab may hold partial byte sequences), so
+     * the text is made valid UTF-8 here, invalid runs becoming U+FFFD, as
+     * HF's decoders (Rust Strings) always return. */
+    size_t start = out->len;
     for (int i = 0; i < a.n; i++)
         inferd_buf_append(out, tok_list_str(&a, i), a.v[i].len);
+    if (out->len > start && !util_utf8_valid(out->data + start, out->len - start)) {
+        inferd_buf raw = {0};
+        inferd_buf_append(&raw, out->data + start, out->len - start);
+        out->len = start;
+        tok_utf8_lossy(out, (const unsigned char *)raw.data, raw.len);
+        inferd_buf_free(&raw);
+    }
     tok_list_free(&a);
     tok_list_free(&b);
     return INFERD_OK;
 }
 
+/* *text is heap, NUL-terminated even when empty (the reserve guarantees a
+ * byte for the NUL), and may contain U+FFFD for invalid byte runs. */
 inferd_status tok_decode(const tokenizer *t, const int32_t *ids, int n, bool skip_special, char **text,
                          size_t *len)
 {
@@ -250,7 +290,9 @@ inferd_status tok_decode(const tokenizer *t, const int32_t *ids, int n, bool ski
 
 /* ---- incremental detokenizer ------------------------------------------- */
 
-/* Ids kept before the window start are dropped once this many pile up. */
+/* Ids kept before the window start are dropped once this many pile up.
+ * Compaction keeps the id array bounded for long generations without a
+ * memmove per token: only after 1024 final ids have piled up. */
 #define TOK_STREAM_COMPACT 1024
 /* Prompt ids kept as decode context by tok_stream_prefill (vLLM uses 5). */
 #define TOK_STREAM_CONTEXT 5
@@ -267,6 +309,7 @@ struct tok_stream {
     inferd_buf a, b;
 };
 
+/* t must outlive the stream (borrowed). */
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special)
 {
     INFERD_CHECK(t != NULL);
@@ -306,7 +349,9 @@ static void stream_compact(tok_stream *s)
     s->read -= drop;
 }
 
-/* Whether ids[from..to) decode without U+FFFD (a clean window start). */
+/* Whether ids[from..to) decode without U+FFFD (a clean window start).
+ * Any U+FFFD counts, including one the text really contains: then the
+ * window merely starts earlier, which is harmless. */
 static bool window_clean(tok_stream *s, int from, int to)
 {
     s->a.len = 0;
@@ -315,6 +360,10 @@ static bool window_clean(tok_stream *s, int from, int to)
     return memmem(s->a.data ? s->a.data : "", s->a.len, "\xEF\xBF\xBD", 3) == NULL;
 }
 
+/* The prompt: recorded as already emitted (read = n), with a short
+ * context window so the first generated token decodes as it would after
+ * the prompt (a Metaspace or Strip decoder treats a window's first token
+ * specially). The scan goes back at most TOK_STREAM_SCAN ids. */
 void tok_stream_prefill(tok_stream *s, const int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++)
@@ -333,13 +382,19 @@ void tok_stream_prefill(tok_stream *s, const int32_t *ids, int n)
     stream_compact(s);
 }
 
+/* A trailing U+FFFD: the last token may be the first bytes of a character
+ * whose rest is still to come. */
 static bool ends_incomplete(const inferd_buf *b)
 {
     return b->len >= 3 && memcmp(b->data + b->len - 3, "\xEF\xBF\xBD", 3) == 0;
 }
 
 /* Emit window text beyond the prefix text; force emits even when the
- * text ends in U+FFFD. */
+ * text ends in U+FFFD.
+ * Decodes [prefix, read) and [prefix, n); the delta is what the longer text
+ * adds. When nothing is emitted (text incomplete, or a token with no text)
+ * the ids wait and the next push retries with them. *delta is always heap
+ * (possibly ""), the caller's to free. */
 static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t *delta_len)
 {
     s->a.len = 0;
@@ -378,6 +433,8 @@ static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t
     return INFERD_OK;
 }
 
+/* One generated id. An id outside the vocabulary is refused before it is
+ * recorded, so the stream stays usable. */
 inferd_status tok_stream_push(tok_stream *s, int32_t id, char **delta, size_t *delta_len)
 {
     if (!s || !delta)
@@ -390,6 +447,8 @@ inferd_status tok_stream_push(tok_stream *s, int32_t id, char **delta, size_t *d
     return stream_emit(s, false, delta, delta_len);
 }
 
+/* At finish: emit whatever is pending even if it ends in U+FFFD (a
+ * character cut by max_tokens), so the stream's text equals tok_decode's. */
 inferd_status tok_stream_flush(tok_stream *s, char **delta, size_t *delta_len)
 {
     if (!s || !delta)
