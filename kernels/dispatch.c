@@ -293,7 +293,24 @@ void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 
 void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 {
-    DISPATCH(ctx, rope_kv_write(ctx, p));
+    DISPATCH(ctx, rope_kv_write(ctx, p, NULL));
+}
+
+void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e)
+{
+    if (e && !e->qkv_bias && !e->q_norm && !e->k_norm)
+        e = NULL;
+    if (e) {
+        const int64_t hd = p->head_dim, row = (int64_t)(p->n_heads + 2 * p->n_kv_heads) * hd;
+        const kern_weight *b = e->qkv_bias, *qn = e->q_norm, *kn = e->k_norm;
+        INFERD_CHECK_MSG(!b || (b->data && b->rows * b->cols == row), "qkv bias size != fused qkv row");
+        INFERD_CHECK_MSG(!qn == !kn, "q_norm and k_norm come together");
+        INFERD_CHECK_MSG(!qn || (qn->data && kn->data && qn->rows * qn->cols == hd && kn->rows * kn->cols == hd &&
+                                 qn->dtype == kn->dtype),
+                         "q/k norm weights must have head_dim values");
+        INFERD_CHECK_MSG(!qn || e->norm_eps > 0.0f, "q/k norm eps must be > 0");
+    }
+    DISPATCH(ctx, rope_kv_write(ctx, p, e));
 }
 
 void kern_attention(kern_ctx *ctx, const kern_attn_params *p)

@@ -49,7 +49,8 @@ struct kern_timer {
     void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \
                          int d);                                                                  \
     void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
-    void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);                          \
+    void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p,                           \
+                           const kern_qkv_epilogue *e);                                           \
     void P##_attention(kern_ctx *ctx, const kern_attn_params *p);                                 \
     size_t P##_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs,            \
                                     int n_heads, int head_dim, int max_seq_len);                  \

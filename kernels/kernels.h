@@ -198,6 +198,28 @@ typedef struct {
 } kern_rope_kv_params;
 void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);
 
+/* What the QKV projection's output gets before RoPE, fused into the same
+ * pass (kern_rope_kv_write_ex); every member is optional (NULL = none):
+ *  - qkv_bias: the q | k | v projection biases (Qwen2), rows * cols =
+ *    (n_heads + 2*n_kv_heads) * head_dim values in the fused row's order,
+ *    added to every token's whole qkv row first and stored back (q and k
+ *    then normed and roped as below; v stays biased in qkv, and the cache
+ *    gets v + bias);
+ *  - q_norm, k_norm: per-head RMSNorm weights (Qwen3), rows * cols =
+ *    head_dim each, applied to every q head (q_norm) and k head (k_norm)
+ *    after the bias and before RoPE: x = (x * rsqrt(mean(x^2) + norm_eps)) * w
+ *    over the head's head_dim values (HF Qwen3RMSNorm). Both or neither.
+ * Weights in the ctx's weight dtype (kern_weight_dtype), read-only. */
+typedef struct {
+    const kern_weight *qkv_bias;
+    const kern_weight *q_norm, *k_norm;
+    float norm_eps;
+} kern_qkv_epilogue;
+/* kern_rope_kv_write with the epilogue e applied first (e NULL or all
+ * members NULL: exactly kern_rope_kv_write). The k values written to the
+ * cache are the biased, normed, roped ones; the v values the biased ones. */
+void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e);
+
 /* Paged causal attention over the batch layout described at the top. Picks
  * the decode path (every q_len == 1, split-KV planned on the host) or the
  * prefill path (variable q_len, earlier context from the cache). */

@@ -3,8 +3,9 @@
  * Parsing is strict where a wrong value would silently give a wrong model:
  * every size is an integer in a sane range (absurd numbers give an error long
  * before anything is allocated from them), the architecture must be one we run
- * (LlamaForCausalLM / MistralForCausalLM), and every feature outside that
- * family (other RoPE scalings, sliding-window attention shorter than the
+ * (LlamaForCausalLM / MistralForCausalLM, and the Llama-shaped
+ * Qwen2ForCausalLM with its q/k/v biases and Qwen3ForCausalLM with its
+ * per-head q/k RMSNorm), and every feature outside that family (other RoPE scalings, sliding-window attention shorter than the
  * context, biases, quantization, other activations) is rejected with
  * INFERD_ERR_UNSUPPORTED naming the field. Fields we do not use
  * (initializer_range, use_cache, ...) are ignored. Each error message starts
@@ -126,21 +127,42 @@ static inferd_status cfg_str(const cJSON *obj, const char *name, const char *fie
     return INFERD_OK;
 }
 
+/* The architectures we run, their model_type, and what they add to the
+ * Llama block. */
+static const struct {
+    const char *arch, *model_type;
+    bool qkv_bias, qk_norm;
+} k_archs[] = {
+    {"LlamaForCausalLM", "llama", false, false},
+    {"MistralForCausalLM", "mistral", false, false},
+    {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},
+};
+#define CFG_ARCH_LIST "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+#define CFG_MODEL_TYPE_LIST "llama, mistral, qwen2, qwen3"
+
+static bool cfg_is(const model_config *c, const char *arch)
+{
+    return strcmp(c->arch, arch) == 0;
+}
+
 /* Architecture from architectures[0], else from model_type. */
 static inferd_status cfg_parse_arch(const cJSON *root, const char *name, model_config *c)
 {
     const cJSON *archs = cfg_field(root, "architectures");
-    const char *arch = NULL;
+    int found = -1;
     if (archs) {
         if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) < 1 || !cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
             return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'architectures' must be a non-empty list of strings",
                                     name);
-        arch = cJSON_GetArrayItem(archs, 0)->valuestring;
-        if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0)
+        const char *arch = cJSON_GetArrayItem(archs, 0)->valuestring;
+        for (size_t i = 0; i < INFERD_ARRAY_LEN(k_archs); i++)
+            if (strcmp(arch, k_archs[i].arch) == 0)
+                found = (int)i;
+        if (found < 0)
             return inferd_set_error(INFERD_ERR_UNSUPPORTED,
-                                    "%s: field 'architectures': '%.64s' is not supported "
-                                    "(LlamaForCausalLM, MistralForCausalLM)",
-                                    name, arch);
+                                    "%s: field 'architectures': '%.64s' is not supported (" CFG_ARCH_LIST ")", name,
+                                    arch);
     } else {
         const char *mt = NULL;
         inferd_status st = cfg_str(root, name, "model_type", &mt);
@@ -148,15 +170,17 @@ static inferd_status cfg_parse_arch(const cJSON *root, const char *name, model_c
             return st;
         if (!mt)
             return inferd_set_error(INFERD_ERR_FORMAT, "%s: missing field 'architectures' (and 'model_type')", name);
-        if (strcmp(mt, "llama") == 0)
-            arch = "LlamaForCausalLM";
-        else if (strcmp(mt, "mistral") == 0)
-            arch = "MistralForCausalLM";
-        else
+        for (size_t i = 0; i < INFERD_ARRAY_LEN(k_archs); i++)
+            if (strcmp(mt, k_archs[i].model_type) == 0)
+                found = (int)i;
+        if (found < 0)
             return inferd_set_error(INFERD_ERR_UNSUPPORTED,
-                                    "%s: field 'model_type': '%.64s' is not supported (llama, mistral)", name, mt);
+                                    "%s: field 'model_type': '%.64s' is not supported (" CFG_MODEL_TYPE_LIST ")", name,
+                                    mt);
     }
-    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    snprintf(c->arch, sizeof c->arch, "%s", k_archs[found].arch);
+    c->qkv_bias = k_archs[found].qkv_bias;
+    c->qk_norm = k_archs[found].qk_norm;
     return INFERD_OK;
 }
 
@@ -171,8 +195,9 @@ static inferd_status cfg_parse_shape(const cJSON *root, const char *name, model_
         (st = cfg_int_in(root, NULL, name, "num_attention_heads", true, 1, CFG_MAX_HEADS, 0, &heads)) ||
         (st = cfg_int_in(root, NULL, name, "num_key_value_heads", false, 1, CFG_MAX_HEADS, heads, &kv)) ||
         (st = cfg_int_in(root, NULL, name, "vocab_size", true, 1, CFG_MAX_VOCAB, 0, &vocab)) ||
-        (st = cfg_int_in(root, NULL, name, "max_position_embeddings", false, 1, CFG_MAX_POS, 2048, &maxpos)))
-        return st;
+        (st = cfg_int_in(root, NULL, name, "max_position_embeddings", false, 1, CFG_MAX_POS,
+                         c->qkv_bias || c->qk_norm ? 32768 : 2048, &maxpos)))
+        return st; /* the default is transformers' config class default: Qwen2/3 32768, Llama 2048 */
     if (heads % kv != 0)
         return inferd_set_error(INFERD_ERR_FORMAT,
                                 "%s: field 'num_key_value_heads': %lld does not divide num_attention_heads %lld", name,
@@ -180,6 +205,8 @@ static inferd_status cfg_parse_shape(const cJSON *root, const char *name, model_
     if (cfg_field(root, "head_dim")) {
         if ((st = cfg_int_in(root, NULL, name, "head_dim", true, 1, CFG_MAX_HEAD_DIM, 0, &hd)))
             return st;
+    } else if (cfg_is(c, "Qwen3ForCausalLM")) {
+        hd = 128; /* Qwen3Config's default: head_dim is independent of hidden / heads */
     } else {
         if (hid % heads != 0)
             return inferd_set_error(INFERD_ERR_FORMAT,
@@ -321,7 +348,62 @@ static inferd_status cfg_parse_eos(const cJSON *obj, const char *name, int32_t v
     return INFERD_OK;
 }
 
-/* Fields naming features outside the Llama family we run. */
+/* Sliding-window attention: refused unless no layer uses a window shorter
+ * than the context. HF semantics: use_sliding_window false (Qwen2/3) turns
+ * it off whatever sliding_window says; layer_types (transformers 5) names
+ * each layer's attention; without it every layer slides (Mistral), or, for
+ * Qwen2/3, the layers from max_window_layers on. */
+static inferd_status cfg_check_sliding(const cJSON *root, const char *name, const model_config *c)
+{
+    bool use_sw;
+    inferd_status st = cfg_bool(root, name, "use_sliding_window", true, &use_sw);
+    if (st != INFERD_OK)
+        return st;
+    const cJSON *lt = cfg_field(root, "layer_types");
+    int n_sliding = c->n_layers;
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
+            return inferd_set_error(INFERD_ERR_FORMAT,
+                                    "%s: field 'layer_types' must be a list of num_hidden_layers (%d) strings", name,
+                                    c->n_layers);
+        n_sliding = 0;
+        for (int i = 0; i < c->n_layers; i++) {
+            const cJSON *t = cJSON_GetArrayItem(lt, i);
+            if (!cJSON_IsString(t))
+                return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'layer_types': item %d is not a string", name, i);
+            if (strcmp(t->valuestring, "sliding_attention") == 0)
+                n_sliding++;
+            else if (strcmp(t->valuestring, "full_attention") != 0)
+                return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                        "%s: field 'layer_types': item %d '%.64s' is not supported "
+                                        "(full_attention, sliding_attention)",
+                                        name, i, t->valuestring);
+        }
+    } else if (c->qkv_bias || c->qk_norm) {
+        int64_t mwl;
+        if ((st = cfg_int_in(root, NULL, name, "max_window_layers", false, 0, CFG_MAX_LAYERS, 0, &mwl)))
+            return st;
+        n_sliding = c->n_layers - (int)INFERD_MIN(mwl, (int64_t)c->n_layers);
+    }
+    const cJSON *sw = cfg_field(root, "sliding_window");
+    if (!sw)
+        return INFERD_OK;
+    if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'sliding_window' must be null or an integer", name);
+    if (!use_sw || n_sliding == 0)
+        return INFERD_OK;
+    if (sw->valuedouble < (double)c->max_position_embeddings)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                "%s: field 'sliding_window': %g < max_position_embeddings %d on %d of %d layers "
+                                "(sliding-window attention is not supported)",
+                                name, sw->valuedouble, c->max_position_embeddings, n_sliding, c->n_layers);
+    return INFERD_OK;
+}
+
+/* Fields naming features outside the Llama family we run. Qwen2's q/k/v
+ * biases are part of its architecture (HF hard-codes them, whatever
+ * attention_bias says; o_proj has none); elsewhere attention_bias also puts
+ * a bias on o_proj, which we do not run. */
 static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, const model_config *c)
 {
     static const char *const no_bias[] = {"attention_bias", "mlp_bias"};
@@ -330,9 +412,12 @@ static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, 
         inferd_status st = cfg_bool(root, name, no_bias[i], false, &b);
         if (st != INFERD_OK)
             return st;
+        if (b && i == 0 && cfg_is(c, "Qwen2ForCausalLM"))
+            continue;
         if (b)
-            return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field '%s': biases are not supported", name,
-                                    no_bias[i]);
+            return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field '%s': biases are not supported for %s%s", name,
+                                    no_bias[i], c->arch,
+                                    i == 0 ? " (o_proj bias; only Qwen2's built-in q/k/v biases are)" : "");
     }
     const char *act = NULL;
     inferd_status st = cfg_str(root, name, "hidden_act", &act);
@@ -344,17 +429,7 @@ static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, 
     if (cfg_field(root, "quantization_config"))
         return inferd_set_error(INFERD_ERR_UNSUPPORTED, "%s: field 'quantization_config': quantized models are not "
                                 "supported", name);
-    const cJSON *sw = cfg_field(root, "sliding_window");
-    if (sw) {
-        if (!cJSON_IsNumber(sw) || sw->valuedouble != floor(sw->valuedouble))
-            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field 'sliding_window' must be null or an integer", name);
-        if (sw->valuedouble < (double)c->max_position_embeddings)
-            return inferd_set_error(INFERD_ERR_UNSUPPORTED,
-                                    "%s: field 'sliding_window': %g < max_position_embeddings %d "
-                                    "(sliding-window attention is not supported)",
-                                    name, sw->valuedouble, c->max_position_embeddings);
-    }
-    return INFERD_OK;
+    return cfg_check_sliding(root, name, c);
 }
 
 /* Everything but the architecture and shape. */

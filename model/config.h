@@ -1,7 +1,9 @@
 /* model/config.h: the model's shape and hyper-parameters, parsed from a HF
  * config.json (+ generation_config.json for eos ids).
  *
- * Supported: LlamaForCausalLM, MistralForCausalLM (no sliding window).
+ * Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v
+ * biases), Qwen3ForCausalLM (per-head q/k RMSNorm), all without sliding
+ * window.
  * Unsupported values get INFERD_ERR_UNSUPPORTED / INFERD_ERR_FORMAT with a
  * message naming the file and field.
  */
@@ -19,6 +21,8 @@ typedef enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 } rope_scaling_type;
 
 typedef struct {
     char arch[64];               /* "LlamaForCausalLM" */
+    bool qkv_bias;               /* q/k/v projections have biases (Qwen2) */
+    bool qk_norm;                /* per-head RMSNorm on q and k before RoPE (Qwen3) */
     int32_t hidden_size;
     int32_t intermediate_size;
     int32_t n_layers;            /* num_hidden_layers */

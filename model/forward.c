@@ -4,7 +4,8 @@
  * Per layer (residual stream x, fused add+norm carrying the previous
  * sub-block's output in `proj`):
  *   h = rmsnorm(x += proj)            (layer 0: x is the embedding, no add)
- *   qkv = h @ Wqkv^T; RoPE(q, k); K/V -> paged cache (slot_mapping)
+ *   qkv = h @ Wqkv^T (+ bias: Qwen2); q, k per-head RMSNorm (Qwen3);
+ *   RoPE(q, k); K/V -> paged cache (slot_mapping) -- one fused op after the GEMM
  *   attn = paged causal attention(q, cache)
  *   proj = attn @ Wo^T
  *   h = rmsnorm(x += proj)
@@ -283,7 +284,13 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .head_dim = c->head_dim,
         .block_size = m->block_size,
     };
-    kern_rope_kv_write(m->kc, &rp);
+    kern_qkv_epilogue ep = {
+        .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
+        .q_norm = L->q_norm.rows > 0 ? &L->q_norm : NULL,
+        .k_norm = L->k_norm.rows > 0 ? &L->k_norm : NULL,
+        .norm_eps = c->rms_norm_eps,
+    };
+    kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
     PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b));
     kern_attn_params ap = {
         .out = a->attn,
@@ -449,7 +456,8 @@ void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_c
         const model_layer *L = &m->layers[l];
         lin += weight_elems(&L->wqkv) + weight_elems(&L->wo) + weight_elems(&L->w_gate_up) + weight_elems(&L->w_down);
         wb += weight_bytes(&L->wqkv) + weight_bytes(&L->wo) + weight_bytes(&L->w_gate_up) + weight_bytes(&L->w_down) +
-              weight_bytes(&L->attn_norm) + weight_bytes(&L->mlp_norm);
+              weight_bytes(&L->attn_norm) + weight_bytes(&L->mlp_norm) + weight_bytes(&L->qkv_bias) +
+              weight_bytes(&L->q_norm) + weight_bytes(&L->k_norm);
     }
     wb += weight_bytes(&m->final_norm) + weight_bytes(&m->lm_head);
     wb += toks * (double)c->hidden_size * (double)kern_dtype_size(m->embed.dtype);

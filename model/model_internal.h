@@ -14,6 +14,9 @@ typedef struct {
     kern_weight mlp_norm;  /* [1, d] */
     kern_weight w_gate_up; /* [2 * ffn, d]: gate | up rows */
     kern_weight w_down;    /* [d, ffn] */
+    kern_weight qkv_bias;  /* [(n_heads + 2*n_kv_heads) * head_dim, 1]: q | k | v biases (Qwen2); rows 0 = none */
+    kern_weight q_norm;    /* [1, head_dim] per-head RMSNorm of q (Qwen3); rows 0 = none */
+    kern_weight k_norm;    /* [1, head_dim] per-head RMSNorm of k (Qwen3); rows 0 = none */
     void *k_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
     void *v_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
 } model_layer;

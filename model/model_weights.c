@@ -3,10 +3,12 @@
  * Two passes over the same description of the model's matrices: the first
  * assigns each kern_weight its offset and dtype (so one allocation holds them
  * all), the second copies the tensors in from the mmapped safetensors, fusing
- * q/k/v into wqkv and gate/up into w_gate_up as it goes, converting dtypes on
+ * q/k/v into wqkv and gate/up into w_gate_up (and Qwen2's q/k/v biases into
+ * one qkv_bias vector) as it goes, converting dtypes on
  * the way (kern_weight_upload). With --load-format dummy the second pass fills
- * random values on the device instead (norm weights are set to 1 so the
- * activations stay in a sane range). Shapes are checked against the config
+ * random values on the device instead (norm weights, Qwen3's q/k norms
+ * included, are set to 1 so the activations stay in a sane range; biases
+ * are uniform in [-0.5, 0.5]). Shapes are checked against the config
  * before anything is copied; every error names the tensor.
  *
  * Between the passes, model_check_host_memory (model.c) refuses a CPU slab
@@ -51,7 +53,7 @@ typedef struct {
 typedef struct {
     char name[128];
     int64_t rows, cols;
-    int n_dims; /* 1 for norm vectors, 2 for matrices */
+    int n_dims; /* 1 for vectors (rows * cols values: norms [1, d], biases [n, 1]), 2 for matrices */
 } weight_src;
 
 static kern_dtype file_dtype_of(weight_pass *p, const char *name)
@@ -98,8 +100,8 @@ static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight
 {
     int64_t row = 0;
     for (int i = 0; i < n_src; i++) {
-        int64_t shape[2] = {src[i].rows, src[i].cols};
-        const int64_t *sh = src[i].n_dims == 1 ? &shape[1] : shape;
+        int64_t shape[2] = {src[i].rows, src[i].cols}, len = src[i].rows * src[i].cols;
+        const int64_t *sh = src[i].n_dims == 1 ? &len : shape;
         const st_tensor *t;
         inferd_status st = st_expect(p->st, src[i].name, src[i].n_dims, sh, &t);
         if (st != INFERD_OK)
@@ -111,9 +113,12 @@ static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight
     return INFERD_OK;
 }
 
-static void fill_dummy(weight_pass *p, kern_weight *w, bool is_norm)
+static void fill_dummy(weight_pass *p, kern_weight *w, bool is_vec)
 {
-    if (is_norm) {
+    if (is_vec && w->cols == 1) {
+        /* biases [n, 1]: uniform(-0.5, 0.5), the size of a projection's output */
+        kern_weight_fill_random(p->m->kc, w, p->seed++, 0.5f);
+    } else if (is_vec) {
         float *ones = inferd_malloc(sizeof(float) * (size_t)w->cols);
         for (int64_t i = 0; i < w->cols; i++)
             ones[i] = 1.0f;
@@ -200,7 +205,30 @@ static inferd_status do_layer(weight_pass *p, int l)
         return st;
     snprintf(one.name, sizeof one.name, "%smlp.down_proj.weight", pre);
     one = src1(one.name, d, f, 2);
-    return do_weight(p, &L->w_down, &one, 1);
+    if ((st = do_weight(p, &L->w_down, &one, 1)) != INFERD_OK)
+        return st;
+    if (c->qkv_bias) { /* Qwen2: q/k/v biases fused like wqkv, as one [q + k + v, 1] vector */
+        char bn[3][128];
+        static const char *const bnames[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                              "self_attn.v_proj.bias"};
+        for (int i = 0; i < 3; i++)
+            snprintf(bn[i], sizeof bn[i], "%s%s", pre, bnames[i]);
+        weight_src b[3] = {src1(bn[0], c->n_heads * hd, 1, 1), src1(bn[1], c->n_kv_heads * hd, 1, 1),
+                           src1(bn[2], c->n_kv_heads * hd, 1, 1)};
+        if ((st = do_weight(p, &L->qkv_bias, b, 3)) != INFERD_OK)
+            return st;
+    }
+    if (c->qk_norm) { /* Qwen3: per-head RMSNorm weights [head_dim] */
+        snprintf(one.name, sizeof one.name, "%sself_attn.q_norm.weight", pre);
+        one = src1(one.name, 1, hd, 1);
+        if ((st = do_weight(p, &L->q_norm, &one, 1)) != INFERD_OK)
+            return st;
+        snprintf(one.name, sizeof one.name, "%sself_attn.k_norm.weight", pre);
+        one = src1(one.name, 1, hd, 1);
+        if ((st = do_weight(p, &L->k_norm, &one, 1)) != INFERD_OK)
+            return st;
+    }
+    return INFERD_OK;
 }
 
 static inferd_status do_all(weight_pass *p)
@@ -246,9 +274,11 @@ static void relocate_all(model *m)
         relocate(&m->lm_head, base);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         model_layer *L = &m->layers[l];
-        kern_weight *ws[] = {&L->attn_norm, &L->wqkv, &L->wo, &L->mlp_norm, &L->w_gate_up, &L->w_down};
+        kern_weight *ws[] = {&L->attn_norm, &L->wqkv,     &L->wo,     &L->mlp_norm, &L->w_gate_up,
+                             &L->w_down,    &L->qkv_bias, &L->q_norm, &L->k_norm};
         for (size_t i = 0; i < INFERD_ARRAY_LEN(ws); i++)
-            relocate(ws[i], base);
+            if (ws[i]->rows > 0) /* absent optional weights stay NULL */
+                relocate(ws[i], base);
     }
 }
 

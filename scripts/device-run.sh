@@ -93,6 +93,16 @@ if $PY scripts/hf_reference.py make-random --config configs/models/test-llama3-s
     row "HF transformers logits (random llama3-small)" "PASS"
 else row "HF transformers logits (random llama3-small)" "FAIL (hf.log)"; fi
 tail -3 "$OUT/hf.log"
+# 5b. the same for random Qwen2 (q/k/v biases, tied embeddings, transformers-4 config) and Qwen3
+# (per-head q/k RMSNorm, head_dim 128 != hidden/heads, transformers-5 config), same tolerance
+for q in qwen2 qwen3; do
+    M=/tmp/rand-$q
+    if $PY scripts/hf_reference.py make-random --config configs/models/test-$q-small/config.json --out $M >"$OUT/hf-$q.log" 2>&1 &&
+       $PY scripts/hf_reference.py compare --model $M --inferd "$BIN" >>"$OUT/hf-$q.log" 2>&1; then
+        row "HF transformers logits (random $q-small)" "PASS"
+    else row "HF transformers logits (random $q-small)" "FAIL (hf-$q.log)"; fi
+    tail -3 "$OUT/hf-$q.log"
+done
 
 # 6. Llama-3-8B dummy weights: speed
 if $PY scripts/bench_gpu.py --inferd "$BIN" --config configs/models/llama3-8b >"$OUT/bench.log" 2>&1

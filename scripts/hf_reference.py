@@ -4,8 +4,12 @@
 Runs on the GPU machine (its python3 has torch + transformers). Subcommands:
 
   make-random --config CONFIG.json --out DIR [--seed S] [--dtype bfloat16]
-      write a random-weight LlamaForCausalLM of that config as safetensors
-      (config.json + model.safetensors), for comparison tests.
+      write a random-weight model of that config (its architectures[0]:
+      LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)
+      as safetensors (config.json + model.safetensors), for comparison tests.
+      The config may be in the transformers 4 or 5 format (rope_theta /
+      rope_parameters, torch_dtype / dtype); it is translated to the
+      installed transformers' format first.
   dump --model DIR --prompt-ids 1,2,3 [--max-new N] [--dtype bfloat16] --out FILE
       logits of the last prompt position (fp32) and N greedy tokens as JSON.
   compare --model DIR --inferd BIN [--device cuda] [--prompt-ids ...] [--atol A --rtol R]
@@ -26,25 +30,54 @@ def _torch():
     return torch
 
 
+def _config_for_installed(raw):
+    """A config.json dict (transformers 4 or 5 format) as kwargs the
+    installed transformers understands."""
+    import transformers
+    raw = dict(raw)
+    major = int(transformers.__version__.split(".")[0])
+    if major < 5:
+        rp = raw.pop("rope_parameters", None)
+        if rp:
+            rp = dict(rp)
+            if "rope_theta" in rp:
+                raw["rope_theta"] = rp.pop("rope_theta")
+            if rp.get("rope_type", rp.get("type", "default")) != "default":
+                raw["rope_scaling"] = rp
+        if "dtype" in raw and "torch_dtype" not in raw:
+            raw["torch_dtype"] = raw.pop("dtype")
+    return raw
+
+
 def cmd_make_random(a):
     torch = _torch()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
     with open(a.config) as f:
-        cfg = LlamaConfig(**json.load(f))
+        raw = json.load(f)
+    arch = (raw.get("architectures") or ["LlamaForCausalLM"])[0]
+    model_cls = getattr(transformers, arch, None)
+    if model_cls is None:
+        sys.exit(f"{a.config}: transformers {transformers.__version__} has no {arch}")
+    cfg = model_cls.config_class(**_config_for_installed(raw))
     torch.manual_seed(a.seed)
-    model = LlamaForCausalLM(cfg)
+    model = model_cls(cfg)
     # default init (std 0.02) gives near-uniform logits; widen it so the
-    # comparison sees a peaked, meaningful distribution
+    # comparison sees a peaked, meaningful distribution. Biases (Qwen2 q/k/v)
+    # get a spread that visibly moves q/k/v; norm weights (Qwen3 q_norm /
+    # k_norm included) stay near 1.
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 1.0 / (p.shape[1] ** 0.5))
+            elif name.endswith(".bias"):
+                p.uniform_(-0.5, 0.5)
             else:
                 p.uniform_(0.8, 1.2)
     model = model.to(getattr(torch, a.dtype))
     os.makedirs(a.out, exist_ok=True)
     model.save_pretrained(a.out, safe_serialization=True)
-    print(f"wrote {a.out}: {sum(p.numel() for p in model.parameters())/1e6:.1f}M params, {a.dtype}")
+    print(f"wrote {a.out}: {arch}, {sum(p.numel() for p in model.parameters())/1e6:.1f}M params, {a.dtype}, "
+          f"transformers {transformers.__version__}")
 
 
 def hf_run(model_dir, ids, max_new, dtype):

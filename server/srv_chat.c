@@ -17,6 +17,15 @@
  * the special tokens of tokenizer_config.json that are set (unset ones are
  * not passed, so they are undefined, not None), then extra kwargs, which
  * may override a special token but not the four named inputs.
+ *
+ * Design choice: the built-ins are Jinja run through the same engine as a
+ * model's own template, not C string builders: one rendering path, and a
+ * built-in can be diffed against its HF original. The cost is that chat
+ * needs the embedded interpreter even for the built-ins.
+ * Threads: loading runs on the main thread at start-up; a loaded srv_chat is
+ * immutable and rendered concurrently from event-loop threads (srv_jinja
+ * serialises the interpreter). Not done here: tokenizing (srv_chat_encode.c)
+ * and request parsing (srv_openai.c).
  */
 #include "server/srv_chat.h"
 
@@ -38,6 +47,8 @@ static const char *const k_role_names[] = {"system", "user", "assistant"};
 
 /* ---- built-in templates ------------------------------------------------------ */
 
+/* Jinja fragments shared by the built-ins; each raise_exception becomes a
+ * 400 naming the rule, the same answer HF's template would give. */
 #define NEED_USER                                                                                             \
     "{%- if not (messages | selectattr('role', 'equalto', 'user') | list) -%}\n"                              \
     "{{- raise_exception('messages must contain at least one user message') -}}\n"                           \
@@ -64,6 +75,9 @@ static const char *const k_role_names[] = {"system", "user", "assistant"};
     "{{- raise_exception('the last message must have role user for this chat template') -}}\n"               \
     "{%- endif -%}\n"
 
+/* NOTE: the C-level "\\n" is a Jinja string escape, so the template (not
+ * the C compiler) produces the newline; "\n" at line ends only separates
+ * Jinja statements, and the '-' whitespace control strips it. */
 static const char k_llama2[] =
     SPLIT_SYSTEM_ALTERNATE
     "{%- for message in loop_messages -%}\n"
@@ -103,6 +117,9 @@ static const char k_mistral[] =
 
 static const char k_llama3[] = NEED_USER "{{- bos_token | default('') -}}\n" LLAMA3_TURNS("messages");
 
+/* Llama 3.1 always writes a system header with the knowledge and today
+ * dates, as Meta's template does; date_string may be passed as a kwarg,
+ * and the fixed default keeps a render reproducible when it is not. */
 static const char k_llama31[] =
     NEED_USER
     "{{- bos_token | default('') -}}\n"
@@ -133,6 +150,7 @@ static const char *const k_sources[SRV_CHAT_FAMILY_COUNT] = {
 
 /* ---- names ------------------------------------------------------------------ */
 
+/* --chat-template NAME: the accepted spellings of each family. */
 bool srv_chat_from_name(const char *name, srv_chat_family *out)
 {
     static const struct {
@@ -167,6 +185,9 @@ const char *srv_chat_builtin_source(srv_chat_family f)
     return (int)f > 0 && f < SRV_CHAT_FAMILY_COUNT ? k_sources[f] : NULL;
 }
 
+/* A family guessed from a template's marker strings (informational, never
+ * used to replace the template). Order matters: a Llama 3.1
+ * template contains everything a Llama 3 one does. */
 srv_chat_family srv_chat_detect(const char *t)
 {
     if (!t)
@@ -180,6 +201,9 @@ srv_chat_family srv_chat_detect(const char *t)
     return SRV_CHAT_NONE;
 }
 
+/* The end-of-turn marker a template writes after assistant turns, found by
+ * text: the known markers of the families we have seen. Templates that end
+ * turns with EOS (Llama 2, Mistral) return NULL: EOS already stops. */
 const char *srv_chat_end_marker_of(const char *t)
 {
     static const char *const k_markers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
@@ -224,6 +248,8 @@ static cJSON *specials_of(const tokenizer *tok)
     return o;
 }
 
+/* The marker as a stop token when it is one special token in this
+ * vocabulary (exact, cheap), else as a stop string (heap, owned by c). */
 static void set_stop(srv_chat *c, const char *source)
 {
     const char *marker = srv_chat_end_marker_of(source);
@@ -236,6 +262,7 @@ static void set_stop(srv_chat *c, const char *source)
         c->stop_str = inferd_strdup(marker);
 }
 
+/* tok is borrowed: the server frees the chat before the tokenizer. */
 static srv_chat *chat_alloc(const tokenizer *tok, bool allow_special)
 {
     srv_chat *c = inferd_calloc(1, sizeof *c);
@@ -245,6 +272,10 @@ static srv_chat *chat_alloc(const tokenizer *tok, bool allow_special)
     return c;
 }
 
+/* Main thread (or under g_builtin.mu). specials is copied when given (so
+ * the caller keeps its tree), else derived from tok. "Unavailable" from the
+ * compiler means no interpreter, reported as "no chat template" so chat
+ * routes answer with the reason instead of the server failing to start. */
 bool srv_chat_new(const char *name, const char *source, const tokenizer *tok, const cJSON *specials,
                   bool allow_special_in_content, srv_chat **out, srv_error *err)
 {
@@ -274,6 +305,13 @@ static srv_chat *chat_unready(const tokenizer *tok, bool allow_special, const ch
     return c;
 }
 
+/* Main thread, at start-up. Precedence: a built-in family, then
+ * --chat-template as a file path when such a file exists, else as inline
+ * template text, else the model's own. Always yields a chat object: a
+ * model without a usable template still serves completions, and chat
+ * requests get a 400 saying why. Only a template the operator named
+ * explicitly that fails to compile is a start-up error. The 16 MiB cap on
+ * a file stops a mistyped path from being read whole. */
 inferd_status srv_chat_load(const tokenizer *tok, srv_chat_family family, const char *template_arg,
                             bool allow_special_in_content, srv_chat **out)
 {
@@ -336,6 +374,8 @@ bool srv_chat_ready(const srv_chat *c)
     return c && c->tmpl;
 }
 
+/* Where the template came from (for logs), or why chat is unavailable
+ * (for the 400 body). Valid while c lives. */
 const char *srv_chat_describe(const srv_chat *c)
 {
     return c ? c->desc : "no chat template";
@@ -353,6 +393,8 @@ const char *srv_chat_stop_str(const srv_chat *c)
 
 /* ---- rendering ------------------------------------------------------------------ */
 
+/* A new tree, the caller's to delete. contents lets srv_chat_encode render
+ * with placeholder contents in place of the real ones. */
 cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n, char *const *contents)
 {
     cJSON *a = cJSON_CreateArray();
@@ -366,6 +408,8 @@ cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n, char *const *contents
     return a;
 }
 
+/* A reference, not a copy: vars_json's tree is printed once and deleted,
+ * and deleting a reference leaves the referenced tree alone. */
 static void add_ref_or_null(cJSON *o, const char *key, const cJSON *v)
 {
     if (v)
@@ -374,7 +418,11 @@ static void add_ref_or_null(cJSON *o, const char *key, const cJSON *v)
         cJSON_AddNullToObject(o, key);
 }
 
-/* The variables as JSON text (heap). Members reference the caller's trees. */
+/* The variables as JSON text (heap). Members reference the caller's trees.
+ * NOTE: a kwarg that names a special token adds a second member with the
+ * same key; the text is parsed by Python's json.loads on the other side,
+ * where the later duplicate wins. The result is from cJSON's allocator
+ * (cJSON_free), NULL on allocation failure. */
 static char *vars_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in)
 {
     static const char *const k_reserved[] = {"messages", "tools", "documents", "add_generation_prompt"};
@@ -400,6 +448,8 @@ static char *vars_json(const srv_chat *c, const cJSON *messages, const srv_chat_
     return s;
 }
 
+/* Any thread. *text is heap (inferd_free) on success; a template that
+ * raises is the client's 400 (its messages broke a rule), not a 500. */
 bool srv_chat_render_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in, char **text,
                           size_t *len, srv_error *err)
 {
@@ -421,7 +471,9 @@ bool srv_chat_render_json(const srv_chat *c, const cJSON *messages, const srv_ch
     return true;
 }
 
-/* Built-in family templates for srv_chat_render, compiled on first use. */
+/* Built-in family templates for srv_chat_render, compiled on first use.
+ * NOTE: never freed: a process-lifetime cache for srv_chat_render; the mutex makes the first compile of
+ * each family happen once even when threads race for it. */
 static struct {
     pthread_mutex_t mu;
     srv_chat *chat[SRV_CHAT_FAMILY_COUNT];
@@ -443,6 +495,8 @@ static const srv_chat *builtin_chat(srv_chat_family f, srv_error *err)
     return c;
 }
 
+/* A built-in family rendered with the given BOS/EOS texts (no tokenizer):
+ * used by the unit tests and the chat fuzzer. *out is heap on success. */
 bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, const char *bos, const char *eos,
                      char **out, srv_error *err)
 {

@@ -2,6 +2,11 @@
  * its HTTP status, OpenAI error `type` and machine-readable `code`; one
  * function renders the body. Keeping this in one place is what lets the bad
  * input tests check every status against its documented body.
+ *
+ * The body is OpenAI's error envelope, {"error": {message, type, param,
+ * code}}, so OpenAI SDKs raise their usual exception classes (they map on
+ * the HTTP status and read `message`). Threads: pure functions; srv_error
+ * lives on the caller's stack, nothing here is shared.
  */
 #include "server/srv_errors.h"
 
@@ -20,6 +25,10 @@ typedef struct {
     const char *code;
 } err_map;
 
+/* Indexed by kind; a kind added to the enum without a row would read a
+ * zero row (status 0), which is why the enum's COUNT sizes the array and
+ * the unit tests render every kind. SRV_ERR_NONE never reaches a client:
+ * rendering it is a bug, answered as a 500 rather than a 200 body. */
 static const err_map k_map[SRV_ERR_KIND_COUNT] = {
     [SRV_ERR_NONE] = {500, "server_error", "internal_error"},
     [SRV_ERR_INVALID] = {400, "invalid_request_error", "invalid_request"},
@@ -43,6 +52,9 @@ static const err_map k_map[SRV_ERR_KIND_COUNT] = {
     [SRV_ERR_HTTP_VERSION] = {505, "invalid_request_error", "http_version_not_supported"},
 };
 
+/* Always returns false so a check can be `return srv_error_set(...)` in
+ * a function returning bool. The message and param are truncated to their
+ * fixed buffers (no allocation on the error path). */
 bool srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const char *fmt, ...)
 {
     e->kind = kind;
@@ -54,6 +66,9 @@ bool srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const cha
     return false;
 }
 
+/* The library's status codes in HTTP terms: the caller's fault (bad input,
+ * too long) is 4xx, load and shutdown are 503, anything else is ours (500).
+ * UNSUPPORTED is a 400: a valid request for a feature this server lacks. */
 srv_err_kind srv_err_kind_from_status(inferd_status st)
 {
     switch (st) {
@@ -70,6 +85,9 @@ srv_err_kind srv_err_kind_from_status(inferd_status st)
     }
 }
 
+/* Uses the calling thread's last error text (inferd_last_error is
+ * thread-local) and, when the caller names no field, the field the library
+ * named. */
 void srv_error_from_status(srv_error *e, inferd_status st, const char *param)
 {
     const char *detail = inferd_last_error();
@@ -86,6 +104,10 @@ int srv_error_http_status(srv_err_kind kind)
     return k_map[kind].http;
 }
 
+/* The body (heap, inferd_free) and, when http_status is not NULL, its
+ * status. The message may quote client bytes ("no route for ..."), hence
+ * the UTF-8 sanitizing before it becomes a JSON string; an empty message
+ * falls back to the code so clients never show a blank error. */
 char *srv_error_render(const srv_error *e, int *http_status)
 {
     srv_err_kind kind = e->kind;

@@ -17,6 +17,13 @@
  * Streaming text equals non-streaming text by construction: both are the
  * concatenation of the engine's text deltas; the stream only cuts it into
  * events. Timings are computed once at finish and go into the last event.
+ *
+ * Threads: srv_gen_start and everything after it run on the event-loop
+ * thread that owns the connection (one at a time per request: MHD never
+ * runs two callbacks of a connection at once), so a srv_gen needs no lock.
+ * The engine thread only calls the notify passed in; output crosses through
+ * the engine stream's own queue. Not done here: the wait/suspend protocol
+ * (srv_http.c) and JSON shapes (srv_openai*.c).
  */
 #include "server/srv_gen.h"
 
@@ -52,6 +59,10 @@ struct srv_gen {
     bool sse_done;
 };
 
+/* The text of one token for logprobs entries (heap, valid UTF-8). A token
+ * that is part of a multi-byte character decodes to invalid UTF-8 alone;
+ * its vocabulary piece, sanitized, is then the most useful stand-in (JSON
+ * strings must be valid UTF-8). */
 static char *token_text(void *user, int32_t id)
 {
     const tokenizer *tok = user;
@@ -64,7 +75,12 @@ static char *token_text(void *user, int32_t id)
     return srv_utf8_sanitize(piece ? piece : "", piece ? strlen(piece) : 0);
 }
 
-/* Encode the request's prompt into *ids. */
+/* Encode the request's prompt into *ids.
+ * *ids is heap on success (the caller frees it after submit: the engine
+ * copies the prompt). Token-id prompts were range-checked by the parser.
+ * An empty encoding is refused here rather than by the engine so the
+ * message can say why (empty string, or only characters the vocabulary
+ * drops). */
 static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
 {
     srv_server *s = g->s;
@@ -132,7 +148,11 @@ static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
     return true;
 }
 
-/* Chat: stop at the template's end-of-turn marker too. */
+/* Chat: stop at the template's end-of-turn marker too.
+ * The template's end-of-turn marker, preferably as a token id (exact and
+ * cheap); as a stop string when it is not a single token. Silently skipped
+ * when the client used every stop slot: the EOS token still ends the turn
+ * in practice. The string copy is owned by g->req (freed with it). */
 static void add_chat_stop(srv_gen *g)
 {
     srv_server *s = g->s;
@@ -153,6 +173,7 @@ static void add_chat_stop(srv_gen *g)
     }
 }
 
+/* Append one SSE event; json is a heap string, taken. */
 static void sse_event(srv_gen *g, char *json)
 {
     inferd_buf_append_str(&g->sse, "data: ");
@@ -161,6 +182,13 @@ static void sse_event(srv_gen *g, char *json)
     inferd_free(json);
 }
 
+/* engine_submit's refusals become HTTP errors: queue full is 429 (with
+ * Retry-After in srv_http.c), the rest keep the engine's status and the
+ * field it named. The error slot is cleared first so a stale parameter
+ * name from an earlier call on this thread cannot leak into the answer.
+ * NOTE: notify may fire on the engine thread before engine_submit returns;
+ * the caller has bound the slot already, and the consumer only pumps
+ * once this function has stored g->stream. */
 static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void *user, srv_error *err)
 {
     engine_request er;
@@ -188,6 +216,11 @@ static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void
     return false;
 }
 
+/* Event-loop thread. On failure everything is freed and nothing reached
+ * the engine. The id is "cmpl-"/"chatcmpl-" + the engine's stream id + a
+ * 16-bit server counter: unique per process, and it lets a log line be
+ * matched with the engine's own traces. A chat stream opens with the role
+ * chunk, as OpenAI's does, before any token exists. */
 srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len, double t_recv,
                        void (*notify)(void *), void *notify_user, srv_error *err)
 {
@@ -235,11 +268,16 @@ bool srv_gen_is_stream(const srv_gen *g)
     return g->req.stream;
 }
 
+/* Milliseconds from a to b, or -1 when either stamp is missing (0): an
+ * aborted request may never have been scheduled. */
 static double ms_between(double a, double b)
 {
     return a > 0 && b > 0 && b >= a ? (b - a) * 1e3 : -1.0;
 }
 
+/* Once per request, at its final output: the response timings and the
+ * latency histograms. Missing phases (-1) are not observed rather than
+ * recorded as zero, which would drag the histograms down. */
 static void observe_finish(srv_gen *g)
 {
     const engine_times *t = &g->times;
@@ -266,7 +304,12 @@ static void observe_finish(srv_gen *g)
     srv_metrics_observe(m, SRV_HIST_GEN_LEN, g->completion_tokens, 1);
 }
 
-/* Error of a request that finished without a normal finish reason. */
+/* Error of a request that finished without a normal finish reason.
+ * The engine reports an abort without its cause; the cause is inferred
+ * from server state. NOTE: the timeout test is a heuristic with 2% slack:
+ * the engine's deadline runs from its own arrival stamp, not from t_recv,
+ * and the two clocks' readings need not agree to the millisecond. An
+ * abort for another reason near the timeout would be reported as one. */
 static void set_failure(srv_gen *g, const engine_output *o)
 {
     srv_server *s = g->s;
@@ -283,6 +326,10 @@ static void set_failure(srv_gen *g, const engine_output *o)
         srv_error_set(&g->fail, SRV_ERR_UNAVAILABLE, NULL, "the request was aborted");
 }
 
+/* The stream's tail: an error event (the status is then carried in the
+ * body, the HTTP status being 200 already), or the finish chunk and, with
+ * include_usage, the usage chunk; then the [DONE] sentinel either way.
+ * Timings ride on the usage chunk when there is one, else on the finish. */
 static void stream_finish(srv_gen *g)
 {
     srv_api api = g->req.api;
@@ -303,6 +350,9 @@ static void stream_finish(srv_gen *g)
     inferd_buf_append_str(&g->sse, "data: [DONE]\n\n");
 }
 
+/* Inter-token latency: an output may carry several tokens (the consumer
+ * was slow to pump), so the gap since the previous output is spread evenly
+ * over them. The first token has no predecessor: one gap fewer. */
 static void observe_itl(srv_gen *g, const engine_output *o)
 {
     if (o->n_tokens <= 0 || o->times.last_token <= 0)
@@ -314,6 +364,11 @@ static void observe_itl(srv_gen *g, const engine_output *o)
     g->last_token_t = o->times.last_token;
 }
 
+/* One engine output. Streaming turns it into an event at once (its own
+ * logprobs object, handed to the chunk); non-streaming accumulates text
+ * and logprobs for srv_gen_response. Counts are the engine's running
+ * totals, not increments. A request with no tokens in this output (a
+ * finish-only output) emits no empty delta. */
 static void consume(srv_gen *g, const engine_output *o)
 {
     srv_api api = g->req.api;
@@ -353,6 +408,8 @@ static void consume(srv_gen *g, const engine_output *o)
         stream_finish(g);
 }
 
+/* Event-loop thread; never blocks. Stops at the final output even when
+ * more are queued (there are none after a finished one by contract). */
 bool srv_gen_pump(srv_gen *g)
 {
     engine_output o;
@@ -363,6 +420,9 @@ bool srv_gen_pump(srv_gen *g)
     return g->finished;
 }
 
+/* Moves the accumulated logprobs into the body (g keeps no pointer to
+ * them); logprobs requested but never produced render as an empty object,
+ * not null, so clients that index into it do not fail. */
 char *srv_gen_response(srv_gen *g, int *http_status)
 {
     if (g->fail.kind != SRV_ERR_NONE)
@@ -377,6 +437,8 @@ char *srv_gen_response(srv_gen *g, int *http_status)
                          &u, &g->timings);
 }
 
+/* *done only once the buffer is empty after the final event: a finished
+ * request may still have pending bytes larger than one read. */
 size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
 {
     size_t n = INFERD_MIN(max, g->sse.len);
@@ -387,6 +449,8 @@ size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
     return n;
 }
 
+/* The abort is asynchronous: the engine finishes the request within a
+ * step and its final output arrives through the usual notify. */
 void srv_gen_abort(srv_gen *g)
 {
     if (g->stream && !g->aborted) {
@@ -395,6 +459,8 @@ void srv_gen_abort(srv_gen *g)
     }
 }
 
+/* NOTE: releasing an unfinished stream aborts it in the engine; after this
+ * call the engine may still notify the slot once (see slot_release). */
 void srv_gen_free(srv_gen *g)
 {
     if (!g)
@@ -408,6 +474,8 @@ void srv_gen_free(srv_gen *g)
     inferd_free(g);
 }
 
+/* For the access log in on_completed: out->id points into g (valid until
+ * srv_gen_free). An unfinished request reports ttft so far, or -1. */
 void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out)
 {
     out->id = g->id;

@@ -66,10 +66,19 @@
 #include "server/srv_routes.h"
 #include "server/srv_util.h"
 
+/* Slots come in chunks of SLOT_CHUNK that are never moved or freed before
+ * srv_http_free: the engine holds a slot's address as its notify cookie, so
+ * a slot must outlive every request that could still be notified through it.
+ * SSE_BLOCK is the buffer MHD hands sse_reader (one read's largest piece).
+ * MAX_HDRS bounds the head we copy for the guard (a fixed array, no malloc
+ * per request); MHD's own memory limit bounds the bytes, this the count. */
 #define SLOT_CHUNK 256
 #define SSE_BLOCK 8192
 #define MAX_HDRS 100       /* more header lines: 431 */
 
+/* The routes we serve. A fixed table scanned in order: eight entries make a
+ * hash pointless, and the order matters (exact "/v1/models" before the
+ * "/v1/models/" prefix). Unknown paths are a 404 decided at the head. */
 typedef enum {
     R_HEALTH,
     R_MODELS,
@@ -103,6 +112,9 @@ static const route k_routes[] = {
 
 /* ---- slots and the request list (callers hold h->mu) ------------------- */
 
+/* A free slot bound to c (caller holds h->mu). Grows by one chunk when the
+ * free list is empty; chunks are only added, so every slot address handed
+ * to the engine stays valid. Allocation failure aborts (inferd_calloc). */
 static srv_slot *slot_alloc(srv_http *h, srv_conn *c)
 {
     if (h->n_free == 0) {
@@ -123,12 +135,19 @@ static srv_slot *slot_alloc(srv_http *h, srv_conn *c)
     return s;
 }
 
+/* Detach s from its request and return it to the free list (caller holds
+ * h->mu). NOTE: the engine may still call on_notify with s afterwards (its
+ * stream is released later, in srv_gen_free); on_notify then finds s->c
+ * NULL, or a newer request, which costs that request one spurious wakeup. */
 static void slot_release(srv_http *h, srv_slot *s)
 {
     s->c = NULL;
     h->free_slots[h->n_free++] = s;
 }
 
+/* h->conns holds the requests with a generation, for srv_http_wake_all_locked
+ * (shutdown) and the watchdog. Both helpers need h->mu; list_remove is
+ * idempotent because on_completed runs for requests never added. */
 static void list_add(srv_http *h, srv_conn *c)
 {
     inferd_list_push_front(&h->conns, &c->link);
@@ -140,7 +159,12 @@ static void list_remove(srv_http *h, srv_conn *c)
         inferd_list_unlink(&h->conns, &c->link);
 }
 
-/* Resume a suspended connection (caller holds h->mu). */
+/* Resume a suspended connection (caller holds h->mu).
+ * NOTE: MHD_resume_connection is legal from any thread, but a connection
+ * must not be resumed twice nor resumed when not suspended: `suspended`,
+ * only changed under h->mu, is what keeps try_suspend and this in step.
+ * `signaled` is set even when the connection is running, so a consumer
+ * between its pump and try_suspend sees the news and pumps again. */
 void srv_http_wake_locked(srv_conn *c)
 {
     c->signaled = true;
@@ -158,7 +182,9 @@ void srv_http_wake_all_locked(srv_http *h)
         srv_http_wake_locked(CONN_OF(it));
 }
 
-/* Engine thread: new output for the request in this slot. */
+/* Engine thread: new output for the request in this slot (srv_gen passes
+ * this as the stream's notify). It takes only h->mu and never calls back into the engine, so the engine's
+ * own lock, held or not by the caller, cannot deadlock with ours. */
 static void on_notify(void *user)
 {
     srv_slot *s = user;
@@ -170,7 +196,11 @@ static void on_notify(void *user)
 }
 
 /* Suspend c unless output (or a reason to stop) arrived since the pump.
- * Returns true when suspended; false means "pump again". */
+ * Returns true when suspended; false means "pump again".
+ * Event-loop thread, from gen_wait or sse_reader only: MHD allows suspending
+ * only from inside a callback for that connection. Declines when the
+ * connection must act instead of sleep: new output (signaled), client gone,
+ * server closing, or an abort still to be made (begin_pump does it). */
 static bool try_suspend(srv_conn *c)
 {
     srv_http *h = c->h;
@@ -187,7 +217,9 @@ static bool try_suspend(srv_conn *c)
 }
 
 /* Before a pump: clear `signaled`; false when the request must be dropped
- * (client gone or server closing). Aborts the generation on shutdown. */
+ * (client gone or server closing). Aborts the generation on shutdown.
+ * Event-loop thread. NOTE: srv_gen_abort runs outside h->mu (engine calls
+ * never nest inside our lock); c->aborted is touched only by this thread. */
 static bool begin_pump(srv_conn *c)
 {
     srv_http *h = c->h;
@@ -214,6 +246,10 @@ static void body_drop(srv_conn *c)
     c->reserved = 0;
 }
 
+/* c is shared by MHD's request (the reference taken in conn_begin, dropped
+ * in on_completed) and a streaming response (taken in gen_start, dropped by
+ * sse_free when MHD destroys the response). Either may be last: MHD may
+ * destroy the response after the request-completed callback. */
 static void conn_unref(srv_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
@@ -224,12 +260,19 @@ static void conn_unref(srv_conn *c)
 
 /* ---- responses ------------------------------------------------------------ */
 
+/* MHD's free callback for bodies we allocated with inferd_*, so the pair of
+ * allocator and free is ours, not libc's by assumption. */
 static void free_body(void *p)
 {
     inferd_free(p);
 }
 
-/* Queue body (heap, taken) with status. extra: NULL-terminated header pairs. */
+/* Queue body (heap, taken) with status. extra: NULL-terminated header pairs.
+ * Event-loop thread. Ownership of body passes to MHD even on failure (freed
+ * here then). Every response gets the CORS echo for an allowed origin, and
+ * "Connection: close" while draining so keep-alive clients reconnect
+ * elsewhere instead of holding a connection to a server that is leaving.
+ * Records the status for the access log and the metrics. */
 static enum MHD_Result reply(srv_conn *c, int status, char *body, size_t len, const char *ctype,
                              const char *const *extra)
 {
@@ -254,6 +297,7 @@ static enum MHD_Result reply(srv_conn *c, int status, char *body, size_t len, co
     return ret;
 }
 
+/* body: NUL-terminated JSON, taken. */
 static enum MHD_Result reply_json(srv_conn *c, int status, char *body)
 {
     return reply(c, status, body, strlen(body), "application/json", NULL);
@@ -280,6 +324,10 @@ static enum MHD_Result reply_error(srv_conn *c, const srv_error *e)
 
 /* ---- routing and admission -------------------------------------------------- */
 
+/* The route for url, or NULL (404). *method_ok tells whether method suits
+ * it (else 405 with Allow); HEAD is served as GET (MHD drops the body). A
+ * prefix route needs a non-empty remainder: "/v1/models/" alone is not a
+ * model id. The query string is not part of url (MHD strips it). */
 static const route *find_route(const char *url, bool *method_ok, const char *method)
 {
     bool is_post = strcmp(method, "POST") == 0;
@@ -296,6 +344,10 @@ static const route *find_route(const char *url, bool *method_ok, const char *met
     return NULL;
 }
 
+/* The API key check, only for routes marked auth and only when a key is
+ * set (health and metrics stay open for probes and scrapers). The scheme
+ * is matched case-insensitively (RFC 9110); the key is compared in
+ * constant time so response timing does not leak a matching prefix. */
 static bool auth_ok(srv_conn *c, srv_error *err)
 {
     const char *key = c->h->s->opts.api_key;
@@ -317,8 +369,12 @@ typedef struct {
     srv_hdr h[MAX_HDRS];
     size_t n;
     bool overflow;
+/* Header lines copied (pointers into MHD's pool, valid for this call only)
+ * for the guard's head checks. */
 } hdr_list;
 
+/* MHD_get_connection_values iterator: returning MHD_NO stops the walk, and
+ * overflow turns into a 431 in admit. */
 static enum MHD_Result collect_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     (void)kind;
@@ -331,7 +387,9 @@ static enum MHD_Result collect_hdr(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
-/* A CORS preflight from an allowed origin: 204 with what the route allows. */
+/* A CORS preflight from an allowed origin: 204 with what the route allows.
+ * The requested header list is echoed only when the guard finds it a plain
+ * token list (no CR/LF injection into our response); else the default. */
 static enum MHD_Result reply_preflight(srv_conn *c, const char *req_headers)
 {
     bool echo = req_headers && *req_headers && srv_guard_header_list_ok(req_headers);
@@ -359,6 +417,8 @@ static bool admit(srv_conn *c, const char *url, const char *method, const char *
         return srv_error_set(err, SRV_ERR_HEADERS_TOO_LARGE, NULL, "more than %d header lines", MAX_HDRS);
     srv_guard_req req = {method, url, version, hl.h, hl.n};
     srv_guard_out g;
+    /* body_follows is read even on refusal: the limits module must know
+     * whether a body will still arrive to apply the right deadline. */
     bool ok = srv_guard_check_head(c->h->guard, &req, &g, err);
     *body_follows = g.chunked || (g.has_length && g.content_length > 0);
     if (!ok)
@@ -378,12 +438,16 @@ static bool admit(srv_conn *c, const char *url, const char *method, const char *
         return false;
     if (c->rt->post && !srv_guard_check_ctype(&req, err))
         return false;
+    /* Content-Length known: refuse a too-large or over-budget body now,
+     * before it is read. Chunked bodies are counted in conn_body. */
     int64_t max = c->h->s->opts.max_body_bytes;
     if (g.has_length && g.content_length > (uint64_t)max)
         return srv_error_set(err, SRV_ERR_TOO_LARGE, NULL, "request body of %llu bytes exceeds the limit of %lld bytes",
                              (unsigned long long)g.content_length, (long long)max);
     if (g.has_length && !srv_limits_body_admit(c->h->limits, g.content_length, err))
         return false;
+    /* NOTE: draining and ready are read again in dispatch: both can change
+     * while the body is read. */
     if (c->rt->needs_model && atomic_load(&c->h->s->draining))
         return srv_error_set(err, SRV_ERR_UNAVAILABLE, NULL, "the server is shutting down");
     if (c->rt->needs_model && !atomic_load(&c->h->s->ready))
@@ -393,7 +457,12 @@ static bool admit(srv_conn *c, const char *url, const char *method, const char *
 
 /* ---- generation requests ------------------------------------------------- */
 
-/* Non-streaming: pump until finished, suspending while there is nothing. */
+/* Non-streaming: pump until finished, suspending while there is nothing.
+ * Event-loop thread, first from dispatch then from every on_request call
+ * after a resume. Returns MHD_YES while suspended (MHD calls on_request
+ * again on resume), MHD_NO to drop the connection (client gone, closing).
+ * The loop runs again only when try_suspend declined: news arrived between
+ * the pump and the lock, which is the lost-wakeup case it closes. */
 static enum MHD_Result gen_wait(srv_conn *c)
 {
     for (;;) {
@@ -409,7 +478,8 @@ static enum MHD_Result gen_wait(srv_conn *c)
     }
 }
 
-/* Whether the watchdog asked for a half-close probe (and clear it). */
+/* Whether the watchdog asked for a half-close probe (and clear it).
+ * Set by the watchdog thread, consumed here on the event-loop thread. */
 static bool take_probe(srv_conn *c)
 {
     pthread_mutex_lock(&c->h->mu);
@@ -419,7 +489,14 @@ static bool take_probe(srv_conn *c)
     return p;
 }
 
-/* Streaming reader: pending SSE bytes, or suspend until notify. */
+/* Streaming reader: pending SSE bytes, or suspend until notify.
+ * MHD's content reader for a stream, on the event-loop thread. Returns
+ * bytes copied; 0 means "nothing now" and is legal only because the
+ * connection is suspended first (MHD would otherwise spin calling us);
+ * END_OF_STREAM after the final event; END_WITH_ERROR closes the
+ * connection (client gone, closing, or on_completed already freed c->gen).
+ * The pump runs only when the buffered SSE is empty, so a slow reader
+ * applies backpressure instead of growing the buffer without bound. */
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -446,11 +523,19 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
+/* The response's reference to c (see conn_unref). */
 static void sse_free(void *cls)
 {
     conn_unref(cls);
 }
 
+/* Event-loop thread: submit a generation and answer or start streaming.
+ * The slot is bound before srv_gen_start because the engine may notify
+ * before it returns. The body buffer is dropped after parsing: srv_gen
+ * keeps what it needs, and the budget is released as early as possible.
+ * NOTE: `active` counts requests with a generation; on_completed gives it
+ * back. A failed MHD_create_response returns MHD_NO with c->gen still set:
+ * on_completed frees it, which aborts the engine request. */
 static enum MHD_Result gen_start(srv_conn *c, srv_api api)
 {
     srv_http *h = c->h;
@@ -483,6 +568,8 @@ static enum MHD_Result gen_start(srv_conn *c, srv_api api)
     atomic_fetch_add(&c->refs, 1);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    /* nginx and similar proxies buffer responses; this header asks them not
+     * to, so tokens reach the client as produced. */
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
@@ -493,6 +580,11 @@ static enum MHD_Result gen_start(srv_conn *c, srv_api api)
 
 /* ---- dispatch -------------------------------------------------------------- */
 
+/* Event-loop thread, once per request, after the whole body is in. The
+ * checks repeat what admit could not know at the head: a chunked body's
+ * size, the budget refusal recorded by conn_body, and a drain or load state
+ * that changed while the body was read. Each route returns a heap body or
+ * NULL with err set; generation routes answer through gen_start. */
 static enum MHD_Result dispatch(srv_conn *c, const char *url)
 {
     srv_server *s = c->h->s;
@@ -531,7 +623,13 @@ static enum MHD_Result dispatch(srv_conn *c, const char *url)
     return body ? reply_json(c, 200, body) : reply_error(c, &err);
 }
 
-/* First call of a request: its state, and the head checks. */
+/* First call of a request: its state, and the head checks.
+ * Event-loop thread, first on_request call: allocate the request (owned by
+ * *con_cls from here on, freed through on_completed), capture the fd for
+ * the watchdog and the per-peer record for deadlines, and run admit. An
+ * early refusal is queued before the body is read; MHD then discards the
+ * body (conn_body drops it since c->status is set). srv_limits_head_done is
+ * told the outcome either way so the header deadline stops. */
 static enum MHD_Result conn_begin(srv_http *h, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, void **con_cls)
 {
@@ -563,7 +661,11 @@ static enum MHD_Result conn_begin(srv_http *h, struct MHD_Connection *conn, cons
                      : MHD_YES;
 }
 
-/* A piece of the body: buffer it within the size limit and the budget. */
+/* A piece of the body: buffer it within the size limit and the budget.
+ * Event-loop thread, once per body piece. Bytes beyond max_body_bytes or
+ * the server-wide budget are counted but not kept (dispatch answers 413 or
+ * 503 from body_seen and busy). NOTE: once refused, the reservation already
+ * taken is released at once so one oversized request cannot pin budget. */
 static enum MHD_Result conn_body(srv_conn *c, const char *upload, size_t n)
 {
     srv_http *h = c->h;
@@ -583,6 +685,11 @@ static enum MHD_Result conn_body(srv_conn *c, const char *upload, size_t n)
     return c->body_seen > 4 * max + (1 << 20) ? MHD_NO : MHD_YES;
 }
 
+/* MHD's access handler, on an event-loop thread. Call sequence per request:
+ * head (c == NULL) -> body pieces (*upload_size > 0, which we must zero to
+ * consume) -> one call with no data (dispatch) -> further calls only after a
+ * resume of a non-streaming generation (gen_wait). A refused request that
+ * has queued its answer just returns MHD_YES until MHD sends it. */
 enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **con_cls)
@@ -609,6 +716,12 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
     return MHD_YES;
 }
 
+/* MHD_OPTION_NOTIFY_COMPLETED, on the event-loop thread of the connection,
+ * once per request that reached on_request (also for aborted ones). Order
+ * matters: the slot is detached under h->mu first so no notify can resume
+ * a connection MHD is closing; the engine stream is released afterwards,
+ * outside the lock. A request with no status queued is logged as 499
+ * (client closed), nginx's convention. */
 void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {

@@ -12,6 +12,11 @@
  * Host and Origin are compared case-insensitively without the port: the
  * port a client names depends on proxies, and a DNS-rebinding page is
  * recognised by its name, not by its port.
+ *
+ * Threads: srv_guard_new/free and the start-up helpers run on the main
+ * thread; the checks run on any event-loop thread concurrently, which is
+ * safe because a srv_guard is immutable after srv_guard_new. Not done
+ * here: routing, authentication and the body (srv_http.c).
  */
 #include "server/srv_http_guard.h"
 
@@ -29,6 +34,10 @@
 #include "common/util.h"
 #include "server/srv_util.h"
 
+/* MAX_LIST: entries kept from --allowed-hosts / --allowed-origins (fixed
+ * arrays in the guard; entries past it are ignored). KEY_FILE_MAX: a key
+ * file is one short line; the cap stops a mistyped path (a model file)
+ * from being read into memory. */
 #define MAX_LIST 64
 #define KEY_FILE_MAX 4096
 
@@ -53,7 +62,11 @@ static void lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
-/* Split a comma list into lower-case entries; "*" sets *any. */
+/* Split a comma list into lower-case entries; "*" sets *any.
+ * Entries are trimmed of spaces; strip_slash drops one trailing '/' so
+ * "https://a.b/" matches the Origin a browser sends ("https://a.b").
+ * Returns the count (at most MAX_LIST); out[] entries are heap, owned by
+ * the guard. */
 static int split_list(const char *text, char **out, bool *any, bool strip_slash)
 {
     int n = 0;
@@ -81,6 +94,8 @@ static int split_list(const char *text, char **out, bool *any, bool strip_slash)
     return n;
 }
 
+/* RFC 9110 "tchar": the characters of a token (header names, and the
+ * entries of Access-Control-Request-Headers). */
 static bool is_tchar(unsigned char ch)
 {
     return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch));
@@ -96,6 +111,8 @@ static bool is_token(const char *s)
     return true;
 }
 
+/* A numeric IPv4 or IPv6 address, which no DNS-rebinding page can use as
+ * its name (rebinding needs a name that the attacker's DNS controls). */
 static bool is_ip_literal(const char *name)
 {
     unsigned char buf[sizeof(struct in6_addr)];
@@ -106,6 +123,11 @@ static bool is_ip_literal(const char *name)
  * without port and brackets; false when it is malformed. */
 static bool host_part(const char *v, size_t n, char *out, size_t cap)
 {
+    /* h..he is the host; for "[v6]" h skips the bracket and he is the ']'.
+     * What follows must be nothing or ":" and digits. Characters that could
+     * smuggle a different authority (userinfo '@', path '/', '\\') are
+     * refused, not cleaned, so the name we compare is the one the client
+     * meant. */
     const char *end = v + n, *h = v, *he;
     if (n && *v == '[') {
         he = memchr(v, ']', n);
@@ -138,6 +160,9 @@ static bool host_part(const char *v, size_t n, char *out, size_t cap)
     return true;
 }
 
+/* Exact match, or suffix match for entries that start with '.'. The dot is
+ * part of the compared suffix, so ".example.com" does not match
+ * "badexample.com", nor "example.com" itself. */
 static bool in_list(char *const *list, int n, const char *name)
 {
     for (int i = 0; i < n; i++) {
@@ -153,6 +178,8 @@ static bool in_list(char *const *list, int n, const char *name)
 
 /* ---- set-up ------------------------------------------------------------ */
 
+/* Classify the bound address: loopback (127/8, ::1, v4-mapped 127/8) and
+ * wildcard (0.0.0.0, ::) decide which Host names are implicitly allowed. */
 static void describe_bind(srv_guard *g, const struct sockaddr *addr)
 {
     if (addr->sa_family == AF_INET6) {
@@ -169,6 +196,10 @@ static void describe_bind(srv_guard *g, const struct sockaddr *addr)
     }
 }
 
+/* Main thread. Copies what it needs from o (the guard does not keep o).
+ * The machine's hostname is allowed only when not bound to loopback: on
+ * loopback no other machine can connect by that name, and allowing it
+ * would only widen what a rebinding page may use. */
 srv_guard *srv_guard_new(const srv_opts *o, const struct sockaddr *addr)
 {
     srv_guard *g = inferd_calloc(1, sizeof *g);
@@ -203,6 +234,10 @@ void srv_guard_free(srv_guard *g)
 
 /* ---- the checks ---------------------------------------------------------- */
 
+/* The DNS-rebinding defence: the Host name must be one that can only lead
+ * here: the --host we bound, its numeric address, localhost names when
+ * local, any IP literal when bound to the wildcard (the client connected
+ * by address), our hostname, or an --allowed-hosts entry. "*" disables it. */
 static bool host_allowed(const srv_guard *g, const char *name)
 {
     if (g->any_host || strcmp(name, g->bound_name) == 0 || strcmp(name, g->bound_numeric) == 0)
@@ -220,7 +255,12 @@ static bool host_allowed(const srv_guard *g, const char *name)
     return in_list(g->hosts, g->n_hosts, name);
 }
 
-/* Content-Length / Transfer-Encoding: one unambiguous framing. */
+/* Content-Length / Transfer-Encoding: one unambiguous framing.
+ * Refuses what request smuggling relies on: both CL and TE, two different
+ * CLs, and any TE other than a single "chunked" (MHD would otherwise pick
+ * one reading and a proxy in front another). Repeated equal CLs are
+ * tolerated (RFC 9112 6.3). NOTE: the value saturates at UINT64_MAX
+ * instead of wrapping, so a huge length is "too large", never small. */
 static bool check_framing(const srv_guard_req *r, srv_guard_out *out, srv_error *err)
 {
     int n_te = 0;
@@ -261,7 +301,13 @@ static bool check_framing(const srv_guard_req *r, srv_guard_out *out, srv_error 
     return true;
 }
 
-/* Origin: same-origin (scheme://Host), listed, or refused. */
+/* Origin: same-origin (scheme://Host), listed, or refused.
+ * Same-origin compares the origin's whole authority, port included, with
+ * the Host header: a page served by this server may always call it. A
+ * listed origin gets CORS headers (out->cors_origin points into the
+ * request's header value, valid for the request's first call only: the
+ * caller copies it). Browsers send "null" from sandboxed or file pages:
+ * refused unless listed or "*". */
 static bool check_origin(const srv_guard *g, const srv_guard_req *r, const char *host, const char *origin,
                          srv_guard_out *out, srv_error *err)
 {
@@ -287,6 +333,10 @@ static bool check_origin(const srv_guard *g, const srv_guard_req *r, const char 
                          origin);
 }
 
+/* Event-loop thread. The order is the order of the errors a client sees:
+ * version, URL length, header size and names, framing, Host, Origin. The
+ * framing result is filled even when a later check fails, so the caller
+ * knows whether a body follows. total counts each line as "k: v\r\n". */
 bool srv_guard_check_head(const srv_guard *g, const srv_guard_req *r, srv_guard_out *out, srv_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -333,6 +383,9 @@ bool srv_guard_check_head(const srv_guard *g, const srv_guard_req *r, srv_guard_
     return true;
 }
 
+/* POST routes only. Parameters after ';' (charset) are ignored; the media
+ * type must be exactly application/json. Requiring it makes a cross-site
+ * form POST (text/plain, no preflight) fail instead of reaching the model. */
 bool srv_guard_check_ctype(const srv_guard_req *r, srv_error *err)
 {
     const char *ct = NULL;
@@ -353,6 +406,9 @@ bool srv_guard_check_ctype(const srv_guard_req *r, srv_error *err)
                          ct ? " (got '" : "", ct ? ct : "", ct ? "')" : "");
 }
 
+/* Whether an Access-Control-Request-Headers value may be echoed: tokens,
+ * commas and spaces only (nothing that could end the header line), and
+ * shorter than 1024 bytes. */
 bool srv_guard_header_list_ok(const char *v)
 {
     size_t n = 0;
@@ -364,6 +420,10 @@ bool srv_guard_header_list_ok(const char *v)
 
 /* ---- start-up --------------------------------------------------------------- */
 
+/* Main thread, before the server starts. Precedence: --api-key or
+ * --api-key-file (not both), then INFERD_API_KEY. The file's first line,
+ * trimmed, is the key; a trailing newline is the common case. The result
+ * is heap, stored in o->api_key (freed with the options). */
 inferd_status srv_guard_resolve_key(srv_opts *o)
 {
     if (o->api_key && o->api_key_file)
@@ -391,6 +451,8 @@ inferd_status srv_guard_resolve_key(srv_opts *o)
     return INFERD_OK;
 }
 
+/* Warn, not refuse: serving on a LAN without a key is a legitimate choice
+ * (a trusted network, a proxy that authenticates). */
 void srv_guard_warn_exposure(const srv_opts *o, const struct sockaddr *addr)
 {
     srv_guard g;

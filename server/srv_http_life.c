@@ -3,6 +3,15 @@
  * slow-client deadlines (srv_http_limits.c), and the watchdog thread: every
  * 50 ms it polls suspended connections for hang-ups (probing a possible
  * half-close first, see srv_http.c), every 250 ms it runs the deadline scan.
+ *
+ * Design choice: one watchdog thread for all connections instead of keeping
+ * suspended sockets in MHD's poll set (MHD offers no such mode). The cost is
+ * up to 50 ms before a hang-up is noticed, and one poll() over every
+ * suspended socket per tick; both are small next to a generation. The
+ * watchdog never closes a socket itself: it only marks and resumes, and
+ * MHD, on the connection's own thread, does the closing.
+ * Not done here: request handling (srv_http.c), the deadline policy
+ * (srv_http_limits.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,6 +28,10 @@
 #include "common/util.h"
 #include "server/srv_http_int.h"
 
+/* MHD_POOL bounds what one connection's head may take in MHD's arena; a
+ * head that does not fit is refused by MHD itself. PROBE_100 is a complete interim
+ * response: legal at any time before the final one on HTTP/1.1 (RFC 9110
+ * 15.2), and ignored by clients, which is what makes it a safe probe. */
 #define WATCHDOG_PERIOD_MS 50
 #define SCAN_EVERY 5        /* watchdog ticks per deadline scan (250 ms) */
 #define MHD_POOL (64 << 10) /* per-connection parse memory: room above the guard's limits */
@@ -27,7 +40,13 @@
 /* ---- watchdog ------------------------------------------------------------- */
 
 /* Cancel suspended requests whose client hung up, probing a possible
- * half-close first (see the top of the file; caller holds h->mu). */
+ * half-close first (see the top of the file; caller holds h->mu).
+ * Watchdog thread. The pollfd arrays are scratch kept in h (grown by
+ * doubling, never shrunk) so a tick allocates nothing in the steady state.
+ * poll() with timeout 0 only samples; sleeping is watchdog_main's job.
+ * NOTE: polling under h->mu is what makes c->fd safe to use: a suspended
+ * connection is not closed by MHD until it is resumed, and resuming needs
+ * this lock (on_completed detaches under it too). */
 static void watchdog_scan(srv_http *h)
 {
     size_t n = 0;
@@ -56,6 +75,10 @@ static void watchdog_scan(srv_http *h)
                 c->probe_sse = true;
                 srv_http_wake_locked(c);
             } else if (c->http11) {
+                /* Written straight to the socket: the connection is
+                 * suspended, so MHD is not writing to it at the same time.
+                 * MSG_NOSIGNAL: a dead peer must not raise SIGPIPE; a full
+                 * send buffer (EAGAIN) means the peer is alive but slow. */
                 ssize_t w = send(c->fd, PROBE_100, sizeof PROBE_100 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
                 gone = w < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
             }
@@ -67,6 +90,9 @@ static void watchdog_scan(srv_http *h)
     }
 }
 
+/* The watchdog thread's body, until srv_http_stop sets stop_watchdog. The
+ * deadline scan runs outside h->mu: srv_limits has its own lock, and the
+ * two locks are never held together. */
 static void *watchdog_main(void *arg)
 {
     srv_http *h = arg;
@@ -101,6 +127,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* MHD's error logger (any MHD thread). MHD reports routine client
+ * misbehaviour here (resets, malformed requests), so it goes to debug
+ * level only; the trailing newline MHD adds is stripped. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -114,6 +143,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     INFERD_LOG_DEBUG("mhd: %s", msg);
 }
 
+/* host:port to the first address getaddrinfo returns (AI_PASSIVE: a NULL
+ * host means "any"). Only the first is bound: one listening socket, which
+ * keeps quiesce simple. NOTE: "::" is IPv6 only (MHD sets V6ONLY unless
+ * asked for dual stack), so "localhost" binds whichever family comes first. */
 static bool resolve(const char *host, int port, struct sockaddr_storage *addr, bool *v6)
 {
     struct addrinfo hints, *res = NULL;
@@ -131,6 +164,13 @@ static bool resolve(const char *host, int port, struct sockaddr_storage *addr, b
     return true;
 }
 
+/* Main thread, once. Starts MHD with a pool of http_threads event-loop
+ * threads and the watchdog. On failure
+ * nothing is left behind and s->http stays NULL. NOTE: a watchdog that
+ * fails to start is not an error: the server still serves, but hang-ups
+ * of suspended requests are then only seen when their generation ends.
+ * MHD's CONNECTION_TIMEOUT (300 s idle) is the backstop behind the finer
+ * deadlines of srv_http_limits.c. */
 inferd_status srv_http_start(srv_server *s)
 {
     const srv_opts *o = &s->opts;
@@ -179,11 +219,14 @@ int srv_http_port(const srv_http *h)
     return h->port;
 }
 
+/* Any thread. The cast drops const because C11's atomic_load takes a
+ * non-const pointer (relaxed only in C17); the read changes nothing. */
 int srv_http_open_requests(const srv_http *h)
 {
     return atomic_load(&((srv_http *)h)->open);
 }
 
+/* Main thread (shutdown path); idempotent: listen_fd >= 0 marks done. */
 void srv_http_quiesce(srv_http *h)
 {
     if (h->listen_fd < 0) {
@@ -198,6 +241,8 @@ void srv_http_quiesce(srv_http *h)
     }
 }
 
+/* Any thread. Wakes every generation request; each, on its event-loop
+ * thread, sees s->aborting in begin_pump and aborts its engine stream. */
 void srv_http_abort_all(srv_http *h)
 {
     pthread_mutex_lock(&h->mu);
@@ -205,6 +250,10 @@ void srv_http_abort_all(srv_http *h)
     pthread_mutex_unlock(&h->mu);
 }
 
+/* Main thread. Order: mark closing and wake everyone (so no request
+ * suspends again, which would make MHD_stop_daemon wait), join the
+ * watchdog (it touches connections), then stop MHD, which runs
+ * on_completed for every open request on its own threads. Idempotent. */
 void srv_http_stop(srv_http *h)
 {
     if (!h || !h->d)
@@ -224,6 +273,8 @@ void srv_http_stop(srv_http *h)
     h->listen_fd = -1;
 }
 
+/* Main thread, after the engine thread has stopped: until then the engine
+ * may call on_notify with a slot pointer, and the slots live in h. */
 void srv_http_free(srv_http *h)
 {
     if (!h)

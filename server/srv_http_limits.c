@@ -10,6 +10,13 @@
  * still happen exactly once).
  *
  * The budget is one atomic counter: reservations never block, they fail.
+ *
+ * Threads: peer_open/peer_close run from MHD's connection notifications and
+ * the phase calls from srv_http.c, all on event-loop threads; srv_limits_scan
+ * runs on the watchdog thread. The budget calls are lock-free and may run
+ * anywhere. Not done here: slow readers. A connection being answered
+ * (PEER_ACTIVE) has no deadline; a stream to a client that stopped reading
+ * is bounded by the socket buffers and MHD's connection timeout instead.
  */
 #include "server/srv_http_limits.h"
 
@@ -47,6 +54,9 @@ struct srv_limits {
     atomic_int_fast64_t in_use;
 };
 
+/* Main thread. Zero or negative options mean "default" (30 s, 1 KiB/s,
+ * 256 MiB): the option rows forbid them, but a srv_opts built by hand
+ * (tests) must not turn into "no deadline" or a division by zero. */
 srv_limits *srv_limits_new(const srv_opts *o)
 {
     srv_limits *L = inferd_calloc(1, sizeof *L);
@@ -72,6 +82,9 @@ void srv_limits_free(srv_limits *L)
 
 /* ---- peers ---------------------------------------------------------------- */
 
+/* MHD_CONNECTION_NOTIFY_STARTED, event-loop thread. The header deadline
+ * starts at accept, so a client that connects and sends nothing is cut
+ * after header_timeout_s. The peer is owned by the list until peer_close. */
 srv_peer *srv_limits_peer_open(srv_limits *L, int fd)
 {
     srv_peer *p = inferd_calloc(1, sizeof *p);
@@ -85,6 +98,8 @@ srv_peer *srv_limits_peer_open(srv_limits *L, int fd)
     return p;
 }
 
+/* MHD_CONNECTION_NOTIFY_CLOSED, before MHD closes the fd: once unlinked
+ * here, no scan can shut down a descriptor number the kernel may reuse. */
 void srv_limits_peer_close(srv_limits *L, srv_peer *p)
 {
     if (!p)
@@ -95,7 +110,11 @@ void srv_limits_peer_close(srv_limits *L, srv_peer *p)
     inferd_free(p);
 }
 
-/* Move p to phase (unless a scan cut it already). */
+/* Move p to phase (unless a scan cut it already).
+ * NOTE: PEER_CUT is final: a request the scan cut may still complete a
+ * call or two on its thread before MHD sees the shutdown, and those must
+ * not re-arm a deadline on a dead socket. p may be NULL (no socket
+ * context: the peer was not registered), which every caller tolerates. */
 static void set_phase(srv_limits *L, srv_peer *p, peer_phase phase, double deadline)
 {
     if (!p)
@@ -110,11 +129,16 @@ static void set_phase(srv_limits *L, srv_peer *p, peer_phase phase, double deadl
     pthread_mutex_unlock(&L->mu);
 }
 
+/* The body phase starts with the header timeout as a grace period; rate
+ * accounting then extends it in srv_limits_body_progress. */
 void srv_limits_head_done(srv_limits *L, srv_peer *p, bool body_follows)
 {
     set_phase(L, p, body_follows ? PEER_BODY : PEER_ACTIVE, L->header_timeout_s);
 }
 
+/* The deadline grows by n / min_body_rate seconds per piece: a client
+ * sending at least min_body_rate bytes per second (after the grace) never
+ * hits it, a trickling one does, however long its body is. */
 void srv_limits_body_progress(srv_limits *L, srv_peer *p, size_t n)
 {
     if (!p)
@@ -132,11 +156,16 @@ void srv_limits_body_done(srv_limits *L, srv_peer *p)
     set_phase(L, p, PEER_ACTIVE, 0);
 }
 
+/* Back to waiting for the next head of a keep-alive connection: an idle
+ * keep-alive connection is closed after header_timeout_s too. */
 void srv_limits_request_done(srv_limits *L, srv_peer *p)
 {
     set_phase(L, p, PEER_HEAD, L->header_timeout_s);
 }
 
+/* Watchdog thread. Cuts every HEAD/BODY peer past its deadline and returns
+ * how many. NOTE: shutdown under L->mu is what makes p->fd safe (see
+ * peer_close); it does not block, and MHD closes the socket on its side. */
 int srv_limits_scan(srv_limits *L, double now)
 {
     int n_head = 0, n_body = 0;
@@ -163,6 +192,9 @@ int srv_limits_scan(srv_limits *L, double now)
 
 /* ---- body budget ------------------------------------------------------------ */
 
+/* At the head, for a declared Content-Length: 413 when the body could never
+ * fit, 503 when it does not fit now. Advisory only: nothing is reserved, so
+ * two heads may both pass; srv_limits_body_reserve enforces the bound. */
 bool srv_limits_body_admit(srv_limits *L, uint64_t declared, srv_error *err)
 {
     if (declared > (uint64_t)L->budget)
@@ -175,6 +207,10 @@ bool srv_limits_body_admit(srv_limits *L, uint64_t declared, srv_error *err)
     return true;
 }
 
+/* Add first, then roll back on overflow: one atomic op in the common case
+ * and in_use never exceeds the budget for longer than the rollback. The
+ * cost: a reservation racing a rolled-back one may fail spuriously, which
+ * only means a 503 with Retry-After for a request at the budget's edge. */
 bool srv_limits_body_reserve(srv_limits *L, size_t n)
 {
     int64_t prev = atomic_fetch_add(&L->in_use, (int64_t)n);

@@ -16,6 +16,12 @@
  * After start-up the initializing thread releases the GIL; every entry
  * point takes it with PyGILState_Ensure and drops it before returning. The
  * interpreter is never finalized: it lives as long as the process.
+ *
+ * Trade-off: a real interpreter instead of a C Jinja subset means every HF
+ * template renders exactly as in transformers, at the cost of a libpython
+ * dependency and of renders serialised by the GIL (a render takes tens to
+ * hundreds of microseconds, small next to the prefill it precedes). Not
+ * done here: which template to use (srv_chat.c) and tokenizing the result.
  */
 #ifdef INFERD_HAVE_JINJA
 #define PY_SSIZE_T_CLEAN
@@ -33,6 +39,10 @@
 
 #ifdef INFERD_HAVE_JINJA
 
+/* NOTE: compile_template and render catch every exception and return
+ * (value, type name, message) so no Python exception escapes to C in the
+ * normal failure case (a template that raises, a syntax error); C still
+ * handles a pending exception for the abnormal ones (result_error). */
 static const char k_env_py[] =
     "import datetime, json\n"
     "import jinja2, jinja2.ext, jinja2.nodes, sys\n"
@@ -85,6 +95,8 @@ struct srv_jinja {
     PyObject *tmpl; /* jinja2 Template */
 };
 
+/* Process-wide state, written once by init_once (pthread_once orders those
+ * writes before every later reader) and read-only afterwards. */
 static struct {
     pthread_once_t once;
     inferd_status status;
@@ -93,7 +105,9 @@ static struct {
     PyObject *compile_fn, *render_fn; /* owned references */
 } g = {.once = PTHREAD_ONCE_INIT, .status = INFERD_ERR_UNAVAILABLE};
 
-/* Text of the pending Python exception (cleared); GIL held. */
+/* Text of the pending Python exception (cleared); GIL held.
+ * Formatted as "Type: message" into dst (truncated to cap). The
+ * references PyErr_Fetch hands over are dropped here. */
 static void take_exception(char *dst, size_t cap)
 {
     PyObject *type, *value, *tb;
@@ -110,7 +124,10 @@ static void take_exception(char *dst, size_t cap)
     Py_XDECREF(tb);
 }
 
-/* Run k_env_py and keep its callables; GIL held. */
+/* Run k_env_py and keep its callables; GIL held.
+ * A fresh dict as the namespace, not __main__'s, so nothing the program
+ * embedding us defines can clash. PyDict_GetItemString returns borrowed
+ * references, hence the INCREFs for the two callables we keep. */
 static bool build_env(void)
 {
     PyObject *ns = PyDict_New();
@@ -140,6 +157,11 @@ static bool build_env(void)
     return g.compile_fn && g.render_fn;
 }
 
+/* Runs once per process, on whichever thread first needs Jinja (srv_run's
+ * main thread in the server). On failure g.status stays UNAVAILABLE and
+ * g.why says why; it is never retried (a missing jinja2 will not appear).
+ * site_import stays on so dist-packages (where Debian puts jinja2) is on
+ * the path even in isolated mode. */
 static void init_once(void)
 {
     if (Py_IsInitialized()) {
@@ -167,6 +189,7 @@ static void init_once(void)
     PyEval_SaveThread(); /* release the GIL: renders take it per call */
 }
 
+/* Any thread; cheap after the first call. */
 inferd_status srv_jinja_init(void)
 {
     pthread_once(&g.once, init_once);
@@ -185,7 +208,11 @@ const char *srv_jinja_version(void)
     return srv_jinja_available() ? g.version : g.why;
 }
 
-/* Fill *e from a (None, type, message) result tuple or the pending error. */
+/* Fill *e from a (None, type, message) result tuple or the pending error.
+ * GIL held. A well-formed error tuple gives the template's own exception
+ * type and text (what a 400 shows the client); anything else (a failed
+ * call, a bad tuple) is reported as InternalError with the pending
+ * exception's text. Leaves no Python exception set. */
 static void result_error(PyObject *res, srv_jinja_error *e)
 {
     const char *type = NULL, *msg = NULL;
@@ -215,6 +242,10 @@ static void unavailable(srv_jinja_error *e)
     snprintf(e->message, sizeof e->message, "%s", g.why);
 }
 
+/* Any thread (takes the GIL). The "s" conversion decodes source as UTF-8;
+ * invalid bytes fail the call and are reported like a syntax error.
+ * PyTuple_GetItem returns a borrowed reference: the template is INCREFed
+ * before res is dropped. */
 bool srv_jinja_compile(const char *source, srv_jinja **out, srv_jinja_error *e)
 {
     *out = NULL;
@@ -239,6 +270,8 @@ bool srv_jinja_compile(const char *source, srv_jinja **out, srv_jinja_error *e)
     return ok;
 }
 
+/* NOTE: needs the GIL to drop the reference, so it must not be called
+ * after the interpreter is gone; it never is, since we never finalize. */
 void srv_jinja_free(srv_jinja *t)
 {
     if (!t)
@@ -249,7 +282,9 @@ void srv_jinja_free(srv_jinja *t)
     inferd_free(t);
 }
 
-/* Copy a Python str out as UTF-8; GIL held. */
+/* Copy a Python str out as UTF-8; GIL held.
+ * A str with lone surrogates has no UTF-8 form: false with a Python
+ * exception pending, which result_error reports. */
 static bool copy_text(PyObject *s, char **out, size_t *out_len)
 {
     Py_ssize_t n = 0;
@@ -263,6 +298,10 @@ static bool copy_text(PyObject *s, char **out, size_t *out_len)
     return true;
 }
 
+/* Any thread; renders from several event-loop threads queue on the GIL.
+ * "z" passes fixed_now as None when NULL. On a copy failure the error
+ * comes from the pending exception (result_error is given NULL so it does
+ * not misread the successful tuple). */
 bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
                       srv_jinja_error *e)
 {
@@ -290,6 +329,8 @@ struct srv_jinja {
     int unused;
 };
 
+/* Built without libpython: every entry point fails with the same reason,
+ * so chat routes answer 400 naming it and completions still work. */
 static const char k_off[] = "this build has no Jinja engine (INFERD_JINJA=OFF: rebuild with libpython3-dev and "
                             "python3-jinja2 installed)";
 

@@ -14,6 +14,10 @@
 
 #include "common/log.h"
 
+/* Controls, DEL, '\\' and '"' become \xHH (so the escaping is reversible
+ * and a quoted field cannot be closed early); bytes >= 0x80 pass, since
+ * UTF-8 paths are legitimate and a terminal cannot be driven by them
+ * alone. Output that would not fit ends in "..."; returns its length. */
 size_t srv_log_escape(const char *in, char *out, size_t cap)
 {
     static const char hex[] = "0123456789abcdef";
@@ -43,6 +47,9 @@ size_t srv_log_escape(const char *in, char *out, size_t cap)
     return o;
 }
 
+/* One line per finished request, from on_completed (event-loop thread).
+ * Generation requests carry token counts and timings; others only the
+ * status and time. note: why the request ended early, or NULL. */
 void srv_log_access(const srv_access *a)
 {
     char method[64], path[SRV_LOG_FIELD_MAX];
@@ -61,6 +68,10 @@ void srv_log_access(const srv_access *a)
                  a->note ? " note=" : "", a->note ? a->note : "");
 }
 
+/* The periodic stats line (main thread, srv_run's loop): rates over the
+ * interval dt from two cumulative snapshots; nothing is logged (false)
+ * while the server is idle, so an idle log stays quiet. The prefix hit
+ * rate is cumulative since start, not per interval. */
 bool srv_log_stats(const engine_stats *prev, const engine_stats *cur, double dt, int open_requests)
 {
     uint64_t dp = cur->prompt_tokens - prev->prompt_tokens;

@@ -35,9 +35,14 @@
 #include "server/srv_log.h"
 #include "server/srv_server.h"
 
+/* After the abort, how long the aborted requests get to send their 503
+ * body or error event before their connections are closed regardless. */
 #define ABORT_WAIT_S 3.0
 
-/* Room for thousands of connections: raise the soft fd limit to the hard one. */
+/* Room for thousands of connections: raise the soft fd limit to the hard one.
+ * Capped at 2^20: some systems report an "unlimited" hard limit, and
+ * libraries that size tables by the limit would then allocate absurdly.
+ * Failure is not fatal: the server runs with fewer connections. */
 static void raise_nofile(void)
 {
     struct rlimit rl;
@@ -67,6 +72,13 @@ static bool setup_chat(srv_server *s)
     return true;
 }
 
+/* Main thread, with the HTTP server already answering 503. Each piece is
+ * stored in s as soon as it exists so free_server can release a partial
+ * load. The vocabulary the API accepts is the smaller of the model's and
+ * the tokenizer's: model embeddings are often padded past the tokenizer,
+ * and ids in the padding have no text. NOTE: the HTTP threads touch
+ * s->eng, s->tok and s->chat only once srv_run has set `ready` after this
+ * returns; that atomic store is what publishes them. */
 static bool load(srv_server *s)
 {
     srv_opts *o = &s->opts;
@@ -87,7 +99,9 @@ static bool load(srv_server *s)
     return true;
 }
 
-/* Wait for a signal or timeout_s; returns the signal or 0. */
+/* Wait for a signal or timeout_s; returns the signal or 0.
+ * NOTE: sigtimedwait returns -1 on timeout (EAGAIN) and on EINTR from an
+ * unblocked signal; both read as "no signal". */
 static int wait_signal(const sigset_t *set, double timeout_s)
 {
     struct timespec ts = {(time_t)timeout_s, (long)((timeout_s - (double)(time_t)timeout_s) * 1e9)};
@@ -95,6 +109,9 @@ static int wait_signal(const sigset_t *set, double timeout_s)
     return sig > 0 ? sig : 0;
 }
 
+/* Main thread until SIGINT/SIGTERM. A signal that arrived during the model
+ * load stays pending (the mask blocks it) and ends this loop at its first
+ * wait. The 250 ms wake-up only paces the stats line. */
 static int serve_loop(srv_server *s, const sigset_t *set)
 {
     engine_stats prev, cur;
@@ -114,7 +131,10 @@ static int serve_loop(srv_server *s, const sigset_t *set)
     }
 }
 
-/* Wait until no generation is in flight; false on timeout or a signal. */
+/* Wait until no generation is in flight; false on timeout or a signal.
+ * Polls `active` every 50 ms (a drain takes seconds; a condition variable
+ * would couple the HTTP threads to shutdown for no gain) while still taking
+ * signals, so a second Ctrl-C cuts the grace period short. */
 static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
 {
     inferd_deadline dl = inferd_deadline_in_s(INFERD_MAX(timeout_s, 0.0));
@@ -130,6 +150,8 @@ static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
     return true;
 }
 
+/* The drain sequence of the file comment. draining is set before the
+ * listener closes so a request admitted in between still gets a 503. */
 static void shutdown_server(srv_server *s, int sig, const sigset_t *set)
 {
     INFERD_LOG_INFO("received %s: no new requests; waiting up to %.1f s for %d in-flight request(s)",
@@ -145,6 +167,9 @@ static void shutdown_server(srv_server *s, int sig, const sigset_t *set)
     srv_http_stop(s->http);
 }
 
+/* Tolerates a partial start (every pointer may be NULL). Order: engine
+ * (its thread calls notify into the HTTP slots), then HTTP, then what both
+ * used: model, tokenizer, chat. */
 static void free_server(srv_server *s)
 {
     if (s->eng) {
@@ -160,6 +185,13 @@ static void free_server(srv_server *s)
     inferd_free(s);
 }
 
+/* The server's whole life on the calling (main) thread; returns the exit
+ * status: 0 after a clean shutdown, 1 when start-up failed, 2 for invalid
+ * options. Takes ownership of o's strings in every case (o is left
+ * zeroed). NOTE: the signal mask must be set before srv_http_start and
+ * engine_start create threads, which inherit it. SIGPIPE is ignored
+ * process-wide: a client that hangs up mid-write must cost an EPIPE, not
+ * the process. */
 int srv_run(srv_opts *o)
 {
     if (srv_opts_validate(o) != INFERD_OK) {

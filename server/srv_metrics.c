@@ -5,6 +5,15 @@
  * exposition format requires. Bucket bounds follow vLLM's choices so
  * dashboards built for it read the same ranges. Label values here are fixed
  * strings and integers, so no escaping is needed.
+ *
+ * Design choice: one mutex for all histograms and counters, taken for a few
+ * additions per observation; at our request rates (thousands per second at
+ * most, one observation set per request and per output) contention is
+ * negligible, and a consistent snapshot for /metrics is simple. Engine
+ * gauges and counters are not kept here: they are read from engine_stats at
+ * render time, so the engine never calls into the server.
+ * Threads: observe/http from event-loop threads, render from the one
+ * serving /metrics.
  */
 #include "server/srv_metrics.h"
 
@@ -18,6 +27,7 @@
 #include "common/util.h"
 #include "server/srv_util.h"
 
+/* Bounds per histogram (the fixed arrays in hist_def and hist). */
 #define MAX_BUCKETS 32
 
 typedef struct {
@@ -79,6 +89,7 @@ typedef struct {
 struct srv_metrics {
     pthread_mutex_t mu;
     hist h[SRV_HIST_COUNT];
+    /* responses by status, indexed by the code itself (100..599) */
     uint64_t http[600];
 };
 
@@ -97,6 +108,9 @@ void srv_metrics_free(srv_metrics *m)
     inferd_free(m);
 }
 
+/* count observations of value v (ITL records several equal gaps at once).
+ * The bucket is found before the lock (bounds are constant). NaN is
+ * dropped (v == v is false only for NaN): it would poison the sum. */
 void srv_metrics_observe(srv_metrics *m, srv_hist_id id, double v, int count)
 {
     if ((int)id < 0 || id >= SRV_HIST_COUNT || count <= 0 || !(v == v))
@@ -112,6 +126,8 @@ void srv_metrics_observe(srv_metrics *m, srv_hist_id id, double v, int count)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* One response with this status; values outside 100..599 are ignored
+ * rather than indexing past the table. */
 void srv_metrics_http(srv_metrics *m, int status)
 {
     if (status < 100 || status >= 600)
@@ -121,6 +137,7 @@ void srv_metrics_http(srv_metrics *m, int status)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* The HELP and TYPE lines that open each metric family (text format 0.0.4). */
 static void family(inferd_buf *b, const char *name, const char *type, const char *help)
 {
     inferd_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -138,7 +155,9 @@ static void counter(inferd_buf *b, const char *name, const char *help, uint64_t 
     inferd_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
-/* Bucket bound as Prometheus expects it in le="...". */
+/* Bucket bound as Prometheus expects it in le="...".
+ * "1.0", not "1": Prometheus compares le labels as strings across scrapes,
+ * and clients (and vLLM) print bounds as floats. */
 static void bound_str(double v, char *out, size_t n)
 {
     snprintf(out, n, "%.12g", v);
@@ -162,6 +181,9 @@ static void render_hist(inferd_buf *b, const hist_def *d, const hist *h)
     inferd_buf_printf(b, "%s_count %llu\n", d->name, (unsigned long long)h->total);
 }
 
+/* st NULL (no engine yet: the model is loading) renders zeros, so scrapers
+ * see every series from the first scrape. request_success_total keeps
+ * vLLM's name though it counts every finish reason, aborts included. */
 static void render_engine(inferd_buf *b, const engine_stats *st)
 {
     engine_stats zero;
@@ -189,6 +211,9 @@ static void render_engine(inferd_buf *b, const engine_stats *st)
                        finish_reason_str(k_reasons[i]), (unsigned long long)st->finished[k_reasons[i]]);
 }
 
+/* The /metrics body (heap) and its length. The server's counters are
+ * copied under the lock and formatted after it, so a slow render never
+ * blocks the request path. */
 char *srv_metrics_render(srv_metrics *m, const engine_stats *st, size_t *len)
 {
     inferd_buf b = {0};

@@ -6,6 +6,16 @@
  * The JSON parser is cJSON with its nesting limit (CJSON_NESTING_LIMIT, 1000),
  * so deeply nested bodies fail as malformed JSON instead of recursing deep.
  * Response builders live in srv_openai_resp.c.
+ *
+ * Design choice: the adapter checks JSON types and API shapes only; every
+ * sampling range lives in one table (scheduler/params.c) that the CLI and
+ * the engine use too, so a value means the same everywhere. The cost is
+ * two passes: the row sets each field, then the whole-struct validator
+ * checks the cross-field rules once everything is parsed.
+ * Ownership: a srv_request owns every string and array it holds (copied
+ * out of the cJSON tree, which is freed before srv_request_parse returns);
+ * srv_request_free releases them, and is safe on a half-filled request.
+ * Threads: pure functions of their inputs, called on event-loop threads.
  */
 #include "server/srv_openai.h"
 
@@ -26,6 +36,9 @@ static const cJSON *field(const cJSON *obj, const char *name)
     return it && !cJSON_IsNull(it) ? it : NULL;
 }
 
+/* An integer field in [lo, hi]. cJSON stores numbers as double, so
+ * "integer" means a double with no fraction; the 9.2e18 bound keeps the
+ * int64 cast below defined (casting an out-of-range double is UB). */
 static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
                     srv_error *err)
 {
@@ -43,6 +56,8 @@ static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, 
     return true;
 }
 
+/* A JSON boolean (0 and 1 are refused). *out untouched when absent, so the
+ * caller's default stands. */
 static bool get_bool(const cJSON *obj, const char *name, bool *out, bool *present, srv_error *err)
 {
     const cJSON *it = field(obj, name);
@@ -85,6 +100,10 @@ static bool has_nul_escape(const char *s, size_t n)
     return false;
 }
 
+/* body (not NUL-terminated, len bytes) into a JSON object. *root is the
+ * caller's to cJSON_Delete on success, NULL on failure. Trailing data
+ * after the value is an error ("{}x"): cJSON's require_null_terminated
+ * cannot be used on a body without a NUL, so the tail is checked by hand. */
 static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
 {
     *root = NULL;
@@ -115,6 +134,9 @@ static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *er
     return true;
 }
 
+/* "model" is optional (clients of single-model servers often omit it);
+ * when given it must name the served model: 404 model_not_found, OpenAI's
+ * answer, not a silent substitution. */
 static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
 {
     const char *name;
@@ -130,7 +152,10 @@ static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **m
     return true;
 }
 
-/* One token id array; `what` names the field in messages. */
+/* One token id array; `what` names the field in messages.
+ * *ids is heap on success, caller-owned. Non-numbers read as -1.5, which
+ * fails the integrality test and so gets the "integer" message. The array
+ * length is bounded by the body size limit, not here. */
 static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **ids, int *n, srv_error *err)
 {
     int cnt = cJSON_GetArraySize(arr);
@@ -159,6 +184,7 @@ static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **i
     return true;
 }
 
+/* Every element a number (integrality and range are parse_ids' job). */
 static bool is_id_array(const cJSON *arr)
 {
     const cJSON *it;
@@ -170,6 +196,9 @@ static bool is_id_array(const cJSON *arr)
     return true;
 }
 
+/* cJSON does not validate UTF-8 in strings, hence the check. A
+ * whitespace-only prompt is refused: it encodes to tokens that carry no
+ * request, almost always a client bug. */
 static bool set_text_prompt(const char *s, const char *what, char **out, size_t *out_len, srv_error *err)
 {
     size_t n = strlen(s);
@@ -184,6 +213,9 @@ static bool set_text_prompt(const char *s, const char *what, char **out, size_t 
     return true;
 }
 
+/* The completion prompt in OpenAI's four shapes, of which we accept the
+ * single-prompt ones: "text", [ids], ["text"] and [[ids]]. Batches (more
+ * than one prompt) are refused: one request, one choice. */
 static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
     const cJSON *p = field(root, "prompt");
@@ -208,7 +240,9 @@ static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_req
         "'prompt' must be a string or an array of token ids (batched prompts are not supported)");
 }
 
-/* content: string, or array of {"type": "text", "text": str} parts joined by "\n". */
+/* content: string, or array of {"type": "text", "text": str} parts joined by "\n".
+ * *out is heap on success. An assistant message may have null content (a
+ * tool-call turn in OpenAI's schema); we render it as "". */
 static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **out, srv_error *err)
 {
     if (!c || cJSON_IsNull(c)) {
@@ -253,6 +287,10 @@ static bool parse_content(const cJSON *c, int idx, srv_chat_role role, char **ou
     return true;
 }
 
+/* *msgs (heap, cnt entries, each content heap) on success; on failure
+ * everything parsed so far is freed. "developer" is OpenAI's newer name
+ * for the system role. Other message fields (name, tool_calls) are
+ * ignored. */
 static bool parse_messages(const cJSON *root, srv_chat_msg **msgs, int *n_msgs, srv_error *err)
 {
     const cJSON *m = field(root, "messages");
@@ -328,7 +366,9 @@ static bool get_row(const cJSON *root, const char *json_name, const char *key, s
 }
 
 /* "stop": a string or an array of strings; the count is checked here (it
- * bounds the array), each string by the validator. */
+ * bounds the array), each string (1..256 bytes, UTF-8) by the validator
+ * in validate_sampling. Strings are copied into r->stops (owned by r) and
+ * sp.stop points at the copies. */
 static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
 {
     const cJSON *s = field(root, "stop");
@@ -350,6 +390,8 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
     return true;
 }
 
+/* The count is checked before parse_ids so a huge array is refused before
+ * it is copied; the ids then go into the fixed array in sp. */
 static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
     const cJSON *s = field(root, "stop_token_ids");
@@ -373,7 +415,10 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
     return true;
 }
 
-/* Fields we do not implement: accepted at their neutral value, 400 otherwise. */
+/* Fields we do not implement: accepted at their neutral value, 400 otherwise.
+ * Accepting the neutral value keeps SDKs that always send defaults working;
+ * refusing the rest beats silently ignoring a setting the client relies on.
+ * Fields not listed here are ignored entirely (OpenAI's own leniency). */
 static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
 {
     static const struct {
@@ -431,6 +476,8 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
     return true;
 }
 
+/* The name the client used, for error messages: chat accepts OpenAI's
+ * newer max_completion_tokens as an alias (it wins when both are given). */
 static const char *max_tokens_name(const cJSON *root, srv_api api)
 {
     return api == SRV_API_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -446,6 +493,8 @@ static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_keys); i++)
         if (!get_row(root, k_keys[i], k_keys[i], &r->sp, &present, err))
             return false;
+    /* Parsed into a scratch copy: the row stores into sp.max_tokens, which
+     * must stay unset until srv_gen knows the prompt length. */
     sampling_params mt = r->sp;
     if (!get_row(root, max_tokens_name(root, r->api), "max_tokens", &mt, &present, err))
         return false;
@@ -482,7 +531,10 @@ static bool parse_logprobs(const cJSON *root, srv_request *r, srv_error *err)
 }
 
 /* The table's cross-field and per-entry rules (min_tokens <= max_tokens,
- * stop string lengths, stop ids in the vocabulary) on the parsed values. */
+ * stop string lengths, stop ids in the vocabulary) on the parsed values.
+ * Works on a copy whose max_tokens is the request's or INT32_MAX when not
+ * given (so min_tokens is bounded only by what was asked); srv_gen checks
+ * min_tokens again against the max_tokens it finally picks. */
 static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
     sampling_params chk = r->sp;
@@ -495,6 +547,7 @@ static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, sr
     return srv_error_set(err, SRV_ERR_INVALID, param, "%s", inferd_last_error());
 }
 
+/* stream_options without stream: true is an error, as in OpenAI's API. */
 static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
 {
     bool present;
@@ -516,6 +569,10 @@ static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
     return true;
 }
 
+/* Event-loop thread. The check order fixes which error a request with
+ * several faults gets: model, unsupported fields, sampling, stream, then
+ * the prompt (the biggest field, parsed last). On failure r is freed and
+ * zeroed, so the caller never frees it twice. */
 bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_parse_limits *lim, srv_request *r,
                        srv_error *err)
 {
@@ -550,6 +607,7 @@ static void msgs_free(srv_chat_msg *msgs, int n)
     inferd_free(msgs);
 }
 
+/* Safe on a zeroed or half-filled request; leaves r zeroed. */
 void srv_request_free(srv_request *r)
 {
     inferd_free(r->model);
@@ -561,6 +619,9 @@ void srv_request_free(srv_request *r)
     memset(r, 0, sizeof *r);
 }
 
+/* /tokenize (vLLM's shape): "prompt" (string) or "messages" (rendered with
+ * the chat template by the route). add_special_tokens defaults to true for
+ * a prompt and false for messages (the template writes its own BOS). */
 bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_tokenize_req *r,
                         srv_error *err)
 {
@@ -601,6 +662,8 @@ void srv_tokenize_free(srv_tokenize_req *r)
     memset(r, 0, sizeof *r);
 }
 
+/* /detokenize: "tokens", ids in the vocabulary; an empty array is valid
+ * and decodes to "". */
 bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *lim, srv_detokenize_req *r,
                           srv_error *err)
 {

@@ -5,6 +5,14 @@
  * output can contain bytes that are not valid UTF-8 (byte-fallback tokens of
  * a multi-byte character cut by max_tokens), and a client's JSON parser must
  * never see them. Timings ride beside usage as a top-level "timings" object.
+ *
+ * Design choice: bodies are built as cJSON trees and printed once, not
+ * written by hand: escaping is then cJSON's problem and every body is valid
+ * JSON by construction. The cost is an allocation per node, negligible next
+ * to a token's forward pass. Every builder returns a heap string from
+ * inferd_strdup (freed with inferd_free, like every other body in server/)
+ * and takes ownership of any cJSON argument it is given.
+ * Threads: pure functions, called on event-loop threads.
  */
 #include <string.h>
 
@@ -13,6 +21,7 @@
 #include "server/srv_openai.h"
 #include "server/srv_util.h"
 
+/* text is len bytes, not NUL-terminated, and may be NULL ("" then). */
 static void add_text(cJSON *obj, const char *key, const char *text, size_t len)
 {
     char *s = srv_utf8_sanitize(text ? text : "", text ? len : 0);
@@ -20,6 +29,9 @@ static void add_text(cJSON *obj, const char *key, const char *text, size_t len)
     inferd_free(s);
 }
 
+/* Print and free root. The copy moves the string from cJSON's allocator to
+ * ours, so callers free every body the same way. NOTE: print failure is
+ * out of memory and aborts, like every allocation in inferd. */
 static char *print_take(cJSON *root)
 {
     char *out = cJSON_PrintUnformatted(root);
@@ -30,6 +42,8 @@ static char *print_take(cJSON *root)
     return s;
 }
 
+/* Rounded to microseconds (3 decimals of a millisecond) so bodies do not
+ * carry 17 digits of noise; negative means unknown and prints null. */
 static void add_ms(cJSON *o, const char *key, double v)
 {
     if (v < 0)
@@ -49,6 +63,8 @@ static cJSON *timings_json(const srv_timings *t)
     return o;
 }
 
+/* The envelope every body and chunk shares: id, object type, created
+ * (Unix seconds), model. */
 static cJSON *meta_json(srv_api api, const srv_resp_meta *m, bool chunk)
 {
     cJSON *o = cJSON_CreateObject();
@@ -77,6 +93,7 @@ static void add_logprobs(cJSON *choice, cJSON *logprobs)
         cJSON_AddNullToObject(choice, "logprobs");
 }
 
+/* The non-streaming body: one choice (n is always 1), usage, timings. */
 char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_t len, const char *finish,
                     cJSON *logprobs, const srv_usage *u, const srv_timings *t)
 {
@@ -99,6 +116,9 @@ char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_
     return print_take(root);
 }
 
+/* NOTE: a completions chunk always has "text" (NULL renders as ""), while a
+ * chat delta omits "content" when text is NULL: the finish chunk of a chat
+ * stream has an empty delta, as OpenAI sends it. */
 char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, const char *role, const char *text, size_t len,
                       const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t)
 {
@@ -135,6 +155,7 @@ char *srv_chunk_usage(srv_api api, const srv_resp_meta *m, const srv_usage *u, c
     return print_take(root);
 }
 
+/* max_model_len is vLLM's extension; OpenAI clients ignore it. */
 static cJSON *model_json(const char *name, int64_t created, int max_model_len)
 {
     cJSON *o = cJSON_CreateObject();
@@ -146,6 +167,7 @@ static cJSON *model_json(const char *name, int64_t created, int max_model_len)
     return o;
 }
 
+/* single: GET /v1/models/{id} (the object); else the list of one. */
 char *srv_resp_models(const char *name, int64_t created, int max_model_len, bool single)
 {
     if (single)
@@ -177,6 +199,8 @@ char *srv_resp_detokenize(const char *text, size_t len)
 
 /* ---- logprobs -------------------------------------------------------------- */
 
+/* The empty logprobs object of each API: chat has one array of entries,
+ * completions four parallel arrays (tokens, logprobs, top, offsets). */
 cJSON *srv_lp_new(srv_api api)
 {
     cJSON *o = cJSON_CreateObject();
@@ -191,6 +215,10 @@ cJSON *srv_lp_new(srv_api api)
     return o;
 }
 
+/* OpenAI's "bytes": the token text as an array of byte values. NOTE: built
+ * from the text token_text returned (sanitized UTF-8 or the vocabulary
+ * piece), so for a token that is part of a multi-byte character it does
+ * not hold the raw bytes a client would need to rebuild the character. */
 static cJSON *bytes_json(const char *s)
 {
     cJSON *arr = cJSON_CreateArray();
@@ -208,6 +236,8 @@ static cJSON *chat_entry(const char *tok, float logprob)
     return e;
 }
 
+/* One sampled token and its top-N alternatives, in chat's shape. fn
+ * returns heap strings, freed here. */
 static void append_chat(cJSON *lp, const engine_logprob *l, srv_token_text_fn fn, void *user)
 {
     char *tok = fn(user, l->token);
@@ -222,6 +252,12 @@ static void append_chat(cJSON *lp, const engine_logprob *l, srv_token_text_fn fn
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "content"), e);
 }
 
+/* One token in the legacy completions shape, where top_logprobs is an
+ * object keyed by token text: two alternatives with the same text (which
+ * happens with byte tokens rendered alike) keep the first one listed.
+ * NOTE: text_offset advances by the byte length of each token's rendered
+ * text; it matches offsets into the response text only when each token
+ * decodes on its own (not for pieces of a multi-byte character). */
 static void append_completion(cJSON *lp, const engine_logprob *l, srv_token_text_fn fn, void *user,
                               size_t *text_offset)
 {
@@ -243,6 +279,7 @@ static void append_completion(cJSON *lp, const engine_logprob *l, srv_token_text
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), top);
 }
 
+/* Append n tokens' entries to lp (from srv_lp_new of the same api). */
 void srv_lp_append(srv_api api, cJSON *lp, const engine_logprob *lps, int n, srv_token_text_fn fn, void *user,
                    size_t *text_offset)
 {

@@ -16,6 +16,12 @@
  *   header-timeout [0.1, 3600] s, default 30 (Apache 20-40, nginx 60);
  *   min-body-rate, default 1 KiB/s after the header-timeout grace
  *       (Apache's mod_reqtimeout MinRate is 500 B/s).
+ *
+ * Design choice: one row per option (issue 10, item 2): the CLI flag, the
+ * --config key, --help and validation all read the same row, so the range a
+ * user is told is the range that is enforced. The model and engine rows
+ * belong to their modules; this file only adds the server's. Main thread
+ * only: options are parsed and validated before any thread starts.
  */
 #include "server/srv_opts.h"
 
@@ -29,7 +35,12 @@
 
 /* --chat-template NAME|FILE|TEMPLATE: a built-in family, else a readable
  * file, else inline Jinja (vLLM's convention); anything else is refused
- * here rather than at the first chat request. */
+ * here rather than at the first chat request.
+ * Stores either chat_family (a built-in) or chat_template (file path or
+ * inline text, heap, owned by o), never both: srv_chat_load tries the
+ * family first. A later --chat-template replaces an earlier one. NOTE:
+ * whether a path is a file is decided again at load, so a file deleted
+ * in between is read as inline text and fails to compile there. */
 static bool parse_chat(void *base, const opt_row *row, const char *text)
 {
     (void)row;
@@ -51,6 +62,8 @@ static bool parse_chat(void *base, const opt_row *row, const char *text)
     return true;
 }
 
+/* Order is --help order. OPT_F_NO_DEFAULT: no default shown (the default
+ * is "the model's own template", not a value). */
 static const opt_row k_rows[] = {
     {.name = "served-model-name", .kind = OPT_STR, .off = OFF(served_model_name), .meta = "NAME",
      .help = "model id in the API (default: model dir name)"},
@@ -98,12 +111,16 @@ static const opt_row k_rows[] = {
 };
 #undef OFF
 
+/* For the generic parser in cli/ and the table test. */
 const opt_row *srv_opts_rows(size_t *n)
 {
     *n = INFERD_ARRAY_LEN(k_rows);
     return k_rows;
 }
 
+/* device_auto: serve on the GPU when there is one (the model module's
+ * default is the CPU, which suits tests and `generate`). The queue bound is
+ * the engine's: the server reports the same number in its 429 message. */
 void srv_opts_default(srv_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -116,6 +133,8 @@ void srv_opts_default(srv_opts *o)
     o->max_queued_requests = o->engine.max_queued_requests;
 }
 
+/* Frees every string the rows own (model and server rows) and zeroes o;
+ * safe on a zeroed or partly filled o. Engine options own no strings. */
 void srv_opts_free(srv_opts *o)
 {
     size_t nm;
@@ -126,7 +145,9 @@ void srv_opts_free(srv_opts *o)
     memset(o, 0, sizeof *o);
 }
 
-/* served_model_name = the last path component of the model directory. */
+/* served_model_name = the last path component of the model directory.
+ * Trailing slashes are ignored ("models/llama/" -> "llama"); a path that
+ * is all slashes keeps itself as the name. */
 static void default_served_name(srv_opts *o)
 {
     const char *dir = o->model.model_dir;
@@ -141,6 +162,9 @@ static void default_served_name(srv_opts *o)
     o->served_model_name = n > s ? inferd_strndup(dir + s, n - s) : inferd_strdup(dir);
 }
 
+/* Validates in dependency order (model, then engine options derived from
+ * the model's, then server) and fills the derived fields. Returns the
+ * first error with its message set; o stays freeable either way. */
 inferd_status srv_opts_validate(srv_opts *o)
 {
     if (!o->model.model_dir)

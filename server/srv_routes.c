@@ -1,6 +1,10 @@
 /* server/srv_routes.c: see srv_routes.h. These run on the HTTP threads and
  * touch only thread-safe state: the tokenizer (read-only after load), the
  * engine's stats call and the metrics registry.
+ *
+ * Each route returns a heap JSON body, or NULL with err set; srv_http.c
+ * turns that into the response. Generation routes are not here (srv_gen.c):
+ * these answer at once and never wait on the engine.
  */
 #include "server/srv_routes.h"
 
@@ -11,6 +15,8 @@
 #include "common/alloc.h"
 #include "server/srv_openai.h"
 
+/* 200 only when ready and not draining: load balancers take the server out
+ * of rotation as soon as a drain begins, before it stops accepting. */
 char *srv_routes_health(srv_server *s, srv_error *err)
 {
     if (atomic_load(&s->draining)) {
@@ -24,6 +30,8 @@ char *srv_routes_health(srv_server *s, srv_error *err)
     return inferd_strdup("{\"status\":\"ok\"}");
 }
 
+/* model_id NULL: the list (GET /v1/models); else the one model, or 404.
+ * The id is compared exactly: it is whatever --served-model-name says. */
 char *srv_routes_models(srv_server *s, const char *model_id, srv_error *err)
 {
     const char *name = s->opts.served_model_name;
@@ -34,6 +42,9 @@ char *srv_routes_models(srv_server *s, const char *model_id, srv_error *err)
     return srv_resp_models(name, s->created, s->max_model_len, model_id != NULL);
 }
 
+/* Always answers (no 503 while loading): a scraper should see the server
+ * is up. NOTE: s->eng is read only after `ready`, which srv_run sets once
+ * the engine exists, so the pointer is never seen half-published. */
 char *srv_routes_metrics(srv_server *s, size_t *len)
 {
     engine_stats st;
@@ -45,7 +56,10 @@ char *srv_routes_metrics(srv_server *s, size_t *len)
 
 /* Chat template inputs of a /tokenize body beyond its messages (vLLM's
  * names): add_generation_prompt (default true) and chat_template_kwargs
- * (an object of extra template variables, e.g. enable_thinking). */
+ * (an object of extra template variables, e.g. enable_thinking).
+ * The body is parsed a second time for these two fields: they exist only on
+ * /tokenize, and keeping them out of srv_tokenize_req keeps the shared
+ * parser's struct small. null counts as absent for both. */
 static bool tokenize_chat(srv_server *s, const char *body, size_t len, const srv_tokenize_req *r, int32_t **ids,
                           int *n, srv_error *err)
 {
@@ -71,6 +85,9 @@ static bool tokenize_chat(srv_server *s, const char *body, size_t len, const srv
     return ok;
 }
 
+/* vLLM's /tokenize: {"count", "max_model_len", "tokens"}. Text prompts use
+ * the same tok_encode call as /v1/completions, so the counts agree with
+ * what a completion request would be charged. */
 char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error *err)
 {
     srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
@@ -98,6 +115,8 @@ char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error
     return out;
 }
 
+/* Special tokens are rendered as their text (skip_special false), which
+ * is what a client inspecting ids wants to see. */
 char *srv_routes_detokenize(srv_server *s, const char *body, size_t len, srv_error *err)
 {
     srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};

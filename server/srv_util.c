@@ -3,6 +3,9 @@
  * The constant-time comparison walks the whole secret regardless of the
  * input, folding every difference (and a length mismatch) into one
  * accumulator, so response timing does not reveal a matching prefix.
+ *
+ * The UTF-8 and whitespace helpers are shared by the parsers and response
+ * builders; all are pure functions, safe on any thread.
  */
 #include "server/srv_util.h"
 
@@ -13,6 +16,9 @@
 #include "common/buf.h"
 #include "common/util.h"
 
+/* NOTE: the loop runs secret_len times whatever the input, so timing can
+ * reveal the secret's length but nothing of its content. volatile keeps
+ * the compiler from turning the accumulation into an early exit. */
 bool srv_ct_equal(const char *given, size_t given_len, const char *secret, size_t secret_len)
 {
     volatile unsigned char diff = (unsigned char)(given_len != secret_len);
@@ -29,6 +35,8 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
     unsigned char c = s[0];
     size_t len;
     if (c < 0x80)
+        /* NUL counts as invalid: the result is a C string, and a NUL
+         * would cut it (and the JSON built from it) short. */
         return c == 0 ? 0 : 1;
     if (c >= 0xc2 && c <= 0xdf)
         len = 2;
@@ -40,9 +48,14 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
         return 0;
     if (len > n)
         return 0;
+    /* The lead byte gives the length; util_utf8_valid then rejects bad
+     * continuation bytes, overlongs and surrogates. */
     return util_utf8_valid((const char *)s, len) ? len : 0;
 }
 
+/* Each invalid byte becomes one U+FFFD and decoding resumes at the next
+ * byte (the "maximal subpart" replacement is not attempted: one per byte
+ * is simpler and still valid). Heap result, NUL-terminated. */
 char *srv_utf8_sanitize(const char *s, size_t n)
 {
     inferd_buf b = INFERD_BUF_INIT;
@@ -61,6 +74,7 @@ char *srv_utf8_sanitize(const char *s, size_t n)
     return inferd_buf_steal(&b, NULL);
 }
 
+/* ASCII whitespace as C's isspace in the "C" locale, without the locale. */
 static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';

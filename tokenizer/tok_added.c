@@ -16,6 +16,13 @@
  * A third trie holds the raw text of every special token, for
  * tok_find_special / tok_special_edges (finding special-token text in
  * client content before it is put into a chat prompt).
+ *
+ * Design choice: a plain byte trie with sibling lists, tried at every input
+ * position, instead of a real Aho-Corasick automaton: a few hundred added
+ * tokens make the trie small, and the cost, O(input x longest token) with
+ * a fan-out scan per byte, is far below BPE's. Tries are built once at
+ * load; every function here is read-only on the tokenizer and thread-safe
+ * (match data is allocated per call).
  */
 #include <string.h>
 
@@ -23,6 +30,8 @@
 #include "common/check.h"
 #include "tokenizer/tok_internal.h"
 
+/* A new node (grown by doubling; the four arrays move together). Node 0 is
+ * the root, created by the first insert. */
 static int32_t trie_node(tok_trie *tr, uint8_t byte)
 {
     if (tr->n == tr->cap) {
@@ -40,6 +49,7 @@ static int32_t trie_node(tok_trie *tr, uint8_t byte)
     return i;
 }
 
+/* Linear over the siblings: fan-out is small except at the root. */
 static int32_t trie_child(const tok_trie *tr, int32_t node, uint8_t byte)
 {
     for (int32_t c = tr->first_child[node]; c >= 0; c = tr->next_sib[c])
@@ -48,6 +58,8 @@ static int32_t trie_child(const tok_trie *tr, int32_t node, uint8_t byte)
     return -1;
 }
 
+/* A content inserted twice keeps the later index (HF: the last definition
+ * wins). Empty contents are never inserted (they would match everywhere). */
 static void trie_insert(tok_trie *tr, const char *s, size_t n, int32_t idx)
 {
     if (tr->n == 0)
@@ -92,6 +104,10 @@ static int32_t trie_longest(const tok_trie *tr, const char *s, size_t n, size_t 
     return best;
 }
 
+/* Load time, after the normalizer is parsed: normalized tokens are
+ * inserted in their normalized form, because they are matched inside
+ * normalized text. The \w regex is compiled only when some token is
+ * single_word. Fails only if normalization of a content fails. */
 inferd_status tok_added_build(tokenizer *t)
 {
     bool need_word = false;
@@ -132,7 +148,9 @@ void tok_added_free(tokenizer *t)
     tok_regex_free(&t->word_re);
 }
 
-/* Whether the character at s[pos..] (pos < n) is a \w character. */
+/* Whether the character at s[pos..] (pos < n) is a \w character.
+ * \w with PCRE2_UCP is Unicode-aware, matching the regex crate's \w that
+ * HF uses. NO_UTF_CHECK: the input was validated once at tok_encode. */
 static bool is_word_at(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, size_t pos)
 {
     size_t end = pos + (size_t)tok_utf8_len((unsigned char)s[pos]);
@@ -143,6 +161,8 @@ static bool is_word_at(const tokenizer *t, pcre2_match_data *md, const char *s, 
     return rc >= 0;
 }
 
+/* Neither the character before the match nor the one after is a word
+ * character. The step back skips UTF-8 continuation bytes to the lead. */
 static bool single_word_ok(const tokenizer *t, pcre2_match_data *md, const char *s, size_t n, size_t ms,
                            size_t me)
 {
@@ -156,7 +176,9 @@ static bool single_word_ok(const tokenizer *t, pcre2_match_data *md, const char 
     return me >= n || !is_word_at(t, md, s, n, me);
 }
 
-/* Start of the whitespace run that ends at `end` (>= floor). */
+/* Start of the whitespace run that ends at `end` (>= floor).
+ * Walks back one code point at a time; floor stops it at the end of the
+ * previous piece so an lstrip never eats text already emitted. */
 static size_t ws_run_before(const char *s, size_t end, size_t floor)
 {
     size_t b = end;
@@ -172,6 +194,7 @@ static size_t ws_run_before(const char *s, size_t end, size_t floor)
     return b;
 }
 
+/* End of the whitespace run that starts at `start`. */
 static size_t ws_run_after(const char *s, size_t n, size_t start)
 {
     size_t e = start;
@@ -199,6 +222,13 @@ bool tok_span_hit(const tok_span *protect, int n_protect, size_t a, size_t b)
     return lo < n_protect && protect[lo].start < b;
 }
 
+/* `done` is the end of what was emitted, `i` the scan position. A refused
+ * match (special left as text, single_word failure) skips past itself, as
+ * HF's non-overlapping match iterator does; only a protected-span refusal
+ * rescans from ms + 1 (see the file comment). NOTE: a non-special added
+ * token inside the text of a special one left as text is therefore not
+ * matched either. protect offsets are in original-input coordinates,
+ * hence base_orig. */
 void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_special, const tok_span *protect,
                      int n_protect, const char *s, size_t n, int64_t base_orig, tok_list *out)
 {
@@ -246,6 +276,8 @@ void tok_added_split(const tokenizer *t, const tok_trie *trie, bool parse_specia
         pcre2_match_data_free(md);
 }
 
+/* The leftmost (then longest) special-token text in s[from..n); false when
+ * none. Used by srv_chat_encode to fence such text in client content. */
 bool tok_find_special(const tokenizer *t, const char *s, size_t n, size_t from, size_t *ms, size_t *me)
 {
     for (size_t i = from; i < n && t->trie_special.n > 0; i++) {
@@ -259,7 +291,9 @@ bool tok_find_special(const tokenizer *t, const char *s, size_t n, size_t from, 
     return false;
 }
 
-/* Whether s[p..n) walks the special trie to a node that has children. */
+/* Whether s[p..n) walks the special trie to a node that has children.
+ * True when s[p..n) is a proper prefix of some special token (template text
+ * appended after it could complete the token). */
 static bool walks_to_inner_node(const tok_trie *tr, const char *s, size_t p, size_t n)
 {
     int32_t node = 0;
@@ -268,6 +302,11 @@ static bool walks_to_inner_node(const tok_trie *tr, const char *s, size_t p, siz
     return node >= 0 && tr->first_child[node] >= 0;
 }
 
+/* Whether s ends with a proper prefix (head) or starts with a proper
+ * suffix (tail) of a special token: text the template puts next to s could
+ * then complete a special token across the boundary. Only the last
+ * special_max_len - 1 start positions can hold a head. The tail test is
+ * linear over added tokens (called per message, not per byte). */
 void tok_special_edges(const tokenizer *t, const char *s, size_t n, bool *ends_with_head, bool *starts_with_tail)
 {
     *ends_with_head = *starts_with_tail = false;

@@ -17,6 +17,12 @@
  * merge can ever join symbols across the cut, so the chunks merge
  * independently to exactly the same ids, and the heap stays small (the
  * 100 KB llama2 encode drops from ~50 ms to ~10 ms).
+ *
+ * Both maps are open addressing with linear probing at load factor <= 1/2
+ * and power-of-two capacity: one cache line per probe in the common case,
+ * no per-entry allocation. They are filled at load and read-only after,
+ * so lookups need no lock; the per-call scratch (tok_bpe_scratch) is what
+ * keeps the encode path itself allocation-free once warm.
  */
 #include <string.h>
 
@@ -24,6 +30,8 @@
 #include "common/check.h"
 #include "tokenizer/tok_internal.h"
 
+/* FNV-1a with a final xor-shift: FNV's low bits, which the mask keeps, are
+ * weak for short keys that differ only in their last byte. */
 static uint64_t hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -34,6 +42,9 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h ^ (h >> 29);
 }
 
+/* NOTE: n is twice an entry count bounded by the file size cap (512 MB:
+ * under 10^8 entries), far below 2^31, so the uint32 doubling cannot
+ * overflow. */
 static uint32_t pow2_at_least(uint64_t n)
 {
     uint32_t c = 16;
@@ -42,6 +53,7 @@ static uint32_t pow2_at_least(uint64_t n)
     return c;
 }
 
+/* Sized for n_expected at load factor 1/2, so loading never rehashes. */
 void tok_vocab_init(tok_vocab_map *m, int n_expected)
 {
     uint32_t cap = pow2_at_least((uint64_t)n_expected * 2);
@@ -56,12 +68,17 @@ void tok_vocab_free(tok_vocab_map *m)
     m->slots = NULL;
 }
 
+/* The model piece of id (arena bytes, not NUL-terminated for our use);
+ * only called for ids the map holds, which all have a piece. */
 static const char *piece_of(const tokenizer *t, int32_t id, size_t *len)
 {
     *len = (size_t)t->piece_len[id];
     return t->arena.data + t->piece_off[id];
 }
 
+/* Place id in slots (slot value id + 1, 0 = empty). An equal string
+ * already present is replaced: the later id wins. The probe terminates
+ * because the load factor stays <= 1/2. */
 static void vocab_place(tokenizer *t, uint32_t *slots, uint32_t mask, int32_t id, bool *replaced)
 {
     size_t n;
@@ -85,6 +102,8 @@ static void vocab_place(tokenizer *t, uint32_t *slots, uint32_t mask, int32_t id
     }
 }
 
+/* Load time only (not thread-safe). Doubles the table before it would pass
+ * half full. */
 void tok_vocab_insert(tokenizer *t, int32_t id)
 {
     tok_vocab_map *m = &t->vocab;
@@ -105,6 +124,7 @@ void tok_vocab_insert(tokenizer *t, int32_t id)
         m->n++;
 }
 
+/* s need not be NUL-terminated. Thread-safe (read-only). */
 int32_t tok_vocab_find(const tokenizer *t, const char *s, size_t n)
 {
     const tok_vocab_map *m = &t->vocab;
@@ -121,11 +141,15 @@ int32_t tok_vocab_find(const tokenizer *t, const char *s, size_t n)
     }
 }
 
+/* Fibonacci hashing of the packed pair: the high half of the product mixes
+ * both ids; the key is stored +1 so that 0 can mean "empty". */
 static inline uint32_t merge_slot(uint64_t key, uint32_t mask)
 {
     return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
 }
 
+/* rank and merged need no zeroing: a slot is read only when its key is
+ * set, and the key array starts zeroed (empty). */
 void tok_merges_init(tok_merge_map *m, int n_expected)
 {
     uint32_t cap = pow2_at_least((uint64_t)n_expected * 2);
@@ -146,6 +170,7 @@ void tok_merges_free(tok_merge_map *m)
     m->merged = NULL;
 }
 
+/* Rehash into a table twice the size (keys are unique, so no compare). */
 static void merges_grow(tok_merge_map *m)
 {
     tok_merge_map g;
@@ -165,6 +190,8 @@ static void merges_grow(tok_merge_map *m)
     *m = g;
 }
 
+/* A pair listed twice keeps the later rank and result (HF builds a map
+ * from the list, where the later entry overwrites). */
 void tok_merges_insert(tok_merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t merged)
 {
     if ((uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1)
@@ -198,12 +225,17 @@ static inline bool merges_find(const tok_merge_map *m, int32_t a, int32_t b, uin
     }
 }
 
+/* One symbol of a word being merged: a doubly linked list threaded through
+ * the array (indices, so the array may grow), and its byte length; a
+ * symbol merged into its left neighbour keeps len 0 as a tombstone. */
 typedef struct {
     int32_t id;
     int32_t prev, next;
     uint32_t len; /* bytes covered; 0 = merged away */
 } bpe_sym;
 
+/* A candidate merge of symbol pos with its right neighbour, keyed by
+ * (rank, pos): lower rank first, leftmost among equal ranks (HF's order). */
 typedef struct {
     uint32_t rank;
     int32_t pos;
@@ -218,6 +250,7 @@ struct tok_bpe_scratch {
     inferd_buf key; /* a character plus prefix/suffix */
 };
 
+/* One per encode call (or per thread); never shared between threads. */
 tok_bpe_scratch *tok_bpe_scratch_new(void)
 {
     return inferd_calloc(1, sizeof(tok_bpe_scratch));
@@ -233,6 +266,7 @@ void tok_bpe_scratch_free(tok_bpe_scratch *s)
     inferd_free(s);
 }
 
+/* The heap order: (rank, pos) lexicographic. */
 static inline bool cand_less(const bpe_cand *a, const bpe_cand *b)
 {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
@@ -255,6 +289,8 @@ static void heap_push(tok_bpe_scratch *s, bpe_cand c)
     s->heap[i] = c;
 }
 
+/* Remove the minimum: sift `last` down from the root. Caller ensures the
+ * heap is not empty. */
 static bpe_cand heap_pop(tok_bpe_scratch *s)
 {
     bpe_cand top = s->heap[0];
@@ -279,6 +315,7 @@ static bpe_cand heap_pop(tok_bpe_scratch *s)
     return top;
 }
 
+/* Append a symbol linked after the previous one. */
 static void sym_add(tok_bpe_scratch *s, int32_t id, uint32_t len)
 {
     if (s->n_sym == s->cap_sym) {
@@ -292,7 +329,9 @@ static void sym_add(tok_bpe_scratch *s, int32_t id, uint32_t len)
 }
 
 /* Vocab id of one character of a word, with the continuing-subword prefix
- * (not first) and end-of-word suffix (last) when the model has them. */
+ * (not first) and end-of-word suffix (last) when the model has them.
+ * *key is the string looked up (c itself, or s->key with the affixes),
+ * which byte fallback then spells byte by byte, as HF does. */
 static int32_t char_id(const tokenizer *t, tok_bpe_scratch *s, const char *c, size_t n, bool first, bool last,
                        const char **key, size_t *key_len)
 {
@@ -312,7 +351,12 @@ static int32_t char_id(const tokenizer *t, tok_bpe_scratch *s, const char *c, si
     return tok_vocab_find(t, s->key.data, s->key.len);
 }
 
-/* Initial symbols of word w: characters, byte fallback, (fused) unknowns. */
+/* Initial symbols of word w: characters, byte fallback, (fused) unknowns.
+ * Per character: its vocab id, else its bytes as "<0xNN>" tokens when
+ * every byte has one, else the unknown token (consecutive unknowns fused
+ * into one when fuse_unk), else nothing: without an unk_token the
+ * character is dropped, as in HF. A truncated character at the end of w is
+ * taken as it is rather than read past the end. */
 static void word_symbols(const tokenizer *t, tok_bpe_scratch *s, const char *w, size_t n)
 {
     int32_t unk_len = -1; /* pending unknown span, -1 = none */
@@ -358,6 +402,10 @@ static void word_symbols(const tokenizer *t, tok_bpe_scratch *s, const char *w, 
         sym_add(s, t->unk_id, (uint32_t)unk_len);
 }
 
+/* HF's Word::merge_all. A popped candidate is stale when its left symbol
+ * was merged away, has no right neighbour any more, or the current pair no
+ * longer produces the same token; stale entries are skipped rather than
+ * removed from the heap (lazy deletion). */
 static void word_merge(const tokenizer *t, tok_bpe_scratch *s)
 {
     const tok_merge_map *mm = &t->merges;
@@ -389,6 +437,7 @@ static void word_merge(const tokenizer *t, tok_bpe_scratch *s)
     }
 }
 
+/* Grow the caller's id array by doubling. */
 static void ids_push(int32_t **ids, int *n_ids, int *cap, int32_t id)
 {
     if (*n_ids == *cap) {
@@ -398,6 +447,7 @@ static void ids_push(int32_t **ids, int *n_ids, int *cap, int32_t id)
     (*ids)[(*n_ids)++] = id;
 }
 
+/* SentencePiece's word-boundary marker "▁" (U+2581, 3 bytes in UTF-8). */
 static const char k_meta[] = "\xE2\x96\x81"; /* U+2581 */
 
 /* Whether s has "▁" right after a character that is not "▁". */
@@ -412,6 +462,10 @@ static bool meta_after_other(const char *s, size_t n)
     return false;
 }
 
+/* Load time. Chunking is off for models whose merges could span a cut:
+ * ignore_merges (whole-word lookup), affixes (a chunk would get the wrong
+ * prefix/suffix), no "▁" in the vocab (nothing to cut at), or any merge
+ * result with "▁" after another character. */
 void tok_bpe_check_chunking(tokenizer *t)
 {
     t->chunk_meta = false;
@@ -428,6 +482,7 @@ void tok_bpe_check_chunking(tokenizer *t)
     t->chunk_meta = true;
 }
 
+/* Symbols, merges, then the surviving symbols' ids in order. */
 static void bpe_chunk(const tokenizer *t, tok_bpe_scratch *s, const char *w, size_t n, int32_t **ids, int *n_ids,
                       int *cap)
 {
@@ -438,6 +493,10 @@ static void bpe_chunk(const tokenizer *t, tok_bpe_scratch *s, const char *w, siz
             ids_push(ids, n_ids, cap, s->sym[i].id);
 }
 
+/* ignore_merges (Llama 3): a word that is itself a vocab entry is one
+ * token, before any merging. Cuts fall before a "▁" that follows another
+ * character; a run of "▁" stays together, since "▁▁" merges exist. The
+ * memcmp on 3 bytes cannot match inside a character: E2 is a lead byte. */
 void tok_bpe_word(const tokenizer *t, tok_bpe_scratch *s, const char *w, size_t n, int32_t **ids, int *n_ids,
                   int *cap)
 {

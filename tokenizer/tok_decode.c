@@ -205,6 +205,21 @@ static void dec_metaspace(const tok_step *st, const tok_list *in, tok_list *out)
     }
 }
 
+/* Make out->data[start..len) valid UTF-8, invalid runs becoming U+FFFD.
+ * NOTE: a decoder chain can cut a character (Strip counts bytes, a Replace
+ * may split one, a vocab may hold partial byte sequences); HF's decoders
+ * work on Rust Strings and always return valid text, so this does too. */
+static void make_valid_utf8(inferd_buf *out, size_t start)
+{
+    if (out->len == start || util_utf8_valid(out->data + start, out->len - start))
+        return;
+    inferd_buf raw = {0};
+    inferd_buf_append(&raw, out->data + start, out->len - start);
+    out->len = start;
+    tok_utf8_lossy(out, (const unsigned char *)raw.data, raw.len);
+    inferd_buf_free(&raw);
+}
+
 /* Appends to out (which need not be empty). Every id is checked first, so
  * an error leaves out unchanged; an id with no text (a hole in the vocab)
  * is an error too, not a silent skip. The steps ping-pong between two
@@ -224,6 +239,7 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
             continue;
         tok_list_push(&a, s, len, -1, 0);
     }
+    size_t start = out->len;
     if (!t->has_decoder) {
         for (int i = 0; i < a.n; i++) {
             if (i)
@@ -231,6 +247,7 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
             inferd_buf_append(out, tok_list_str(&a, i), a.v[i].len);
         }
         tok_list_free(&a);
+        make_valid_utf8(out, start);
         return INFERD_OK;
     }
     for (int k = 0; k < t->dec.n; k++) {
@@ -248,20 +265,9 @@ inferd_status tok_decode_into(const tokenizer *t, const int32_t *ids, int n, boo
         a = b;
         b = swap;
     }
-    /* NOTE: the decoder chain can cut a character (Strip counts bytes, a
-     * Replace may split one, a vocab may hold partial byte sequences), so
-     * the text is made valid UTF-8 here, invalid runs becoming U+FFFD, as
-     * HF's decoders (Rust Strings) always return. */
-    size_t start = out->len;
     for (int i = 0; i < a.n; i++)
         inferd_buf_append(out, tok_list_str(&a, i), a.v[i].len);
-    if (out->len > start && !util_utf8_valid(out->data + start, out->len - start)) {
-        inferd_buf raw = {0};
-        inferd_buf_append(&raw, out->data + start, out->len - start);
-        out->len = start;
-        tok_utf8_lossy(out, (const unsigned char *)raw.data, raw.len);
-        inferd_buf_free(&raw);
-    }
+    make_valid_utf8(out, start);
     tok_list_free(&a);
     tok_list_free(&b);
     return INFERD_OK;

@@ -12,6 +12,10 @@
  * Protected spans (tok_encode_ex) act in steps 1 and 2: in step 1 they are
  * exact (raw offsets); in step 2 a normalizer may move offsets, so special
  * tokens are not parsed at all in a normalized piece that overlaps one.
+ *
+ * Trade-off: the HF order costs one normalize call per piece between added
+ * tokens instead of one per text; inputs have few added tokens, and any
+ * other order would change ids for tokenizers with a Prepend normalizer.
  */
 #include <string.h>
 
@@ -24,6 +28,9 @@ typedef struct {
     tok_list segs, pieces, tmp;
     inferd_buf norm;
     tok_bpe_scratch *bpe;
+/* The per-call scratch: segs (after step 1), pieces (after step 2, then
+ * words after step 3, pre-tokenization swapping with tmp), the normalize
+ * buffer, and the BPE heap and symbol arrays. Freed before returning. */
 } enc_ctx;
 
 static void enc_ctx_free(enc_ctx *c)
@@ -35,7 +42,11 @@ static void enc_ctx_free(enc_ctx *c)
     tok_bpe_scratch_free(c->bpe);
 }
 
-/* Steps 1-3: text -> words and added-token pieces in c->pieces. */
+/* Steps 1-3: text -> words and added-token pieces in c->pieces.
+ * Protected spans apply only when special tokens are parsed at all (with
+ * parse_special false nothing special is matched anyway). Without a
+ * normalizer the raw piece is searched for normalized=true tokens directly
+ * (the normalized form equals the raw one), skipping a copy. */
 static inferd_status enc_split(const tokenizer *t, enc_ctx *c, const char *text, size_t len,
                                const tok_encode_opts *o)
 {
@@ -74,6 +85,7 @@ static void push_id(int32_t **ids, int *n, int *cap, int32_t id)
     (*ids)[(*n)++] = id;
 }
 
+/* The common case: no protected spans. */
 inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                          int32_t **ids, int *n_ids)
 {
@@ -81,6 +93,14 @@ inferd_status tok_encode(const tokenizer *t, const char *text, size_t len, bool 
     return tok_encode_ex(t, text, len, &o, ids, n_ids);
 }
 
+/* Any thread. On success *ids is heap (never NULL, even for zero ids, so
+ * callers may free it unconditionally); on error *ids is NULL. Invalid
+ * UTF-8 is refused up front: every later stage runs PCRE2 with
+ * NO_UTF_CHECK and decodes characters without re-validating. NOTE: the
+ * length cap is loose. It bounds the id count (an int) only while each
+ * input byte yields at most two ids; byte fallback on text a normalizer
+ * expanded (' ' -> "▁", 3 bytes) could exceed that, so a 1 GiB input of
+ * spaces could overflow. Request bodies are capped far lower. */
 inferd_status tok_encode_ex(const tokenizer *t, const char *text, size_t len, const tok_encode_opts *o,
                             int32_t **ids, int *n_ids)
 {
@@ -118,6 +138,8 @@ inferd_status tok_encode_ex(const tokenizer *t, const char *text, size_t len, co
         *n_ids = n_body;
         return INFERD_OK;
     }
+    /* The single template: its special ids around the sequence ($A). The
+     * "+ 8" covers BOS/EOS items without a regrowth. */
     int32_t *out = NULL;
     int n_out = 0, cap_out = n_body + 8;
     out = inferd_malloc((size_t)cap_out * sizeof *out);

@@ -9,6 +9,14 @@
  * Sequence, TemplateProcessing, ByteLevel. Decoders: Sequence, Replace
  * (literal), ByteFallback, Fuse, Strip, ByteLevel, Metaspace. A type we do not implement is an INFERD_ERR_UNSUPPORTED
  * error that names it, never a silent approximation.
+ *
+ * Design choice: each section becomes a flat array of tok_step (kind +
+ * the union of every step's fields) that tok_pretok.c and tok_decode.c run
+ * with a switch, instead of a tree of polymorphic objects: Sequences nest
+ * only to group, so flattening loses nothing, and the run loop stays one
+ * function. Every string and compiled regex in a step is owned by the step
+ * list (tok_steps_free). Load time only, single-threaded. On error, steps
+ * already pushed stay in the list and are freed with the tokenizer.
  */
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -18,29 +26,38 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_json.h"
 
+/* The GPT-2 split pattern ByteLevel uses when use_regex is true
+ * (defined in tok_pretok.c next to the code that runs it). */
 extern const char tok_gpt2_regex[];
 
-/* Max nesting of Sequence steps (guards recursion on hostile files). */
+/* Max nesting of Sequence steps (guards recursion on hostile files).
+ * Real files nest one or two levels; 16 is generous and keeps a crafted
+ * file from exhausting the stack (cJSON bounds JSON depth, not this). */
 #define TOK_MAX_SEQ_DEPTH 16
 
+/* The "type" tag every HF pipeline object carries, or NULL. */
 static const char *type_of(const cJSON *o)
 {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type");
     return cJSON_IsString(ty) ? ty->valuestring : NULL;
 }
 
+/* A boolean field, dflt when absent or not a boolean (lenient like serde's
+ * #[serde(default)] fields; a wrong type is not worth refusing a model). */
 bool tok_json_bool(const cJSON *o, const char *key, bool dflt)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+/* A string field borrowed from the tree, NULL when absent or not a string. */
 const char *tok_json_str(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* A required string field; its absence is a FORMAT error naming the step. */
 static inferd_status need_str(const cJSON *o, const char *key, const char *what, const char **out)
 {
     *out = tok_json_str(o, key);
@@ -49,13 +66,18 @@ static inferd_status need_str(const cJSON *o, const char *key, const char *what,
     return INFERD_OK;
 }
 
+/* The step owns a heap copy; the cJSON tree is freed after loading. */
 static void set_content(tok_step *st, const char *s)
 {
     st->content = inferd_strdup(s);
     st->content_len = strlen(s);
 }
 
-/* {"String": "x"} or {"Regex": "..."} into st->pattern / st->re. */
+/* {"String": "x"} or {"Regex": "..."} into st->pattern / st->re.
+ * A literal pattern is kept as bytes (matched with memmem-style search, no
+ * regex escaping needed); an empty one would match everywhere, so it is a
+ * format error. Regex patterns are compiled now so a bad one fails at
+ * load. */
 static inferd_status parse_pattern(const cJSON *o, tok_step *st, bool allow_regex, const char *what)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "pattern");
@@ -77,6 +99,8 @@ static inferd_status parse_pattern(const cJSON *o, tok_step *st, bool allow_rege
                             what);
 }
 
+/* Files from before prepend_scheme existed carry add_prefix_space instead:
+ * true maps to "always", false to "never", as HF's deserializer does. */
 static inferd_status parse_prepend_scheme(const cJSON *o, tok_step *st, const char *what)
 {
     const char *ps = tok_json_str(o, "prepend_scheme");
@@ -97,6 +121,8 @@ static inferd_status parse_prepend_scheme(const cJSON *o, tok_step *st, const ch
     return INFERD_OK;
 }
 
+/* Shared by the Metaspace pre-tokenizer and decoder (same fields). The
+ * replacement defaults to "▁". */
 static inferd_status parse_metaspace(const cJSON *o, tok_step *st, const char *what)
 {
     const char *rep = tok_json_str(o, "replacement");
@@ -109,6 +135,10 @@ static inferd_status parse_metaspace(const cJSON *o, tok_step *st, const char *w
 
 /* ---- normalizer ---------------------------------------------------------- */
 
+/* One normalizer object, appended to out in order (a Sequence appends its
+ * members recursively, up to TOK_MAX_SEQ_DEPTH). Lowercase, NFKC and the
+ * other HF normalizers are refused: no supported model family uses them,
+ * and approximating one would silently change token ids. */
 static inferd_status norm_one(const cJSON *o, tok_steps *out, int depth)
 {
     const char *ty = type_of(o);
@@ -164,6 +194,7 @@ static inferd_status norm_one(const cJSON *o, tok_steps *out, int depth)
     return inferd_set_error(INFERD_ERR_UNSUPPORTED, "unsupported normalizer type '%s'", ty);
 }
 
+/* Absent or null: no normalizer (an empty list). */
 inferd_status tok_json_normalizer(const cJSON *o, tok_steps *out)
 {
     return cJSON_IsNull(o) || !o ? INFERD_OK : norm_one(o, out, 0);
@@ -171,6 +202,8 @@ inferd_status tok_json_normalizer(const cJSON *o, tok_steps *out)
 
 /* ---- pre-tokenizer ------------------------------------------------------- */
 
+/* Split's behavior: what happens to the matched delimiter (HF's
+ * SplitDelimiterBehavior). */
 static inferd_status parse_behavior(const cJSON *o, tok_step *st)
 {
     static const struct {
@@ -193,6 +226,9 @@ static inferd_status parse_behavior(const cJSON *o, tok_step *st)
     return inferd_set_error(INFERD_ERR_FORMAT, "pre_tokenizer Split: unknown behavior '%s'", b);
 }
 
+/* One pre-tokenizer object (Sequence flattened). ByteLevel's GPT-2 regex
+ * is compiled into its own step (one copy per step, not shared: steps own
+ * their regexes and free them). */
 static inferd_status pre_one(const cJSON *o, tok_steps *out, int depth)
 {
     const char *ty = type_of(o);
@@ -244,6 +280,9 @@ inferd_status tok_json_pre_tokenizer(const cJSON *o, tok_steps *out)
 
 /* ---- decoder ------------------------------------------------------------- */
 
+/* One decoder object (Sequence flattened). Replace takes only a literal
+ * pattern: every known decoder uses "▁" -> " ", and regex replacement on
+ * token strings has no user. */
 static inferd_status dec_one(const cJSON *o, tok_steps *out, int depth)
 {
     const char *ty = type_of(o);
@@ -310,6 +349,7 @@ static inferd_status dec_one(const cJSON *o, tok_steps *out, int depth)
     return inferd_set_error(INFERD_ERR_UNSUPPORTED, "unsupported decoder type '%s'", ty);
 }
 
+/* *has_decoder false means "concatenate the token strings" at decode. */
 inferd_status tok_json_decoder(const cJSON *o, tok_steps *out, bool *has_decoder)
 {
     *has_decoder = o && !cJSON_IsNull(o);
@@ -318,6 +358,10 @@ inferd_status tok_json_decoder(const cJSON *o, tok_steps *out, bool *has_decoder
 
 /* ---- post-processor ------------------------------------------------------ */
 
+/* One item of the "single" template: the input sequence ($A), or a special
+ * token whose ids come from "special_tokens" (one entry may carry several
+ * ids). out->ids is heap (owned by t->tmpl once counted). Type ids are not
+ * kept: we never return them. */
 static inferd_status template_item(tokenizer *t, const cJSON *item, const cJSON *specials, tok_tmpl_item *out)
 {
     const cJSON *seq = cJSON_GetObjectItemCaseSensitive(item, "Sequence");
@@ -351,6 +395,9 @@ static inferd_status template_item(tokenizer *t, const cJSON *item, const cJSON 
     return INFERD_OK;
 }
 
+/* Only the "single" template is used (we encode one sequence, never
+ * pairs). A second TemplateProcessing replaces the first. n_tmpl counts a
+ * failed item too, so tok_free releases what it allocated. */
 static inferd_status post_template(tokenizer *t, const cJSON *o)
 {
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(o, "single");
@@ -374,6 +421,8 @@ static inferd_status post_template(tokenizer *t, const cJSON *o)
     return INFERD_OK;
 }
 
+/* ByteLevel only adjusts offsets, which we do not expose: accepted as a
+ * no-op. Anything else unknown (Roberta, Bert) is refused. */
 static inferd_status post_one(tokenizer *t, const cJSON *o, int depth)
 {
     const char *ty = type_of(o);

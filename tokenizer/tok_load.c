@@ -9,6 +9,14 @@
  * Ids are bounded by TOK_MAX_IDS so a hostile file cannot make us allocate
  * gigabytes. Every failure is a status with a message naming the file and
  * the field at fault; a partially built tokenizer is freed on error.
+ *
+ * Design choice: the whole file is parsed with cJSON and converted to our
+ * own compact tables, then the cJSON tree is dropped: a 10 MB tokenizer.json
+ * becomes a few MB of arena and maps, and encode never touches JSON. The
+ * cost is a parse of the full file at start-up (a fraction of a second).
+ * A loaded tokenizer is immutable and safe to share between threads.
+ * Not done here: the normalizer/pre-tokenizer/decoder step parsing
+ * (tok_json.c) and the added-token tries (tok_added.c).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -21,9 +29,13 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_json.h"
 
-/* Largest tokenizer.json / tokenizer_config.json we read. */
+/* Largest tokenizer.json / tokenizer_config.json we read.
+ * Real files are under 20 MB; the cap only refuses a wrong path (a weights
+ * file) before it is read into memory. */
 #define TOK_MAX_FILE_BYTES (512u << 20)
 
+/* An id field: a JSON integer in [0, TOK_MAX_IDS). The range test runs
+ * before the int32 cast, so the cast is always defined. */
 static inferd_status json_id(const cJSON *v, const char *what, const char *name, int32_t *out)
 {
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
@@ -34,7 +46,10 @@ static inferd_status json_id(const cJSON *v, const char *what, const char *name,
     return INFERD_OK;
 }
 
-/* Max id + 1 over the model vocab and the added tokens. */
+/* Max id + 1 over the model vocab and the added tokens.
+ * Also validates every id and every added-token entry's shape, so the
+ * loaders after it may read ids and contents without checks. Ids need not
+ * be dense: holes get piece_len -1 (no text). */
 static inferd_status count_ids(const cJSON *vocab, const cJSON *added, int *n_ids)
 {
     int32_t max_id = -1, id;
@@ -62,6 +77,10 @@ static inferd_status count_ids(const cJSON *vocab, const cJSON *added, int *n_id
     return INFERD_OK;
 }
 
+/* Fills the id-indexed tables and the string -> id map. The map stores
+ * ids and reads strings through piece_off, never pointers, so the arena
+ * may move while it grows. NOTE: offsets are 32-bit to halve the table;
+ * the UINT32_MAX test keeps them exact. */
 static inferd_status load_vocab(tokenizer *t, const cJSON *vocab, const cJSON *added)
 {
     if (!cJSON_IsObject(vocab))
@@ -98,6 +117,9 @@ static inferd_status load_vocab(tokenizer *t, const cJSON *vocab, const cJSON *a
     return INFERD_OK;
 }
 
+/* Cannot fail: count_ids already checked every entry. Flags default as in
+ * HF: normalized is true for non-special tokens, false for special ones.
+ * A later entry with the same id takes over added_of (HF: the last wins). */
 static void load_added(tokenizer *t, const cJSON *added)
 {
     int n = cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0;
@@ -120,7 +142,11 @@ static void load_added(tokenizer *t, const cJSON *added)
     }
 }
 
-/* Left and right strings of merge #rank, in "l r" or ["l", "r"] form. */
+/* Left and right strings of merge #rank, in "l r" or ["l", "r"] form.
+ * The string form cannot express tokens that contain a space (HF's newer
+ * list form exists for that); a second space is therefore an error, not a
+ * guess. *l and *r point into tmp or into the JSON tree, valid until the
+ * next call. */
 static inferd_status merge_parts(const cJSON *m, int rank, inferd_buf *tmp, const char **l, size_t *ll, const char **r,
                                  size_t *rl)
 {
@@ -149,6 +175,10 @@ static inferd_status merge_parts(const cJSON *m, int rank, inferd_buf *tmp, cons
     return inferd_set_error(INFERD_ERR_FORMAT, "model.merges[%d] is neither \"l r\" nor [\"l\", \"r\"]", rank);
 }
 
+/* Rank = position in the list (lower merges first). The merged token is
+ * l + r with r's continuing_subword_prefix removed, as HF's BPE builds it;
+ * all three must be in the vocab, so tok_bpe_word can never produce an id
+ * that has no text. */
 static inferd_status load_merges(tokenizer *t, const cJSON *merges)
 {
     if (!cJSON_IsArray(merges))
@@ -189,6 +219,9 @@ static inferd_status load_merges(tokenizer *t, const cJSON *merges)
     return st;
 }
 
+/* The BPE model's flags. A missing unk_token is only a warning: HF loads
+ * such files too, and characters with no token are then dropped. The byte
+ * tokens "<0xNN>" are looked up once for byte_fallback (Llama-2, Mistral). */
 static inferd_status load_bpe_options(tokenizer *t, const cJSON *model)
 {
     const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
@@ -217,6 +250,9 @@ static inferd_status load_bpe_options(tokenizer *t, const cJSON *model)
     return INFERD_OK;
 }
 
+/* A model object without "type" but with merges is BPE (old files omit the
+ * type); any other type is UNSUPPORTED, not FORMAT: the file is valid, we
+ * just do not implement WordPiece/Unigram. */
 static inferd_status load_model(tokenizer *t, const cJSON *root)
 {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -241,7 +277,9 @@ static inferd_status load_model(tokenizer *t, const cJSON *root)
     return st;
 }
 
-/* A token named in tokenizer_config.json: "text" or {"content": "text"}. */
+/* A token named in tokenizer_config.json: "text" or {"content": "text"}.
+ * The id of that token's text, -1 when unset or unknown (warned: a config
+ * naming a token the vocabulary lacks is a broken model directory). */
 static int32_t config_token(const tokenizer *t, const cJSON *cfg, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
@@ -270,6 +308,8 @@ static void config_token_texts(tokenizer *t, const cJSON *cfg)
     }
 }
 
+/* The list form picks the entry named "default", else the first one with
+ * a template (transformers' choice when no name is requested). */
 static void config_chat_template(tokenizer *t, const cJSON *cfg)
 {
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
@@ -289,6 +329,9 @@ static void config_chat_template(tokenizer *t, const cJSON *cfg)
         t->chat_template = inferd_strdup(tok_json_str(pick, "template"));
 }
 
+/* tokenizer_config.json is optional. Without it (or without the keys), BOS
+ * is the first special id of the post-processor template and EOS the first
+ * of the usual end-of-text pieces present, so generation still stops. */
 static inferd_status load_config(tokenizer *t, const char *config_json)
 {
     t->bos_id = t->eos_id = -1;
@@ -316,6 +359,9 @@ static inferd_status load_config(tokenizer *t, const char *config_json)
     return INFERD_OK;
 }
 
+/* Order matters: the vocab before everything that names tokens, the
+ * post-processor before load_config (BOS fallback), the added-token tries
+ * after the normalizer (they are built per normalized/raw content). */
 static inferd_status load_root(tokenizer *t, const cJSON *root, const char *config_json)
 {
     if (!cJSON_IsObject(root))
@@ -367,6 +413,10 @@ inferd_status tok_load_json(const char *tokenizer_json, const char *config_json,
     return load_text(tokenizer_json, strlen(tokenizer_json), config_json, "tokenizer.json", out);
 }
 
+/* dir/tokenizer.json, plus dir/tokenizer_config.json when present. A model
+ * whose config has no chat_template may ship it as chat_template.jinja
+ * (newer transformers); that file is best effort: unreadable means "no
+ * template", never a load failure. */
 inferd_status tok_load(const char *dir, tokenizer **out)
 {
     if (!dir || !out)
@@ -402,6 +452,7 @@ done:
     return st;
 }
 
+/* Safe on a partially loaded tokenizer (every field starts zeroed). */
 void tok_free(tokenizer *t)
 {
     if (!t)
@@ -430,6 +481,9 @@ void tok_free(tokenizer *t)
     inferd_free(t);
 }
 
+/* Accessors of the public API: read-only, any thread. The vocab size is
+ * max id + 1 over the model vocab and added tokens (holes included), the
+ * bound the engine checks ids against. */
 int tok_vocab_size(const tokenizer *t) { return t->n_ids; }
 int32_t tok_bos_id(const tokenizer *t) { return t->bos_id; }
 int32_t tok_eos_id(const tokenizer *t) { return t->eos_id; }
@@ -437,6 +491,8 @@ const char *tok_chat_template(const tokenizer *t) { return t->chat_template; }
 bool tok_add_bos_token(const tokenizer *t) { return t->add_bos_token; }
 bool tok_has_config(const tokenizer *t) { return t->has_config; }
 
+/* The text of a tokenizer_config.json special token ("bos_token", ...), or
+ * NULL when unset or the key is not one of the seven kept. */
 const char *tok_config_token(const tokenizer *t, const char *key)
 {
     for (int k = 0; k < TOK_CONFIG_TOKENS; k++)
@@ -445,11 +501,16 @@ const char *tok_config_token(const tokenizer *t, const char *key)
     return NULL;
 }
 
+/* Special = an added token flagged special (what skip_special drops and
+ * what chat content protection fences). */
 bool tok_is_special(const tokenizer *t, int32_t id)
 {
     return id >= 0 && id < t->n_ids && t->added_of[id] >= 0 && t->added[t->added_of[id]].special;
 }
 
+/* The raw vocabulary string (byte-level or "▁" form, not decoded text);
+ * an added token's content wins over a model piece with the same id.
+ * Valid while t lives; NULL for ids out of range or holes. */
 const char *tok_id_to_piece(const tokenizer *t, int32_t id)
 {
     if (id < 0 || id >= t->n_ids)
@@ -461,6 +522,9 @@ const char *tok_id_to_piece(const tokenizer *t, int32_t id)
     return t->arena.data + t->piece_off[id];
 }
 
+/* Added tokens first, newest first (the last definition wins, as in HF),
+ * then the model vocab. Linear over added tokens: called at load and for
+ * single lookups, never per input byte. */
 int32_t tok_piece_to_id(const tokenizer *t, const char *piece)
 {
     size_t n = strlen(piece);

@@ -10,6 +10,11 @@
 
 #include "common/check.h"
 
+/* NOTE: u8_normalize returns malloc'd memory (not ours), hence free(), not
+ * inferd_free. A NULL result for valid input can only be out of memory,
+ * which aborts like every allocation failure in inferd. The Unicode
+ * version is libunistring's, which may differ from the one HF's Rust
+ * crate was built with for newly assigned characters. */
 void tok_unicode_normalize(const char *s, size_t n, bool compose, inferd_buf *out)
 {
     size_t len = 0;

@@ -10,6 +10,14 @@
  * and the gaps between them are turned into pieces according to the
  * delimiter behavior (Removed, Isolated, MergedWithPrevious,
  * MergedWithNext, Contiguous), and empty pieces are dropped.
+ *
+ * Design choice: every step is a full pass producing a new buffer or list
+ * (ping-pong between two), not a streaming pipeline: the steps' semantics
+ * are defined on whole strings in HF, and whole-string passes make each one
+ * a direct transcription. The cost is a copy of the input per step, linear
+ * and small next to BPE. Offsets (tok_piece.orig) track only what
+ * Metaspace's "first" scheme needs, not HF's full alignment maps.
+ * Thread-safe: all state is per call (match data, scratch buffers).
  */
 #include <string.h>
 
@@ -18,10 +26,15 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_nfc.h"
 
-/* GPT-2's pre-tokenizer regex, used by ByteLevel with use_regex. */
+/* GPT-2's pre-tokenizer regex, used by ByteLevel with use_regex.
+ * NOTE: HF's pattern is \s+(?!\S)|\s+ in the regex crate's dialect, which
+ * has the same meaning in PCRE2 with UCP (\p{L}, \p{N}, Unicode \s); the
+ * lookahead makes a run of spaces leave its last space to the next word. */
 const char tok_gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* A zeroed step appended to s (load time). The pointer is valid until the
+ * next push (the array may move). */
 tok_step *tok_steps_push(tok_steps *s)
 {
     if (s->n == s->cap) {
@@ -33,6 +46,7 @@ tok_step *tok_steps_push(tok_steps *s)
     return st;
 }
 
+/* Frees every step's strings and regex; s is left empty and reusable. */
 void tok_steps_free(tok_steps *s)
 {
     for (int i = 0; i < s->n; i++) {
@@ -66,7 +80,12 @@ static void span_push(span_vec *sv, size_t s, size_t e, bool m)
 }
 
 /* Matches of a literal or regex pattern in s[0..n), with the gaps between
- * them, in order (HF Pattern::find_matches). */
+ * them, in order (HF Pattern::find_matches).
+ * Returns 0, or -1 on a matcher error (message set by tok_regex_find).
+ * The spans cover s exactly, in order. An empty match advances by one
+ * whole character (not one byte), as the regex crate's iterator does, so
+ * the scan neither loops nor lands inside a character. An empty input
+ * yields one empty gap, so behaviors see a piece to drop. */
 static int find_matches(const tok_step *st, const tok_regex *re, pcre2_match_data *md, const char *s, size_t n,
                         span_vec *out)
 {
@@ -108,7 +127,13 @@ static int find_matches(const tok_step *st, const tok_regex *re, pcre2_match_dat
     return 0;
 }
 
-/* Turn matches into kept ranges per the delimiter behavior; in place. */
+/* Turn matches into kept ranges per the delimiter behavior; in place.
+ * HF SplitDelimiterBehavior on the span list; results are all marked as
+ * gaps (m false) since after this step a span is just a piece. Isolated
+ * keeps matches and gaps as separate pieces; Removed drops matches;
+ * MergedWithPrevious appends each match to the piece before it;
+ * MergedWithNext prepends it to the piece after; Contiguous joins
+ * consecutive matches into one piece. */
 static void apply_behavior(tok_split_behavior b, span_vec *sv)
 {
     int k = 0;
@@ -152,6 +177,7 @@ static void apply_behavior(tok_split_behavior b, span_vec *sv)
     sv->n = k;
 }
 
+/* Normalizer Replace: every match becomes the content, gaps are copied. */
 static void replace_all(const tok_step *st, const char *s, size_t n, const span_vec *sv, inferd_buf *out)
 {
     for (int i = 0; i < sv->n; i++) {
@@ -163,6 +189,8 @@ static void replace_all(const tok_step *st, const char *s, size_t n, const span_
     (void)n;
 }
 
+/* Unicode whitespace (Rust's char::is_whitespace), one code point at a
+ * time; the right side steps back over continuation bytes to the lead. */
 static void strip_ws(const char *s, size_t n, bool left, bool right, inferd_buf *out)
 {
     size_t b = 0, e = n;
@@ -185,6 +213,10 @@ static void strip_ws(const char *s, size_t n, bool left, bool right, inferd_buf 
     inferd_buf_append(out, s + b, e - b);
 }
 
+/* Runs the steps over a copy, swapping two buffers between steps. out is
+ * overwritten (not appended to) and left empty on error. Prepend does
+ * nothing to an empty string, as in HF. s must be valid UTF-8 (the regex
+ * runs with NO_UTF_CHECK). */
 inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const char *s, size_t n, inferd_buf *out)
 {
     (void)t;
@@ -235,7 +267,8 @@ inferd_status tok_normalize(const tokenizer *t, const tok_steps *steps, const ch
     return st;
 }
 
-/* Push the pieces of s[0..n) kept by sv (non-empty only). */
+/* Push the pieces of s[0..n) kept by sv (non-empty only).
+ * orig of each piece = the input piece's orig + its offset in s. */
 static void push_spans(tok_list *out, const char *s, const span_vec *sv, int64_t orig)
 {
     for (int i = 0; i < sv->n; i++)
@@ -243,6 +276,8 @@ static void push_spans(tok_list *out, const char *s, const span_vec *sv, int64_t
             tok_list_push(out, s + sv->v[i].s, sv->v[i].e - sv->v[i].s, -1, orig + (int64_t)sv->v[i].s);
 }
 
+/* Each byte becomes its GPT-2 alphabet character (1 or 2 UTF-8 bytes),
+ * written straight into the list's buffer as one piece. */
 static void bytelevel_map(tok_list *out, const char *s, size_t n, int64_t orig)
 {
     if (n == 0)
@@ -261,8 +296,11 @@ typedef struct {
     span_vec sv;
     inferd_buf tmp;
     pcre2_match_data *md;
+/* Scratch shared by the steps of one tok_pretokenize call. */
 } pre_ctx;
 
+/* invert: the pattern describes the pieces, not the delimiters (flip
+ * match and gap before the behavior applies). */
 static inferd_status pre_split(const tok_step *st, pre_ctx *c, const char *s, size_t n, int64_t orig,
                                tok_list *out)
 {
@@ -276,6 +314,9 @@ static inferd_status pre_split(const tok_step *st, pre_ctx *c, const char *s, si
     return INFERD_OK;
 }
 
+/* add_prefix_space makes "Hello" encode like " Hello" (the GPT-2 habit).
+ * The regex split runs on the raw bytes and only then is each word mapped
+ * to the byte alphabet, as HF does. */
 static inferd_status pre_bytelevel(const tok_step *st, pre_ctx *c, const char *s, size_t n, int64_t orig,
                                    tok_list *out)
 {
@@ -297,6 +338,11 @@ static inferd_status pre_bytelevel(const tok_step *st, pre_ctx *c, const char *s
     return INFERD_OK;
 }
 
+/* Spaces become the replacement ("▁"); the replacement is prepended per
+ * the scheme (always, or only to the piece at input offset 0 for "first",
+ * unless it already starts with one); then, with split, each "▁" starts a
+ * new word (MergedWithNext). NOTE: the literal find cannot fail, hence its
+ * result is not checked. */
 static void pre_metaspace(const tok_step *st, pre_ctx *c, const char *s, size_t n, int64_t orig, tok_list *out)
 {
     const char *rep = st->content;
@@ -325,6 +371,9 @@ static void pre_metaspace(const tok_step *st, pre_ctx *c, const char *s, size_t 
     push_spans(out, b->data, &c->sv, orig);
 }
 
+/* Each step maps every piece of io into tmp, then the lists swap; added
+ * tokens pass through untouched. On return io holds the words (the
+ * caller's tmp holds garbage it may reuse). */
 inferd_status tok_pretokenize(const tokenizer *t, tok_list *io, tok_list *tmp)
 {
     pre_ctx c = {0};

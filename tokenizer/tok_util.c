@@ -6,6 +6,11 @@
  * Regexes are compiled with PCRE2_UTF | PCRE2_UCP so \s, \p{L}, \p{N} follow
  * Unicode like the Oniguruma engine HF uses; JIT is used when available and a
  * JIT stack overflow falls back to the interpreter for that one match.
+ *
+ * Everything here is either pure or initialised once (the byte-level
+ * tables, under pthread_once), so it is safe from any thread. The UTF-8
+ * decoder assumes valid input (validated once at tok_encode); the lossy
+ * repair is the only function here that accepts arbitrary bytes.
  */
 #include <pthread.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 #include "common/check.h"
 #include "tokenizer/tok_internal.h"
 
+/* Empties l but keeps its memory for reuse (the point of tok_list). */
 void tok_list_clear(tok_list *l)
 {
     l->buf.len = 0;
@@ -22,6 +28,7 @@ void tok_list_clear(tok_list *l)
     l->n = 0;
 }
 
+/* Releases the memory; l is left empty and reusable. */
 void tok_list_free(tok_list *l)
 {
     inferd_buf_free(&l->buf);
@@ -30,6 +37,9 @@ void tok_list_free(tok_list *l)
     l->n = l->cap = 0;
 }
 
+/* Opens a piece at the current end of l->buf; the caller appends its bytes
+ * to l->buf directly and calls tok_list_end. Pieces are recorded by
+ * offset, never by pointer, because the buffer moves when it grows. */
 void tok_list_begin(tok_list *l, int32_t added, int64_t orig)
 {
     if (l->n == l->cap) {
@@ -46,6 +56,8 @@ void tok_list_end(tok_list *l)
     l->n++;
 }
 
+/* NOTE: s must not point into l->buf: the append may move the buffer
+ * before the copy. */
 void tok_list_push(tok_list *l, const char *s, size_t n, int32_t added, int64_t orig)
 {
     tok_list_begin(l, added, orig);
@@ -53,6 +65,8 @@ void tok_list_push(tok_list *l, const char *s, size_t n, int32_t added, int64_t 
     tok_list_end(l);
 }
 
+/* No validation: the lead byte gives the length (a sequence cut by the end
+ * of s is read as one byte), continuation bits are taken as they come. */
 uint32_t tok_utf8_decode(const char *s, size_t n, int *adv)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -73,6 +87,8 @@ uint32_t tok_utf8_decode(const char *s, size_t n, int *adv)
     return cp;
 }
 
+/* cp must be a scalar value (<= 0x10FFFF, no surrogates); not checked,
+ * callers pass code points from tables or from decoded valid text. */
 int tok_utf8_encode(uint32_t cp, char *out)
 {
     unsigned char *o = (unsigned char *)out;
@@ -98,6 +114,8 @@ int tok_utf8_encode(uint32_t cp, char *out)
     return 4;
 }
 
+/* The Unicode White_Space property, the set Rust's char::is_whitespace
+ * tests (HF's Strip and Metaspace use it), spelled out: 25 code points. */
 bool tok_is_whitespace(uint32_t cp)
 {
     if (cp <= 0x20)
@@ -125,6 +143,10 @@ static void utf8_second_range(unsigned char c, unsigned char *lo, unsigned char 
         *hi = 0x8F;
 }
 
+/* "Maximal subpart" replacement: an invalid lead byte, or a valid lead
+ * followed by a broken sequence, becomes one U+FFFD covering the longest
+ * prefix that could have begun a valid character, exactly as Rust does
+ * (that rule decides how many U+FFFD a broken sequence turns into). */
 void tok_utf8_lossy(inferd_buf *b, const unsigned char *s, size_t n)
 {
     static const char k_fffd[] = "\xEF\xBF\xBD";
@@ -158,7 +180,11 @@ void tok_utf8_lossy(inferd_buf *b, const unsigned char *s, size_t n)
     }
 }
 
-/* byte -> code point of the GPT-2 byte-level alphabet, built once. */
+/* byte -> code point of the GPT-2 byte-level alphabet, built once.
+ * GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves,
+ * the other 68 to 256 + k in byte order, so every byte has a visible,
+ * non-space character. Code points stay below 324 (256 + 68), which sizes
+ * the inverse table. */
 static uint16_t g_byte_cp[256];
 static char g_byte_utf8[256][2];
 static int8_t g_byte_utf8_len[256];
@@ -179,6 +205,8 @@ static void bytelevel_build(void)
     }
 }
 
+/* Called on every access; after the first it costs one pthread_once
+ * check, cheaper than a load-time hook every entry point would need. */
 static void bytelevel_init(void)
 {
     pthread_once(&g_bytelevel_once, bytelevel_build);
@@ -197,6 +225,9 @@ int tok_bytelevel_byte(uint32_t cp)
     return cp < 324 ? g_cp_byte[cp] : -1;
 }
 
+/* Load time. A pattern PCRE2 rejects is a FORMAT error naming `what` and
+ * the offset. JIT failure is not an error (some platforms lack it): the
+ * interpreter gives the same matches, only slower. */
 inferd_status tok_regex_compile(tok_regex *re, const char *pattern, size_t len, const char *what)
 {
     int err = 0;
@@ -221,6 +252,10 @@ void tok_regex_free(tok_regex *re)
     re->code = NULL;
 }
 
+/* md must have room for one pair (the whole match); callers allocate it
+ * per call, so the compiled code is shared read-only between threads.
+ * NOTE: s must be valid UTF-8 (NO_UTF_CHECK skips PCRE2's check, which is
+ * O(n) per call and would make a scan quadratic). */
 int tok_regex_find(const tok_regex *re, pcre2_match_data *md, const char *s, size_t n, size_t start,
                    size_t *ms, size_t *me)
 {

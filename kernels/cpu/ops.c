@@ -11,7 +11,8 @@
  * HF's fp32 matmul of inv_freq and positions), out[j] = x1*cos - x2*sin,
  * out[j + head_dim/2] = x2*cos + x1*sin, with cosf/sinf of the fp32 angle.
  * The cos/sin tables of a token live on the stack (KCPU_MAX_HEAD_DIM / 2
- * each).
+ * each). The optional QKV epilogue (kern_qkv_epilogue: Qwen2's q/k/v biases,
+ * Qwen3's per-head q/k RMSNorm) runs on the token's row just before RoPE.
  */
 #include <math.h>
 #include <string.h>
@@ -114,12 +115,30 @@ static void rope_heads(float *x, int n_rot, int hd, const float *cs, const float
     }
 }
 
-/* Contract (kern_rope_kv_write): RoPE in place on the q heads and k heads of
- * every token's qkv row, then, for tokens with slot_mapping >= 0, the (roped)
- * K heads and the V heads are copied to k_cache / v_cache at slot
- * s = block * block_size + offset, head h at
- * ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
-void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
+/* Per-head RMSNorm in place on n heads of hd at x (Qwen3 q_norm / k_norm):
+ * x = (x * (1 / sqrt(mean(x^2) + eps))) * w, the mean of squares
+ * accumulated in double (as kcpu_add_rmsnorm). */
+static void norm_heads(float *x, int n, int hd, const kern_weight *w, float eps)
+{
+    for (int h = 0; h < n; h++) {
+        float *v = x + (int64_t)h * hd;
+        double ss = 0.0;
+        for (int j = 0; j < hd; j++)
+            ss += (double)v[j] * (double)v[j];
+        float inv = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+        for (int j = 0; j < hd; j++)
+            v[j] = (v[j] * inv) * kcpu_weight_get(w, j);
+    }
+}
+
+/* Contract (kern_rope_kv_write_ex): per token, the epilogue first (e may be
+ * NULL): qkv row += qkv_bias over the whole row, then q heads normed with
+ * q_norm and k heads with k_norm (per head over head_dim); then RoPE in
+ * place on the q heads and k heads of every token's qkv row, then, for tokens
+ * with slot_mapping >= 0, the (roped) K heads and the (biased) V heads are
+ * copied to k_cache / v_cache at slot s = block * block_size + offset, head h
+ * at ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
+void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e)
 {
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads, bs = p->block_size;
     INFERD_CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
@@ -138,6 +157,14 @@ void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
             sn[j] = sinf(angle);
         }
         float *x = qkv + (int64_t)t * row;
+        if (e && e->qkv_bias) {
+            for (int64_t i = 0; i < row; i++)
+                x[i] += kcpu_weight_get(e->qkv_bias, i);
+        }
+        if (e && e->q_norm) {
+            norm_heads(x, nh, hd, e->q_norm, e->norm_eps);
+            norm_heads(x + (int64_t)nh * hd, nkv, hd, e->k_norm, e->norm_eps);
+        }
         rope_heads(x, nh + nkv, hd, cs, sn); /* q heads then k heads, contiguous */
         int64_t slot = p->slot_mapping[t];
         if (slot < 0)

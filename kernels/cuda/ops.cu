@@ -1,6 +1,7 @@
 /* kernels/cuda/ops.cu: the memory-bound per-token ops of the CUDA
  * backend: embedding gather, fused residual add + RMSNorm, row gather,
- * SiLU(gate) * up, and RoPE fused with the paged K/V write.
+ * SiLU(gate) * up, and RoPE fused with the paged K/V write (and with the
+ * QKV epilogue: Qwen2 q/k/v biases, Qwen3 per-head q/k RMSNorm).
  *
  * All tensors are bf16 (uint16_t storage), arithmetic is fp32. Each op has a
  * 16-byte path (8 bf16 per access) taken when the row length is a multiple of
@@ -226,15 +227,27 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 
 /* --- RoPE + paged K/V write ------------------------------------------------------ */
 
-/* One block per token: cos/sin of pos * inv_freq[j] into shared memory, then
- * rotate the pairs (j, j + half) of every q and k head in place, then copy
- * the roped k heads and the v heads to the cache slot (if any). The k values
- * written to the cache are the bf16 values stored back into qkv. */
-static __global__ void rope_kv_kernel(kern_rope_kv_params p)
+/* The epilogue's device pointers (kern_qkv_epilogue's weights), NULL = none. */
+struct rope_epi {
+    const uint16_t *bias;    /* [(nh + 2 nkv) * hd] q | k | v biases */
+    const uint16_t *qn, *kn; /* [hd] per-head RMSNorm weights of q and k heads */
+    float eps;
+};
+
+/* One block per token: cos/sin of pos * inv_freq[j] into shared memory;
+ * with a bias, qkv row = bf16(row + bias) (then a barrier); with q/k norms,
+ * one warp per q or k head sums the squares of its bf16 values into
+ * inv_rms[h] (shared); then rotate the pairs (j, j + half) of every q and k
+ * head in place (a normed head's values are bf16((x * inv_rms) * w) first,
+ * the bf16 tensor HF's Qwen3RMSNorm hands to RoPE), then copy the roped k
+ * heads and the v heads to the cache slot (if any). The k values written to
+ * the cache are the bf16 values stored back into qkv. Every barrier is
+ * reached by the whole block (the branches around them are block-uniform). */
+static __global__ void rope_kv_kernel(kern_rope_kv_params p, rope_epi e)
 {
-    extern __shared__ float rope_sm[]; /* cs[half], sn[half] */
+    extern __shared__ float rope_sm[]; /* cs[half], sn[half], inv_rms[nh + nkv] when normed */
     const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
-    float *cs = rope_sm, *sn = rope_sm + half;
+    float *cs = rope_sm, *sn = rope_sm + half, *inv_rms = rope_sm + hd;
     const int64_t t = blockIdx.x;
     const float pos = (float)p.positions[t];
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
@@ -242,8 +255,28 @@ static __global__ void rope_kv_kernel(kern_rope_kv_params p)
         cs[j] = cosf(angle);
         sn[j] = sinf(angle);
     }
-    __syncthreads();
     uint16_t *x = (uint16_t *)p.qkv + t * (int64_t)(nh + 2 * nkv) * hd; /* [nh + 2 nkv, hd] */
+    if (e.bias) {
+        const int row = (nh + 2 * nkv) * hd;
+        for (int i = threadIdx.x; i < row; i += blockDim.x)
+            x[i] = kc_f2bf(kc_bf2f(x[i]) + kc_bf2f(e.bias[i]));
+        __syncthreads();
+    }
+    if (e.qn) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+        for (int h = warp; h < nh + nkv; h += n_warps) {
+            const uint16_t *v = x + (int64_t)h * hd;
+            float ss = 0.0f;
+            for (int j = lane; j < hd; j += 32) {
+                const float a = kc_bf2f(v[j]);
+                ss += a * a;
+            }
+            ss = kc_warp_sum(ss);
+            if (lane == 0)
+                inv_rms[h] = (float)(1.0 / sqrt((double)ss / (double)hd + (double)e.eps));
+        }
+    }
+    __syncthreads();
     const int64_t slot = p.slot_mapping[t];
     const int64_t blk = slot >= 0 ? slot / p.block_size : 0, off = slot >= 0 ? slot % p.block_size : 0;
     uint16_t *kc = (uint16_t *)p.k_cache, *vc = (uint16_t *)p.v_cache;
@@ -251,7 +284,13 @@ static __global__ void rope_kv_kernel(kern_rope_kv_params p)
     for (int q = threadIdx.x; q < n_pairs; q += blockDim.x) {
         const int h = q / half, j = q - h * half;
         uint16_t *v = x + (int64_t)h * hd;
-        const float x1 = kc_bf2f(v[j]), x2 = kc_bf2f(v[j + half]);
+        float x1 = kc_bf2f(v[j]), x2 = kc_bf2f(v[j + half]);
+        if (e.qn) {
+            const uint16_t *w = h < nh ? e.qn : e.kn;
+            const float r = inv_rms[h];
+            x1 = kc_bf2f(kc_f2bf((x1 * r) * kc_bf2f(w[j])));
+            x2 = kc_bf2f(kc_f2bf((x2 * r) * kc_bf2f(w[j + half])));
+        }
         const uint16_t o1 = kc_f2bf(x1 * cs[j] - x2 * sn[j]);
         const uint16_t o2 = kc_f2bf(x2 * cs[j] + x1 * sn[j]);
         v[j] = o1;
@@ -266,30 +305,42 @@ static __global__ void rope_kv_kernel(kern_rope_kv_params p)
         return;
     const uint16_t *vsrc = x + (int64_t)(nh + nkv) * hd; /* [nkv, hd] */
     for (int i = threadIdx.x; i < nkv * hd; i += blockDim.x) {
-        const int h = i / hd, e = i - h * hd;
-        vc[((blk * nkv + h) * p.block_size + off) * hd + e] = vsrc[i];
+        const int h = i / hd, e2 = i - h * hd;
+        vc[((blk * nkv + h) * p.block_size + off) * hd + e2] = vsrc[i];
     }
 }
 
-/* One block of 128 threads per token; cos/sin tables in shared memory. */
-static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p)
+/* One block of 128 threads per token; cos/sin tables (and the per-head
+ * inverse RMS when normed) in shared memory. */
+static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p, const rope_epi *e)
 {
-    const size_t smem = (size_t)p->head_dim * sizeof(float);
-    rope_kv_kernel<<<p->n_tokens, 128, smem, s>>>(*p);
+    const size_t smem = ((size_t)p->head_dim + (e->qn ? (size_t)(p->n_heads + p->n_kv_heads) : 0)) * sizeof(float);
+    rope_kv_kernel<<<p->n_tokens, 128, smem, s>>>(*p, *e);
 }
 
-/* Contract (kern_rope_kv_write): HF rotate_half RoPE in place on the q and k
- * heads of each token's qkv row (bf16), then, for slot_mapping >= 0, the
+/* Contract (kern_rope_kv_write_ex): the epilogue first when e is not NULL
+ * (row = bf16(row + qkv_bias); q / k heads bf16((x * rsqrt(mean(x^2) + eps))
+ * * w) with q_norm / k_norm), then HF rotate_half RoPE in place on the q and
+ * k heads of each token's qkv row (bf16), then, for slot_mapping >= 0, the
  * roped k heads and the v heads stored at cache slot s = block * block_size +
  * offset, head h at ((block * n_kv_heads + h) * block_size + offset) *
  * head_dim. */
-void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
+void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e)
 {
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= KERN_CUDA_ROPE_MAX_HEAD_DIM &&
           p->block_size > 0 && p->n_heads > 0 && p->n_kv_heads > 0);
+    rope_epi de = {NULL, NULL, NULL, 0.0f};
+    if (e) {
+        INFERD_CHECK((!e->qkv_bias || e->qkv_bias->dtype == KERN_DTYPE_BF16) &&
+                     (!e->q_norm || (e->q_norm->dtype == KERN_DTYPE_BF16 && e->k_norm->dtype == KERN_DTYPE_BF16)));
+        de.bias = e->qkv_bias ? (const uint16_t *)e->qkv_bias->data : NULL;
+        de.qn = e->q_norm ? (const uint16_t *)e->q_norm->data : NULL;
+        de.kn = e->k_norm ? (const uint16_t *)e->k_norm->data : NULL;
+        de.eps = e->norm_eps;
+    }
     if (p->n_tokens <= 0)
         return;
-    launch_rope_kv(st->stream, p);
+    launch_rope_kv(st->stream, p, &de);
     KCUDA_LAUNCH_CHECK();
 }

@@ -160,6 +160,47 @@ static const cfg_row k_rows[] = {
     {"{\"torch_dtype\": 16}", NULL, INFERD_ERR_FORMAT, "torch_dtype"},
     {"{\"torch_dtype\": \"$DEL\", \"dtype\": \"float64\"}", NULL, INFERD_ERR_UNSUPPORTED, "dtype"},
     {"{\"torch_dtype\": \"$DEL\", \"dtype\": \"bfloat16\"}", NULL, INFERD_OK, NULL},
+    /* Qwen2 / Qwen3 (transformers 4 and 5 formats; unknown architectures still fail clearly) */
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"]}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen3ForCausalLM\"]}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"qwen2\"}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"qwen3\"}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen2MoeForCausalLM\"]}", NULL, INFERD_ERR_UNSUPPORTED, "Qwen2MoeForCausalLM"},
+    {"{\"architectures\": [\"Qwen3MoeForCausalLM\"]}", NULL, INFERD_ERR_UNSUPPORTED, "Qwen3ForCausalLM)"},
+    {"{\"architectures\": \"$DEL\", \"model_type\": \"qwen3_moe\"}", NULL, INFERD_ERR_UNSUPPORTED, "qwen3_moe"},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_bias\": true}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": true}", NULL, INFERD_ERR_UNSUPPORTED,
+     "attention_bias"},
+    {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": \"no\"}", NULL, INFERD_ERR_FORMAT,
+     "attention_bias"},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"mlp_bias\": true}", NULL, INFERD_ERR_UNSUPPORTED, "mlp_bias"},
+    /* sliding window: off by use_sliding_window, by layer_types, by max_window_layers; else refused */
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": false}", NULL,
+     INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": true}", NULL,
+     INFERD_ERR_UNSUPPORTED, "sliding_window"},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": true,"
+     " \"max_window_layers\": 5}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": true,"
+     " \"max_window_layers\": 3}", NULL, INFERD_ERR_UNSUPPORTED, "2 of 5 layers"},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": \"no\"}", NULL,
+     INFERD_ERR_FORMAT, "use_sliding_window"},
+    {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": true,"
+     " \"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\","
+     " \"full_attention\"]}", NULL, INFERD_OK, NULL},
+    {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"sliding_window\": 128, \"use_sliding_window\": true,"
+     " \"layer_types\": [\"full_attention\", \"sliding_attention\", \"full_attention\", \"full_attention\","
+     " \"full_attention\"]}", NULL, INFERD_ERR_UNSUPPORTED, "1 of 5 layers"},
+    {"{\"sliding_window\": null, \"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\","
+     " \"full_attention\", \"full_attention\"]}", NULL, INFERD_OK, NULL},
+    {"{\"layer_types\": [\"full_attention\"]}", NULL, INFERD_ERR_FORMAT, "layer_types"},
+    {"{\"layer_types\": \"full_attention\"}", NULL, INFERD_ERR_FORMAT, "layer_types"},
+    {"{\"layer_types\": [\"full_attention\", \"full_attention\", 3, \"full_attention\", \"full_attention\"]}",
+     NULL, INFERD_ERR_FORMAT, "item 2"},
+    {"{\"layer_types\": [\"full_attention\", \"linear_attention\", \"full_attention\", \"full_attention\","
+     " \"full_attention\"]}", NULL, INFERD_ERR_UNSUPPORTED, "linear_attention"},
+    {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL,
+     INFERD_ERR_UNSUPPORTED, "yarn"},
 };
 
 START_TEST(test_config_table)
@@ -296,6 +337,79 @@ static void remove_file(const char *dir, const char *name)
     unlink(p);
     inferd_free(p);
 }
+
+/* Qwen2 / Qwen3 configs in both transformers formats parse to the Llama
+ * block plus their extras, with their own defaults. */
+START_TEST(test_config_qwen)
+{
+    model_config c;
+    /* transformers 4: rope_theta + torch_dtype, Qwen2.5-0.5B-shaped */
+    static const char *q2 =
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 151643,"
+        " \"eos_token_id\": 151645, \"hidden_act\": \"silu\", \"hidden_size\": 896, \"initializer_range\": 0.02,"
+        " \"intermediate_size\": 4864, \"max_position_embeddings\": 32768, \"max_window_layers\": 21,"
+        " \"model_type\": \"qwen2\", \"num_attention_heads\": 14, \"num_hidden_layers\": 24,"
+        " \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000.0,"
+        " \"sliding_window\": 32768, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+        " \"transformers_version\": \"4.43.1\", \"use_cache\": true, \"use_sliding_window\": false,"
+        " \"vocab_size\": 151936}";
+    ck_assert_msg(model_config_parse(q2, "q2/config.json", &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_str_eq(c.arch, "Qwen2ForCausalLM");
+    ck_assert(c.qkv_bias && !c.qk_norm);
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.n_kv_heads, 2);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert_float_eq(c.rope_theta, 1000000.0f);
+    ck_assert_str_eq(c.torch_dtype, "bfloat16");
+    ck_assert_int_eq(c.eos_ids[0], 151645);
+
+    /* transformers 5: rope_parameters + dtype + layer_types, Qwen3-0.6B-shaped (head_dim 128 != 1024 / 16) */
+    static const char *q3 =
+        "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+        " \"bos_token_id\": 151643, \"dtype\": \"bfloat16\", \"eos_token_id\": 151645, \"head_dim\": 128,"
+        " \"hidden_act\": \"silu\", \"hidden_size\": 1024, \"intermediate_size\": 3072,"
+        " \"layer_types\": [\"full_attention\", \"full_attention\"], \"max_position_embeddings\": 40960,"
+        " \"max_window_layers\": 28, \"model_type\": \"qwen3\", \"num_attention_heads\": 16,"
+        " \"num_hidden_layers\": 2, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06,"
+        " \"rope_parameters\": {\"rope_theta\": 1000000, \"rope_type\": \"default\"}, \"sliding_window\": null,"
+        " \"tie_word_embeddings\": true, \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+    ck_assert_msg(model_config_parse(q3, "q3/config.json", &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_str_eq(c.arch, "Qwen3ForCausalLM");
+    ck_assert(!c.qkv_bias && c.qk_norm);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.hidden_size, 1024);
+    ck_assert_int_eq(c.n_heads, 16);
+    ck_assert_float_eq(c.rope_theta, 1000000.0f);
+    ck_assert_str_eq(c.torch_dtype, "bfloat16");
+    ck_assert_int_eq(c.max_position_embeddings, 40960);
+
+    /* Qwen defaults: head_dim 128 for Qwen3 (Qwen3Config), hidden / heads for Qwen2; 32768 positions */
+    parse_ok("{\"architectures\": [\"Qwen3ForCausalLM\"], \"head_dim\": \"$DEL\","
+             " \"max_position_embeddings\": \"$DEL\"}", &c);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.max_position_embeddings, 32768);
+    parse_ok("{\"architectures\": [\"Qwen2ForCausalLM\"], \"head_dim\": \"$DEL\"}", &c);
+    ck_assert_int_eq(c.head_dim, 8);
+    parse_ok("{}", &c);
+    ck_assert(!c.qkv_bias && !c.qk_norm);
+
+    /* the shipped test presets */
+    const char *src = getenv("INFERD_SOURCE_DIR");
+    if (!src || !*src)
+        src = INFERD_TEST_SOURCE_DIR;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/models/test-qwen2-small", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert(c.qkv_bias && !c.qk_norm && c.tie_word_embeddings);
+    ck_assert_int_eq(c.head_dim, 64);
+    snprintf(path, sizeof path, "%s/configs/models/test-qwen3-small", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert(!c.qkv_bias && c.qk_norm && !c.tie_word_embeddings);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.hidden_size, 512);
+    ck_assert_float_eq(c.rope_theta, 1000000.0f);
+}
+END_TEST
 
 START_TEST(test_config_load_generation)
 {
@@ -521,6 +635,7 @@ static Suite *config_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_config_table);
     tcase_add_test(tc, test_config_accepted_forms);
+    tcase_add_test(tc, test_config_qwen);
     tcase_add_test(tc, test_config_load_generation);
     tcase_add_test(tc, test_config_presets);
     tcase_add_test(tc, test_rope_inv_freq);

@@ -336,6 +336,105 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* kern_rope_kv_write_ex: Qwen2 q/k/v biases and Qwen3 per-head q/k RMSNorm
+ * fused before RoPE, against a double reference of the same steps (bias add,
+ * x * rsqrt(mean(x^2) + eps) * w per head, rotate_half RoPE with
+ * angle = (float)pos * inv_freq[j]); biases and norm weights in every file
+ * dtype; the cache gets the roped k and the biased v; padding tokens
+ * (slot < 0) write nothing. Odd head counts and head_dim 6 / 34. */
+START_TEST(test_rope_kv_write_ex)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    static const struct {
+        int nh, nkv, hd, bs;
+        bool bias, norm;
+    } cs[] = {{14, 2, 64, 16, true, false}, {8, 4, 128, 4, false, true}, {5, 1, 6, 3, true, true},
+              {3, 3, 34, 1, true, true}, {7, 7, 16, 2, false, false}};
+    const int n = 5;
+    const int32_t pos[] = {0, 1, 9, 300, 4095};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int nh = cs[ci].nh, nkv = cs[ci].nkv, hd = cs[ci].hd, bs = cs[ci].bs, half = hd / 2;
+        const kern_dtype dt = all_dtypes[ci % 3];
+        const int row = (nh + 2 * nkv) * hd, n_blocks = 8;
+        const int64_t slots[] = {0, 5, -1, (int64_t)n_blocks * bs - 1, 2};
+        float *qkv = kt_galloc(ctx, (size_t)(n * row));
+        float *orig = inferd_malloc((size_t)(n * row) * sizeof(float));
+        const size_t cache_n = (size_t)n_blocks * nkv * bs * hd;
+        float *kc = kt_galloc(ctx, cache_n), *vc = kt_galloc(ctx, cache_n);
+        for (size_t i = 0; i < cache_n; i++)
+            kc[i] = vc[i] = -777.0f;
+        test_fill_uniform(qkv, (size_t)(n * row), 50 + ci, -2.0f, 2.0f);
+        memcpy(orig, qkv, (size_t)(n * row) * sizeof(float));
+        kern_weight b = make_weight(ctx, dt, row, 1, 60 + ci);
+        kern_weight qn = make_weight(ctx, dt, 1, hd, 70 + ci), kn = make_weight(ctx, dt, 1, hd, 80 + ci);
+        float *inv = inferd_malloc((size_t)half * sizeof(float));
+        for (int j = 0; j < half; j++)
+            inv[j] = 1.0f / powf(1000000.0f, (float)(2 * j) / (float)hd);
+        kern_rope_kv_params p = {.qkv = qkv, .positions = pos, .slot_mapping = slots, .inv_freq = inv,
+                                 .k_cache = kc, .v_cache = vc, .n_tokens = n, .n_heads = nh,
+                                 .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+        const float eps = 1e-6f;
+        kern_qkv_epilogue e = {.qkv_bias = cs[ci].bias ? &b : NULL, .q_norm = cs[ci].norm ? &qn : NULL,
+                               .k_norm = cs[ci].norm ? &kn : NULL, .norm_eps = eps};
+        kern_rope_kv_write_ex(ctx, &p, &e);
+        double *x = inferd_malloc((size_t)row * sizeof(double));
+        for (int t = 0; t < n; t++) {
+            for (int i = 0; i < row; i++)
+                x[i] = (double)orig[t * row + i] + (cs[ci].bias ? (double)wget(&b, i) : 0.0);
+            for (int h = 0; h < nh + nkv; h++) {
+                double *v = x + (size_t)h * hd;
+                if (cs[ci].norm) {
+                    const kern_weight *w = h < nh ? &qn : &kn;
+                    double ss = 0;
+                    for (int j = 0; j < hd; j++)
+                        ss += v[j] * v[j];
+                    double r = 1.0 / sqrt(ss / hd + eps);
+                    for (int j = 0; j < hd; j++)
+                        v[j] = v[j] * r * wget(w, j);
+                }
+                for (int j = 0; j < half; j++) {
+                    double a = (double)((float)pos[t] * inv[j]), x1 = v[j], x2 = v[j + half];
+                    v[j] = x1 * cos(a) - x2 * sin(a);
+                    v[j + half] = x2 * cos(a) + x1 * sin(a);
+                }
+            }
+            for (int i = 0; i < (nh + nkv) * hd; i++)
+                KT_MSG(fabs(qkv[t * row + i] - x[i]) <= 2e-5 * (1 + fabs(x[i])), "case %zu token %d [%d]: %g vs %g",
+                       ci, t, i, qkv[t * row + i], x[i]);
+            if (slots[t] < 0)
+                continue;
+            const int64_t blk = slots[t] / bs, off = slots[t] % bs;
+            for (int h = 0; h < nkv; h++)
+                for (int j = 0; j < hd; j++) {
+                    const int64_t at = ((blk * nkv + h) * bs + off) * hd + j;
+                    const double kr = x[(size_t)(nh + h) * hd + j], vr = x[(size_t)(nh + nkv + h) * hd + j];
+                    KT_MSG(fabs(kc[at] - kr) <= 2e-5 * (1 + fabs(kr)) && fabs(vc[at] - vr) <= 2e-5 * (1 + fabs(vr)),
+                           "case %zu token %d kv head %d [%d]: k %g vs %g, v %g vs %g", ci, t, h, j, kc[at], kr,
+                           vc[at], vr);
+                }
+        }
+        /* exactly the slots of the non-padding tokens were written */
+        int64_t written = 0;
+        for (size_t i = 0; i < cache_n; i++)
+            written += kc[i] != -777.0f;
+        KT_MSG(written <= (int64_t)4 * nkv * hd, "case %zu: %lld k cache values written", ci, (long long)written);
+        kt_gcheck(qkv, (size_t)(n * row), "rope_ex qkv");
+        kt_gcheck(kc, cache_n, "rope_ex k cache");
+        kt_gcheck(vc, cache_n, "rope_ex v cache");
+        inferd_free(x);
+        inferd_free(inv);
+        inferd_free(orig);
+        kern_free(ctx, b.data);
+        kern_free(ctx, qn.data);
+        kern_free(ctx, kn.data);
+        kt_gfree(ctx, qkv);
+        kt_gfree(ctx, kc);
+        kt_gfree(ctx, vc);
+    }
+    kern_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kernels_cpu_ops");
@@ -349,6 +448,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_batch_invariance);
     tcase_add_test(tc, test_gather_rows);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_rope_kv_write_ex);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -650,6 +650,154 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* --- QKV epilogue (Qwen2 biases, Qwen3 per-head q/k RMSNorm) fused into RoPE + KV write --- */
+
+/* One case of kern_rope_kv_write_ex: random bf16 qkv rows, biases in
+ * [-1, 1), norm weights in [0.5, 1.5); every fourth token padding (slot -1),
+ * the others at shuffled cache slots. GPU qkv and caches in guarded buffers
+ * (caches pre-filled 0xFF: unwritten slots must stay so). Tolerance: atol 3e-2,
+ * rtol 2e-2: the GPU rounds the biased row and the normed heads to bf16
+ * (as HF does) before RoPE, the CPU twin stays fp32 throughout. */
+static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias, bool norm, uint64_t seed)
+{
+    const int row = (nh + 2 * nkv) * hd;
+    const int n_blocks = n_tokens / bs + 3;
+    const size_t nq = (size_t)n_tokens * row, nc = (size_t)n_blocks * nkv * bs * hd;
+    float *qkv = inferd_malloc(nq * sizeof(float));
+    kt_rand_bf16(qkv, nq, seed, -2.0f, 2.0f);
+    float *bv = inferd_malloc((size_t)row * sizeof(float)), *qw = inferd_malloc((size_t)hd * sizeof(float)),
+          *kw = inferd_malloc((size_t)hd * sizeof(float));
+    kt_rand_bf16(bv, (size_t)row, seed + 1, -1.0f, 1.0f);
+    kt_rand_bf16(qw, (size_t)hd, seed + 2, 0.5f, 1.5f);
+    kt_rand_bf16(kw, (size_t)hd, seed + 3, 0.5f, 1.5f);
+    int32_t *pos = inferd_malloc((size_t)n_tokens * sizeof(int32_t));
+    int64_t *slot = inferd_malloc((size_t)n_tokens * sizeof(int64_t));
+    const int n_slots = n_blocks * bs;
+    int stride = 7; /* distinct slots: t * stride mod n_slots with gcd(stride, n_slots) = 1 */
+    for (;; stride++) {
+        int a = stride, b = n_slots;
+        while (b) {
+            int r = a % b;
+            a = b;
+            b = r;
+        }
+        if (a == 1)
+            break;
+    }
+    for (int t = 0; t < n_tokens; t++) {
+        pos[t] = (int32_t)(rng_uniform(seed + 4, (uint64_t)t) * 3000);
+        slot[t] = t % 4 == 2 ? -1 : ((int64_t)t * stride + 3) % n_slots;
+    }
+    float *inv = inferd_malloc((size_t)(hd / 2) * sizeof(float));
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = (float)(1.0 / pow(1000000.0, 2.0 * j / hd));
+
+    /* CPU twin */
+    float *cqkv = kt_cpu_f32(qkv, nq);
+    float *ckc = inferd_malloc(nc * sizeof(float)), *cvc = inferd_malloc(nc * sizeof(float));
+    for (size_t i = 0; i < nc; i++)
+        ckc[i] = cvc[i] = NAN;
+    kern_weight cb = kt_weight_cpu(bv, row, 1), cqn = kt_weight_cpu(qw, 1, hd), ckn = kt_weight_cpu(kw, 1, hd);
+    kern_rope_kv_params pc = {.qkv = cqkv, .positions = pos, .slot_mapping = slot, .inv_freq = inv,
+                              .k_cache = ckc, .v_cache = cvc, .n_tokens = n_tokens, .n_heads = nh,
+                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+    kern_qkv_epilogue ec = {.qkv_bias = bias ? &cb : NULL, .q_norm = norm ? &cqn : NULL,
+                            .k_norm = norm ? &ckn : NULL, .norm_eps = 1e-6f};
+    kern_rope_kv_write_ex(kt_cpu, &pc, &ec);
+
+    /* GPU, odd offsets into guarded buffers where the op allows them (bf16: 2-byte aligned) */
+    kt_gbuf gq, gk, gv;
+    void *dqkv = kt_gbuf_alloc(&gq, nq * 2, 2);
+    uint16_t *hq = kt_to_bf16(qkv, nq);
+    kern_memcpy_h2d(kt_gpu, dqkv, hq, nq * 2);
+    void *dkc = kt_gbuf_alloc(&gk, nc * 2, 0), *dvc = kt_gbuf_alloc(&gv, nc * 2, 0);
+    void *dpos = kt_gpu_bytes(pos, (size_t)n_tokens * 4), *dslot = kt_gpu_bytes(slot, (size_t)n_tokens * 8);
+    void *dinv = kt_gpu_bytes(inv, (size_t)(hd / 2) * 4);
+    kern_weight gb = kt_weight_gpu(bv, row, 1), gqn = kt_weight_gpu(qw, 1, hd), gkn = kt_weight_gpu(kw, 1, hd);
+    kern_rope_kv_params pg = {.qkv = dqkv, .positions = dpos, .slot_mapping = dslot, .inv_freq = dinv,
+                              .k_cache = dkc, .v_cache = dvc, .n_tokens = n_tokens, .n_heads = nh,
+                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+    kern_qkv_epilogue eg = {.qkv_bias = bias ? &gb : NULL, .q_norm = norm ? &gqn : NULL,
+                            .k_norm = norm ? &gkn : NULL, .norm_eps = 1e-6f};
+    kern_rope_kv_write_ex(kt_gpu, &pg, &eg);
+
+    char what[96];
+    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d n=%d bias=%d norm=%d", nh, nkv, hd, bs, n_tokens, bias,
+             norm);
+    const size_t nmax = nq > nc ? nq : nc;
+    float *got = inferd_malloc(nmax * sizeof(float));
+    uint16_t *h = inferd_malloc(nmax * 2);
+    kt_gbuf_read(&gq, h);
+    kt_from_bf16(h, got, nq);
+    /* q and k are roped in place; v rows of qkv may or may not hold the bias: compare q | k only */
+    float *gqk = inferd_malloc(nq * sizeof(float)), *cqk = inferd_malloc(nq * sizeof(float));
+    const int qk = (nh + nkv) * hd;
+    for (int t = 0; t < n_tokens; t++) {
+        memcpy(gqk + (size_t)t * qk, got + (size_t)t * row, (size_t)qk * sizeof(float));
+        memcpy(cqk + (size_t)t * qk, cqkv + (size_t)t * row, (size_t)qk * sizeof(float));
+    }
+    int bad = kt_compare("rope_kv_write_ex", what, gqk, cqk, (size_t)n_tokens * qk, 3e-2, 2e-2);
+    for (int c = 0; c < 2; c++) {
+        kt_gbuf_read(c ? &gv : &gk, h);
+        kt_from_bf16(h, got, nc);
+        const float *ref = c ? cvc : ckc;
+        int b = 0;
+        for (size_t i = 0; i < nc; i++) {
+            bool ok = isnan(ref[i]) ? h[i] == 0xFFFF : fabsf(got[i] - ref[i]) <= 3e-2f + 2e-2f * fabsf(ref[i]);
+            if (!ok && b++ < 5)
+                printf("  rope_ex %s %s cache[%zu] got %g ref %g\n", what, c ? "v" : "k", i, got[i], ref[i]);
+        }
+        kt_record("rope_kv_write_ex", b, 0, 0);
+        bad += b;
+    }
+    bad += kt_gbuf_guards_bad(&gq, "rope_ex qkv") + kt_gbuf_guards_bad(&gk, "rope_ex k cache") +
+           kt_gbuf_guards_bad(&gv, "rope_ex v cache");
+    kt_gbuf_free(&gq);
+    kt_gbuf_free(&gk);
+    kt_gbuf_free(&gv);
+    kern_free(kt_gpu, dpos);
+    kern_free(kt_gpu, dslot);
+    kern_free(kt_gpu, dinv);
+    kern_free(kt_gpu, gb.data);
+    kern_free(kt_gpu, gqn.data);
+    kern_free(kt_gpu, gkn.data);
+    kern_free(kt_cpu, cb.data);
+    kern_free(kt_cpu, cqn.data);
+    kern_free(kt_cpu, ckn.data);
+    kern_free(kt_cpu, cqkv);
+    inferd_free(gqk);
+    inferd_free(cqk);
+    inferd_free(h);
+    inferd_free(got);
+    inferd_free(hq);
+    inferd_free(ckc);
+    inferd_free(cvc);
+    inferd_free(inv);
+    inferd_free(slot);
+    inferd_free(pos);
+    inferd_free(kw);
+    inferd_free(qw);
+    inferd_free(bv);
+    inferd_free(qkv);
+    return bad;
+}
+
+START_TEST(test_rope_kv_write_ex)
+{
+    uint64_t seed = kt_seed();
+    printf("rope_kv_write_ex: seed %llu\n", (unsigned long long)seed);
+    int bad = 0;
+    bad += qkv_epi_case(14, 2, 64, 16, 11, true, false, seed);       /* Qwen2.5-0.5B heads: bias */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, seed + 10);   /* Qwen3 head_dim 128: q/k norm */
+    bad += qkv_epi_case(5, 1, 6, 3, 7, true, true, seed + 20);       /* odd sizes, hd < 32 lanes, both */
+    bad += qkv_epi_case(3, 3, 40, 1, 5, false, true, seed + 30);     /* MHA, block size 1, hd 40 */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, seed + 40);    /* odd GQA 7, hd 34 */
+    if (!kt_quick)
+        bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, seed + 50); /* more heads than warps, hd 256 */
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 TCase *kt_tcase_dense(void)
 {
     TCase *tc = tcase_create("dense");
@@ -667,6 +815,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_gemv_batch_invariant);
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_rope_kv_write_ex);
     return tc;
 }
 
