@@ -1,22 +1,49 @@
 /* kernels/cuda/attention.cu: kcuda_attention, the host side of paged
  * attention: validates the shapes, splits the batch between the decode
  * kernel (sequences with one new token) and the prefill kernel (several new
- * tokens), plans split-KV for the decode part from the host mirror of
- * seq_lens, and zeroes output rows that belong to no sequence (as the CPU
- * twin does).
+ * tokens), plans split-KV for the decode part from the host mirrors
+ * (no device read, no sync), and zeroes output rows that belong to no
+ * sequence (as the CPU twin does).
  *
- * Split plan: a decode CTA covers one (sequence, kv head, head chunk); when
- * those CTAs cannot fill the GPU (fewer than 2 per SM), each sequence's keys
- * are cut into chunks of at least KC_ATTN_MIN_CHUNK tokens so that
- * n_decode_seqs * ctas_per_seq * splits reaches 2 * SMs, at most
- * KC_ATTN_MAX_SPLITS splits. All decode sequences of the launch share the
- * chunk length; a short one simply has a single split. The plan only needs
- * the workspace when it splits, and kcuda_attn_workspace_bytes bounds every
- * plan: n_seqs * n_heads * S * (head_dim + 1) floats with
- * S = min(KC_ATTN_MAX_SPLITS, ceil(max_seq_len / KC_ATTN_MIN_CHUNK)).
+ * Split plan (plan_make): a decode CTA covers one (sequence, kv head, head
+ * chunk, split). Whether a launch splits depends on the batch: when its
+ * unsplit CTAs cannot fill the GPU (n_plan * CTAs per sequence below
+ * KC_ATTN_SPLIT_BELOW per SM, n_plan = n_seqs rounded up to a power of two)
+ * every decode sequence is split, else none. How a sequence is split
+ * depends only on its own length L: chunks of dec_chunk(L) =
+ * ceil(L / split_target) keys (rounded up to KC_ATTN_CHUNK_ALIGN, at least
+ * KC_ATTN_MIN_CHUNK, attention_decode.cu), split_target = the splits that
+ * fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at batch 1 (a model
+ * and GPU constant, at most KC_ATTN_MAX_SPLITS). So:
+ *  - batch 1 splits every context longer than KC_ATTN_MIN_CHUNK (544
+ *    tokens of Llama-3-8B: 3 splits of 256 keys x 8 kv heads; 32k: 64
+ *    splits of 512 keys);
+ *  - NOTE: KC_ATTN_MIN_CHUNK is 256, not 32, because whether a launch
+ *    splits depends on the batch: a sequence shorter than 256 keys is never
+ *    split, so its output is the same alone or in a batch too large to split
+ *    (the engine's invariance tests, e.g. abort-half, failed on an H100 with
+ *    32: 17 splits of 32 keys ran batch 1 at 6.10 ms/step instead of 6.59,
+ *    but flipped a greedy token when the batch shrank). Longer sequences
+ *    still round differently split and unsplit; a plan whose split count
+ *    depends on the length alone would remove that;
+ *  - a sequence's output is bitwise the same whichever other sequences
+ *    share its batch, while the batch splits (the engine's invariance
+ *    tests: a request run alone or with others gives the same tokens), and
+ *    whatever the context bucket a CUDA graph was captured for
+ *    (model/graphs.c): the captured plan fixes only the grid (max_splits,
+ *    from the bucket's length), and splits past a sequence's own count
+ *    exit at once. Graph batches pad to the next ladder size, and every
+ *    power of two is on the ladder, so a padded batch rounds to the same
+ *    n_plan as the unpadded one: eager steps and replays split alike.
+ * Before this plan (min chunk 256, target 2 CTAs per SM, plan from the
+ * batch's longest length), batch 1 x 544 tokens of Llama-3-8B ran 8 kv
+ * heads x 3 splits = 24 CTAs on 132 SMs, each a serial chain of 16
+ * dependent load round trips: 61 us per layer for 2.2 MB.
  *
- * NOTE: the plan (grid size) depends on the batch's lengths; CUDA graph
- * capture of decode steps will need a fixed plan per captured batch size.
+ * Workspace: the plan needs it only when it splits;
+ * kcuda_attn_workspace_bytes is the largest n_seqs * n_heads * max_splits *
+ * (head_dim + 1) floats over every plan those limits allow (a few MiB: only
+ * batches below 2 CTAs per SM split), whatever the kv heads.
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu) where it
  * supports the head_dim (64, 128), else the CUDA-core one
@@ -56,47 +83,80 @@ static bool prefill_use_tc(const kcuda_state *st, int hd)
     return want && kcuda_attn_prefill_tc_supported(st, hd);
 }
 
-static int attn_max_splits(int max_seq_len)
+static int64_t pow2_at_least(int64_t x)
 {
-    int64_t s = ((int64_t)max_seq_len + KC_ATTN_MIN_CHUNK - 1) / KC_ATTN_MIN_CHUNK;
-    return (int)(s > KC_ATTN_MAX_SPLITS ? KC_ATTN_MAX_SPLITS : s < 1 ? 1 : s);
+    int64_t p = 1;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
+/* GMAX of the decode kernel (heads per CTA) for GQA group size group. */
+static int dec_gmax(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+/* Decode CTAs per sequence: kv heads x head chunks of GMAX heads (as
+ * kcuda_attn_decode_launch). */
+static int ctas_per_seq(int nh, int nkv)
+{
+    const int group = nh / nkv, gmax = dec_gmax(group);
+    return nkv * ((group + gmax - 1) / gmax);
+}
+
+/* The plan for n_plan sequences (a power of two) whose longest decode
+ * context is max_len, cps CTAs each, per_sm CTAs resident per SM: returns
+ * max_splits (1: no split; the grid's z and the workspace stride) and sets
+ * *split_target (see the top). Every sequence of length L <= max_len has
+ * ceil(L / dec_chunk(L)) <= min(split_target, ceil(L / MIN_CHUNK)) <=
+ * max_splits splits. max_splits grows with max_len and with per_sm, and
+ * shrinks as cps grows (the workspace bound relies on it). */
+static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t max_len, int *split_target)
+{
+    *split_target = 0;
+    if (n_plan * cps >= (int64_t)KC_ATTN_SPLIT_BELOW * n_sms)
+        return 1;
+    int64_t st = (int64_t)per_sm * n_sms / cps;
+    if (st > KC_ATTN_MAX_SPLITS)
+        st = KC_ATTN_MAX_SPLITS;
+    if (st <= 1)
+        return 1;
+    int64_t s = (max_len + KC_ATTN_MIN_CHUNK - 1) / KC_ATTN_MIN_CHUNK;
+    if (s > st)
+        s = st;
+    if (s <= 1)
+        return 1;
+    *split_target = (int)st;
+    return (int)s;
 }
 
 /* Contract (kern_attn_workspace_bytes): bytes of decode split partials for
  * any batch of at most max_seqs sequences (max_tokens when max_seqs <= 0) and
- * contexts of at most max_seq_len tokens; 0 when no plan can split. */
+ * contexts of at most max_seq_len tokens; 0 when no plan can split. The
+ * bound is the largest n_seqs * splits over every n_plan the limits
+ * allow, with the fewest CTAs per sequence any kv-head count gives for
+ * n_heads (ceil(n_heads / 8): more CTAs per sequence never mean more
+ * splits). */
 size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
                                   int head_dim, int max_seq_len)
 {
     const int64_t rows = max_seqs > 0 ? max_seqs : max_tokens;
-    const int s = attn_max_splits(max_seq_len);
-    if (s <= 1 || rows <= 0 || n_heads <= 0 || head_dim <= 0)
+    if (rows <= 0 || n_heads <= 0 || head_dim <= 0 || max_seq_len <= 0)
         return 0;
-    return (size_t)rows * (size_t)n_heads * (size_t)s * ((size_t)head_dim + 1) * sizeof(float);
-}
-
-/* Chunk length for the decode sequences, or 0 for no split. */
-static int plan_chunk(const kcuda_state *st, int n_dec, int ctas_per_seq, int max_len, int *max_splits)
-{
-    *max_splits = 1;
-    if (n_dec <= 0 || max_len <= KC_ATTN_MIN_CHUNK)
-        return 0;
-    const int64_t target = 2 * (int64_t)st->n_sms, base = (int64_t)n_dec * ctas_per_seq;
-    if (base >= target)
-        return 0;
-    const int64_t want = (target + base - 1) / base;
-    int64_t chunk = ((int64_t)max_len + want - 1) / want;
-    if (chunk < KC_ATTN_MIN_CHUNK)
-        chunk = KC_ATTN_MIN_CHUNK;
-    int64_t splits = ((int64_t)max_len + chunk - 1) / chunk;
-    if (splits > KC_ATTN_MAX_SPLITS) {
-        chunk = ((int64_t)max_len + KC_ATTN_MAX_SPLITS - 1) / KC_ATTN_MAX_SPLITS;
-        splits = ((int64_t)max_len + chunk - 1) / chunk;
+    const kcuda_state *st = kcuda_st(ctx);
+    const int64_t cps_min = (n_heads + 7) / 8;
+    int64_t worst = 0;
+    for (int64_t n = 1; n < 2 * rows; n *= 2) {
+        int target;
+        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM, n, cps_min, max_seq_len, &target);
+        const int64_t r = (n < rows ? n : rows) * s;
+        if (s > 1 && r > worst)
+            worst = r;
     }
-    if (splits <= 1)
+    if (worst == 0)
         return 0;
-    *max_splits = (int)splits;
-    return (int)chunk;
+    return (size_t)worst * (size_t)n_heads * ((size_t)head_dim + 1) * sizeof(float);
 }
 
 /* Zero the output rows [t0, t1). */
@@ -166,16 +226,18 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     a.bs = p->block_size;
     a.group = nh / nkv;
     a.scale = p->scale;
-    a.tg = 1;
+    a.tg = 4; /* the decode kernel's lane groups: 4, 8, 16 or 32 lanes */
     while (a.tg * 8 < hd)
         a.tg *= 2;
     if (n_dec > 0) {
-        const int gmax = a.group <= 1 ? 1 : a.group <= 2 ? 2 : a.group <= 4 ? 4 : 8;
-        const int ctas_per_seq = nkv * ((a.group + gmax - 1) / gmax);
-        int max_splits = 1;
-        const int chunk = p->workspace ? plan_chunk(st, n_dec, ctas_per_seq, max_dec_len, &max_splits) : 0;
-        if (chunk > 0) {
-            a.chunk = chunk;
+        /* n_plan, not n_seqs: graph and eager steps split alike (see the top) */
+        const int64_t n_plan = pow2_at_least(p->n_seqs);
+        int target = 0, max_splits = 1;
+        if (p->workspace)
+            max_splits = plan_make(st->n_sms, KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group)), n_plan,
+                                   ctas_per_seq(nh, nkv), max_dec_len, &target);
+        if (max_splits > 1) {
+            a.split_target = target;
             a.max_splits = max_splits;
             a.part_o = (float *)p->workspace;
             a.part_lse = a.part_o + (size_t)p->n_seqs * nh * max_splits * hd;

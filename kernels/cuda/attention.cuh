@@ -15,8 +15,18 @@
 #include "kernels/cuda/common.cuh"
 
 #define KC_ATTN_MAX_HD KERN_CUDA_ATTN_MAX_HEAD_DIM /* largest head_dim (multiple of 8); kern_limits.h */
-#define KC_ATTN_MIN_CHUNK 256 /* shortest KV range of one decode split */
-#define KC_ATTN_MAX_SPLITS 64 /* most splits of one sequence */
+/* Decode split-KV plan (attention.cu plan_make). */
+#define KC_ATTN_MIN_CHUNK 256     /* shortest KV range of one decode split (see NOTE in attention.cu) */
+#define KC_ATTN_CHUNK_ALIGN 32    /* a split's keys: a multiple of this */
+#define KC_ATTN_MAX_SPLITS 64     /* most splits of one sequence (<= the merge CTA's threads) */
+#define KC_ATTN_SPLIT_BELOW 2     /* split when the batch has fewer decode CTAs per SM than this */
+/* ... then aim at one wave of batch-1 splits: this many CTAs per SM, the
+ * decode kernel's occupancy for GMAX heads per CTA (its __launch_bounds__
+ * minimum: 128 registers a thread up to GMAX 4, as the kernel before the
+ * split rework, so an unsplit batch of 64 x 8 kv heads is one wave on 132
+ * SMs; 255 at GMAX 8) */
+#define KC_ATTN_DEC_CTAS_PER_SM(gmax) ((gmax) <= 4 ? 4 : 2)
+#define KC_ATTN_TARGET_PER_SM 4   /* the largest of those (workspace bound) */
 
 /* Kernel arguments, passed by value. */
 typedef struct {
@@ -31,8 +41,10 @@ typedef struct {
     float *part_lse;              /* decode split: [n_seqs, nh, max_splits] */
     int64_t qkv_stride, out_stride; /* elements per token row */
     int n_seqs, max_blocks, nh, nkv, hd, bs, group;
-    int chunk, max_splits;        /* decode split plan (chunk tokens per split) */
-    int tg;                       /* decode: lanes per key (power of 2, tg * 8 >= hd) */
+    int split_target, max_splits; /* decode split plan: a sequence of length L gets chunks of
+                                   * dec_chunk(L) keys (attention_decode.cu), at most split_target
+                                   * of them; max_splits = grid z and workspace stride */
+    int tg;                       /* decode: lanes per key (4, 8, 16 or 32, tg * 8 >= hd) */
     float scale;
 } kc_attn_args;
 

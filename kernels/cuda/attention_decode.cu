@@ -5,30 +5,59 @@
  * up to GMAX query heads of the kv head's GQA group (GMAX = 1, 2, 4 or 8;
  * larger groups use several head chunks), so every K/V row read from the
  * cache serves the whole group. Inside a warp, a key is handled by a group of
- * `tg` lanes, each lane holding 8 consecutive dims (one 16-byte load of K and
- * one of V); 32 / tg keys per warp step, 2 steps unrolled for loads in
- * flight. Each lane keeps its own online-softmax state (max, sum, 8 output
- * dims per head) over the keys it saw; states are merged across lane groups
- * with shuffles, then across warps through shared memory, all in fp32.
+ * TG lanes (TG = 4, 8, 16 or 32, a template parameter: TG * 8 >= head_dim),
+ * each lane holding 8 consecutive dims (one 16-byte load of K and one of V);
+ * 32 / TG keys per warp step, DEC_UNROLL steps per iteration, all their
+ * loads issued before any is used (the block-table row they index through
+ * is a few hot bytes, read through the read-only cache; prefetching the
+ * next iteration's block ids spilled registers at 4 CTAs per SM). The
+ * DEC_UNROLL keys of an iteration update the lane's
+ * online-softmax state at once (one rescale per iteration, not per key).
+ * Lane states are merged across lane groups with shuffles, then across warps
+ * through shared memory, all in fp32.
  *
  * Split-KV (planned on the host, attention.cu): split s of a sequence of
- * length L covers keys [s * chunk, min(L, (s + 1) * chunk)); its normalized
+ * length L covers keys [s * chunk, min(L, (s + 1) * chunk)) with chunk =
+ * dec_chunk(L), computed here from the sequence's own length; its normalized
  * partial output and log-sum-exp go to the workspace, and the merge kernel
- * combines the splits: out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M).
- * Without a split the CTA writes bf16 output directly.
+ * (one CTA per (sequence, head), the splits' weights computed once in shared
+ * memory, 16-byte reads of the partials) combines the splits in split order:
+ * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
+ * CTA writes bf16 output directly. For a given plan (chunk) the result is
+ * bitwise reproducible: which CTA runs first never changes the arithmetic.
  */
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
-#define DEC_UNROLL 2
+#define DEC_UNROLL 4
+#define MERGE_THREADS 128
 
-/* Splits of a sequence of length L under the plan (>= 1, <= max_splits). */
+#if KC_ATTN_MAX_SPLITS > MERGE_THREADS
+#error "the merge kernel reads one split's log-sum-exp per thread"
+#endif
+
+/* Keys per split of a sequence of length L: ceil(L / split_target) rounded
+ * up to KC_ATTN_CHUNK_ALIGN, at least KC_ATTN_MIN_CHUNK. A function of the
+ * sequence's own length and of split_target (model and GPU constants) only,
+ * never of the rest of the batch or of the graph's context bucket, so a
+ * sequence's output is bitwise the same in any batch that splits. */
+__device__ __forceinline__ int dec_chunk(const kc_attn_args &a, int L)
+{
+    int c = (L + a.split_target - 1) / a.split_target;
+    c = (c + KC_ATTN_CHUNK_ALIGN - 1) / KC_ATTN_CHUNK_ALIGN * KC_ATTN_CHUNK_ALIGN;
+    return c < KC_ATTN_MIN_CHUNK ? KC_ATTN_MIN_CHUNK : c;
+}
+
+/* Splits of a sequence of length L under the plan (>= 1, <= max_splits:
+ * ceil(L / dec_chunk(L)) <= min(split_target, ceil(L / KC_ATTN_MIN_CHUNK))
+ * and the host sizes max_splits for the batch's longest L). */
 __device__ __forceinline__ int dec_n_splits(const kc_attn_args &a, int L)
 {
     if (!a.part_o)
         return 1;
-    int n = (L + a.chunk - 1) / a.chunk;
+    const int c = dec_chunk(a, L);
+    int n = (L + c - 1) / c;
     return n < 1 ? 1 : n > a.max_splits ? a.max_splits : n;
 }
 
@@ -52,98 +81,111 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
     }
 }
 
-/* What one decode CTA works on, identical in all its threads. */
-typedef struct {
-    int seq, q0, kvh, h0, nhc;  /* sequence, its token row, kv head, first head, heads here */
-    int split, kv_begin, kv_end;
-    int tg, sub, grp, tpw;      /* lanes per key, this lane's dims / key slot, keys per warp step */
-    bool dim_ok;                /* this lane's 8 dims exist (sub * 8 < hd) */
-} dec_cta;
-
-/* Online softmax over keys [kv_begin, kv_end): this lane's state over the
- * keys of its slot, for GMAX heads (8 dims each). */
-template <int GMAX>
-__device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, const dec_cta &c, const float (&q)[GMAX][8],
+/* Online softmax over keys [kv_begin, kv_end) of kv head kvh: this lane's
+ * state over the keys of its slot (grp), for GMAX heads (8 dims each). */
+template <int GMAX, int TG>
+__device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, int seq, int kvh, int kv_begin, int kv_end,
+                                              int sub, int grp, bool dim_ok, const float (&q)[GMAX][8],
                                               float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8])
 {
-    const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks;
-    const int warp = threadIdx.x >> 5, step = DEC_WARPS * c.tpw * DEC_UNROLL;
+    constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW;
+    const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
+    const int warp = threadIdx.x >> 5, bs = a.bs;
+    const int64_t blk_elems = (int64_t)a.nkv * bs * a.hd;
+    const uint16_t *kbase = a.k_cache + (int64_t)kvh * bs * a.hd + sub * 8;
+    const uint16_t *vbase = a.v_cache + (int64_t)kvh * bs * a.hd + sub * 8;
+    const int first = kv_begin + warp * KPW;
     /* NOTE: the loop bound is warp-uniform (tb), so all 32 lanes reach the
      * shuffles; lanes past kv_end carry ok = false. */
-    for (int tb = c.kv_begin + warp * c.tpw * DEC_UNROLL; tb < c.kv_end; tb += step) {
-        float k[DEC_UNROLL][8], v[DEC_UNROLL][8];
+    for (int tb = first; tb < kv_end; tb += STEP) {
+        uint4 kr[DEC_UNROLL], vr[DEC_UNROLL];
         bool ok[DEC_UNROLL];
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
-            const int t = tb + u * c.tpw + c.grp;
-            ok[u] = t < c.kv_end;
-            if (ok[u] && c.dim_ok) {
-                const int bi = t / a.bs;
-                const int64_t blk = bt[bi];
-                const int64_t base = ((blk * a.nkv + c.kvh) * a.bs + (t - bi * a.bs)) * a.hd + c.sub * 8;
-                kc_unpack8(__ldg((const uint4 *)(a.k_cache + base)), k[u]);
-                kc_unpack8(__ldg((const uint4 *)(a.v_cache + base)), v[u]);
+            const int t = tb + u * TPW + grp;
+            ok[u] = t < kv_end;
+            if (ok[u] && dim_ok) {
+                const int64_t off = (int64_t)__ldg(bt + t / bs) * blk_elems + (int64_t)(t % bs) * a.hd;
+                kr[u] = __ldg((const uint4 *)(kbase + off));
+                vr[u] = __ldg((const uint4 *)(vbase + off));
             } else {
+                kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        float s[DEC_UNROLL][GMAX];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            float k[8];
+            kc_unpack8(kr[u], k);
+#pragma unroll
+            for (int g = 0; g < GMAX; g++) {
+                float d = 0.0f;
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    k[u][e] = v[u][e] = 0.0f;
+                    d += q[g][e] * k[e];
+#pragma unroll
+                for (int o = TG >> 1; o > 0; o >>= 1)
+                    d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+                s[u][g] = ok[u] ? d : -INFINITY;
             }
         }
 #pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < DEC_UNROLL; u++)
+                mx = fmaxf(mx, s[u][g]);
+            const float corr = kc_exp_diff(m[g], mx);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[g][e] *= corr;
+            m[g] = mx;
+        }
+#pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
+            float v[8];
+            kc_unpack8(vr[u], v);
 #pragma unroll
             for (int g = 0; g < GMAX; g++) {
-                float s = 0.0f;
+                const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
+                l[g] += p;
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    s += q[g][e] * k[u][e];
-                for (int o = c.tg >> 1; o > 0; o >>= 1)
-                    s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
-                if (ok[u]) {
-                    const float mx = fmaxf(m[g], s);
-                    const float corr = kc_exp_diff(m[g], mx);
-                    const float p = expf(s - mx);
-                    l[g] = l[g] * corr + p;
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        acc[g][e] = acc[g][e] * corr + p * v[u][e];
-                    m[g] = mx;
-                }
+                    acc[g][e] += p * v[e];
             }
         }
     }
 }
 
-template <int GMAX>
-static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(const kc_attn_args a)
+template <int GMAX, int TG>
+static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
+    attn_decode_kernel(const kc_attn_args a)
 {
     __shared__ float sm_acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
     __shared__ float sm_m[DEC_WARPS][GMAX], sm_l[DEC_WARPS][GMAX];
-    dec_cta c;
-    c.seq = blockIdx.x;
-    c.q0 = a.qsl[c.seq];
-    if (a.qsl[c.seq + 1] - c.q0 != 1)
+    const int seq = blockIdx.x;
+    const int q0 = a.qsl[seq];
+    if (a.qsl[seq + 1] - q0 != 1)
         return; /* not a decode sequence: the prefill kernel owns it */
     const int hchunks = (a.group + GMAX - 1) / GMAX;
-    c.kvh = blockIdx.y / hchunks;
-    const int hc = blockIdx.y - c.kvh * hchunks;
-    c.h0 = c.kvh * a.group + hc * GMAX;
-    c.nhc = min(GMAX, a.group - hc * GMAX);
-    const int L = a.seq_lens[c.seq];
-    c.split = blockIdx.z;
-    if (c.split >= dec_n_splits(a, L))
+    const int kvh = blockIdx.y / hchunks;
+    const int hc = blockIdx.y - kvh * hchunks;
+    const int h0 = kvh * a.group + hc * GMAX;
+    const int nhc = min(GMAX, a.group - hc * GMAX);
+    const int L = a.seq_lens[seq];
+    const int split = blockIdx.z;
+    if (split >= dec_n_splits(a, L))
         return;
-    c.kv_begin = a.part_o ? c.split * a.chunk : 0;
-    c.kv_end = a.part_o ? min(L, c.kv_begin + a.chunk) : L;
+    const int chunk = a.part_o ? dec_chunk(a, L) : L;
+    const int kv_begin = split * chunk;
+    const int kv_end = min(L, kv_begin + chunk);
     const int hd = a.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    c.tg = a.tg;
-    c.sub = lane & (c.tg - 1);
-    c.grp = lane / c.tg;
-    c.tpw = 32 / c.tg;
-    c.dim_ok = c.sub * 8 < hd;
+    const int sub = lane & (TG - 1), grp = lane / TG;
+    const bool dim_ok = sub * 8 < hd;
 
     float q[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
-    const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)c.h0 * hd + c.sub * 8;
+    const uint16_t *qrow = a.qkv + (int64_t)q0 * a.qkv_stride + (int64_t)h0 * hd + sub * 8;
 #pragma unroll
     for (int g = 0; g < GMAX; g++) {
         m[g] = -INFINITY;
@@ -151,25 +193,26 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(const k
 #pragma unroll
         for (int e = 0; e < 8; e++)
             acc[g][e] = q[g][e] = 0.0f;
-        if (g < c.nhc && c.dim_ok) {
+        if (g < nhc && dim_ok) {
             kc_unpack8(*(const uint4 *)(qrow + (int64_t)g * hd), q[g]);
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 q[g][e] *= a.scale;
         }
     }
-    dec_fold_keys<GMAX>(a, c, q, m, l, acc);
-    for (int o = c.tg; o < 32; o <<= 1)
+    dec_fold_keys<GMAX, TG>(a, seq, kvh, kv_begin, kv_end, sub, grp, dim_ok, q, m, l, acc);
+#pragma unroll
+    for (int o = TG; o < 32; o <<= 1)
         dec_merge_lanes<GMAX>(m, l, acc, o);
-    if (c.grp == 0) {
+    if (grp == 0) {
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
-            if (c.dim_ok) {
+            if (dim_ok) {
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    sm_acc[warp][g][c.sub * 8 + e] = acc[g][e];
+                    sm_acc[warp][g][sub * 8 + e] = acc[g][e];
             }
-            if (c.sub == 0) {
+            if (sub == 0) {
                 sm_m[warp][g] = m[g];
                 sm_l[warp][g] = l[g];
             }
@@ -177,7 +220,7 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(const k
     }
     __syncthreads();
     /* across warps; then the bf16 output (no split) or the split's partial */
-    for (int idx = threadIdx.x; idx < c.nhc * hd; idx += DEC_THREADS) {
+    for (int idx = threadIdx.x; idx < nhc * hd; idx += DEC_THREADS) {
         const int g = idx / hd, d = idx - g * hd;
         float mx = -INFINITY;
 #pragma unroll
@@ -190,12 +233,12 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(const k
             sum += sm_l[w][g] * f;
             o += sm_acc[w][g][d] * f;
         }
-        const int h = c.h0 + g;
+        const int h = h0 + g;
         const float res = sum > 0.0f ? o / sum : 0.0f;
         if (!a.part_o) {
-            a.out[(int64_t)c.q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
+            a.out[(int64_t)q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
         } else {
-            const int64_t pi = ((int64_t)c.seq * a.nh + h) * a.max_splits + c.split;
+            const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
             a.part_o[pi * hd + d] = res;
             if (d == 0)
                 a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
@@ -203,27 +246,64 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(const k
     }
 }
 
-/* One block per (sequence, head): combine the splits' partials. */
-static __global__ void attn_merge_kernel(const kc_attn_args a)
+/* One CTA per (sequence, head): combine the splits' partials in split
+ * order. Thread s < ns reads split s's log-sum-exp; the weights
+ * exp(lse_s - max) go to shared memory once; each thread then owns 4 dims
+ * (16-byte reads of the partials). */
+static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
-    const int seq = blockIdx.x, h = blockIdx.y;
+    __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
+    __shared__ float sm_red[MERGE_THREADS / 32];
+    const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int q0 = a.qsl[seq];
     if (a.qsl[seq + 1] - q0 != 1)
         return;
     const int ns = dec_n_splits(a, a.seq_lens[seq]);
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
-    float mx = -INFINITY;
-    for (int s = 0; s < ns; s++)
-        mx = fmaxf(mx, a.part_lse[pb + s]);
-    for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
-        float wsum = 0.0f, o = 0.0f;
+    const float lse = tid < ns ? a.part_lse[pb + tid] : -INFINITY;
+    float mx = lse;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if ((tid & 31) == 0)
+        sm_red[tid >> 5] = mx;
+    __syncthreads();
+    mx = sm_red[0];
+#pragma unroll
+    for (int w = 1; w < MERGE_THREADS / 32; w++)
+        mx = fmaxf(mx, sm_red[w]);
+    if (tid < ns)
+        sm_w[tid] = kc_exp_diff(lse, mx);
+    __syncthreads();
+    const int hd4 = a.hd >> 2; /* hd % 8 == 0 */
+    for (int d4 = tid; d4 < hd4; d4 += MERGE_THREADS) {
+        float wsum = 0.0f, o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4;
+#pragma unroll 4
         for (int s = 0; s < ns; s++) {
-            const float w = kc_exp_diff(a.part_lse[pb + s], mx);
+            const float w = sm_w[s];
+            const float4 v = po[(int64_t)s * hd4];
             wsum += w;
-            o += w * a.part_o[(pb + s) * a.hd + d];
+            o0 += w * v.x;
+            o1 += w * v.y;
+            o2 += w * v.z;
+            o3 += w * v.w;
         }
-        a.out[(int64_t)q0 * a.out_stride + (int64_t)h * a.hd + d] = kc_f2bf(wsum > 0.0f ? o / wsum : 0.0f);
+        const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * d4);
+        dst[0] = (uint32_t)kc_f2bf(o0 * r) | ((uint32_t)kc_f2bf(o1 * r) << 16);
+        dst[1] = (uint32_t)kc_f2bf(o2 * r) | ((uint32_t)kc_f2bf(o3 * r) << 16);
     }
+}
+
+template <int GMAX>
+static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
+{
+    void (*kern)(const kc_attn_args) = a->tg <= 4    ? attn_decode_kernel<GMAX, 4>
+                                       : a->tg <= 8  ? attn_decode_kernel<GMAX, 8>
+                                       : a->tg <= 16 ? attn_decode_kernel<GMAX, 16>
+                                                     : attn_decode_kernel<GMAX, 32>;
+    kern<<<grid, DEC_THREADS, 0, st->stream>>>(*a);
 }
 
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
@@ -232,15 +312,14 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
     const int hchunks = (a->group + gmax - 1) / gmax;
     dim3 grid((unsigned)a->n_seqs, (unsigned)(a->nkv * hchunks), a->part_o ? (unsigned)a->max_splits : 1u);
     switch (gmax) {
-    case 1: attn_decode_kernel<1><<<grid, DEC_THREADS, 0, st->stream>>>(*a); break;
-    case 2: attn_decode_kernel<2><<<grid, DEC_THREADS, 0, st->stream>>>(*a); break;
-    case 4: attn_decode_kernel<4><<<grid, DEC_THREADS, 0, st->stream>>>(*a); break;
-    default: attn_decode_kernel<8><<<grid, DEC_THREADS, 0, st->stream>>>(*a); break;
+    case 1: dec_launch_g<1>(st, a, grid); break;
+    case 2: dec_launch_g<2>(st, a, grid); break;
+    case 4: dec_launch_g<4>(st, a, grid); break;
+    default: dec_launch_g<8>(st, a, grid); break;
     }
     KCUDA_LAUNCH_CHECK();
     if (a->part_o) {
-        const int threads = (a->hd + 31) / 32 * 32;
-        attn_merge_kernel<<<dim3((unsigned)a->n_seqs, (unsigned)a->nh), threads, 0, st->stream>>>(*a);
+        attn_merge_kernel<<<dim3((unsigned)a->n_seqs, (unsigned)a->nh), MERGE_THREADS, 0, st->stream>>>(*a);
         KCUDA_LAUNCH_CHECK();
     }
 }
