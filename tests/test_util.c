@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/alloc.h"
+#include "common/util.h"
 #include "common/rng.h"
 
 const char *test_fixtures_dir(void)
@@ -142,4 +145,18 @@ bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code)
     inferd_free(out_path);
     inferd_free(err_path);
     return true;
+}
+
+struct cJSON *test_golden_stories(void)
+{
+    char *gp = test_fixture_path("golden/stories260K.json");
+    char *text = NULL;
+    if (!gp || util_read_file(gp, 0, &text, NULL) != INFERD_OK)
+        test_skip("fixture golden/stories260K.json not found");
+    inferd_free(gp);
+    cJSON *root = cJSON_Parse(text);
+    inferd_free(text);
+    if (!root)
+        test_skip("golden/stories260K.json is not JSON");
+    return root;
 }

@@ -19,6 +19,9 @@ const char *test_inferd_bin(void);
 bool test_use_cuda(void);
 /* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
 void test_skip(const char *why) __attribute__((noreturn));
+/* The parsed golden/stories260K.json (llama2.c greedy cases; caller frees
+ * with cJSON_Delete); skips the test (77) when the fixture is absent. */
+struct cJSON *test_golden_stories(void);
 /* Run a suite, return the process exit code (0 when all passed). */
 int test_run_suite(Suite *s);
 /* Deterministic uniform floats in [lo, hi). */

@@ -128,14 +128,8 @@ int main(void)
     setenv("CK_FORK", "no", 1);
     if (!kern_cuda_available())
         test_skip("no CUDA device");
-    char *gp = test_fixture_path("golden/stories260K.json");
     g_model_dir = test_fixture_path("models/stories260K");
-    char *text;
-    if (!gp || util_read_file(gp, 0, &text, NULL) != INFERD_OK)
-        test_skip("fixtures not found");
-    cJSON *root = cJSON_Parse(text);
-    inferd_free(text);
-    inferd_free(gp);
+    cJSON *root = test_golden_stories();
     g_case0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cases"), 0);
     Suite *s = suite_create("stories260K gpu");
     TCase *tc = tcase_create("gpu");
