@@ -193,6 +193,10 @@ END_TEST
 
 int main(void)
 {
+    if (!test_inferd_bin())
+        test_skip("inferd binary not built (INFERD_BIN)");
+    if (!test_fixtures_dir())
+        test_skip("fixtures not found (set INFERD_FIXTURES)");
     Suite *s = suite_create("tokenizer_cli");
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 300);

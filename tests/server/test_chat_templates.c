@@ -455,6 +455,8 @@ END_TEST
 
 int main(void)
 {
+    if (!test_fixtures_dir())
+        test_skip("fixtures not found (set INFERD_FIXTURES)");
     Suite *su = suite_create("chat_templates");
     TCase *tc = tcase_create("render");
     tcase_set_timeout(tc, 300);

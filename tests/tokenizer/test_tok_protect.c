@@ -155,6 +155,8 @@ END_TEST
 
 int main(void)
 {
+    if (!test_fixtures_dir())
+        test_skip("fixtures not found (set INFERD_FIXTURES)");
     Suite *s = suite_create("tok_protect");
     TCase *tc = tcase_create("protect");
     tcase_set_timeout(tc, 120);
