@@ -24,12 +24,17 @@
 # DEVICE_PERF_ROWS=long skips 3, 4 and 6 and benchmarks instead the long
 # rows: batch 256 at 1k context and batch 1 at 8k (llama3-8b) and 32k
 # (llama3.1-8b: rope scaling) context, graphs on and --enforce-eager.
+# DEVICE_PERF_ROWS=wave runs the acceptance tables of issues 12 and 13
+# instead (scripts/device-wave.sh: decode attention split variants, the
+# batch x context table graphs and eager, batch 256 at 1k and batch 1 at
+# 32k, prefill 512..16k, HF transformers prefill beside it, start-up time).
 # DEVICE_PERF_QUICK=1 runs only the dense kernel cases (CK_RUN_CASE=dense)
 # and skips the 8k row and the memcheck of test_graphs_gpu (fits one
 # 10-minute device call with the GEMM pass).
 set -uo pipefail
 QUICK=${DEVICE_PERF_QUICK:-0}
 LONG=$([[ ${DEVICE_PERF_ROWS:-} == long ]] && echo 1 || echo 0)
+WAVE=$([[ ${DEVICE_PERF_ROWS:-} == wave ]] && echo 1 || echo 0)
 ROOT=$(pwd)
 # logs go to /tmp and come back packed (the device tool returns at most 8
 # files): $OUT/logs.tgz, $OUT/summary.txt and the two bench tables
@@ -44,38 +49,23 @@ row() { printf "%-58s %s\n" "$1" "$2" | tee -a "$SUMMARY"; [[ $2 == ok* || $2 ==
 T0=$(date +%s)
 el() { echo "$(( $(date +%s) - T0 ))s"; }
 
-# 1. dependencies (same layout as scripts/device-run.sh)
-DEPS=/tmp/inferd-deps
-rm -rf "$DEPS" && mkdir -p "$DEPS"
-for f in .deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
-export PKG_CONFIG_SYSROOT_DIR=$DEPS
-export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
-export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
-if ! command -v pkg-config >/dev/null; then
-    export PKG_CONFIG_EXECUTABLE=$DEPS/usr/bin/pkgconf
-    ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
-    export PATH=$DEPS/usr/bin:$PATH
-fi
-printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs:\nCflags:\n' \
-    >"$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc"
-INFERD_LIBS=$DEPS/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib
-FIX=$ROOT/.deps/fixtures
-export INFERD_FIXTURES=$FIX
+# 1. dependencies
+source scripts/device-env.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -2; } >"$OUT/device.txt" 2>&1
 
 # 2. build
 BUILD=$ROOT/build-gpu
-if LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-   cmake -S . -B "$BUILD" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" \
-      -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
-      -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$(nproc)" --target inferd test_graphs_gpu test_engine_stories test_stories_gpu test_cuda_kernels \
-      >>"$OUT/build.log" 2>&1
+if device_build "$BUILD" inferd test_graphs_gpu test_engine_stories test_stories_gpu test_cuda_kernels \
+      >"$OUT/build.log" 2>&1
 then row "build (CUDA sm_90a) $(el)" ok
 else row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; fi
 export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BIN=$BUILD/cli/inferd
+
+if [[ $WAVE == 1 ]]; then
+    source scripts/device-wave.sh
+    echo "=== summary"; cat "$SUMMARY"; exit $FAILED
+fi
 
 if [[ $LONG == 1 ]]; then
     for v in graphs eager; do

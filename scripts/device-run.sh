@@ -31,36 +31,11 @@ SUMMARY=$OUT/summary.txt
 row() { printf "%-44s %s\n" "$1" "$2" | tee -a "$SUMMARY"; }
 
 # 1. dependencies
-DEPS=/tmp/inferd-deps
-rm -rf "$DEPS" && mkdir -p "$DEPS"
-for f in .deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
-export PKG_CONFIG_SYSROOT_DIR=$DEPS
-export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
-export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
-if ! command -v pkg-config >/dev/null; then
-    export PKG_CONFIG_EXECUTABLE=$DEPS/usr/bin/pkgconf
-    ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
-    export PATH=$DEPS/usr/bin:$PATH
-    export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-# libmicrohttpd.pc names gnutls in Requires.private; only its runtime library
-# (.deps/lib) is carried, so give pkg-config a stub entry for it.
-printf 'Name: gnutls\nDescription: stub (runtime carried in .deps/lib)\nVersion: 3.7.9\nLibs:\nCflags:\n' \
-    >"$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc"
-INFERD_LIBS=$DEPS/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib
-export INFERD_LD_LIBRARY_PATH=$INFERD_LIBS
-FIX=$ROOT/shared-fixtures
-[[ -d $FIX ]] || FIX=$ROOT/.deps/fixtures
-export INFERD_FIXTURES=$FIX
+source scripts/device-env.sh
 
 # 2. build
 BUILD=$ROOT/build-gpu
-{
-    LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    cmake -S . -B "$BUILD" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
-          -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" &&
-    cmake --build "$BUILD" -j "$(nproc)"
-} >"$OUT/build.log" 2>&1 && row "build (CUDA sm_90a)" "ok" || { row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -40 "$OUT/build.log"; exit 1; }
+device_build "$BUILD" >"$OUT/build.log" 2>&1 && row "build (CUDA sm_90a)" "ok" || { row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -40 "$OUT/build.log"; exit 1; }
 export LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BIN=$BUILD/cli/inferd
 

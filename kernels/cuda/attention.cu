@@ -12,20 +12,24 @@
  * every decode sequence is split, else none. How a sequence is split
  * depends only on its own length L: chunks of dec_chunk(L) =
  * ceil(L / split_target) keys (rounded up to KC_ATTN_CHUNK_ALIGN, at least
- * KC_ATTN_MIN_CHUNK, attention_decode.cu), split_target = the splits that
- * fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at batch 1 (a model
- * and GPU constant, at most KC_ATTN_MAX_SPLITS). So:
- *  - batch 1 splits every context longer than KC_ATTN_MIN_CHUNK (544
- *    tokens of Llama-3-8B: 3 splits of 256 keys x 8 kv heads; 32k: 64
+ * min_chunk, attention_decode.cu), split_target = the splits that fill one
+ * wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at batch 1 (a model and GPU
+ * constant, at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
+ * (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
+ * measurements). So:
+ *  - batch 1 splits every context longer than KC_ATTN_SPLIT_MIN_LEN (544
+ *    tokens of Llama-3-8B: 17 splits of 32 keys x 8 kv heads; 32k: 64
  *    splits of 512 keys);
- *  - NOTE: KC_ATTN_MIN_CHUNK is 256, not 32, because whether a launch
- *    splits depends on the batch: a sequence shorter than 256 keys is never
- *    split, so its output is the same alone or in a batch too large to split
- *    (the engine's invariance tests, e.g. abort-half, failed on an H100 with
- *    32: 17 splits of 32 keys ran batch 1 at 6.10 ms/step instead of 6.59,
- *    but flipped a greedy token when the batch shrank). Longer sequences
- *    still round differently split and unsplit; a plan whose split count
- *    depends on the length alone would remove that;
+ *  - NOTE: a context of at most KC_ATTN_SPLIT_MIN_LEN (256) keys is never
+ *    split, in any batch, because whether a launch splits depends on the
+ *    batch: such a sequence's output is the same alone or in a batch too
+ *    large to split (the engine's invariance tests, e.g. abort-half, failed
+ *    on an H100 when 32-key splits applied to every length: a greedy token
+ *    flipped when the batch shrank). That length is separate from the
+ *    shortest split: with 256-key minimum splits batch 1 at 544 tokens ran
+ *    6.59 ms/step, with 32-key splits 6.10. Longer sequences still round
+ *    differently split and unsplit; a plan whose split count depends on the
+ *    length alone would remove that;
  *  - a sequence's output is bitwise the same whichever other sequences
  *    share its batch, while the batch splits (the engine's invariance
  *    tests: a request run alone or with others gives the same tokens), and
@@ -97,6 +101,29 @@ static int dec_gmax(int group)
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
+/* The shortest decode split, read once per process: INFERD_ATTN_MIN_CHUNK
+ * (a multiple of KC_ATTN_CHUNK_ALIGN; anything else is ignored with a
+ * warning), else KC_ATTN_MIN_CHUNK. */
+static int attn_min_chunk(void)
+{
+    static int v = 0;
+    if (v == 0) {
+        int c = KC_ATTN_MIN_CHUNK;
+        const char *e = getenv("INFERD_ATTN_MIN_CHUNK");
+        if (e && *e) {
+            char *end = NULL;
+            const long x = strtol(e, &end, 10);
+            if (*end == '\0' && x >= KC_ATTN_CHUNK_ALIGN && x <= 1 << 20 && x % KC_ATTN_CHUNK_ALIGN == 0)
+                c = (int)x;
+            else
+                INFERD_LOG_WARN("cuda: INFERD_ATTN_MIN_CHUNK=%.32s ignored (a multiple of %d wanted)", e,
+                                KC_ATTN_CHUNK_ALIGN);
+        }
+        v = c;
+    }
+    return v;
+}
+
 /* Decode CTAs per sequence: kv heads x head chunks of GMAX heads (as
  * kcuda_attn_decode_launch). */
 static int ctas_per_seq(int nh, int nkv)
@@ -112,17 +139,18 @@ static int ctas_per_seq(int nh, int nkv)
  * ceil(L / dec_chunk(L)) <= min(split_target, ceil(L / MIN_CHUNK)) <=
  * max_splits splits. max_splits grows with max_len and with per_sm, and
  * shrinks as cps grows (the workspace bound relies on it). */
-static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t max_len, int *split_target)
+static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t max_len, int min_chunk,
+                     int *split_target)
 {
     *split_target = 0;
-    if (n_plan * cps >= (int64_t)KC_ATTN_SPLIT_BELOW * n_sms)
+    if (n_plan * cps >= (int64_t)KC_ATTN_SPLIT_BELOW * n_sms || max_len <= KC_ATTN_SPLIT_MIN_LEN)
         return 1;
     int64_t st = (int64_t)per_sm * n_sms / cps;
     if (st > KC_ATTN_MAX_SPLITS)
         st = KC_ATTN_MAX_SPLITS;
     if (st <= 1)
         return 1;
-    int64_t s = (max_len + KC_ATTN_MIN_CHUNK - 1) / KC_ATTN_MIN_CHUNK;
+    int64_t s = (max_len + min_chunk - 1) / min_chunk;
     if (s > st)
         s = st;
     if (s <= 1)
@@ -149,7 +177,8 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
     int64_t worst = 0;
     for (int64_t n = 1; n < 2 * rows; n *= 2) {
         int target;
-        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM, n, cps_min, max_seq_len, &target);
+        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM, n, cps_min, max_seq_len, KC_ATTN_CHUNK_ALIGN,
+                                    &target);
         const int64_t r = (n < rows ? n : rows) * s;
         if (s > 1 && r > worst)
             worst = r;
@@ -226,6 +255,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     a.bs = p->block_size;
     a.group = nh / nkv;
     a.scale = p->scale;
+    a.min_chunk = attn_min_chunk();
     a.tg = 4; /* the decode kernel's lane groups: 4, 8, 16 or 32 lanes */
     while (a.tg * 8 < hd)
         a.tg *= 2;
@@ -235,7 +265,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         int target = 0, max_splits = 1;
         if (p->workspace)
             max_splits = plan_make(st->n_sms, KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group)), n_plan,
-                                   ctas_per_seq(nh, nkv), max_dec_len, &target);
+                                   ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
         if (max_splits > 1) {
             a.split_target = target;
             a.max_splits = max_splits;

@@ -16,7 +16,8 @@
 
 #define KC_ATTN_MAX_HD KERN_CUDA_ATTN_MAX_HEAD_DIM /* largest head_dim (multiple of 8); kern_limits.h */
 /* Decode split-KV plan (attention.cu plan_make). */
-#define KC_ATTN_MIN_CHUNK 256     /* shortest KV range of one decode split (see NOTE in attention.cu) */
+#define KC_ATTN_SPLIT_MIN_LEN 256 /* a decode context of at most this many keys never splits (NOTE in attention.cu) */
+#define KC_ATTN_MIN_CHUNK 32      /* default shortest KV range of one split (INFERD_ATTN_MIN_CHUNK) */
 #define KC_ATTN_CHUNK_ALIGN 32    /* a split's keys: a multiple of this */
 #define KC_ATTN_MAX_SPLITS 64     /* most splits of one sequence (<= the merge CTA's threads) */
 #define KC_ATTN_SPLIT_BELOW 2     /* split when the batch has fewer decode CTAs per SM than this */
@@ -44,6 +45,7 @@ typedef struct {
     int split_target, max_splits; /* decode split plan: a sequence of length L gets chunks of
                                    * dec_chunk(L) keys (attention_decode.cu), at most split_target
                                    * of them; max_splits = grid z and workspace stride */
+    int min_chunk;                /* shortest split (a multiple of KC_ATTN_CHUNK_ALIGN) */
     int tg;                       /* decode: lanes per key (4, 8, 16 or 32, tg * 8 >= hd) */
     float scale;
 } kc_attn_args;

@@ -38,23 +38,25 @@
 #endif
 
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
- * up to KC_ATTN_CHUNK_ALIGN, at least KC_ATTN_MIN_CHUNK. A function of the
- * sequence's own length and of split_target (model and GPU constants) only,
+ * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
+ * sequence's own length, split_target and min_chunk (model, GPU and process
+ * constants) only,
  * never of the rest of the batch or of the graph's context bucket, so a
  * sequence's output is bitwise the same in any batch that splits. */
 __device__ __forceinline__ int dec_chunk(const kc_attn_args &a, int L)
 {
     int c = (L + a.split_target - 1) / a.split_target;
     c = (c + KC_ATTN_CHUNK_ALIGN - 1) / KC_ATTN_CHUNK_ALIGN * KC_ATTN_CHUNK_ALIGN;
-    return c < KC_ATTN_MIN_CHUNK ? KC_ATTN_MIN_CHUNK : c;
+    return c < a.min_chunk ? a.min_chunk : c;
 }
 
-/* Splits of a sequence of length L under the plan (>= 1, <= max_splits:
- * ceil(L / dec_chunk(L)) <= min(split_target, ceil(L / KC_ATTN_MIN_CHUNK))
+/* Splits of a sequence of length L under the plan (1 when L <=
+ * KC_ATTN_SPLIT_MIN_LEN, else >= 1 and <= max_splits:
+ * ceil(L / dec_chunk(L)) <= min(split_target, ceil(L / min_chunk))
  * and the host sizes max_splits for the batch's longest L). */
 __device__ __forceinline__ int dec_n_splits(const kc_attn_args &a, int L)
 {
-    if (!a.part_o)
+    if (!a.part_o || L <= KC_ATTN_SPLIT_MIN_LEN)
         return 1;
     const int c = dec_chunk(a, L);
     int n = (L + c - 1) / c;

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# scripts/device-wave.sh: the acceptance tables of issues 12 (decode) and 13
+# (prefill), sourced by `DEVICE_PERF_ROWS=wave bash scripts/device-perf.sh`
+# after its build (uses its BIN, BUILD, OUT, row, el). Every table row comes
+# from `inferd bench latency` with the ceilings it measures at start; the
+# peer (HF transformers, scripts/bench_gpu.py) runs in the same call.
+W=$OUT/wave
+mkdir -p "$W"
+L8=configs/models/llama3-8b
+L31=configs/models/llama3.1-8b
+
+# a. correctness of what the tables run: attention kernels vs their CPU twin,
+#    graphs == eager bitwise, engine invariance on the GPU
+if CK_RUN_CASE=attention timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/attn-kernels.log" 2>&1
+then row "test_cuda_kernels attention cases $(el)" PASS
+else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/attn-kernels.log)"; fi
+grep -E "attention .*(FAIL|splits=[0-9]+ )" "$W/attn-kernels.log" | head -12
+for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
+    then row "$(basename $t) (cuda, graphs on) $(el)" PASS
+    else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
+    grep -E "Checks|fail|Assert" "$W/$(basename $t).log" | head -4
+done
+
+# b. decode: the shortest split (INFERD_ATTN_MIN_CHUNK) at batch 1/16/64 x 512
+for mc in ${WAVE_MIN_CHUNKS:-32 256}; do
+    if INFERD_ATTN_MIN_CHUNK=$mc timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+          --batch-size 1,16,64 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+          --max-num-batched-tokens 8192 >"$W/minchunk-$mc.txt" 2>&1
+    then row "bench latency min chunk $mc $(el)" ok
+    else row "bench latency min chunk $mc (exit $?)" FAILED; fi
+    grep -E "^\| [0-9]" "$W/minchunk-$mc.txt"
+done
+
+# c. the decode table: batch 1/16/64 x 512/1k, graphs and eager; batch 256 x 1k
+#    (output long enough that the last prefill ends before the timed decode)
+#    and batch 1 x 32k (Llama-3.1 rope scaling)
+for v in graphs eager; do
+    extra=()
+    [[ $v == eager ]] && extra=(--enforce-eager)
+    if timeout 200 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16,64 \
+          --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 8192 \
+          "${extra[@]}" --output-json "$W/decode-$v.json" >"$W/decode-$v.txt" 2>&1
+    then row "bench latency 1/16/64 x 512/1k ($v) $(el)" ok
+    else row "bench latency 1/16/64 x 512/1k ($v, exit $?)" FAILED; fi
+    grep -E "^\| [0-9]|ceilings|capture" "$W/decode-$v.txt"
+    [[ $v == eager && -z ${WAVE_LONG_EAGER:-} ]] && continue # long rows: graphs only unless asked
+    for spec in "$L8 256 1024 160 256 2048" "$L31 1 32000 64 1 33000"; do
+        read -r cfg b in o ns mml <<<"$spec"
+        if timeout 200 "$BIN" bench latency --model $cfg --load-format dummy --device cuda --batch-size "$b" \
+              --input-len "$in" --output-len "$o" --num-iters-warmup 0 --num-iters 1 --max-num-seqs "$ns" \
+              --max-num-batched-tokens 8192 --max-model-len "$mml" "${extra[@]}" >"$W/decode-$v-b$b-$in.txt" 2>&1
+        then row "bench latency b$b x $in ($v) $(el)" ok
+        else row "bench latency b$b x $in ($v, exit $?)" FAILED; fi
+        grep -E "^\| [0-9]" "$W/decode-$v-b$b-$in.txt"
+    done
+done
+
+# d. prefill at 512 / 2k / 8k / 16k (one chunk each), Llama-3.1 shapes
+if timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+      --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
+      --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/prefill.txt" 2>&1
+then row "bench latency prefill 512..16k $(el)" ok
+else row "bench latency prefill (exit $?)" FAILED; fi
+grep -E "^\| [0-9]|ceilings" "$W/prefill.txt"
+
+# e. the peer: HF transformers prefill + decode at 2k (and 16k) in this run
+PY="env -u LD_LIBRARY_PATH python3"
+for pl in ${WAVE_PEER_LENS:-2048}; do
+    cfg=$L8
+    ((pl > 8192)) && cfg=$L31
+    if timeout 240 $PY scripts/bench_gpu.py --inferd "$BIN" --config $cfg --prompt-len $pl --gen 8 --runs 1 \
+          --batch 0 --no-scaling >"$W/peer-$pl.txt" 2>&1
+    then row "bench_gpu.py prompt $pl (inferd vs HF) $(el)" ok
+    else row "bench_gpu.py prompt $pl (exit $?)" FAILED; fi
+    grep -E "^\||ceiling|copy|GEMM" "$W/peer-$pl.txt" | tail -8
+done
+
+# f. start-up: dummy Llama-3-8B to a 200 from /health, graph capture included
+health_ok() { # PORT: GET /health answered 200 (bash's /dev/tcp: no curl needed)
+    local line=""
+    { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+    printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+    read -r -t 2 line <&3
+    exec 3<&-
+    [[ $line == *" 200 "* ]]
+}
+PORT=18431
+t0=$(date +%s.%N)
+"$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
+    >"$W/serve-start.log" 2>&1 &
+SPID=$!
+ok=0
+for _ in $(seq 1 600); do
+    if health_ok $PORT; then ok=1; break; fi
+    kill -0 $SPID 2>/dev/null || break
+    sleep 0.05
+done
+t1=$(date +%s.%N)
+kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+if [[ $ok == 1 ]]; then row "serve start-up to /health 200: $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s" ok
+else row "serve start-up" "FAILED (wave/serve-start.log)"; fi
+grep -E "graphs|capture|ready|listening|memory" "$W/serve-start.log" | head -5
