@@ -69,7 +69,7 @@ PY="env -u LD_LIBRARY_PATH python3"
 for pl in ${WAVE_PEER_LENS:-2048}; do
     cfg=$L8
     ((pl > 8192)) && cfg=$L31
-    if timeout 240 $PY scripts/bench_gpu.py --inferd "$BIN" --config $cfg --prompt-len $pl --gen 8 --runs 1 \
+    if timeout 240 $PY scripts/bench_gpu.py --inferd "$BIN" --config $cfg --prompt-len $pl --gen 32 --runs 2 \
           --batch 0 --no-scaling >"$W/peer-$pl.txt" 2>&1
     then row "bench_gpu.py prompt $pl (inferd vs HF) $(el)" ok
     else row "bench_gpu.py prompt $pl (exit $?)" FAILED; fi

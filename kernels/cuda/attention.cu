@@ -9,36 +9,36 @@
  * chunk, split). Whether a launch splits depends on the batch: when its
  * unsplit CTAs cannot fill the GPU (n_plan * CTAs per sequence below
  * KC_ATTN_SPLIT_BELOW per SM, n_plan = n_seqs rounded up to a power of two)
- * every decode sequence is split, else none. How a sequence is split
- * depends only on its own length L: chunks of dec_chunk(L) =
+ * every decode sequence longer than KC_ATTN_SPLIT_MIN_LEN keys is split,
+ * else none. A sequence of length L gets chunks of dec_chunk(L) =
  * ceil(L / split_target) keys (rounded up to KC_ATTN_CHUNK_ALIGN, at least
- * min_chunk, attention_decode.cu), split_target = the splits that fill one
- * wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at batch 1 (a model and GPU
- * constant, at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
+ * min_chunk, attention_decode.cu), split_target = the splits per sequence
+ * that fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at n_plan
+ * sequences (at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
  * (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
- * measurements). So:
- *  - batch 1 splits every context longer than KC_ATTN_SPLIT_MIN_LEN (544
- *    tokens of Llama-3-8B: 17 splits of 32 keys x 8 kv heads; 32k: 64
- *    splits of 512 keys);
+ * measurements). So, for Llama-3-8B (8 CTAs per sequence) on 132 SMs:
+ *  - batch 1 at 544 tokens: 17 splits of 32 keys; at 32k: 64 of 512;
+ *  - batch 16 at 544 tokens: 4 splits of 160 keys (32-key chunks at every
+ *    batch ran batch 16 at 8.09 ms/step instead of 7.60: the splits must
+ *    shrink as the batch fills the GPU);
  *  - NOTE: a context of at most KC_ATTN_SPLIT_MIN_LEN (256) keys is never
- *    split, in any batch, because whether a launch splits depends on the
- *    batch: such a sequence's output is the same alone or in a batch too
- *    large to split (the engine's invariance tests, e.g. abort-half, failed
- *    on an H100 when 32-key splits applied to every length: a greedy token
- *    flipped when the batch shrank). That length is separate from the
- *    shortest split: with 256-key minimum splits batch 1 at 544 tokens ran
- *    6.59 ms/step, with 32-key splits 6.10. Longer sequences still round
- *    differently split and unsplit; a plan whose split count depends on the
- *    length alone would remove that;
- *  - a sequence's output is bitwise the same whichever other sequences
- *    share its batch, while the batch splits (the engine's invariance
- *    tests: a request run alone or with others gives the same tokens), and
- *    whatever the context bucket a CUDA graph was captured for
- *    (model/graphs.c): the captured plan fixes only the grid (max_splits,
- *    from the bucket's length), and splits past a sequence's own count
- *    exit at once. Graph batches pad to the next ladder size, and every
- *    power of two is on the ladder, so a padded batch rounds to the same
- *    n_plan as the unpadded one: eager steps and replays split alike.
+ *    split, in any batch, so its output is the same alone or in any batch
+ *    (the engine's invariance tests, e.g. abort-half, failed on an H100
+ *    when 32-key splits applied to every length: a greedy token flipped
+ *    when the batch shrank). That length is separate from the shortest
+ *    split: with 256-key minimum splits batch 1 at 544 tokens ran
+ *    6.59 ms/step, with 32-key splits 6.09. Longer sequences round
+ *    differently in batches of different power-of-two classes; a plan whose
+ *    split count depends on the length alone would remove that, at a cost
+ *    in large batches;
+ *  - within a power-of-two class a sequence's output is bitwise the same
+ *    whichever other sequences share its batch, and whatever the context
+ *    bucket a CUDA graph was captured for (model/graphs.c): the captured
+ *    plan fixes only the grid (max_splits, from the bucket's length), and
+ *    splits past a sequence's own count exit at once. Graph batches pad to
+ *    the next ladder size, and every power of two is on the ladder, so a
+ *    padded batch rounds to the same n_plan as the unpadded one: eager
+ *    steps and replays split alike.
  * Before this plan (min chunk 256, target 2 CTAs per SM, plan from the
  * batch's longest length), batch 1 x 544 tokens of Llama-3-8B ran 8 kv
  * heads x 3 splits = 24 CTAs on 132 SMs, each a serial chain of 16
@@ -145,7 +145,7 @@ static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t
     *split_target = 0;
     if (n_plan * cps >= (int64_t)KC_ATTN_SPLIT_BELOW * n_sms || max_len <= KC_ATTN_SPLIT_MIN_LEN)
         return 1;
-    int64_t st = (int64_t)per_sm * n_sms / cps;
+    int64_t st = (int64_t)per_sm * n_sms / (cps * n_plan);
     if (st > KC_ATTN_MAX_SPLITS)
         st = KC_ATTN_MAX_SPLITS;
     if (st <= 1)

@@ -39,10 +39,10 @@
 
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
  * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
- * sequence's own length, split_target and min_chunk (model, GPU and process
- * constants) only,
- * never of the rest of the batch or of the graph's context bucket, so a
- * sequence's output is bitwise the same in any batch that splits. */
+ * sequence's own length and of the plan's split_target and min_chunk
+ * (constants of the model, the GPU, the process and the batch's
+ * power-of-two class), never of the other sequences' lengths or of the
+ * graph's context bucket (attention.cu). */
 __device__ __forceinline__ int dec_chunk(const kc_attn_args &a, int L)
 {
     int c = (L + a.split_target - 1) / a.split_target;
@@ -176,10 +176,10 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
     const int h0 = kvh * a.group + hc * GMAX;
     const int nhc = min(GMAX, a.group - hc * GMAX);
     const int L = a.seq_lens[seq];
-    const int split = blockIdx.z;
-    if (split >= dec_n_splits(a, L))
+    const int split = blockIdx.z, n_splits = dec_n_splits(a, L);
+    if (split >= n_splits)
         return;
-    const int chunk = a.part_o ? dec_chunk(a, L) : L;
+    const int chunk = n_splits > 1 ? dec_chunk(a, L) : L; /* an unsplit sequence in a split launch: all of it */
     const int kv_begin = split * chunk;
     const int kv_end = min(L, kv_begin + chunk);
     const int hd = a.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
