@@ -30,7 +30,8 @@ FIX=$ROOT/shared-fixtures
 [[ -d $FIX ]] || FIX=$ROOT/.deps/fixtures
 export INFERD_FIXTURES=$FIX
 
-# device_build DIR [TARGET...]: configure + build (all targets when none named).
+# device_build DIR [TARGET...]: configure + build (all targets when none named);
+# DEVICE_CUDA_FLAGS adds nvcc flags (e.g. -DKC_NO_PDL_TRIGGER for an A/B build).
 device_build() {
     local dir=$1
     shift
@@ -39,7 +40,7 @@ device_build() {
     LD_LIBRARY_PATH=$INFERD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
         cmake -S . -B "$dir" -DINFERD_CUDA=ON -DINFERD_FIXTURES="$FIX" -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_FLAGS="-I$DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" \
-        -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
+        -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" -DCMAKE_CUDA_FLAGS="${DEVICE_CUDA_FLAGS:-}" \
         -DCMAKE_EXE_LINKER_FLAGS="-L$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath-link,$ROOT/.deps/lib" &&
         cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
 }

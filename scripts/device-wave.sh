@@ -6,11 +6,15 @@
 # peer (HF transformers, scripts/bench_gpu.py) runs in the same call.
 W=$OUT/wave
 mkdir -p "$W"
+# WAVE_PARTS picks sections (default all): tests minchunk decode prefill peer startup ab profile
+PARTS=" ${WAVE_PARTS:-tests minchunk decode prefill peer startup ab profile} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
 L31=configs/models/llama3.1-8b
 
 # a. correctness of what the tables run: attention kernels vs their CPU twin,
 #    graphs == eager bitwise, engine invariance on the GPU
+if part tests; then
 if CK_RUN_CASE=attention timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/attn-kernels.log" 2>&1
 then row "test_cuda_kernels attention cases $(el)" PASS
 else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/attn-kernels.log)"; fi
@@ -21,9 +25,10 @@ for t in model/test_graphs_gpu scheduler/test_engine_stories; do
     else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
     grep -E "Checks|fail|Assert" "$W/$(basename $t).log" | head -4
 done
+fi
 
 # b. decode: the shortest split (INFERD_ATTN_MIN_CHUNK) at batch 1/16/64 x 512
-for mc in ${WAVE_MIN_CHUNKS:-32 256}; do
+part minchunk && for mc in ${WAVE_MIN_CHUNKS:-32 256}; do
     if INFERD_ATTN_MIN_CHUNK=$mc timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
           --batch-size 1,16,64 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
           --max-num-batched-tokens 8192 >"$W/minchunk-$mc.txt" 2>&1
@@ -35,7 +40,7 @@ done
 # c. the decode table: batch 1/16/64 x 512/1k, graphs and eager; batch 256 x 1k
 #    (output long enough that the last prefill ends before the timed decode)
 #    and batch 1 x 32k (Llama-3.1 rope scaling)
-for v in graphs eager; do
+part decode && for v in graphs eager; do
     extra=()
     [[ $v == eager ]] && extra=(--enforce-eager)
     if timeout 200 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16,64 \
@@ -57,16 +62,18 @@ for v in graphs eager; do
 done
 
 # d. prefill at 512 / 2k / 8k / 16k (one chunk each), Llama-3.1 shapes
+if part prefill; then
 if timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
       --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
       --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/prefill.txt" 2>&1
 then row "bench latency prefill 512..16k $(el)" ok
 else row "bench latency prefill (exit $?)" FAILED; fi
 grep -E "^\| [0-9]|ceilings" "$W/prefill.txt"
+fi
 
 # e. the peer: HF transformers prefill + decode at 2k (and 16k) in this run
 PY="env -u LD_LIBRARY_PATH python3"
-for pl in ${WAVE_PEER_LENS:-2048}; do
+part peer && for pl in ${WAVE_PEER_LENS:-2048}; do
     cfg=$L8
     ((pl > 8192)) && cfg=$L31
     if timeout 240 $PY scripts/bench_gpu.py --inferd "$BIN" --config $cfg --prompt-len $pl --gen 32 --runs 2 \
@@ -77,6 +84,7 @@ for pl in ${WAVE_PEER_LENS:-2048}; do
 done
 
 # f. start-up: dummy Llama-3-8B to a 200 from /health, graph capture included
+if part startup; then
 health_ok() { # PORT: GET /health answered 200 (bash's /dev/tcp: no curl needed)
     local line=""
     { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
@@ -101,3 +109,31 @@ kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 if [[ $ok == 1 ]]; then row "serve start-up to /health 200: $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s" ok
 else row "serve start-up" "FAILED (wave/serve-start.log)"; fi
 grep -E "graphs|capture|ready|listening|memory" "$W/serve-start.log" | head -5
+fi
+
+# g. A/B: the small kernels' PDL trigger (kc_pdl_trigger) on (this build) and
+#    off (a second build with -DKC_NO_PDL_TRIGGER), alternating processes
+if part ab; then
+if DEVICE_CUDA_FLAGS=-DKC_NO_PDL_TRIGGER device_build "$ROOT/build-gpu-notrig" inferd >"$W/build-notrig.log" 2>&1
+then
+    for rep in 1 2; do
+        for v in trig notrig; do
+            b=$BIN
+            [[ $v == notrig ]] && b=$ROOT/build-gpu-notrig/cli/inferd
+            timeout 100 "$b" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16,64 \
+                --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 8192 \
+                >"$W/ab-$v-$rep.txt" 2>&1 && row "A/B PDL trigger: $v (run $rep) $(el)" ok || row "A/B $v $rep" FAILED
+            grep -E "^\| [0-9]" "$W/ab-$v-$rep.txt" | head -3
+        done
+    done
+else row "A/B build without the PDL trigger" "FAILED (wave/build-notrig.log)"; fi
+fi
+
+# h. where a decode step goes: the per-op table (eager, an event per op), batch 1 and 16 at 512
+if part profile; then
+if timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16 --input-len 512 \
+      --output-len 32 --num-iters-warmup 1 --num-iters 1 --max-num-batched-tokens 8192 --profile-ops >"$W/profile-ops.txt" 2>&1
+then row "bench latency --profile-ops b1/b16 x 512 $(el)" ok
+else row "bench latency --profile-ops (exit $?)" FAILED; fi
+grep -vE "^\[|^$|INFO" "$W/profile-ops.txt" | grep -E "^\||ops of" | head -60
+fi

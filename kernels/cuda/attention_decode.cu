@@ -164,6 +164,7 @@ template <int GMAX, int TG>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
+    kc_pdl_trigger();
     __shared__ float sm_acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
     __shared__ float sm_m[DEC_WARPS][GMAX], sm_l[DEC_WARPS][GMAX];
     const int seq = blockIdx.x;
@@ -254,6 +255,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
  * (16-byte reads of the partials). */
 static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
+    kc_pdl_trigger();
     __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
     __shared__ float sm_red[MERGE_THREADS / 32];
     const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;

@@ -142,6 +142,21 @@ __device__ __forceinline__ uint4 kc_pack8(const float *f)
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* Programmatic dependent launch, primary side: let the next kernel on the
+ * stream, when it is launched with the programmatic-serialization attribute
+ * (the decode GEMV, gemv.cu), start now. Its CTAs then fill the SMs this
+ * kernel leaves idle (a batch-1 RMSNorm is one CTA) and stream their first
+ * weights while this kernel runs; they wait (griddepcontrol.wait) for this
+ * grid to finish before reading its output. Called first thing by the small
+ * per-layer kernels; no effect on a dependent launched without the
+ * attribute. -DKC_NO_PDL_TRIGGER turns it off (for measurements). */
+__device__ __forceinline__ void kc_pdl_trigger(void)
+{
+#if !defined(KEMU_H) && !defined(KC_NO_PDL_TRIGGER) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float kc_warp_sum(float v)
 {
 #pragma unroll

@@ -28,6 +28,7 @@ template <bool VEC8>
 static __global__ void gather_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ src,
                                      const int32_t *__restrict__ idx, int64_t n_src, int d)
 {
+    kc_pdl_trigger();
     const int64_t j = blockIdx.x;
     const int32_t id = idx[j];
     const bool ok = id >= 0 && (n_src < 0 || id < n_src);
@@ -85,6 +86,7 @@ template <bool VEC8>
 static __global__ void add_rmsnorm_kernel(uint16_t *out, uint16_t *resid, const uint16_t *add,
                                           const uint16_t *__restrict__ w, int d, float eps)
 {
+    kc_pdl_trigger();
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
     uint16_t *r = resid + row * d;            /* [d] */
@@ -177,6 +179,7 @@ template <bool VEC8>
 static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ gu,
                                        int64_t n, int f)
 {
+    kc_pdl_trigger();
     const int per = VEC8 ? 8 : 1;
     const int64_t items_per_row = f / per;
     const int64_t total = n * items_per_row;
@@ -245,6 +248,7 @@ struct rope_epi {
  * reached by the whole block (the branches around them are block-uniform). */
 static __global__ void rope_kv_kernel(kern_rope_kv_params p, rope_epi e)
 {
+    kc_pdl_trigger();
     extern __shared__ float rope_sm[]; /* cs[half], sn[half], inv_rms[nh + nkv] when normed */
     const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
     float *cs = rope_sm, *sn = rope_sm + half, *inv_rms = rope_sm + hd;
