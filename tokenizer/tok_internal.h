@@ -223,6 +223,7 @@ struct tokenizer {
     tok_trie trie_raw, trie_norm; /* added tokens with normalized false / true */
     tok_trie trie_special;        /* raw text of every special added token (tok_find_special) */
     size_t special_max_len;       /* longest special token text in bytes */
+    size_t max_token_bytes;       /* longest piece or added-token text (tok_max_token_bytes) */
     tok_regex word_re;            /* single_word boundary test (compiled when needed) */
 
     tok_tmpl_item *tmpl;     /* post-processor single template, NULL when none */

@@ -383,6 +383,22 @@ static inferd_status load_root(tokenizer *t, const cJSON *root, const char *conf
 }
 
 /* Parse and load; on error the message is prefixed with `name`. */
+/* The longest token text in bytes: model pieces (their vocab spelling, which
+ * is never shorter than the input bytes the token stands for: byte-level
+ * BPE spells a byte with 1-2 UTF-8 bytes, SentencePiece a space with the
+ * 3-byte U+2581, a fallback byte with 6) and added-token contents. */
+static size_t longest_token(const tokenizer *t)
+{
+    size_t m = 1;
+    for (int id = 0; id < t->n_ids; id++)
+        if (t->piece_len[id] > 0 && (size_t)t->piece_len[id] > m)
+            m = (size_t)t->piece_len[id];
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].content && strlen(t->added[i].content) > m)
+            m = strlen(t->added[i].content);
+    return m;
+}
+
 static inferd_status load_text(const char *json, size_t len, const char *config_json, const char *name,
                                tokenizer **out)
 {
@@ -401,6 +417,7 @@ static inferd_status load_text(const char *json, size_t len, const char *config_
         tok_free(t);
         return inferd_set_error(st, "%s: %s", name, msg);
     }
+    t->max_token_bytes = longest_token(t);
     *out = t;
     return INFERD_OK;
 }
@@ -485,6 +502,7 @@ void tok_free(tokenizer *t)
  * max id + 1 over the model vocab and added tokens (holes included), the
  * bound the engine checks ids against. */
 int tok_vocab_size(const tokenizer *t) { return t->n_ids; }
+size_t tok_max_token_bytes(const tokenizer *t) { return t->max_token_bytes; }
 int32_t tok_bos_id(const tokenizer *t) { return t->bos_id; }
 int32_t tok_eos_id(const tokenizer *t) { return t->eos_id; }
 const char *tok_chat_template(const tokenizer *t) { return t->chat_template; }

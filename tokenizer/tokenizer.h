@@ -26,6 +26,11 @@ inferd_status tok_load_json(const char *tokenizer_json, const char *config_json,
 void tok_free(tokenizer *t);
 
 int tok_vocab_size(const tokenizer *t);
+/* Bytes of the longest token text (model piece or added token): a text of
+ * L bytes encodes to at least about L / tok_max_token_bytes tokens (exactly
+ * so without a normalizer that shortens text, e.g. NFKC), which lets a
+ * caller refuse a prompt that cannot fit a context before encoding it. */
+size_t tok_max_token_bytes(const tokenizer *t);
 int32_t tok_bos_id(const tokenizer *t);  /* -1 when none */
 int32_t tok_eos_id(const tokenizer *t);  /* -1 when none */
 bool tok_is_special(const tokenizer *t, int32_t id);

@@ -51,6 +51,9 @@ static void check_fixture(const tok_fixture *f)
         snprintf(what, sizeof what, "%s case %d", f->name, idx);
         failed += !tt_encode_eq(t, text, true, want, n, what);
         g_ids_checked += n;
+        /* the bound servers use to refuse a prompt before encoding it */
+        ck_assert_msg((size_t)n * tok_max_token_bytes(t) >= strlen(text), "%s: %zu bytes in %d tokens > max %zu",
+                      what, strlen(text), n, tok_max_token_bytes(t));
         inferd_free(want);
         n = golden_ids(c, f, "ids_no_special_parsing", &want);
         if (n >= 0) {
@@ -197,6 +200,15 @@ START_TEST(test_metadata)
     ck_assert_int_eq(tok_eos_id(l2), 2);
     ck_assert(tok_is_special(l2, 1) && !tok_is_special(l2, 100));
     ck_assert_str_eq(tok_id_to_piece(l2, 15043), "\xE2\x96\x81Hello");
+    /* the longest piece, as a scan of every id's text finds it */
+    size_t longest = 0;
+    for (int32_t id = 0; id < tok_vocab_size(l2); id++) {
+        const char *p = tok_id_to_piece(l2, id);
+        if (p && strlen(p) > longest)
+            longest = strlen(p);
+    }
+    ck_assert_uint_eq(tok_max_token_bytes(l2), longest);
+    ck_assert_uint_ge(longest, 16);
     ck_assert_str_eq(tok_id_to_piece(l2, 1), "<s>");
     ck_assert_ptr_null(tok_id_to_piece(l2, 32000));
     ck_assert_int_eq(tok_piece_to_id(l2, "<0x0A>"), 13);
