@@ -444,10 +444,12 @@ static inferd_status jsonl_prompt_ids(const bench_dataset_opts *o, const cJSON *
 }
 
 /* One line: "prompt" (text or ids), "output_len" or "max_tokens"
- * (default DEFAULT_OUTPUT_LEN), --output-len overriding both. On error p
+ * (default DEFAULT_OUTPUT_LEN), --output-len overriding both. The length
+ * must be an integer in [1, 1e9]: 2.5 is an error, not 2 (a silently
+ * truncated length would skew the benchmark's token totals). On error p
  * may hold a partial prompt; the caller frees every slot.
- * NOTE: output_len is not checked to be integral (2.5 becomes 2), and a
- * text prompt that fails to tokenize gets prompt_len -1 (count_tokens). */
+ * NOTE: a text prompt that fails to tokenize gets prompt_len -1
+ * (count_tokens). */
 static inferd_status jsonl_line(const bench_dataset_opts *o, const char *line, size_t n, bench_prompt *p)
 {
     cJSON *root = cJSON_ParseWithLength(line, n);
@@ -469,9 +471,11 @@ static inferd_status jsonl_line(const bench_dataset_opts *o, const char *line, s
     if (!ol)
         ol = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
     p->output_len = DEFAULT_OUTPUT_LEN;
-    if (ol && (!cJSON_IsNumber(ol) || ol->valuedouble < 1 || ol->valuedouble > 1e9) && st == INFERD_OK)
-        st = inferd_set_error(INFERD_ERR_FORMAT, "\"output_len\" must be a positive integer");
-    else if (ol)
+    bool ol_ok = !ol || (cJSON_IsNumber(ol) && ol->valuedouble >= 1 && ol->valuedouble <= 1e9 &&
+                         ol->valuedouble == floor(ol->valuedouble));
+    if (!ol_ok && st == INFERD_OK)
+        st = inferd_set_error(INFERD_ERR_FORMAT, "\"%s\" must be an integer in [1, 1e9]", ol->string);
+    else if (ol && ol_ok) /* only a checked value is converted: (int) of 1e300 is undefined */
         p->output_len = (int)ol->valuedouble;
     if (o->fixed_output_len > 0)
         p->output_len = o->fixed_output_len;

@@ -13,6 +13,7 @@
  * reuse the first bodies and are not reported. Not done here: HTTP/2,
  * retries, or multiple runs (sweeps are the caller's loop).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,7 +140,6 @@ static char *make_body(const run_ctx *c, const bench_prompt *p)
  * 2 for invalid dataset options, 1 for any other failure (tokenizer,
  * dataset file); c is left for free_ctx either way. An unreachable server
  * is not an error here: without --model the name is just omitted. */
-/* Model, tokenizer, prompts, bodies, arrivals. Returns an exit code. */
 static int prepare(run_ctx *c)
 {
     const bench_serve_opts *o = c->o;
@@ -166,10 +166,15 @@ static int prepare(run_ctx *c)
     if (!c->tok && o->dataset == BENCH_DATA_RANDOM && !o->quiet)
         INFERD_LOG_WARN("bench: no --tokenizer: random prompts use %s; the server's usage gives the true lengths",
                  c->chat ? "English words (about one token each)" : "ids 3..258");
+    /* vLLM's general --input-len / --output-len win over the dataset's own
+     * flags: random takes them as its lengths (the range ratio still
+     * applies), sharegpt/jsonl the output one as a fixed length */
     bench_dataset_opts dopt = {
         .kind = o->dataset, .path = o->dataset_path, .num_prompts = o->num_prompts,
-        .input_len = o->random_input_len, .output_len = o->random_output_len,
-        .range_ratio = o->random_range_ratio, .fixed_output_len = o->output_len,
+        .input_len = o->input_len > 0 ? o->input_len : o->random_input_len,
+        .output_len = o->output_len > 0 ? o->output_len : o->random_output_len,
+        .range_ratio = o->random_range_ratio,
+        .fixed_output_len = o->output_len > 0 ? o->output_len : o->fixed_output_len,
         .seed = o->seed, .text_only = c->chat, .tok = c->tok,
     };
     inferd_status st = bench_dataset_build(&dopt, &c->prompts, &c->n);
@@ -258,9 +263,46 @@ static void warmup(const run_ctx *c, volatile sig_atomic_t *stop)
     inferd_free(bodies);
 }
 
+/* mkdir -p: every missing component of dir, mode 0777 (less the umask).
+ * An existing directory is fine; anything else that blocks the path (a
+ * file, no permission) is INFERD_ERR_IO naming the component. */
+static inferd_status make_dirs(const char *dir)
+{
+    if (!dir[0])
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "--result-dir: empty path");
+    char *path = inferd_strdup(dir);
+    inferd_status st = INFERD_OK;
+    for (char *p = path + 1; st == INFERD_OK; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        char saved = *p;
+        *p = '\0';
+        struct stat sb;
+        int err = mkdir(path, 0777) == 0 ? 0 : errno;
+        if (err != 0 && !(err == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+            st = inferd_set_error(INFERD_ERR_IO, "--result-dir: cannot create %s: %s", path,
+                                  err == EEXIST ? "not a directory" : strerror(err));
+        *p = saved;
+        if (end)
+            break;
+    }
+    inferd_free(path);
+    return st;
+}
+
+/* path inside --result-dir unless absolute (Python's os.path.join, as
+ * vLLM joins them); heap. */
+static char *in_result_dir(const bench_serve_opts *o, const char *name)
+{
+    if (!o->result_dir || name[0] == '/')
+        return inferd_strdup(name);
+    return str_printf("%s/%s", o->result_dir, name);
+}
+
 /* vLLM's file name: <backend>-<rate>qps[-concurrency<N>]-<model>-<date>.json
- * in --result-dir (which must exist). The model part keeps only the last
- * path component, with '/' and ' ' replaced, so it is one file name. */
+ * in --result-dir. The model part keeps only the last path component, with
+ * '/' and ' ' replaced, so it is one file name. */
 static char *default_result_path(const run_ctx *c)
 {
     const bench_serve_opts *o = c->o;
@@ -281,20 +323,40 @@ static char *default_result_path(const run_ctx *c)
     for (char *p = base_model; *p; p++)
         if (*p == '/' || *p == ' ')
             *p = '_';
-    char *name = str_printf("%s%s%s-%sqps%s-%s-%s.json", o->result_dir ? o->result_dir : "",
-                            o->result_dir ? "/" : "", c->chat ? "openai-chat" : "openai", rate, conc,
-                            base_model, date);
+    char *name = str_printf("%s-%sqps%s-%s-%s.json", c->chat ? "openai-chat" : "openai", rate, conc, base_model,
+                            date);
     inferd_free(base_model);
-    return name;
+    char *path = in_result_dir(o, name);
+    inferd_free(name);
+    return path;
+}
+
+/* Write the result JSON where the flags say; false (message printed) when
+ * the directory cannot be made or the file cannot be written. *path_out
+ * gets the path either way (heap). */
+static bool save_result(const run_ctx *c, const bench_summary *s, const bench_meta *m, const bench_result *res,
+                        const int *sent_len, char **path_out)
+{
+    const bench_serve_opts *o = c->o;
+    char *path = o->result_filename ? in_result_dir(o, o->result_filename) : default_result_path(c);
+    *path_out = path;
+    if ((o->result_dir && make_dirs(o->result_dir) != INFERD_OK) ||
+        bench_save_json(path, s, m, res, c->n, sent_len) != INFERD_OK) {
+        fprintf(stderr, "inferd bench serve: cannot save the result: %s\n", inferd_last_error());
+        return false;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "Result saved to %s\n", path);
+    return true;
 }
 
 /* Table, JSON, warnings; returns the exit code.
  * Ownership: with rep, the results, sent_len and the path move to rep (the
  * caller frees with bench_serve_report_free); without it they are freed
  * here. Only the first three failures are printed: the table has the
- * counts by class and the JSON every message. A failed save is reported
- * but does not change the exit code. */
-/* Table, JSON, warnings; returns the exit code. */
+ * counts by class and the JSON every message. A result that was asked for
+ * and could not be written makes the exit code 1: a script must not take
+ * a run whose numbers are lost for a success. */
 static int report(const run_ctx *c, bench_result *res, double duration, bool interrupted,
                   bench_serve_report *rep)
 {
@@ -306,7 +368,7 @@ static int report(const run_ctx *c, bench_result *res, double duration, bool int
         sent_exact[i] = c->prompts[i].exact;
     }
     bench_summary s;
-    bench_summarize(res, c->n, sent_len, sent_exact, duration, &s);
+    bench_summarize(res, c->n, sent_len, sent_exact, duration, &o->report, &s);
     bench_meta m = {
         .backend = c->chat ? "openai-chat" : "openai", .base_url = c->base, .endpoint = o->endpoint,
         .model_id = c->model, .tokenizer_id = c->tok_dir,
@@ -335,15 +397,11 @@ static int report(const run_ctx *c, bench_result *res, double duration, bool int
                     s.input_len_mismatches, "token ids");
     }
     char *path = NULL;
-    if (o->save_result || o->result_filename) {
-        path = o->result_filename ? inferd_strdup(o->result_filename) : default_result_path(c);
-        if (bench_save_json(path, &s, &m, res, c->n, sent_len) != INFERD_OK)
-            fprintf(stderr, "inferd bench serve: %s\n", inferd_last_error());
-        else if (!o->quiet)
-            fprintf(stderr, "Result saved to %s\n", path);
-    }
-    /* 0 only for a clean, complete run, so scripts can trust the numbers */
-    int rc = (s.completed == 0 || s.failed > 0 || s.cancelled > 0 || interrupted) ? 1 : 0;
+    bool saved = true;
+    if (o->save_result || o->result_filename)
+        saved = save_result(c, &s, &m, res, sent_len, &path);
+    /* 0 only for a clean, complete, saved run, so scripts can trust the numbers */
+    int rc = (s.completed == 0 || s.failed > 0 || s.cancelled > 0 || interrupted || !saved) ? 1 : 0;
     if (rep) {
         rep->summary = s;
         rep->results = res;

@@ -32,9 +32,30 @@
 static const opt_name k_datasets[] = {
     {"random", BENCH_DATA_RANDOM}, {"sharegpt", BENCH_DATA_SHAREGPT}, {"jsonl", BENCH_DATA_JSONL}, {NULL, 0}};
 
-/* Row order is the --help order. The three output-len rows share one field
- * (vLLM's historical spellings); the last one given wins. max-concurrency
- * and output-len have no default (OPT_F_NO_DEFAULT): 0 means "unset". */
+/* --percentile-metrics, --metric-percentiles, --goodput: parsed into the
+ * report config (bench/bench_report_cfg.c); a bad value stores nothing. */
+static bool parse_pct_metrics(void *base, const opt_row *row, const char *text)
+{
+    (void)row;
+    return bench_parse_percentile_metrics(text, &((bench_serve_opts *)base)->report);
+}
+
+static bool parse_metric_pcts(void *base, const opt_row *row, const char *text)
+{
+    (void)row;
+    return bench_parse_metric_percentiles(text, &((bench_serve_opts *)base)->report);
+}
+
+static bool parse_goodput(void *base, const opt_row *row, const char *text)
+{
+    (void)row;
+    return bench_parse_goodput(text, &((bench_serve_opts *)base)->report);
+}
+
+/* Row order is the --help order. input-len and output-len are vLLM's
+ * general lengths: they win over the dataset-specific rows (random-*-len,
+ * and sharegpt-output-len / custom-output-len, which share one field, the
+ * last one given winning). Rows with OPT_F_NO_DEFAULT use 0 for "unset". */
 static const opt_row k_rows[] = {
     STR_ROW("base-url", base_url, NULL, "server URL, e.g. http://127.0.0.1:8000 (overrides host/port)"),
     STR_ROW("host", host, "127.0.0.1", "server host"),
@@ -60,12 +81,15 @@ static const opt_row k_rows[] = {
      .def = 128, .help = "random: max_tokens"},
     {.name = "random-range-ratio", .kind = OPT_DOUBLE, .off = OFF(random_range_ratio), .min = 0,
      .max = 0.999999, .def = 0, .help = "random: lengths in [L(1-r), L(1+r)]"},
+    {.name = "input-len", .kind = OPT_INT, .off = OFF(input_len), .min = 1, .max = 1e7,
+     .help = "prompt tokens of the random dataset (overrides --random-input-len)", .flags = OPT_F_NO_DEFAULT},
     {.name = "output-len", .kind = OPT_INT, .off = OFF(output_len), .min = 1, .max = 1e7,
+     .help = "max_tokens: random's (overrides --random-output-len), sharegpt/jsonl's fixed one",
+     .flags = OPT_F_NO_DEFAULT},
+    {.name = "sharegpt-output-len", .kind = OPT_INT, .off = OFF(fixed_output_len), .min = 1, .max = 1e7,
      .help = "sharegpt/jsonl: fixed max_tokens (default: the data's)", .flags = OPT_F_NO_DEFAULT},
-    {.name = "sharegpt-output-len", .kind = OPT_INT, .off = OFF(output_len), .min = 1, .max = 1e7,
-     .help = "alias of --output-len", .flags = OPT_F_NO_DEFAULT},
-    {.name = "custom-output-len", .kind = OPT_INT, .off = OFF(output_len), .min = 1, .max = 1e7,
-     .help = "alias of --output-len", .flags = OPT_F_NO_DEFAULT},
+    {.name = "custom-output-len", .kind = OPT_INT, .off = OFF(fixed_output_len), .min = 1, .max = 1e7,
+     .help = "alias of --sharegpt-output-len", .flags = OPT_F_NO_DEFAULT},
     BOOL_ROW("ignore-eos", ignore_eos, "send ignore_eos: true"),
     {.name = "temperature", .kind = OPT_DOUBLE, .off = OFF(temperature), .min = 0, .max = 100, .def = 0,
      .help = "sampling temperature"},
@@ -74,9 +98,17 @@ static const opt_row k_rows[] = {
      .help = "seed of prompts and arrival times"},
     {.name = "num-warmups", .kind = OPT_INT, .off = OFF(num_warmups), .min = 0, .max = 1e6, .def = 0,
      .help = "warm-up requests before the run (not counted)"},
+    {.name = "percentile-metrics", .kind = OPT_CUSTOM, .parse = parse_pct_metrics, .def_str = "ttft,tpot,itl,e2el",
+     .meta = "LIST", .help = "metrics whose percentiles are printed and saved (vLLM's default: ttft,tpot,itl)"},
+    {.name = "metric-percentiles", .kind = OPT_CUSTOM, .parse = parse_metric_pcts, .def_str = "90,95,99",
+     .meta = "LIST", .help = "percentiles of those metrics, in [0, 100] (vLLM's default: 99)"},
+    {.name = "goodput", .kind = OPT_CUSTOM, .parse = parse_goodput, .meta = "KEY:MS...",
+     .help = "SLOs of a good request, e.g. ttft:200 tpot:50 (ttft, tpot, e2el in ms; default none)",
+     .flags = OPT_F_NO_DEFAULT},
     BOOL_ROW("save-result", save_result, "write the result JSON"),
-    STR_ROW("result-filename", result_filename, NULL, "result JSON path (implies --save-result)"),
-    STR_ROW("result-dir", result_dir, NULL, "directory of the default result file name"),
+    STR_ROW("result-filename", result_filename, NULL, "result JSON path (implies --save-result; inside --result-dir "
+                                                      "when both are given)"),
+    STR_ROW("result-dir", result_dir, NULL, "directory of the result file (created when missing)"),
     STR_ROW("api-key", api_key, NULL, "bearer token (default $OPENAI_API_KEY)"),
     /* 6 h default: vLLM's client-side (aiohttp) request timeout */
     {.name = "timeout", .kind = OPT_DOUBLE, .off = OFF(timeout_s), .min = 1e-3, .max = 1e7, .def = 21600,
@@ -96,10 +128,12 @@ const opt_row *bench_serve_rows(size_t *n)
 }
 
 /* Every field from its row; fields without a row stay 0/false/NULL
- * (quiet: only tests set it). */
+ * (quiet: only tests set it). The report config starts at its defaults
+ * (no goodput SLO: the goodput row has none) before the rows apply theirs. */
 void bench_serve_opts_default(bench_serve_opts *o)
 {
     memset(o, 0, sizeof *o);
+    bench_report_cfg_default(&o->report);
     opt_defaults(k_rows, INFERD_ARRAY_LEN(k_rows), o);
 }
 
@@ -148,7 +182,8 @@ int bench_serve_parse(int argc, char **argv, bench_serve_opts *o, bool *help)
             *help = true;
             return 0;
         }
-        int r = opt_parse_arg(&g, 1, argc, argv, &i, NULL);
+        const opt_row *row = NULL;
+        int r = opt_parse_arg(&g, 1, argc, argv, &i, &row);
         if (r == 0) {
             fprintf(stderr, "inferd bench serve: unknown argument '%s' (see --help)\n", arg);
             return 2;
@@ -156,6 +191,14 @@ int bench_serve_parse(int argc, char **argv, bench_serve_opts *o, bool *help)
         if (r < 0) {
             fprintf(stderr, "inferd bench serve: %s\n", inferd_last_error());
             return 2;
+        }
+        /* vLLM's --goodput is nargs="+": the words after it that are not
+         * flags are more KEY:VALUE pairs (positionals are refused anyway) */
+        while (row && row->parse == parse_goodput && i + 1 < argc && argv[i + 1][0] != '-') {
+            if (!bench_parse_goodput(argv[++i], &o->report)) {
+                fprintf(stderr, "inferd bench serve: --goodput: %s\n", inferd_last_error());
+                return 2;
+            }
         }
     }
     return check_combined(o) ? 0 : 2;

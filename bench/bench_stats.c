@@ -144,15 +144,38 @@ static int peak_concurrency(const bench_result *res, int n)
     return peak;
 }
 
+/* bench_dist_compute, then the cfg's percentiles of the sorted values. */
+static void dist_cfg(double *vals, int n, const bench_report_cfg *c, bench_dist *d)
+{
+    bench_dist_compute(vals, n, d);
+    for (int k = 0; k < c->n_pcts; k++)
+        d->pct[k] = bench_percentile(vals, n, c->pcts[k]);
+}
+
+/* vLLM's goodput test of one completed request: every SLO given holds
+ * (metric <= SLO, in ms); a one-token request's TPOT counts as 0. */
+static bool within_slos(const bench_report_cfg *c, double ttft_ms, double tpot_ms, double e2el_ms)
+{
+    const double *slo = c->goodput_slo_ms;
+    return !(slo[BENCH_METRIC_TTFT] >= 0 && ttft_ms > slo[BENCH_METRIC_TTFT]) &&
+           !(slo[BENCH_METRIC_TPOT] >= 0 && tpot_ms > slo[BENCH_METRIC_TPOT]) &&
+           !(slo[BENCH_METRIC_E2EL] >= 0 && e2el_ms > slo[BENCH_METRIC_E2EL]);
+}
+
 /* Input tokens prefer the server's usage (the truth for text prompts) and
  * fall back to the length we built the prompt with. TPOT is per request
  * and needs two tokens; ITL pools every gap of every request, so long
  * requests weigh more, as in vLLM. Throughputs divide by the run duration
  * (run start to last completion), 0 when it is 0. */
 void bench_summarize(const bench_result *results, int n, const int *sent_len, const bool *sent_exact,
-                     double duration_s, bench_summary *s)
+                     double duration_s, const bench_report_cfg *cfg, bench_summary *s)
 {
     memset(s, 0, sizeof *s);
+    if (cfg)
+        s->cfg = *cfg;
+    else
+        bench_report_cfg_default(&s->cfg);
+    bool goodput = bench_report_cfg_has_goodput(&s->cfg);
     s->num_prompts = n;
     s->duration_s = duration_s;
     size_t n_itl = 0;
@@ -190,15 +213,20 @@ void bench_summarize(const bench_result *results, int n, const int *sent_len, co
         e2el[s->completed] = r->e2el_s * 1e3;
         s->completed++;
             /* TPOT excludes the first token: E2E - TTFT over the rest */
-        if (r->output_tokens > 1)
-            tpot[n_tpot++] = (r->e2el_s - r->ttft_s) / (r->output_tokens - 1) * 1e3;
+        double tpot_ms = 0;
+        if (r->output_tokens > 1) {
+            tpot_ms = (r->e2el_s - r->ttft_s) / (r->output_tokens - 1) * 1e3;
+            tpot[n_tpot++] = tpot_ms;
+        }
+        if (goodput && within_slos(&s->cfg, r->ttft_s * 1e3, tpot_ms, r->e2el_s * 1e3))
+            s->good_completed++;
         for (int k = 1; k < r->n_chunks; k++)
             itl[k_itl++] = (r->chunk_s[k] - r->chunk_s[k - 1]) * 1e3;
     }
-    bench_dist_compute(ttft, s->completed, &s->ttft);
-    bench_dist_compute(tpot, n_tpot, &s->tpot);
-    bench_dist_compute(e2el, s->completed, &s->e2el);
-    bench_dist_compute(itl, (int)k_itl, &s->itl);
+    dist_cfg(ttft, s->completed, &s->cfg, &s->ttft);
+    dist_cfg(tpot, n_tpot, &s->cfg, &s->tpot);
+    dist_cfg(e2el, s->completed, &s->cfg, &s->e2el);
+    dist_cfg(itl, (int)k_itl, &s->cfg, &s->itl);
     inferd_free(ttft);
     inferd_free(tpot);
     inferd_free(e2el);
@@ -207,6 +235,7 @@ void bench_summarize(const bench_result *results, int n, const int *sent_len, co
         s->request_throughput = s->completed / duration_s;
         s->output_throughput = (double)s->total_output_tokens / duration_s;
         s->total_token_throughput = (double)(s->total_input_tokens + s->total_output_tokens) / duration_s;
+        s->request_goodput = s->good_completed / duration_s;
     }
     s->max_output_tokens_per_s = peak_output_rate(results, n, duration_s);
     s->max_concurrent_requests = peak_concurrency(results, n);
@@ -240,15 +269,33 @@ static void row_f(FILE *f, const char *label, double v)
     fprintf(f, "%-40s %-10.2f\n", label, v);
 }
 
-static void dist_rows(FILE *f, const char *title, const char *abbr, const bench_dist *d)
+/* vLLM's spelling of a percentile in labels and keys: 99 -> "99",
+ * 99.9 -> "99.9" (Python's str of the float, integral values as ints). */
+static void pct_word(double p, char *buf, size_t len)
 {
-    static const char *const k_names[] = {"Mean", "Median", "P90", "P95", "P99"};
-    const double vals[] = {d->mean, d->median, d->p90, d->p95, d->p99};
+    if (p == floor(p))
+        snprintf(buf, len, "%d", (int)p);
+    else
+        snprintf(buf, len, "%g", p);
+}
+
+/* Mean, Median, then one row per percentile of the cfg; nothing when the
+ * metric is not selected. */
+static void dist_rows(FILE *f, const bench_report_cfg *c, bench_metric metric, const char *title, const char *abbr,
+                      const bench_dist *d)
+{
+    if (!(c->metrics & (1u << metric)))
+        return;
+    char label[64], word[32];
     rule(f, title, '-');
-    for (size_t i = 0; i < INFERD_ARRAY_LEN(vals); i++) {
-        char label[64];
-        snprintf(label, sizeof label, "%s %s (ms):", k_names[i], abbr);
-        row_f(f, label, vals[i]);
+    snprintf(label, sizeof label, "Mean %s (ms):", abbr);
+    row_f(f, label, d->mean);
+    snprintf(label, sizeof label, "Median %s (ms):", abbr);
+    row_f(f, label, d->median);
+    for (int k = 0; k < c->n_pcts; k++) {
+        pct_word(c->pcts[k], word, sizeof word);
+        snprintf(label, sizeof label, "P%s %s (ms):", word, abbr);
+        row_f(f, label, d->pct[k]);
     }
 }
 
@@ -278,29 +325,57 @@ void bench_print_table(FILE *f, const bench_summary *s, const bench_meta *m)
     row_i(f, "Total input tokens:", (long long)s->total_input_tokens);
     row_i(f, "Total generated tokens:", (long long)s->total_output_tokens);
     row_f(f, "Request throughput (req/s):", s->request_throughput);
+    if (bench_report_cfg_has_goodput(&s->cfg))
+        row_f(f, "Request goodput (req/s):", s->request_goodput);
     row_f(f, "Output token throughput (tok/s):", s->output_throughput);
     row_f(f, "Peak output token throughput (tok/s):", s->max_output_tokens_per_s);
     row_i(f, "Peak concurrent requests:", s->max_concurrent_requests);
     row_f(f, "Total Token throughput (tok/s):", s->total_token_throughput);
-    dist_rows(f, "Time to First Token", "TTFT", &s->ttft);
-    dist_rows(f, "Time per Output Token (excl. 1st token)", "TPOT", &s->tpot);
-    dist_rows(f, "Inter-token Latency", "ITL", &s->itl);
-    dist_rows(f, "End-to-end Latency", "E2EL", &s->e2el);
+    dist_rows(f, &s->cfg, BENCH_METRIC_TTFT, "Time to First Token", "TTFT", &s->ttft);
+    dist_rows(f, &s->cfg, BENCH_METRIC_TPOT, "Time per Output Token (excl. 1st token)", "TPOT", &s->tpot);
+    dist_rows(f, &s->cfg, BENCH_METRIC_ITL, "Inter-token Latency", "ITL", &s->itl);
+    dist_rows(f, &s->cfg, BENCH_METRIC_E2EL, "End-to-end Latency", "E2EL", &s->e2el);
     rule(f, "", '=');
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-/* vLLM's keys: mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms... */
-static void add_dist(cJSON *o, const char *metric, const bench_dist *d)
+/* vLLM's keys for a selected metric: mean_ttft_ms, median_ttft_ms,
+ * std_ttft_ms, then p<p>_ttft_ms per percentile of the cfg. */
+static void add_dist(cJSON *o, const bench_report_cfg *c, bench_metric metric, const bench_dist *d)
 {
-    static const char *const k_stats[] = {"mean", "median", "std", "p90", "p95", "p99"};
-    const double vals[] = {d->mean, d->median, d->std, d->p90, d->p95, d->p99};
+    if (!(c->metrics & (1u << metric)))
+        return;
+    const char *name = bench_metric_name(metric);
+    static const char *const k_stats[] = {"mean", "median", "std"};
+    const double vals[] = {d->mean, d->median, d->std};
+    char key[64], word[32];
     for (size_t i = 0; i < INFERD_ARRAY_LEN(vals); i++) {
-        char key[64];
-        snprintf(key, sizeof key, "%s_%s_ms", k_stats[i], metric);
+        snprintf(key, sizeof key, "%s_%s_ms", k_stats[i], name);
         cJSON_AddNumberToObject(o, key, vals[i]);
     }
+    for (int k = 0; k < c->n_pcts; k++) {
+        pct_word(c->pcts[k], word, sizeof word);
+        snprintf(key, sizeof key, "p%s_%s_ms", word, name);
+        cJSON_AddNumberToObject(o, key, d->pct[k]);
+    }
+}
+
+/* request_goodput as vLLM (null without SLOs), and the SLOs it was
+ * measured against (our addition): {"ttft": 200, "tpot": 50}, or null. */
+static void add_goodput(cJSON *o, const bench_summary *s)
+{
+    if (!bench_report_cfg_has_goodput(&s->cfg)) {
+        cJSON_AddNullToObject(o, "request_goodput");
+        cJSON_AddNullToObject(o, "goodput_slos_ms");
+        return;
+    }
+    cJSON_AddNumberToObject(o, "request_goodput", s->request_goodput);
+    cJSON_AddNumberToObject(o, "good_completed", s->good_completed);
+    cJSON *slos = cJSON_AddObjectToObject(o, "goodput_slos_ms");
+    for (int m = 0; m < BENCH_METRIC_COUNT; m++)
+        if (s->cfg.goodput_slo_ms[m] >= 0)
+            cJSON_AddNumberToObject(slos, bench_metric_name((bench_metric)m), s->cfg.goodput_slo_ms[m]);
 }
 
 static void add_str_or_null(cJSON *o, const char *key, const char *v)
@@ -355,14 +430,15 @@ static void add_summary(cJSON *o, const bench_summary *s)
     cJSON_AddNumberToObject(o, "total_output_tokens", (double)s->total_output_tokens);
     cJSON_AddNumberToObject(o, "input_len_mismatches", s->input_len_mismatches);
     cJSON_AddNumberToObject(o, "request_throughput", s->request_throughput);
+    add_goodput(o, s);
     cJSON_AddNumberToObject(o, "output_throughput", s->output_throughput);
     cJSON_AddNumberToObject(o, "total_token_throughput", s->total_token_throughput);
     cJSON_AddNumberToObject(o, "max_output_tokens_per_s", s->max_output_tokens_per_s);
     cJSON_AddNumberToObject(o, "max_concurrent_requests", s->max_concurrent_requests);
-    add_dist(o, "ttft", &s->ttft);
-    add_dist(o, "tpot", &s->tpot);
-    add_dist(o, "itl", &s->itl);
-    add_dist(o, "e2el", &s->e2el);
+    add_dist(o, &s->cfg, BENCH_METRIC_TTFT, &s->ttft);
+    add_dist(o, &s->cfg, BENCH_METRIC_TPOT, &s->tpot);
+    add_dist(o, &s->cfg, BENCH_METRIC_ITL, &s->itl);
+    add_dist(o, &s->cfg, BENCH_METRIC_E2EL, &s->e2el);
 }
 
 /* Parallel arrays, one entry per request in index order, in seconds (the
@@ -374,6 +450,7 @@ static void add_per_request(cJSON *o, const bench_result *res, int n, const int 
     cJSON *out = cJSON_AddArrayToObject(o, "output_lens");
     cJSON *ttfts = cJSON_AddArrayToObject(o, "ttfts");
     cJSON *e2els = cJSON_AddArrayToObject(o, "e2els");
+    cJSON *lats = cJSON_AddArrayToObject(o, "latencies"); /* vLLM's name; e2els kept for old readers */
     cJSON *starts = cJSON_AddArrayToObject(o, "start_times");
     cJSON *itls = cJSON_AddArrayToObject(o, "itls");
     cJSON *errors = cJSON_AddArrayToObject(o, "errors");
@@ -387,6 +464,7 @@ static void add_per_request(cJSON *o, const bench_result *res, int n, const int 
         cJSON_AddItemToArray(out, cJSON_CreateNumber(ok ? r->output_tokens : 0));
         cJSON_AddItemToArray(ttfts, cJSON_CreateNumber(ok ? r->ttft_s : 0.0));
         cJSON_AddItemToArray(e2els, cJSON_CreateNumber(r->start_s >= 0 ? r->e2el_s : 0.0));
+        cJSON_AddItemToArray(lats, cJSON_CreateNumber(r->start_s >= 0 ? r->e2el_s : 0.0));
         cJSON_AddItemToArray(starts, cJSON_CreateNumber(r->start_s));
         cJSON *gaps = cJSON_CreateArray();
         for (int k = 1; ok && k < r->n_chunks; k++)

@@ -9,5 +9,6 @@ int cli_detokenize(int argc, char **argv); /* cli/cli_tokenize.c */
 int cli_serve(int argc, char **argv);      /* cli/cli_serve.c */
 int cli_bench(int argc, char **argv);      /* cli/cli_bench.c */
 int cli_bench_latency(int argc, char **argv); /* cli/cli_bench_latency.c */
+int cli_bench_throughput(int argc, char **argv); /* cli/cli_bench_throughput.c */
 
 #endif

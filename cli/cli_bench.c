@@ -1,6 +1,7 @@
 /* cli/cli_bench.c: `inferd bench MODE [flags]`, the command-line face of
- * bench/. Two modes: `latency` is handed whole to cli_bench_latency
- * (cli/cli_bench_latency.c); for `serve`, described below, the flags are
+ * bench/. Three modes: `latency` and `throughput` are handed whole to
+ * cli_bench_latency and cli_bench_throughput (cli/cli_bench_latency.c,
+ * cli/cli_bench_throughput.c); for `serve`, described below, the flags are
  * read by bench_serve_parse (bench/bench_serve.c, the option table next to
  * bench_serve_opts; kept in bench/ so the load generator's tests parse
  * flags without the CLI), then this file installs the process-wide state
@@ -34,7 +35,6 @@ static void on_sigint(int sig)
  * SIGPIPE is ignored because a server that closes a connection mid-write
  * must turn into a failed request (EPIPE from send), not kill the load
  * generator. */
-/* Run with SIGINT -> g_stop and SIGPIPE ignored; restores both. */
 static int run_with_signals(const bench_serve_opts *o)
 {
     struct sigaction sa, old_int, old_pipe, ign;
@@ -60,15 +60,18 @@ int cli_bench(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: inferd bench serve|latency [flags]   (inferd bench MODE --help)\n\n"
-                   "  serve     load generator for OpenAI-compatible servers\n"
-                   "  latency   prefill and decode-step latency of the engine at fixed batch sizes\n");
+        fprintf(f, "usage: inferd bench serve|latency|throughput [flags]   (inferd bench MODE --help)\n\n"
+                   "  serve        load generator for OpenAI-compatible servers\n"
+                   "  latency      prefill and decode-step latency of the engine at fixed batch sizes\n"
+                   "  throughput   offline throughput of the engine and its compute roofline\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "latency") == 0)
         return cli_bench_latency(argc - 1, argv + 1);
+    if (strcmp(argv[1], "throughput") == 0)
+        return cli_bench_throughput(argc - 1, argv + 1);
     if (strcmp(argv[1], "serve") != 0) {
-        fprintf(stderr, "inferd bench: unknown mode '%s' (serve or latency)\n", argv[1]);
+        fprintf(stderr, "inferd bench: unknown mode '%s' (serve, latency or throughput)\n", argv[1]);
         return 2;
     }
     bench_serve_opts o;

@@ -6,7 +6,7 @@
  * 1 runtime failure, 2 usage error). No global flags are parsed here, so
  * `inferd --log-level debug serve` is a usage error: every option belongs
  * to a command and is listed by that command's --help. `inferd bench
- * latency` is dispatched one level down, by cli_bench.
+ * latency|throughput` is dispatched one level down, by cli_bench.
  */
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +25,7 @@ static const command k_commands[] = {
     {"generate", cli_generate, "offline generation from a prompt or a prompts file"},
     {"tokenize", cli_tokenize, "print the token ids of a text"},
     {"detokenize", cli_detokenize, "print the text of token ids"},
-    {"bench", cli_bench, "load generator for OpenAI-compatible servers (bench serve)"},
+    {"bench", cli_bench, "benchmarks: bench serve (load generator), bench latency, bench throughput"},
 };
 
 /* To stdout when asked for (--help, exit 0), to stderr on a usage error

@@ -3,8 +3,11 @@
  * and token accounting, TTFT/TPOT/ITL within 10% of the injected values,
  * ordered percentiles, concurrency limits, arrival times, failure classes
  * (unreachable port, HTTP 5xx/4xx, truncated or malformed streams, timeouts),
- * Ctrl-C partial results, the result JSON, and a few hundred concurrent
- * streams. Everything runs on 127.0.0.1 and takes a few seconds. */
+ * Ctrl-C partial results, the result JSON (--result-dir created, an
+ * unwritable result an exit 1), vLLM's general --input-len/--output-len on
+ * the random dataset, goodput and the selected percentiles against known
+ * delays, and a few hundred concurrent streams. Everything runs on
+ * 127.0.0.1 and takes a few seconds. */
 #include <curl/curl.h>
 #include <math.h>
 #include <pthread.h>
@@ -356,7 +359,8 @@ START_TEST(test_save_result)
     ck_assert_int_eq(cJSON_GetObjectItem(root, "completed")->valueint, 6);
     ck_assert_int_eq(cJSON_GetObjectItem(root, "total_output_tokens")->valueint, 24);
     ck_assert_str_eq(cJSON_GetObjectItem(root, "request_rate")->valuestring, "inf");
-    static const char *const arrays[] = {"input_lens", "output_lens", "ttfts", "itls", "errors", "e2els"};
+    static const char *const arrays[] = {"input_lens", "output_lens", "ttfts", "itls", "errors", "e2els",
+                                         "latencies"};
     for (size_t i = 0; i < INFERD_ARRAY_LEN(arrays); i++)
         ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, arrays[i])), 6);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "itls"), 0)), 3);
@@ -367,6 +371,149 @@ START_TEST(test_save_result)
     rmdir(dir);
     free(dir);
     bench_serve_report_free(&rep);
+    mock_stop(m);
+}
+END_TEST
+
+/* vLLM's general lengths on the random dataset: --output-len was once
+ * passed only as sharegpt/jsonl's fixed length, so random requests kept
+ * --random-output-len. The mock answers max_tokens tokens, so the totals
+ * show what was asked for; --input-len sets the prompts' id count. */
+START_TEST(test_general_lengths)
+{
+    static const struct {
+        int input_len, output_len, fixed_output_len;
+        int want_in, want_out;
+    } rows[] = {
+        {0, 0, 0, 8, 10},  /* --random-*-len */
+        {0, 3, 0, 8, 3},   /* --output-len wins over --random-output-len */
+        {5, 0, 0, 5, 10},  /* --input-len wins over --random-input-len */
+        {6, 4, 0, 6, 4},
+        {0, 0, 7, 8, 10},  /* --sharegpt-output-len: not for random */
+        {0, 2, 7, 8, 2},
+    };
+    mock_server *m = start_mock((mock_cfg){.first_delay_ms = 5, .token_delay_ms = 1});
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        bench_serve_opts o = base_opts(6, 3, 8, 10);
+        o.input_len = rows[i].input_len;
+        o.output_len = rows[i].output_len;
+        o.fixed_output_len = rows[i].fixed_output_len;
+        int64_t seen_before = mock_prompt_tokens(m);
+        bench_serve_report rep;
+        int rc = bench_serve_run(&o, NULL, &rep);
+        ck_assert_msg(rc == 0 && rep.summary.completed == 6, "row %zu: rc %d", i, rc);
+        ck_assert_msg(rep.summary.total_output_tokens == 6 * rows[i].want_out, "row %zu: %lld output tokens", i,
+                      (long long)rep.summary.total_output_tokens);
+        ck_assert_int_eq(rep.summary.total_input_tokens, 6 * rows[i].want_in);
+        ck_assert_int_eq(mock_prompt_tokens(m) - seen_before, 6 * rows[i].want_in);
+        bench_serve_report_free(&rep);
+    }
+    mock_stop(m);
+}
+END_TEST
+
+/* --result-dir is created (nested) and holds the default file name, or the
+ * --result-filename joined to it; a result that cannot be written is exit 1
+ * although every request completed. */
+START_TEST(test_result_dir)
+{
+    mock_server *m = start_mock((mock_cfg){.first_delay_ms = 5, .token_delay_ms = 1});
+    char *dir = test_make_temp_dir("bench-rdir");
+    char sub[512], file[600], blocker[512];
+    snprintf(sub, sizeof sub, "%s/new/nested", dir);
+    bench_serve_opts o = base_opts(4, 2, 8, 3);
+    o.save_result = true;
+    o.result_dir = sub;
+    bench_serve_report rep;
+    ck_assert_int_eq(bench_serve_run(&o, NULL, &rep), 0);
+    ck_assert_msg(rep.result_path && strncmp(rep.result_path, sub, strlen(sub)) == 0, "path %s", rep.result_path);
+    ck_assert(strstr(rep.result_path, "openai-infqps-concurrency2-"));
+    ck_assert(util_file_exists(rep.result_path));
+    unlink(rep.result_path);
+    bench_serve_report_free(&rep);
+
+    o.result_filename = "named.json"; /* relative: inside --result-dir, as vLLM joins them */
+    ck_assert_int_eq(bench_serve_run(&o, NULL, &rep), 0);
+    snprintf(file, sizeof file, "%s/named.json", sub);
+    ck_assert_str_eq(rep.result_path, file);
+    ck_assert(util_file_exists(file));
+    unlink(file);
+    bench_serve_report_free(&rep);
+
+    /* a regular file where a directory must be: exit 1, nothing written */
+    snprintf(blocker, sizeof blocker, "%s/file", dir);
+    FILE *f = fopen(blocker, "w");
+    ck_assert(f);
+    fclose(f);
+    snprintf(sub, sizeof sub, "%s/file/sub", dir);
+    o.result_filename = NULL;
+    o.result_dir = sub;
+    ck_assert_int_eq(bench_serve_run(&o, NULL, &rep), 1);
+    ck_assert_int_eq(rep.summary.completed, 4);
+    ck_assert(!util_file_exists(rep.result_path));
+    bench_serve_report_free(&rep);
+    /* an unwritable file name (a directory) without --result-dir */
+    o.result_dir = NULL;
+    o.result_filename = dir;
+    ck_assert_int_eq(bench_serve_run(&o, NULL, &rep), 1);
+    bench_serve_report_free(&rep);
+
+    unlink(blocker);
+    snprintf(sub, sizeof sub, "%s/new/nested", dir);
+    rmdir(sub);
+    snprintf(sub, sizeof sub, "%s/new", dir);
+    rmdir(sub);
+    rmdir(dir);
+    free(dir);
+    mock_stop(m);
+}
+END_TEST
+
+/* Goodput and the selected percentiles against the mock's schedule: TTFT
+ * ~60 ms and TPOT ~10 ms for every request, so an SLO well above them
+ * counts every request good and one well below counts none. */
+START_TEST(test_goodput_percentiles)
+{
+    mock_server *m = start_mock((mock_cfg){.first_delay_ms = 60, .token_delay_ms = 10});
+    static const struct {
+        const char *slos;
+        int good;
+    } rows[] = {
+        {"ttft:5000 tpot:2000", 6},
+        {"ttft:5", 0},
+        {"tpot:1", 0},
+        {"e2el:10000", 6},
+    };
+    char *dir = test_make_temp_dir("bench-goodput");
+    char path[512];
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        bench_serve_opts o = base_opts(6, 3, 8, 5);
+        ck_assert(bench_parse_goodput(rows[i].slos, &o.report));
+        ck_assert(bench_parse_metric_percentiles("50,99.9", &o.report));
+        ck_assert(bench_parse_percentile_metrics("ttft,itl", &o.report));
+        o.result_filename = path;
+        bench_serve_report rep;
+        ck_assert_int_eq(bench_serve_run(&o, NULL, &rep), 0);
+        ck_assert_msg(rep.summary.good_completed == rows[i].good, "row %zu: %d good", i, rep.summary.good_completed);
+        assert_near("P50 TTFT", rep.summary.ttft.pct[0], 60, 0.1);
+        assert_near("P50 ITL", rep.summary.itl.pct[0], 10, 0.3);
+        char *txt = NULL;
+        ck_assert_int_eq(util_read_file(path, 0, &txt, NULL), INFERD_OK);
+        cJSON *root = cJSON_Parse(txt);
+        ck_assert(root);
+        ck_assert(fabs(cJSON_GetObjectItem(root, "request_goodput")->valuedouble -
+                       rows[i].good / rep.summary.duration_s) < 1e-6);
+        ck_assert(cJSON_GetObjectItem(root, "p99.9_itl_ms") && cJSON_GetObjectItem(root, "p50_ttft_ms"));
+        ck_assert(!cJSON_GetObjectItem(root, "p99_ttft_ms") && !cJSON_GetObjectItem(root, "mean_tpot_ms"));
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "latencies")), 6);
+        cJSON_Delete(root);
+        inferd_free(txt);
+        bench_serve_report_free(&rep);
+    }
+    unlink(path);
+    rmdir(dir);
+    free(dir);
     mock_stop(m);
 }
 END_TEST
@@ -452,6 +599,9 @@ int main(void)
     tcase_add_test(tc, test_interrupt);
     tcase_add_test(tc, test_arrival_schedule);
     tcase_add_test(tc, test_save_result);
+    tcase_add_test(tc, test_general_lengths);
+    tcase_add_test(tc, test_result_dir);
+    tcase_add_test(tc, test_goodput_percentiles);
     tcase_add_test(tc, test_disable_stream);
     tcase_add_test(tc, test_warmups_and_key);
     tcase_add_test(tc, test_many_streams);

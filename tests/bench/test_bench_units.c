@@ -4,12 +4,16 @@
  * streams), the summary (TPOT excluding the first token, pooled ITL, peak
  * buckets, failure classes), gamma/Poisson arrivals, datasets (random,
  * JSONL, ShareGPT; exact lengths with a real tokenizer when fixtures exist),
- * flag parsing and the printed table. */
+ * flag parsing and the printed table; the report config (--percentile-
+ * metrics, --metric-percentiles, --goodput: every bad value as a table),
+ * goodput counting, and the selected percentiles in the table. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "common/alloc.h"
 #include "common/util.h"
@@ -187,7 +191,7 @@ START_TEST(test_summary)
     int sent[5] = {10, 10, 8, 10, 10};
     bool exact[5] = {true, true, true, true, true};
     bench_summary s;
-    bench_summarize(r, 5, sent, exact, 2.0, &s);
+    bench_summarize(r, 5, sent, exact, 2.0, NULL, &s);
     ck_assert_int_eq(s.completed, 3);
     ck_assert_int_eq(s.failed, 2);
     ck_assert_int_eq(s.errors[BENCH_ERR_HTTP_5XX], 1);
@@ -206,6 +210,136 @@ START_TEST(test_summary)
     /* second [0,1): 11 + 5 tokens; [1,2): 1 */
     ck_assert(fabs(s.max_output_tokens_per_s - 16.0) < 1e-9);
     ck_assert_int_eq(s.max_concurrent_requests, 3); /* r0, r1 and r3 at t = 0.1 */
+    for (int i = 0; i < 5; i++)
+        bench_result_free(&r[i]);
+}
+END_TEST
+
+/* Every parser of the report config on good and bad text: a bad value is
+ * refused with a message naming it and leaves the config unchanged. */
+START_TEST(test_report_cfg_table)
+{
+    enum { METRICS, PCTS, GOODPUT };
+    static const struct {
+        int which;
+        const char *text;
+        bool ok;
+        const char *in_msg; /* error text must contain it */
+    } rows[] = {
+        {METRICS, "ttft", true, NULL},
+        {METRICS, "ttft,tpot,itl,e2el", true, NULL},
+        {METRICS, "e2el,ttft,e2el", true, NULL},
+        {METRICS, "", false, "is not a metric"},
+        {METRICS, "ttft,", false, "'' is not a metric"},
+        {METRICS, ",ttft", false, "'' is not a metric"},
+        {METRICS, "TTFT", false, "'TTFT'"},
+        {METRICS, "ttft tpot", false, "'ttft tpot'"},
+        {METRICS, "latency", false, "'latency'"},
+        {PCTS, "99", true, NULL},
+        {PCTS, "0,50,100", true, NULL},
+        {PCTS, "99.9,.5", true, NULL},
+        {PCTS, "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", true, NULL},
+        {PCTS, "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", false, "at most 16"},
+        {PCTS, "", false, "'' is not a percentile"},
+        {PCTS, "100.0001", false, "'100.0001'"},
+        {PCTS, "101", false, "'101'"},
+        {PCTS, "-1", false, "'-1'"},
+        {PCTS, "50,,90", false, "''"},
+        {PCTS, "50,", false, "''"},
+        {PCTS, "nan", false, "'nan'"},
+        {PCTS, "inf", false, "'inf'"},
+        {PCTS, "0x10", false, "'0x10'"},
+        {PCTS, "1e1", false, "'1e1'"},
+        {PCTS, "9..9", false, "'9..9'"},
+        {PCTS, ".", false, "'.'"},
+        {PCTS, " 50", false, "' 50'"},
+        {PCTS, "50,50", false, "given twice"},
+        {GOODPUT, "ttft:200", true, NULL},
+        {GOODPUT, "ttft:200 tpot:50", true, NULL},
+        {GOODPUT, "  e2el:0\ttpot:1000000000 ", true, NULL},
+        {GOODPUT, "ttft:0.5", true, NULL},
+        {GOODPUT, "", false, "expected KEY:VALUE"},
+        {GOODPUT, "   ", false, "expected KEY:VALUE"},
+        {GOODPUT, "ttft", false, "is not KEY:VALUE"},
+        {GOODPUT, "ttft=200", false, "is not KEY:VALUE"},
+        {GOODPUT, "ttft:", false, "number of ms"},
+        {GOODPUT, "ttft:-1", false, "number of ms"},
+        {GOODPUT, "ttft:1000000001", false, "number of ms"},
+        {GOODPUT, "ttft:abc", false, "number of ms"},
+        {GOODPUT, "ttft:nan", false, "number of ms"},
+        {GOODPUT, "ttft:inf", false, "number of ms"},
+        {GOODPUT, "ttft:200:5", false, "number of ms"},
+        {GOODPUT, "itl:5", false, "ttft, tpot and e2el"},
+        {GOODPUT, "bogus:5", false, "ttft, tpot and e2el"},
+        {GOODPUT, ":5", false, "ttft, tpot and e2el"},
+        {GOODPUT, "ttft:200 tpot", false, "'tpot' is not KEY:VALUE"},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        bench_report_cfg c, before;
+        bench_report_cfg_default(&c);
+        before = c;
+        bool ok = rows[i].which == METRICS ? bench_parse_percentile_metrics(rows[i].text, &c)
+                  : rows[i].which == PCTS  ? bench_parse_metric_percentiles(rows[i].text, &c)
+                                           : bench_parse_goodput(rows[i].text, &c);
+        ck_assert_msg(ok == rows[i].ok, "row %zu '%s': %s", i, rows[i].text, ok ? "accepted" : inferd_last_error());
+        if (!ok) {
+            ck_assert_msg(strstr(inferd_last_error(), rows[i].in_msg), "row %zu: '%s' lacks '%s'", i,
+                          inferd_last_error(), rows[i].in_msg);
+            ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "row %zu: a failed parse changed the config", i);
+        }
+    }
+    bench_report_cfg c;
+    bench_report_cfg_default(&c);
+    ck_assert(!bench_report_cfg_has_goodput(&c));
+    ck_assert(bench_parse_percentile_metrics("e2el,ttft", &c));
+    ck_assert_uint_eq(c.metrics, (1u << BENCH_METRIC_TTFT) | (1u << BENCH_METRIC_E2EL));
+    ck_assert(bench_parse_metric_percentiles("99.9,50", &c));
+    ck_assert(c.n_pcts == 2 && c.pcts[0] == 99.9 && c.pcts[1] == 50);
+    ck_assert(bench_parse_goodput("ttft:200 tpot:50", &c));
+    ck_assert(bench_parse_goodput("ttft:150", &c)); /* accumulates; a repeated key keeps the last */
+    ck_assert(c.goodput_slo_ms[BENCH_METRIC_TTFT] == 150 && c.goodput_slo_ms[BENCH_METRIC_TPOT] == 50);
+    ck_assert(c.goodput_slo_ms[BENCH_METRIC_E2EL] < 0 && c.goodput_slo_ms[BENCH_METRIC_ITL] < 0);
+    ck_assert(bench_report_cfg_has_goodput(&c));
+}
+END_TEST
+
+/* Goodput as vLLM counts it: completed requests within every SLO given
+ * (<=), a one-token request's TPOT being 0; and the cfg's percentiles. */
+START_TEST(test_goodput_summary)
+{
+    bench_result r[5];
+    r[0] = fake(BENCH_ERR_NONE, 0.0, 0.2, 11, 0.05, 11); /* ttft 200, tpot 50, e2el 700 */
+    r[1] = fake(BENCH_ERR_NONE, 0.0, 0.4, 5, 0.1, 5);    /* ttft 400, tpot 100, e2el 800 */
+    r[2] = fake(BENCH_ERR_NONE, 1.5, 0.1, 1, 0.0, 1);    /* ttft 100, tpot (0), e2el 100 */
+    r[3] = fake(BENCH_ERR_HTTP_5XX, 0.1, 0.0, 0, 0, 0);  /* failed: never good */
+    r[4] = fake(BENCH_ERR_NONE, 0.0, 0.25, 3, 0.125, 3); /* exact in binary: ttft 250, tpot 125, e2el 500 */
+    static const struct {
+        const char *slos;
+        int good;
+    } rows[] = {
+        {"ttft:250", 3},           {"ttft:249.9", 2},      {"tpot:125", 4},     {"tpot:124.9", 3},
+        {"tpot:0", 1},             {"e2el:500", 2},        {"e2el:99", 0},      {"ttft:250 tpot:60", 2},
+        {"ttft:1000000000", 4},    {"ttft:1000 tpot:1000 e2el:1000", 4},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        bench_report_cfg c;
+        bench_report_cfg_default(&c);
+        ck_assert_msg(bench_parse_goodput(rows[i].slos, &c), "row %zu: %s", i, inferd_last_error());
+        bench_summary s;
+        bench_summarize(r, 5, NULL, NULL, 2.0, &c, &s);
+        ck_assert_msg(s.good_completed == rows[i].good, "row %zu (%s): %d good", i, rows[i].slos, s.good_completed);
+        ck_assert(fabs(s.request_goodput - rows[i].good / 2.0) < 1e-12);
+    }
+    bench_report_cfg c;
+    bench_report_cfg_default(&c);
+    ck_assert(bench_parse_metric_percentiles("50,100,0", &c));
+    bench_summary s;
+    bench_summarize(r, 5, NULL, NULL, 2.0, &c, &s);
+    ck_assert_int_eq(s.good_completed, 0);
+    ck_assert(s.request_goodput == 0);
+    /* TTFTs 100, 200, 250, 400: P50, P100, P0 */
+    ck_assert(fabs(s.ttft.pct[0] - 225) < 1e-9 && fabs(s.ttft.pct[1] - 400) < 1e-9 && fabs(s.ttft.pct[2] - 100) < 1e-9);
+    ck_assert(fabs(s.ttft.p99 - bench_percentile((double[]){100, 200, 250, 400}, 4, 99)) < 1e-9);
     for (int i = 0; i < 5; i++)
         bench_result_free(&r[i]);
 }
@@ -334,6 +468,20 @@ START_TEST(test_jsonl_table)
         {"{\"prompt\":[]}\n", false, 0, 0},
         {"{\"prompt\":\"a\",\"output_len\":0}\n", false, 0, 0},
         {"{\"prompt\":\"a\",\"output_len\":\"9\"}\n", false, 0, 0},
+        /* non-integer and out-of-range lengths are errors, never truncated */
+        {"{\"prompt\":\"a\",\"output_len\":2.5}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":0.999}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"max_tokens\":7.01}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":-1}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":1000000001}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":1e300}\n", false, 0, 0},
+        {"{\"prompt\":5,\"output_len\":1e300}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":true}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":null}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":[3]}\n", false, 0, 0},
+        {"{\"prompt\":\"a\",\"output_len\":1}\n", true, 1, 1},
+        {"{\"prompt\":\"a\",\"output_len\":3.0}\n", true, 3, 1},
+        {"{\"prompt\":\"a\",\"max_tokens\":1000000000}\n", true, 1000000000, 1},
         {"\n\n", false, 0, 0},
     };
     for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
@@ -350,6 +498,9 @@ START_TEST(test_jsonl_table)
             bench_dataset_free(p, n);
         } else {
             ck_assert(strstr(inferd_last_error(), path) != NULL); /* names the file */
+            ck_assert_msg(!strstr(rows[i].file, "_len") || strstr(inferd_last_error(), "integer in [1, 1e9]") ||
+                              strstr(inferd_last_error(), "\"prompt\""),
+                          "row %zu: %s", i, inferd_last_error());
         }
         unlink(path);
         free(path);
@@ -414,6 +565,22 @@ START_TEST(test_flags)
         {{"serve", "positional"}, 2},
         {{"serve", "--endpoint", "v1/completions"}, 2},
         {{"serve", "--model", ""}, 2},
+        {{"serve", "--input-len", "5", "--output-len", "3"}, 0},
+        {{"serve", "--input-len", "0"}, 2},
+        {{"serve", "--output-len", "2.5"}, 2},
+        {{"serve", "--percentile-metrics", "ttft,e2el"}, 0},
+        {{"serve", "--percentile-metrics", "ttft,bogus"}, 2},
+        {{"serve", "--percentile-metrics"}, 2},
+        {{"serve", "--metric-percentiles", "50,90,99.9"}, 0},
+        {{"serve", "--metric-percentiles=101"}, 2},
+        {{"serve", "--goodput", "ttft:200", "tpot:50", "e2el:900"}, 0},
+        {{"serve", "--goodput=ttft:200", "tpot:50", "--ignore-eos"}, 0},
+        {{"serve", "--goodput", "ttft:200 tpot:50"}, 0},
+        {{"serve", "--goodput", "ttft:200", "itl:5"}, 2},
+        {{"serve", "--goodput", "ttft:200", "extra"}, 2},
+        {{"serve", "--goodput"}, 2},
+        {{"serve", "--goodput", "--ignore-eos"}, 2},
+        {{"serve", "positional", "--goodput", "ttft:1"}, 2},
     };
     for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
         int argc = 0;
@@ -432,6 +599,18 @@ START_TEST(test_flags)
     ck_assert_int_eq(bench_serve_parse(7, (char **)args, &o, &help), 0);
     ck_assert(o.request_rate == 4.0 && o.max_concurrency == 3 && o.seed == 9 && o.ignore_eos);
     ck_assert(isinf(o.burstiness) == 0 && o.burstiness == 1.0 && o.num_prompts == 1000);
+    /* the report's defaults, then vLLM's several-word --goodput and the
+     * general lengths, which fill their own fields */
+    ck_assert_uint_eq(o.report.metrics, 0xfu);
+    ck_assert(o.report.n_pcts == 3 && o.report.pcts[2] == 99 && !bench_report_cfg_has_goodput(&o.report));
+    bench_serve_opts_default(&o);
+    const char *args2[] = {"serve", "--goodput", "ttft:200", "tpot:50", "--metric-percentiles", "50",
+                           "--percentile-metrics", "itl", "--output-len", "7", "--sharegpt-output-len", "9",
+                           "--input-len", "11"};
+    ck_assert_int_eq(bench_serve_parse(14, (char **)args2, &o, &help), 0);
+    ck_assert(o.report.goodput_slo_ms[BENCH_METRIC_TTFT] == 200 && o.report.goodput_slo_ms[BENCH_METRIC_TPOT] == 50);
+    ck_assert(o.report.n_pcts == 1 && o.report.pcts[0] == 50 && o.report.metrics == 1u << BENCH_METRIC_ITL);
+    ck_assert(o.output_len == 7 && o.fixed_output_len == 9 && o.input_len == 11 && o.random_output_len == 128);
 }
 END_TEST
 
@@ -439,7 +618,7 @@ START_TEST(test_table)
 {
     bench_result r = fake(BENCH_ERR_NONE, 0, 0.2, 3, 0.05, 3);
     bench_summary s;
-    bench_summarize(&r, 1, NULL, NULL, 1.0, &s);
+    bench_summarize(&r, 1, NULL, NULL, 1.0, NULL, &s);
     bench_meta m = {.request_rate = INFINITY, .burstiness = 1, .max_concurrency = 4};
     char *buf = NULL;
     size_t len = 0;
@@ -454,7 +633,48 @@ START_TEST(test_table)
     ck_assert(strstr(buf, "Mean TTFT (ms):                          200.00"));
     ck_assert(strstr(buf, "P99 E2EL (ms):"));
     ck_assert(strstr(buf, "\n==================================================\n"));
+    ck_assert(!strstr(buf, "goodput"));
     free(buf);
+    /* selected metrics and percentiles only, and the goodput line */
+    bench_report_cfg c;
+    bench_report_cfg_default(&c);
+    ck_assert(bench_parse_percentile_metrics("ttft,e2el", &c) && bench_parse_metric_percentiles("50,99.9", &c) &&
+              bench_parse_goodput("ttft:250", &c));
+    bench_summarize(&r, 1, NULL, NULL, 1.0, &c, &s);
+    f = open_memstream(&buf, &len);
+    bench_print_table(f, &s, &m);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "Request throughput (req/s):              1.00      \n"
+                              "Request goodput (req/s):                 1.00      \n"),
+                  "%s", buf);
+    ck_assert(strstr(buf, "P50 TTFT (ms):                           200.00"));
+    ck_assert(strstr(buf, "P99.9 TTFT (ms):"));
+    ck_assert(strstr(buf, "P99.9 E2EL (ms):"));
+    ck_assert(!strstr(buf, "TPOT") && !strstr(buf, "ITL") && !strstr(buf, "P99 TTFT") && !strstr(buf, "P90"));
+    char *json = bench_result_json(&s, &m, &r, 1, NULL);
+    cJSON *root = cJSON_Parse(json);
+    ck_assert(root);
+    static const char *const present[] = {"mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms",
+                                          "p99.9_ttft_ms", "p50_e2el_ms", "p99.9_e2el_ms", "request_goodput",
+                                          "goodput_slos_ms", "latencies", "e2els"};
+    static const char *const absent[] = {"mean_tpot_ms", "p99_itl_ms", "p90_ttft_ms", "p99_ttft_ms"};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(present); i++)
+        ck_assert_msg(cJSON_GetObjectItemCaseSensitive(root, present[i]), "missing %s", present[i]);
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(absent); i++)
+        ck_assert_msg(!cJSON_GetObjectItemCaseSensitive(root, absent[i]), "unexpected %s", absent[i]);
+    ck_assert(cJSON_GetObjectItem(root, "request_goodput")->valuedouble == 1.0);
+    ck_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "goodput_slos_ms"), "ttft")->valuedouble == 250);
+    ck_assert(fabs(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "latencies"), 0)->valuedouble - r.e2el_s) < 1e-12);
+    cJSON_Delete(root);
+    inferd_free(json);
+    free(buf);
+    /* without SLOs, request_goodput is null, as vLLM writes it */
+    bench_summarize(&r, 1, NULL, NULL, 1.0, NULL, &s);
+    json = bench_result_json(&s, &m, &r, 1, NULL);
+    root = cJSON_Parse(json);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(root, "request_goodput")));
+    cJSON_Delete(root);
+    inferd_free(json);
     bench_result_free(&r);
 }
 END_TEST
@@ -468,6 +688,8 @@ int main(void)
     tcase_add_test(tc, test_sse_table);
     tcase_add_test(tc, test_sse_plain);
     tcase_add_test(tc, test_summary);
+    tcase_add_test(tc, test_report_cfg_table);
+    tcase_add_test(tc, test_goodput_summary);
     tcase_add_test(tc, test_arrivals);
     tcase_add_test(tc, test_random_no_tokenizer);
     tcase_add_test(tc, test_random_tokenizer);
