@@ -31,6 +31,7 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "cli/gen_batch.h"
+#include "server/srv_opts.h"
 
 /* Everything the command line says; strings point into argv (no copies),
  * except what cli_model_args owns. */
@@ -43,6 +44,7 @@ typedef struct {
     bool print_ids;          /* print generated ids instead of text */
     bool json;               /* one prompt: print the --prompts-file JSON line */
     sampling_params sp;      /* stop[] point into argv */
+    uint64_t given;          /* bit i: sampling row i was set by a flag (beats generation_config.json) */
 } gen_args;
 
 /* The sampling rows' help lines: flag, range, help. */
@@ -81,6 +83,8 @@ static void gen_usage(FILE *f)
     fprintf(f,
             "  (--max-tokens, default 256, is lowered to the room the prompt leaves in the context;\n"
             "   a prompts-file line's own max_tokens is not)\n"
+            "  (a value no flag sets comes from the model's generation_config.json: temperature,\n"
+            "   top_p, top_k, min_p, max_new_tokens; --generation-config vllm ignores the file)\n"
             "output:\n"
             "  --print-ids              print the generated token ids instead of text (a final stop\n"
             "                           token included, as in --prompts-file's token_ids)\n"
@@ -137,6 +141,10 @@ static int parse_sampling(int argc, char **argv, int *i, gen_args *g)
     const sampling_row *row = sampling_row_find(name);
     if (!row)
         return 0;
+    size_t n_rows;
+    const int idx = (int)(row - sampling_rows(&n_rows));
+    if (idx < 64)
+        g->given |= (uint64_t)1 << idx;
         /* --ignore-eos is a switch: "--ignore-eos=false" is refused rather
          * than guessed (OPT_F_NO_NEGATE: there is no --no-ignore-eos) */
     if (row->opt.kind == OPT_BOOL) {
@@ -301,6 +309,20 @@ static int prompt_to_ids(const gen_args *g, const tokenizer *tok, int32_t **ids,
     return 0;
 }
 
+/* The model's generation_config.json sampling defaults (vLLM's
+ * --generation-config auto; "vllm" loads none) for every sampling value no
+ * flag set; a prompts-file line's own keys still win over both. The
+ * defaults in force are logged. */
+static int apply_gen_defaults(gen_args *g, model *m)
+{
+    char desc[256];
+    if (srv_gen_defaults_apply(&model_get_config(m)->gen, g->given, &g->sp, NULL, desc, sizeof desc) != INFERD_OK)
+        return cli_fail("%s (--generation-config vllm ignores the file)", inferd_last_error());
+    INFERD_LOG_INFO("sampling defaults from generation_config.json (--generation-config %s): %s",
+                    g->ma.mo.generation_config ? g->ma.mo.generation_config : "auto", desc);
+    return 0;
+}
+
 /* `inferd generate`: parse, load, run, unload. Every exit path frees what
  * the earlier steps allocated (cli_model_args owns its strings until the
  * end). */
@@ -314,6 +336,11 @@ int cli_generate(int argc, char **argv)
     }
     cli_loaded L;
     if (cli_load(&g.ma, &L) != 0) {
+        cli_model_args_free(&g.ma);
+        return 1;
+    }
+    if (apply_gen_defaults(&g, L.m) != 0) {
+        cli_unload(&L);
         cli_model_args_free(&g.ma);
         return 1;
     }

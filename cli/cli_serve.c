@@ -44,9 +44,11 @@ void cli_serve_usage(FILE *f)
 {
     size_t n;
     const opt_row *t = srv_opts_rows(&n);
-    fprintf(f, "usage: inferd serve --model DIR [options]\n\n"
+    fprintf(f, "usage: inferd serve DIR [options]   (or --model DIR)\n\n"
                "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models,\n"
-               "/tokenize, /detokenize, /health, /metrics. Options (also as JSON keys in --config):\n\n");
+               "/tokenize, /detokenize, /health, /metrics. DIR is a local Hugging Face model directory\n"
+               "(config.json, *.safetensors, tokenizer.json); a hub id is not downloaded.\n"
+               "Options (also as JSON keys in --config):\n\n");
     fprintf(f, "  %-32s %s\n", "--config FILE", "JSON object of options (keys as below); flags override it");
     cli_shared_usage(f);
     opt_usage(f, t, n);
@@ -111,14 +113,33 @@ static const char *find_config(int argc, char **argv, bool *help)
     return config;
 }
 
-/* Apply the flags (the --config one was read before them). */
-/* Every argument must be a row's flag; positional arguments are refused
- * (the model is `--model DIR`, not an argument). */
+/* The positional model (`inferd serve DIR`, vLLM's `vllm serve MODEL`):
+ * stored through the model row, so it is the same field as --model and
+ * the --config key "model", and overrides the config file like any flag.
+ * Giving it both ways is refused unless both name the same directory. */
+static bool set_positional_model(srv_opts *o, const char *dir, const char *flag_model)
+{
+    if (flag_model && strcmp(flag_model, dir) != 0) {
+        inferd_set_error(INFERD_ERR_INVALID_ARG, "the model is given twice ('%s' and --model %s): give it once",
+                         dir, flag_model);
+        return false;
+    }
+    size_t n;
+    const opt_row *rows = model_opts_rows(&n);
+    const opt_row *row = opt_find(rows, n, "model", 5);
+    return row && opt_set(row, &o->model, dir);
+}
+
+/* Apply the flags (the --config one was read before them). Every argument
+ * is a row's flag, except one positional argument: the model directory. */
 static bool parse_flags(srv_opts *o, cli_glue_opts *glue, int argc, char **argv)
 {
     opt_group g[SERVE_GROUPS];
     serve_groups(o, glue, g);
-    for (int i = 1; i < argc; i++) {
+    const char *positional = NULL;
+    char *flag_model = NULL; /* --model's last value, to compare with the positional one */
+    bool ok = true;
+    for (int i = 1; i < argc && ok; i++) {
         const char *a = argv[i];
             /* already applied by load_config; skip the flag and its value */
         if (strcmp(a, "--config") == 0) {
@@ -127,18 +148,29 @@ static bool parse_flags(srv_opts *o, cli_glue_opts *glue, int argc, char **argv)
         }
         if (strncmp(a, "--config=", 9) == 0)
             continue;
-        int r = opt_parse_arg(g, SERVE_GROUPS, argc, argv, &i, NULL);
-        if (r < 0)
-            return false;
-        if (r == 0) {
+        const opt_row *matched = NULL;
+        int r = opt_parse_arg(g, SERVE_GROUPS, argc, argv, &i, &matched);
+        if (r > 0 && matched && strcmp(matched->name, "model") == 0) {
+            inferd_free(flag_model);
+            flag_model = inferd_strdup(o->model.model_dir);
+        }
+        if (r < 0) {
+            ok = false;
+        } else if (r == 0 && strncmp(a, "-", 1) != 0 && !positional && *a) {
+            positional = a;
+        } else if (r == 0) {
             if (strncmp(a, "--", 2) != 0)
-                inferd_set_error(INFERD_ERR_INVALID_ARG, "unexpected argument '%s'", a);
+                inferd_set_error(INFERD_ERR_INVALID_ARG, "unexpected argument '%s'%s", a,
+                                 positional ? " (the model directory was already given)" : "");
             else
                 inferd_set_error(INFERD_ERR_INVALID_ARG, "unknown option '--%.*s'", (int)strcspn(a + 2, "="), a + 2);
-            return false;
+            ok = false;
         }
     }
-    return true;
+    if (ok && positional)
+        ok = set_positional_model(o, positional, flag_model);
+    inferd_free(flag_model);
+    return ok;
 }
 
 /* --help wins over everything else, even over a bad --config, so help is

@@ -335,6 +335,21 @@ size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab)
     return DISPATCH_RET(ctx, sample_workspace_bytes(ctx, max_rows, vocab));
 }
 
+void kern_penalty_init(kern_ctx *ctx, int32_t *counts, const int32_t *tokens, int n_tokens, int n_prompt,
+                       int vocab)
+{
+    INFERD_CHECK(vocab > 0 && n_tokens >= 0 && n_prompt >= 0 && n_prompt <= n_tokens);
+    DISPATCH(ctx, penalty_init(ctx, counts, tokens, n_tokens, n_prompt, vocab));
+}
+
+void kern_penalty_apply(kern_ctx *ctx, float *logits, const kern_sample_params *params, int r, int vocab)
+{
+    if (r <= 0)
+        return;
+    INFERD_CHECK(vocab > 0);
+    DISPATCH(ctx, penalty_apply(ctx, logits, params, r, vocab));
+}
+
 /* --- graphs, pinned memory, ceilings ------------------------------------------ */
 
 bool kern_graphs_supported(const kern_ctx *ctx)

@@ -56,7 +56,11 @@ struct kern_timer {
                                     int n_heads, int head_dim, int max_seq_len);                  \
     void P##_sample(kern_ctx *ctx, int32_t *tokens, float *logits,                                \
                     const kern_sample_params *params, int r, int vocab, void *workspace);         \
-    size_t P##_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);
+    size_t P##_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);              \
+    void P##_penalty_init(kern_ctx *ctx, int32_t *counts, const int32_t *tokens, int n_tokens,    \
+                          int n_prompt, int vocab);                                               \
+    void P##_penalty_apply(kern_ctx *ctx, float *logits, const kern_sample_params *params, int r, \
+                           int vocab);
 
 KERN_DECLARE_BACKEND(kcpu)
 

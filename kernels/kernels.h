@@ -191,10 +191,12 @@ typedef struct {
     void *qkv;                   /* [n_tokens, (n_heads + 2*n_kv_heads) * head_dim]: q | k | v; q, k roped in place */
     const int32_t *positions;    /* [n_tokens] */
     const int64_t *slot_mapping; /* [n_tokens], < 0 = skip */
-    const float *inv_freq;       /* [head_dim / 2], already llama3-scaled */
+    const float *inv_freq;       /* [head_dim / 2], already scaled (llama3, linear, dynamic, yarn) */
     void *k_cache;               /* [n_blocks, n_kv_heads, block_size, head_dim] */
     void *v_cache;               /* [n_blocks, n_kv_heads, block_size, head_dim] */
     int n_tokens, n_heads, n_kv_heads, head_dim, block_size;
+    float mscale; /* cos and sin are multiplied by it (YaRN's attention factor, HF attention_scaling);
+                     0 is taken as 1, so callers that leave it unset get plain RoPE */
 } kern_rope_kv_params;
 void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);
 
@@ -244,9 +246,17 @@ void kern_attention(kern_ctx *ctx, const kern_attn_params *p);
 size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
                                  int head_dim, int max_seq_len);
 
+/* One logit_bias entry: bias added to the logit of token. */
+typedef struct {
+    int32_t token;
+    float bias;
+} kern_logit_bias;
+
 /* Per-row sampling parameters. temperature <= 0 means greedy (argmax; ties go
  * to the lowest id). Filters apply in the order top-k, top-p, min-p on the
- * temperature-scaled softmax; the draw is rng_uniform(seed, counter). */
+ * temperature-scaled softmax; the draw is rng_uniform(seed, counter).
+ * The penalty members are read by kern_penalty_apply only (kern_sample
+ * ignores them); a zeroed tail (counts NULL, n_bias 0) leaves the row alone. */
 typedef struct {
     float temperature;
     float top_p;   /* 1 = off */
@@ -254,6 +264,12 @@ typedef struct {
     int32_t top_k; /* <= 0 = off */
     uint64_t seed;
     uint64_t counter; /* index of the token being sampled within its request */
+    int32_t *counts;             /* [vocab] backend memory, the row's token counts (kern_penalty_init); NULL = no penalties */
+    const kern_logit_bias *bias; /* [n_bias] backend memory, distinct tokens in [0, vocab) */
+    int32_t n_bias;
+    int32_t count_token;         /* >= 0: an output token counts gets before the penalties apply; < 0 none */
+    float presence, frequency;   /* OpenAI presence / frequency penalties; 0 = off */
+    float repetition;            /* HF/vLLM repetition penalty; 1 (or <= 0) = off */
 } kern_sample_params;
 
 /* tokens[r] = sample(logits[r, vocab]) for each row. params: [r] backend
@@ -261,6 +277,36 @@ typedef struct {
 void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params,
                  int r, int vocab, void *workspace);
 size_t kern_sample_workspace_bytes(const kern_ctx *ctx, int max_rows, int vocab);
+
+/* --- penalties and logit bias (kernels/{cpu,cuda}/penalty.*) ---------------- */
+/* A sequence's token counts live on the device, one int32 per vocabulary
+ * entry: counts[v] = (occurrences of v among the generated tokens << 1) |
+ * (1 if v occurs in the prompt). They are built once per admission by
+ * kern_penalty_init and then grow by one token per step through
+ * kern_sample_params.count_token, so no step reads them back to the host
+ * and a captured decode graph keeps them current (the pointers travel in
+ * the per-step params, not in the graph). */
+
+/* counts[vocab] (backend memory) = the counts of tokens[n_tokens] (backend
+ * memory, ids in [0, vocab)), whose first n_prompt entries are the prompt
+ * and the rest generated tokens. Asynchronous, like any op. */
+void kern_penalty_init(kern_ctx *ctx, int32_t *counts, const int32_t *tokens, int n_tokens, int n_prompt,
+                       int vocab);
+
+/* For each row j < r of logits[r, vocab] whose params[j] has counts:
+ *  1. count_token >= 0: counts[count_token] += 2 (one more generated token);
+ *  2. per token v with c = counts[v], out = c >> 1, x = logits[j, v]:
+ *       repetition (if > 0 and != 1) where c != 0 (prompt or output):
+ *         x = x > 0 ? x / repetition : x * repetition      (HF, vLLM)
+ *       x = x - frequency * out        where out > 0          (OpenAI)
+ *       x = x - presence               where out > 0          (OpenAI)
+ *     each step rounded to fp32 on its own (no fused multiply-add), so
+ *     every backend gives the same bits;
+ * then, for every row, logits[j, bias[k].token] += bias[k].bias (k < n_bias).
+ * Rows without counts and bias are not touched (not even read), so a batch
+ * without penalties gives bitwise the logits it had. params: [r] backend
+ * memory. */
+void kern_penalty_apply(kern_ctx *ctx, float *logits, const kern_sample_params *params, int r, int vocab);
 
 /* --- CUDA graphs (decode steps) -------------------------------------------- */
 /* A captured and instantiated sequence of ops on the ctx's stream. Capture

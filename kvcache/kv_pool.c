@@ -38,6 +38,7 @@ struct kv_pool {
     inferd_list free_list; /* of kv_block, LRU: the first is evicted first */
     int n_cached;
     uint64_t evictions, hit_blocks;
+    uint64_t allocs, shares; /* blocks handed out by kv_pool_alloc; extra references by kv_pool_ref */
 };
 
 /* --- free list ------------------------------------------------------------ */
@@ -191,6 +192,8 @@ void kv_pool_get_stats(const kv_pool *p, kv_pool_stats *st)
     st->n_cached = p->n_cached;
     st->evictions = p->evictions;
     st->hit_blocks = p->hit_blocks;
+    st->allocs = p->allocs;
+    st->shares = p->shares;
 }
 
 /* --- hashing -------------------------------------------------------------- */
@@ -233,6 +236,7 @@ inferd_status kv_pool_alloc(kv_pool *p, int n, int32_t *out)
         b->ref = 1;
         out[i] = id;
     }
+    p->allocs += (uint64_t)n;
     return INFERD_OK;
 }
 
@@ -255,6 +259,7 @@ void kv_pool_ref(kv_pool *p, int32_t id)
     INFERD_CHECK(id > KV_NULL_BLOCK && id < p->n_blocks);
     INFERD_CHECK_MSG(p->blocks[id].ref > 0, "kv pool: ref of a free block (use lookup)");
     p->blocks[id].ref++;
+    p->shares++;
 }
 
 /* --- prefix cache --------------------------------------------------------- */

@@ -45,6 +45,8 @@ typedef struct {
     int n_cached;        /* blocks registered under a hash (free or not) */
     uint64_t evictions;  /* cached blocks whose hash was dropped on reuse */
     uint64_t hit_blocks; /* blocks returned by lookups */
+    uint64_t allocs;     /* blocks handed out by kv_pool_alloc (fresh KV to compute) */
+    uint64_t shares;     /* references added by kv_pool_ref (KV reused, e.g. forked sequences) */
 } kv_pool_stats;
 
 /* Create a pool of n_blocks (>= 2: the null block + at least one) blocks of

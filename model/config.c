@@ -13,15 +13,19 @@
  * "m/config.json: field 'num_key_value_heads': 5 does not divide num_attention_heads 32".
  *
  * RoPE frequencies follow HF bit for bit where C allows: the same float32
- * operations in the same order as transformers' default and llama3 rope
- * initialisation (see model_rope_inv_freq).
+ * operations in the same order as transformers' rope initialisation
+ * (default, linear, yarn, llama3; dynamic as vLLM: see model_rope_inv_freq).
+ * generation_config.json gives the eos ids and the sampling defaults
+ * (model_gen_defaults), types checked here, ranges where they are applied.
  */
 #include "model/config.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/alloc.h"
 #include "common/util.h"
@@ -233,27 +237,40 @@ static inferd_status cfg_parse_shape(const cJSON *root, const char *name, model_
     return INFERD_OK;
 }
 
+/* The required scaling factor (>= 1) of object `o` for rope type `type`. */
+static inferd_status cfg_rope_factor(const cJSON *o, const char *name, const char *what, const char *type,
+                                     double *factor)
+{
+    if (!cfg_field(o, "factor"))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.factor' is required for rope_type %s", name, what,
+                                type);
+    inferd_status st = cfg_num_in(o, what, name, "factor", 0.0, 1e6, 1.0, factor);
+    if (st != INFERD_OK)
+        return st;
+    if (*factor < 1.0)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.factor': %g must be >= 1", name, what, *factor);
+    return INFERD_OK;
+}
+
 /* The llama3 parameters of a rope_scaling / rope_parameters object `o`
  * (named `what` in errors). */
 static inferd_status cfg_parse_llama3(const cJSON *o, const char *name, const char *what, model_config *c)
 {
-    static const char *const req[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                      "original_max_position_embeddings"};
+    static const char *const req[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double factor, lo, hi;
+    inferd_status st = cfg_rope_factor(o, name, what, "llama3", &factor);
+    if (st != INFERD_OK)
+        return st;
     for (size_t i = 0; i < INFERD_ARRAY_LEN(req); i++) {
         if (!cfg_field(o, req[i]))
             return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.%s' is required for rope_type llama3", name,
                                     what, req[i]);
     }
-    double factor, lo, hi;
     int64_t orig;
-    inferd_status st;
-    if ((st = cfg_num_in(o, what, name, "factor", 0.0, 1e6, 1.0, &factor)) ||
-        (st = cfg_num_in(o, what, name, "low_freq_factor", 0.0, 1e6, 1.0, &lo)) ||
+    if ((st = cfg_num_in(o, what, name, "low_freq_factor", 0.0, 1e6, 1.0, &lo)) ||
         (st = cfg_num_in(o, what, name, "high_freq_factor", 0.0, 1e6, 1.0, &hi)) ||
         (st = cfg_int_in(o, what, name, "original_max_position_embeddings", true, 1, CFG_MAX_POS, 0, &orig)))
         return st;
-    if (factor < 1.0)
-        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.factor': %g must be >= 1", name, what, factor);
     if (hi <= lo)
         return inferd_set_error(INFERD_ERR_FORMAT,
                                 "%s: field '%s.high_freq_factor': %g must be greater than low_freq_factor %g", name,
@@ -263,6 +280,52 @@ static inferd_status cfg_parse_llama3(const cJSON *o, const char *name, const ch
     c->rope_low_freq_factor = (float)lo;
     c->rope_high_freq_factor = (float)hi;
     c->rope_original_max_pos = (int32_t)orig;
+    return INFERD_OK;
+}
+
+/* YaRN's cos/sin factor when the config gives none (HF: get_mscale, and
+ * DeepSeek's mscale / mscale_all_dim ratio when both are set). */
+static double yarn_mscale(double factor, double mscale)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* The yarn parameters: factor (required), original_max_position_embeddings
+ * (default max_position_embeddings), beta_fast / beta_slow (32 / 1),
+ * truncate (true), attention_factor, else mscale / mscale_all_dim, else
+ * 0.1 ln(factor) + 1. HF treats a 0 beta as "use the default" (`or 32`);
+ * we refuse it instead, with the field named.
+ * NOTE: transformers 4.4x-4.5x replaced factor by max_position_embeddings /
+ * original_max_position_embeddings whenever the latter was given;
+ * transformers 5 and vLLM use the explicit factor, and so do we. The two
+ * agree when max_position_embeddings = factor * original (as in Qwen's and
+ * DeepSeek's own configs and our test-llama-rope-yarn-small). */
+static inferd_status cfg_parse_yarn(const cJSON *o, const char *name, const char *what, model_config *c)
+{
+    double factor, af, bf, bs, ms, msa;
+    int64_t orig;
+    inferd_status st;
+    if ((st = cfg_rope_factor(o, name, what, "yarn", &factor)) ||
+        (st = cfg_int_in(o, what, name, "original_max_position_embeddings", false, 1, CFG_MAX_POS,
+                         c->max_position_embeddings, &orig)) ||
+        (st = cfg_num_in(o, what, name, "attention_factor", 0.0, 1e3, 0.0, &af)) ||
+        (st = cfg_num_in(o, what, name, "beta_fast", 0.0, 1e6, 32.0, &bf)) ||
+        (st = cfg_num_in(o, what, name, "beta_slow", 0.0, 1e6, 1.0, &bs)) ||
+        (st = cfg_num_in(o, what, name, "mscale", 0.0, 1e3, 0.0, &ms)) ||
+        (st = cfg_num_in(o, what, name, "mscale_all_dim", 0.0, 1e3, 0.0, &msa)))
+        return st;
+    const cJSON *tr = cfg_field(o, "truncate");
+    if (tr && !cJSON_IsBool(tr))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.truncate' must be true or false", name, what);
+    if (af == 0.0)
+        af = ms > 0.0 && msa > 0.0 ? yarn_mscale(factor, ms) / yarn_mscale(factor, msa) : yarn_mscale(factor, 1.0);
+    c->rope_scaling = ROPE_SCALING_YARN;
+    c->rope_factor = (float)factor;
+    c->rope_original_max_pos = (int32_t)orig;
+    c->rope_beta_fast = (float)bf;
+    c->rope_beta_slow = (float)bs;
+    c->rope_attn_factor = (float)af;
+    c->rope_truncate = !tr || cJSON_IsTrue(tr);
     return INFERD_OK;
 }
 
@@ -279,6 +342,36 @@ static inferd_status cfg_rope_type(const cJSON *o, const char *name, const char 
     return INFERD_OK;
 }
 
+/* The scaling of object `o` by its type. linear and dynamic need only the
+ * factor; dynamic also needs head_dim > 2 (its base exponent is
+ * head_dim / (head_dim - 2)). */
+static inferd_status cfg_parse_scaling(const cJSON *o, const char *name, const char *what, model_config *c)
+{
+    const char *type = NULL;
+    inferd_status st = cfg_rope_type(o, name, what, &type);
+    if (st != INFERD_OK || strcmp(type, "default") == 0)
+        return st;
+    if (strcmp(type, "llama3") == 0)
+        return cfg_parse_llama3(o, name, what, c);
+    if (strcmp(type, "yarn") == 0)
+        return cfg_parse_yarn(o, name, what, c);
+    bool linear = strcmp(type, "linear") == 0;
+    if (!linear && strcmp(type, "dynamic") != 0)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                "%s: field '%s.rope_type': '%.64s' is not supported (default, linear, dynamic, yarn, "
+                                "llama3)",
+                                name, what, type);
+    double factor;
+    if ((st = cfg_rope_factor(o, name, what, type, &factor)))
+        return st;
+    if (!linear && c->head_dim <= 2)
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s.rope_type': dynamic needs head_dim > 2 (got %d)",
+                                name, what, c->head_dim);
+    c->rope_scaling = linear ? ROPE_SCALING_LINEAR : ROPE_SCALING_DYNAMIC;
+    c->rope_factor = (float)factor;
+    return INFERD_OK;
+}
+
 /* rope_theta and rope scaling: transformers v5 `rope_parameters`, else the
  * classic top-level `rope_theta` + `rope_scaling`. */
 static inferd_status cfg_parse_rope(const cJSON *root, const char *name, model_config *c)
@@ -292,6 +385,10 @@ static inferd_status cfg_parse_rope(const cJSON *root, const char *name, model_c
     c->rope_low_freq_factor = 1.0f;
     c->rope_high_freq_factor = 1.0f;
     c->rope_original_max_pos = 0;
+    c->rope_beta_fast = 32.0f;
+    c->rope_beta_slow = 1.0f;
+    c->rope_truncate = true;
+    c->rope_attn_factor = 1.0f;
 
     const cJSON *rp = cfg_field(root, "rope_parameters");
     const cJSON *scaling = NULL;
@@ -309,17 +406,7 @@ static inferd_status cfg_parse_rope(const cJSON *root, const char *name, model_c
         what = "rope_scaling";
     }
     c->rope_theta = (float)theta;
-    if (!scaling)
-        return INFERD_OK;
-    const char *type = NULL;
-    if ((st = cfg_rope_type(scaling, name, what, &type)))
-        return st;
-    if (strcmp(type, "default") == 0)
-        return INFERD_OK;
-    if (strcmp(type, "llama3") == 0)
-        return cfg_parse_llama3(scaling, name, what, c);
-    return inferd_set_error(INFERD_ERR_UNSUPPORTED,
-                            "%s: field '%s.rope_type': '%.64s' is not supported (default, llama3)", name, what, type);
+    return scaling ? cfg_parse_scaling(scaling, name, what, c) : INFERD_OK;
 }
 
 /* eos_token_id: int, list of ints or null (keeps *n = 0). */
@@ -497,21 +584,68 @@ inferd_status model_config_parse(const char *json, const char *name, model_confi
     return st;
 }
 
-/* Apply generation_config.json's eos ids (when it has any) to c. */
-static inferd_status cfg_apply_generation(const char *path, model_config *c)
+/* generation_config.json fields vLLM reads as sampling defaults, their
+ * sampling-table keys, whether they are integers, and HF GenerationConfig's
+ * own default: vLLM takes only the values that differ from it
+ * (GenerationConfig.to_diff_dict), so e.g. "top_k": 50 changes nothing. */
+static const struct {
+    const char *field, *key;
+    bool integer;
+    double hf_default; /* NAN: HF has none (None) */
+} k_gen_fields[] = {
+    {"temperature", "temperature", false, 1.0},   {"top_p", "top_p", false, 1.0},
+    {"top_k", "top_k", true, 50.0},               {"min_p", "min_p", false, NAN},
+    {"repetition_penalty", "repetition_penalty", false, 1.0}, {"max_new_tokens", "max_tokens", true, NAN},
+};
+
+/* The sampling defaults of a parsed generation_config.json. Types only:
+ * the ranges are the sampling table's, checked where they are applied. */
+static inferd_status cfg_parse_gen_defaults(const cJSON *root, const char *name, model_gen_defaults *out)
+{
+    model_gen_defaults g = {.n = 0};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_gen_fields); i++) {
+        const cJSON *v = cfg_field(root, k_gen_fields[i].field);
+        if (!v)
+            continue;
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+            (k_gen_fields[i].integer && v->valuedouble != floor(v->valuedouble)))
+            return inferd_set_error(INFERD_ERR_FORMAT, "%s: field '%s' must be %s", name, k_gen_fields[i].field,
+                                    k_gen_fields[i].integer ? "an integer" : "a number");
+        if (v->valuedouble == k_gen_fields[i].hf_default)
+            continue;
+        g.v[g.n].key = k_gen_fields[i].key;
+        g.v[g.n].value = v->valuedouble;
+        g.n++;
+    }
+    *out = g;
+    return INFERD_OK;
+}
+
+/* Read and parse `path` as a JSON object. */
+static inferd_status cfg_read_object(const char *path, cJSON **out)
 {
     char *text = NULL;
     inferd_status st = util_read_file(path, CFG_MAX_CONFIG_BYTES, &text, NULL);
     if (st != INFERD_OK)
         return st;
-    cJSON *root = NULL;
-    st = cfg_parse_object(text, path, &root);
+    st = cfg_parse_object(text, path, out);
     inferd_free(text);
+    return st;
+}
+
+/* Apply generation_config.json's eos ids (when it has any) and sampling
+ * defaults to c. */
+static inferd_status cfg_apply_generation(const char *path, model_config *c)
+{
+    cJSON *root = NULL;
+    inferd_status st = cfg_read_object(path, &root);
     if (st != INFERD_OK)
         return st;
     int32_t ids[MODEL_MAX_EOS];
     int n = 0;
     st = cfg_parse_eos(root, path, c->vocab_size, ids, &n);
+    if (st == INFERD_OK)
+        st = cfg_parse_gen_defaults(root, path, &c->gen);
     cJSON_Delete(root);
     if (st == INFERD_OK && n > 0) {
         memcpy(c->eos_ids, ids, sizeof ids);
@@ -520,16 +654,79 @@ static inferd_status cfg_apply_generation(const char *path, model_config *c)
     return st;
 }
 
+inferd_status model_gen_defaults_load(const char *dir, model_gen_defaults *out)
+{
+    if (!dir || !out)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "model_gen_defaults_load: NULL argument");
+    char *path = util_path_join(dir, "generation_config.json");
+    inferd_status st = INFERD_OK;
+    out->n = 0;
+    if (util_file_exists(path)) {
+        cJSON *root = NULL;
+        if ((st = cfg_read_object(path, &root)) == INFERD_OK)
+            st = cfg_parse_gen_defaults(root, path, out);
+        cJSON_Delete(root);
+    }
+    inferd_free(path);
+    return st;
+}
+
+/* "org/name" with hub-safe characters (letters, digits, '-', '_', '.'),
+ * neither part empty nor starting with '.': what `vllm serve` would fetch
+ * from the Hugging Face hub. */
+static bool looks_like_hub_id(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash || slash == s || !slash[1] || strchr(slash + 1, '/') || s[0] == '.' || slash[1] == '.')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (p != slash && !isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
+            return false;
+    return true;
+}
+
+inferd_status model_dir_check(const char *dir)
+{
+    struct stat st;
+    if (!dir || !*dir)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "no model directory given");
+    if (stat(dir, &st) != 0) {
+        if (looks_like_hub_id(dir))
+            return inferd_set_error(INFERD_ERR_NOT_FOUND,
+                                    "model '%s' is not a local directory. It looks like a Hugging Face hub id, "
+                                    "but inferd does not download models: fetch it first, e.g. "
+                                    "`huggingface-cli download %s --local-dir models/%s` (or `git clone "
+                                    "https://huggingface.co/%s`), then pass that directory",
+                                    dir, dir, strchr(dir, '/') + 1, dir);
+        return inferd_set_error(INFERD_ERR_NOT_FOUND,
+                                "model directory '%s' does not exist (inferd serves a local Hugging Face model "
+                                "directory: config.json, *.safetensors, tokenizer.json)",
+                                dir);
+    }
+    if (!S_ISDIR(st.st_mode))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "model '%s' is a file, not a directory (give the Hugging Face model directory that "
+                                "holds config.json, *.safetensors and tokenizer.json)",
+                                dir);
+    return INFERD_OK;
+}
+
 inferd_status model_config_load(const char *dir, model_config *cfg)
 {
     if (!dir || !cfg)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "model_config_load: NULL argument");
+    inferd_status st = model_dir_check(dir);
+    if (st != INFERD_OK)
+        return st;
     char *path = util_path_join(dir, "config.json");
     char *text = NULL;
-    inferd_status st = util_read_file(path, CFG_MAX_CONFIG_BYTES, &text, NULL);
+    st = util_read_file(path, CFG_MAX_CONFIG_BYTES, &text, NULL);
     if (st != INFERD_OK) {
         if (!util_file_exists(path))
-            st = inferd_set_error(INFERD_ERR_NOT_FOUND, "%s: not found", path);
+            st = inferd_set_error(INFERD_ERR_NOT_FOUND,
+                                  "%s: not found (a Hugging Face model directory has config.json, "
+                                  "*.safetensors and tokenizer.json)",
+                                  path);
         inferd_free(path);
         return st;
     }
@@ -548,28 +745,26 @@ inferd_status model_config_load(const char *dir, model_config *cfg)
     return st;
 }
 
-/* NOTE: the float32 operation order below mirrors transformers'
- * _compute_default_rope_parameters and _compute_llama3_parameters (tensor
- * ops on float32 with Python scalars rounded to float32), so that our RoPE
- * tables match HF's to the last bit or ulp of powf. */
-void model_rope_inv_freq(const model_config *cfg, float *inv_freq)
+/* theta^(-2j/d) for j < d/2 in float32: HF's
+ * 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)). */
+static void rope_plain(float base, int head_dim, float *inv_freq)
 {
-    const int half = cfg->head_dim / 2;
-    const float dim = (float)cfg->head_dim;
-    const float base = cfg->rope_theta;
-    for (int j = 0; j < half; j++) {
-        float e = (float)(2 * j) / dim;
-        inv_freq[j] = 1.0f / powf(base, e);
-    }
-    if (cfg->rope_scaling != ROPE_SCALING_LLAMA3)
-        return;
+    const float dim = (float)head_dim;
+    for (int j = 0; j < head_dim / 2; j++)
+        inv_freq[j] = 1.0f / powf(base, (float)(2 * j) / dim);
+}
+
+/* Llama 3.1's three bands (HF _compute_llama3_parameters): long waves
+ * divided by factor, short ones kept, a smooth mix between. */
+static void rope_llama3(const model_config *cfg, float *inv_freq)
+{
     const double orig = (double)cfg->rope_original_max_pos;
     const double lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
     const float factor = cfg->rope_factor;
     const float low_freq_wavelen = (float)(orig / lo);
     const float high_freq_wavelen = (float)(orig / hi);
     const float two_pi = (float)(2.0 * M_PI);
-    for (int j = 0; j < half; j++) {
+    for (int j = 0; j < cfg->head_dim / 2; j++) {
         const float f = inv_freq[j];
         const float wavelen = two_pi / f;
         if (wavelen > low_freq_wavelen) {
@@ -579,4 +774,84 @@ void model_rope_inv_freq(const model_config *cfg, float *inv_freq)
             inv_freq[j] = (1.0f - smooth) * f / factor + smooth * f;
         }
     }
+}
+
+/* YaRN (HF _compute_yarn_parameters): the pairs that turn fewer than
+ * beta_slow times over the original context are interpolated (/ factor),
+ * those that turn more than beta_fast times are kept, with a linear ramp
+ * over the pair index between. The correction range is computed in double
+ * (Python math), the ramp and the mix in float32 (torch). */
+static void rope_yarn(const model_config *cfg, float *inv_freq)
+{
+    const int dim = cfg->head_dim, half = dim / 2;
+    const double base = cfg->rope_theta, orig = cfg->rope_original_max_pos;
+    const float factor = cfg->rope_factor;
+    double low = dim * log(orig / (cfg->rope_beta_fast * 2.0 * M_PI)) / (2.0 * log(base));
+    double high = dim * log(orig / (cfg->rope_beta_slow * 2.0 * M_PI)) / (2.0 * log(base));
+    if (cfg->rope_truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    low = INFERD_MAX(low, 0.0);
+    high = INFERD_MIN(high, (double)(dim - 1));
+    if (low == high)
+        high += 0.001; /* HF: prevent a zero-width ramp */
+    for (int j = 0; j < half; j++) {
+        const float pos_freq = powf(cfg->rope_theta, (float)(2 * j) / (float)dim); /* HF pos_freqs */
+        const float extrap = 1.0f / pos_freq, interp = 1.0f / (factor * pos_freq);
+        float ramp = ((float)j - (float)low) / (float)(high - low);
+        ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+        const float keep = 1.0f - ramp; /* HF's inv_freq_extrapolation_factor */
+        inv_freq[j] = interp * (1.0f - keep) + extrap * keep;
+    }
+}
+
+/* NOTE: the float32 operation order mirrors transformers'
+ * modeling_rope_utils (tensor ops on float32 with Python scalars rounded
+ * to float32), so that our RoPE tables match HF's to the last bit or ulp
+ * of powf.
+ *
+ * dynamic (NTK) follows vLLM, not HF. HF keeps plain RoPE until a sequence
+ * passes max_position_embeddings and then recomputes the base from that
+ * sequence's length at every step (and back when a shorter one comes).
+ * With a paged KV cache that cannot be right: keys are cached already
+ * rotated, blocks are shared between sequences by prefix caching, and a
+ * batch mixes lengths, so the frequencies of a position must not depend on
+ * which sequence it is in or how long that grows. vLLM's
+ * DynamicNTKScalingRotaryEmbedding fixes the base once at the longest
+ * context, max_position_embeddings * factor:
+ *   base' = base * (factor * factor - factor + 1) ^ (d / (d - 2)),
+ * which is HF's formula evaluated at seq_len = factor * max_position_embeddings.
+ * Short prompts therefore see different frequencies than in HF (which
+ * would use the plain base for them); scripts/hf_reference.py compares
+ * against HF with that base. */
+void model_rope_inv_freq(const model_config *cfg, float *inv_freq)
+{
+    float base = cfg->rope_theta;
+    if (cfg->rope_scaling == ROPE_SCALING_DYNAMIC) {
+        const double f = cfg->rope_factor, d = cfg->head_dim;
+        base = (float)((double)cfg->rope_theta * pow(f * f - (f - 1.0), d / (d - 2.0)));
+    }
+    rope_plain(base, cfg->head_dim, inv_freq);
+    switch (cfg->rope_scaling) {
+    case ROPE_SCALING_LLAMA3: rope_llama3(cfg, inv_freq); break;
+    case ROPE_SCALING_YARN: rope_yarn(cfg, inv_freq); break; /* recomputes from pos_freqs */
+    case ROPE_SCALING_LINEAR:
+        for (int j = 0; j < cfg->head_dim / 2; j++)
+            inv_freq[j] /= cfg->rope_factor;
+        break;
+    case ROPE_SCALING_NONE:
+    case ROPE_SCALING_DYNAMIC: break;
+    }
+}
+
+int32_t model_config_context_len(const model_config *cfg)
+{
+    double len = cfg->max_position_embeddings;
+    if (cfg->rope_scaling == ROPE_SCALING_LINEAR || cfg->rope_scaling == ROPE_SCALING_DYNAMIC)
+        len *= cfg->rope_factor;
+    else if (cfg->rope_scaling == ROPE_SCALING_YARN)
+        len = (double)cfg->rope_original_max_pos * cfg->rope_factor;
+    len = floor(len);
+    return len > (double)CFG_MAX_POS ? CFG_MAX_POS : (int32_t)len;
 }

@@ -283,6 +283,7 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim,
         .block_size = m->block_size,
+        .mscale = c->rope_attn_factor, /* YaRN: cos, sin times its attention factor; else 1 */
     };
     kern_qkv_epilogue ep = {
         .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
@@ -405,6 +406,19 @@ inferd_status model_forward_seq(model *m, const int32_t *table, const int32_t *t
     return model_forward(m, &b);
 }
 
+/* True when some row has penalties or a logit bias (kern_penalty_apply). */
+static bool any_penalty(const kern_sample_params *params, int r)
+{
+    for (int i = 0; i < r; i++)
+        if (params[i].counts || params[i].n_bias > 0)
+            return true;
+    return false;
+}
+
+/* NOTE: the eager path launches kern_penalty_apply only when a row needs
+ * it, so a step without penalties runs exactly the ops it always ran; the
+ * decode graphs always hold the launch (graphs.c), whose empty rows leave
+ * the logits untouched, so both paths give the same bits. */
 inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
 {
     int r = m->last_n_logits;
@@ -412,6 +426,8 @@ inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *
         return INFERD_OK;
     kern_memcpy_h2d(m->kc, m->a.sparams, params, (size_t)r * sizeof(kern_sample_params));
     PROF_MARK(m, MODEL_OP_SAMPLE, 4.0 * r * (double)m->cfg.vocab_size);
+    if (any_penalty(params, r))
+        kern_penalty_apply(m->kc, m->a.logits, m->a.sparams, r, m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, m->a.sparams, r, m->cfg.vocab_size, m->a.sample_ws);
     model_prof_step_end(m);
     kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));

@@ -16,6 +16,9 @@
  *    query_start_loc, seq_lens, logits indices, sampling parameters, block
  *    tables) lives in one fixed device region, filled before each replay by
  *    one asynchronous copy from a pinned host region of the same layout.
+ *    The penalty state (token counts, logit_bias lists) is reached through
+ *    pointers inside the sampling parameters, so it may live anywhere on
+ *    the device and still change every step (kernels.h, penalties).
  *  - the attention split plan (chunk length, grid) is chosen on the host
  *    from the context length, so it is frozen per graph: each batch size is
  *    captured for context buckets of 256 * 2^k tokens up to max_model_len
@@ -150,9 +153,13 @@ static void set_mirrors(model *m, int rows)
     memcpy(m->h_seq_lens, HOST(&m->gr, int32_t, seq_lens), (size_t)rows * sizeof(int32_t));
 }
 
+/* The penalty launch is always part of the graph: the rows that need it
+ * are only known at replay, from the uploaded params. */
 static void enqueue_step(model *m, const model_fwd_in *in)
 {
     model_forward_ops(m, in);
+    kern_penalty_apply(m->kc, m->a.logits, DEV(&m->gr, kern_sample_params, sparams), in->n_logits,
+                       m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, DEV(&m->gr, kern_sample_params, sparams), in->n_logits,
                 m->cfg.vocab_size, m->a.sample_ws);
 }

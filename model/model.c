@@ -228,11 +228,36 @@ static inferd_status check_opts(const model_opts *o, const model_config *c)
     inferd_status st = model_opts_validate(o);
     if (st != INFERD_OK)
         return st;
-    if (o->max_model_len > c->max_position_embeddings)
+    const int32_t ctx = model_config_context_len(c);
+    if (o->max_model_len > ctx)
         return inferd_set_error(INFERD_ERR_INVALID_ARG,
-                                "model options: max_model_len %d out of range [0, %d] (max_position_embeddings)",
-                                o->max_model_len, c->max_position_embeddings);
+                                "model options: max_model_len %d out of range [0, %d] (%s)", o->max_model_len, ctx,
+                                ctx == c->max_position_embeddings ? "max_position_embeddings"
+                                                                  : "the context of the config's rope scaling");
     return INFERD_OK;
+}
+
+/* --generation-config: "auto" (or unset) keeps the sampling defaults
+ * model_config_load read from the model directory, "vllm" drops them (the
+ * engine's own defaults apply, vLLM's name for that), anything else is a
+ * directory holding the generation_config.json to use. The eos ids always
+ * come from the model directory: they are part of the model, not a
+ * sampling preference. */
+static inferd_status load_gen_defaults(const model_opts *o, model_config *c)
+{
+    const char *gc = o->generation_config;
+    if (!gc || strcmp(gc, "auto") == 0)
+        return INFERD_OK;
+    if (strcmp(gc, "vllm") == 0) {
+        c->gen.n = 0;
+        return INFERD_OK;
+    }
+    if (!util_file_exists(gc))
+        return inferd_set_error(INFERD_ERR_NOT_FOUND,
+                                "model options: generation_config '%s' is neither auto, vllm nor an existing "
+                                "directory",
+                                gc);
+    return model_gen_defaults_load(gc, &c->gen);
 }
 
 /* One throw-away prefill of up to 512 tokens and one decode step, so that
@@ -257,7 +282,7 @@ static inferd_status load_all(model *m)
     inferd_status st = model_config_load(m->opts.model_dir, &m->cfg);
     if (st != INFERD_OK)
         return st;
-    if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK)
+    if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK || (st = load_gen_defaults(&m->opts, &m->cfg)))
         return st;
     if (m->opts.device_auto)
         m->opts.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
@@ -267,7 +292,7 @@ static inferd_status load_all(model *m)
         return st;
     m->act_dtype = kern_act_dtype(m->kc);
     m->block_size = m->opts.block_size;
-    m->max_model_len = m->opts.max_model_len > 0 ? m->opts.max_model_len : m->cfg.max_position_embeddings;
+    m->max_model_len = m->opts.max_model_len > 0 ? m->opts.max_model_len : model_config_context_len(&m->cfg);
     m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
     m->T = m->opts.max_num_batched_tokens;
     m->S = m->opts.max_num_seqs;

@@ -42,6 +42,7 @@ typedef struct {
     float gpu_memory_utilization;  /* fraction of device memory (CUDA) */
     uint64_t dummy_seed;
     bool enforce_eager;            /* no CUDA graphs: every step runs op by op (vLLM's --enforce-eager) */
+    const char *generation_config; /* sampling defaults: "auto" (model dir), "vllm" (none) or a DIR */
 } model_opts;
 
 /* The table's defaults (CPU backend, device_auto off: API users pick the

@@ -14,8 +14,11 @@
  *       say 4096); larger blocks only waste KV at the end of sequences.
  *   max-num-seqs [1, 65536], max-num-batched-tokens [1, 2^20]: host and
  *       device batch buffers are sized from them at load.
- *   max-model-len [0, 2^24]: 0 = the config's max_position_embeddings (load
- *       also rejects more than that).
+ *   max-model-len [0, 2^24]: 0 = the model's context: max_position_embeddings,
+ *       scaled by a linear / dynamic / yarn rope factor as vLLM does
+ *       (model_config_context_len; load also rejects more than that).
+ *   generation-config auto|vllm|DIR: vLLM's --generation-config; which
+ *       generation_config.json gives the sampling defaults (model.c).
  *   gpu-memory-utilization [0.01, 1]: a fraction of device memory.
  */
 #include <math.h>
@@ -81,6 +84,12 @@ static const opt_row k_rows[] = {
      .help = "CUDA: run every step op by op (no decode CUDA graphs)"},
     {.name = "dummy-seed", .kind = OPT_INT64, .off = OFF(dummy_seed), .min = 0, .max = 9.2e18, .def = 0,
      .help = "seed of --load-format dummy weights"},
+    /* no def_str: unset means auto, so model_opts_default allocates nothing
+     * (most users of a model_opts never opt_free it) */
+    {.name = "generation-config", .kind = OPT_STR, .off = OFF(generation_config),
+     .meta = "auto|vllm|DIR",
+     .help = "sampling defaults for requests that omit them: the model's generation_config.json (auto), "
+             "none (vllm), or DIR/generation_config.json (default auto)"},
 };
 #undef OFF
 

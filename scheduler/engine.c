@@ -181,9 +181,8 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
  * fail for an accepted request, but if it did the consumer would see
  * FINISH_ERROR with the message rather than a hang. */
 /* Move a taken submission into the scheduler (engine thread). */
-static void admit(engine *e, eng_req *r)
+void eng_sched_add(engine *e, eng_req *r)
 {
-    inferd_list_push_back(&e->live, &r->link);
     inferd_status st = sched_add(e->s, r->stream->id, r->prompt, r->n_prompt, r->sp.max_tokens, r, &r->sr);
     if (st != INFERD_OK) {
         eng_finish(e, r, FINISH_ERROR, inferd_last_error());
@@ -191,6 +190,22 @@ static void admit(engine *e, eng_req *r)
     }
     inferd_free(r->prompt);
     r->prompt = NULL;
+}
+
+/* A group's held sequence (r->leader set) stays out of the scheduler until
+ * its leader forks it (engine_fork.c); it keeps its prompt copy for the
+ * case where it has to run on its own. */
+static void admit(engine *e, eng_req *r)
+{
+    inferd_list_push_back(&e->live, &r->link);
+    r->in_live = true;
+    /* the penalty slots are allocated by the first request that needs them */
+    if (eng_penalized(r) && eng_penalty_reserve(e) != INFERD_OK) {
+        eng_finish(e, r, FINISH_ERROR, inferd_last_error());
+        return;
+    }
+    if (!r->leader)
+        eng_sched_add(e, r);
 }
 
 /* Admit every request of `taken` (moved out of e->pending), in order. */
@@ -241,6 +256,10 @@ static void publish_stats(engine *e)
     st->preemptions = ss.preemptions;
     st->prefix_queries = ss.prefix_queries;
     st->prefix_hits = ss.prefix_hits;
+    kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    st->kv_blocks_allocated = ps.allocs;
+    st->kv_blocks_shared = ps.shares;
     memcpy(st->finished, e->n_finished, sizeof st->finished);
     st->steps = ss.steps;
     if (e->n_live == 0 && inferd_list_empty(&e->pending))
@@ -366,5 +385,6 @@ void engine_free(engine *e)
     inferd_free(e->b_sparams);
     inferd_free(e->b_sampled);
     inferd_free(e->h_logits);
+    eng_penalty_free(e);
     inferd_free(e);
 }

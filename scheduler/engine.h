@@ -40,6 +40,14 @@ const char *finish_reason_str(finish_reason r); /* "stop", "length", "abort", "e
 #define SAMPLING_MAX_STOP_LEN 256 /* bytes per stop string: the engine re-scans up to this many
                                      bytes of text after every token, so it bounds that work */
 #define SAMPLING_MAX_LOGPROBS 20  /* top-N alternatives per sampled token (OpenAI's limit) */
+#define SAMPLING_MAX_LOGIT_BIAS 300   /* logit_bias entries per request (OpenAI's limit) */
+#define SAMPLING_LOGIT_BIAS_MAX 100.0 /* a bias is in [-100, 100] (OpenAI's range) */
+
+/* One logit_bias entry: bias added to token's logit before sampling. */
+typedef struct {
+    int32_t token;
+    float bias;
+} sampling_logit_bias;
 
 typedef struct {
     float temperature;       /* 0 = greedy */
@@ -56,6 +64,11 @@ typedef struct {
     int n_stop;
     const char *stop[SAMPLING_MAX_STOP]; /* copied at submit */
     int logprobs;            /* top-N logprobs per sampled token, 0..20; -1 = off */
+    float presence_penalty;  /* OpenAI: minus this once for every token already generated; 0 = off */
+    float frequency_penalty; /* OpenAI: minus this per earlier occurrence among generated tokens; 0 = off */
+    float repetition_penalty;/* HF/vLLM: over prompt and generated tokens; 1 = off */
+    int n_logit_bias;        /* entries of logit_bias (sampling_logit_bias_add) */
+    sampling_logit_bias logit_bias[SAMPLING_MAX_LOGIT_BIAS]; /* distinct tokens */
 } sampling_params;
 
 /* The defaults of every row below (max_tokens 16, logprobs off). */
@@ -71,7 +84,12 @@ void sampling_params_default(sampling_params *sp);
  *   min_p [0, 1], seed any int64 (negatives keep their two's-complement bits),
  *   max_tokens [1, 2^31-1], min_tokens [0, 2^31-1] and <= max_tokens,
  *   stop_token_ids 0..16 ids in [0, vocab), stop 0..16 strings of 1..256
- *   bytes of valid UTF-8, ignore_eos bool, logprobs [0, 20].
+ *   bytes of valid UTF-8, ignore_eos bool, logprobs [0, 20],
+ *   presence_penalty and frequency_penalty [-2, 2], repetition_penalty
+ *   (0, 2].
+ * logit_bias is not a row (it is a map, not a number or a list of them):
+ * its limits are the SAMPLING_*LOGIT_BIAS constants, enforced by
+ * sampling_logit_bias_add and again by sampling_params_validate.
  * The row's opt.name is the flag spelling ("top-p"), `key` the API key
  * ("top_p") that errors name. List rows (stop, stop_token_ids) point at the
  * count field and bound the count. */
@@ -97,9 +115,18 @@ inferd_status sampling_row_set_number(const sampling_row *r, sampling_params *sp
  * int64 range for seed), numbers with strtod. */
 inferd_status sampling_row_set_text(const sampling_row *r, sampling_params *sp, const char *text);
 
+/* Add one logit_bias entry (token -> bias) to sp: INVALID_ARG naming
+ * 'logit_bias' (nothing stored) when sp already has SAMPLING_MAX_LOGIT_BIAS
+ * entries, the token is negative or already present, or the bias is not a
+ * finite number in [-SAMPLING_LOGIT_BIAS_MAX, SAMPLING_LOGIT_BIAS_MAX].
+ * The vocabulary bound is sampling_params_validate's (it needs the model). */
+inferd_status sampling_logit_bias_add(sampling_params *sp, int64_t token, double bias);
+
 /* Check every rule of the table on sp, and the cross-field ones (min_tokens
  * <= max_tokens, each stop token id in [0, vocab_size) when vocab_size > 0,
- * stop strings non-empty, <= SAMPLING_MAX_STOP_LEN bytes, valid UTF-8).
+ * stop strings non-empty, <= SAMPLING_MAX_STOP_LEN bytes, valid UTF-8,
+ * logit_bias entries as sampling_logit_bias_add states, with tokens in
+ * [0, vocab_size) when vocab_size > 0).
  * INVALID_ARG with a message naming the field; *param (may be NULL) gets
  * the row's key. */
 inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size, const char **param);
@@ -139,6 +166,7 @@ typedef struct {
     char error[256];           /* when finish == FINISH_ERROR */
     int prompt_tokens, completion_tokens; /* totals so far */
     int cached_tokens;         /* prompt tokens served from the prefix cache */
+    double cum_logprob;        /* sum of the generated tokens' logprobs so far (0 unless sp.logprobs >= 0) */
     engine_times times;
 } engine_output;
 
@@ -174,6 +202,8 @@ typedef struct {
     uint64_t prompt_tokens, generation_tokens;
     uint64_t preemptions;
     uint64_t prefix_queries, prefix_hits; /* in tokens, like vLLM */
+    uint64_t kv_blocks_allocated;         /* blocks the pool handed out fresh (KV computed into them) */
+    uint64_t kv_blocks_shared;            /* block references added by forks (KV reused, not recomputed) */
     uint64_t finished[5];                 /* by finish_reason */
     uint64_t steps;
 } engine_stats;
@@ -194,6 +224,37 @@ void engine_free(engine *e);
  * TOO_LONG (sched_fit_check against engine_get_fit_limits),
  * QUEUE_FULL, UNAVAILABLE (stopping). */
 inferd_status engine_submit(engine *e, const engine_request *req, engine_stream **out);
+
+/* ---- several sequences of one prompt (OpenAI n, best_of) -----------------
+ *
+ * engine_submit_n submits n_seqs sequences of one prompt, each with its own
+ * stream (out[0..n_seqs)), all-or-nothing. The prompt is computed once:
+ * sequence 0 runs first; when its prompt KV is complete the others are
+ * forked from it (sched_fork), sharing its full prompt blocks by reference
+ * and computing only the prompt's last partial block (< block_size tokens)
+ * themselves, one step later. Every other rule is that of n_seqs separate
+ * engine_submit calls: the same validation, each sequence counts against
+ * max_queued_requests, finishes, aborts and reports usage on its own
+ * stream (completion_tokens counts that sequence's tokens; the prompt is
+ * one prompt for the caller's usage).
+ *
+ * Seeds: sequence i samples with engine_seq_seed(seed, i), where seed is
+ * req->sp.seed when has_seed, else one fresh seed for the group. So
+ * sequence i of a seeded group produces exactly what engine_submit of the
+ * same request with sp.seed = engine_seq_seed(seed, i) produces (vLLM's
+ * rule for n > 1: seed + index), and greedy sequences are all identical.
+ *
+ * best_of: submit best_of sequences with sp.logprobs >= 0 (so
+ * engine_output.cum_logprob is computed), then engine_rank_seqs orders them
+ * by cumulative logprob; the first n are the answer (vLLM's ranking).
+ * INVALID_ARG (param "n") when n_seqs is outside [1, SAMPLING_MAX_SEQS]. */
+#define SAMPLING_MAX_SEQS 16
+inferd_status engine_submit_n(engine *e, const engine_request *req, int n_seqs, engine_stream **out);
+/* The seed of sequence i of a group whose seed is `seed`: seed + i (mod 2^64). */
+uint64_t engine_seq_seed(uint64_t seed, int i);
+/* order[0..n) = 0..n-1 sorted by cum_logprob[] descending, ties by lower
+ * index (a stable, deterministic ranking). */
+void engine_rank_seqs(const double *cum_logprob, int n, int *order);
 
 uint64_t engine_stream_id(const engine_stream *s);
 /* Non-blocking: move pending output into *out; false when nothing new. */

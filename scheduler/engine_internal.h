@@ -46,6 +46,7 @@ struct engine_stream {
     finish_reason finish;
     char error[256];
     int prompt_tokens, completion_tokens, cached_tokens;
+    double cum_logprob;
     engine_times times;
 };
 
@@ -66,8 +67,29 @@ typedef struct eng_req {
     size_t emitted;    /* bytes of text already published */
     int n_gen;
     bool prefill_counted;
+    int pen_slot;    /* penalty slot (engine_penalty.c) while running, -1 none */
+    int pen_counted; /* tokens of sr->tokens already in the slot's counts */
+    double cum_logprob; /* sum of the generated tokens' logprobs (when computed) */
+    /* groups (engine_submit_n): the leader holds the other sequences until
+     * its prompt KV is computed, then forks them (engine_fork_held) */
+    struct eng_req **held; /* leader: [n_held] sequences waiting for the fork */
+    int n_held;
+    struct eng_req *leader; /* a sequence waiting for its leader's fork, else NULL */
+    bool in_live;           /* taken by the engine thread (in e->live) */
+    bool forked;            /* forked from a leader: its prompt was counted there */
     inferd_list_node link; /* engine.pending, then engine.live */
 } eng_req;
+
+/* Device state of penalties and logit_bias (engine_penalty.c): one slot
+ * per running sequence that uses them, allocated on the first such request. */
+typedef struct {
+    int n_slots;            /* max_num_seqs; 0 until allocated */
+    int32_t *counts;        /* device [n_slots, vocab] (kernels.h: penalties) */
+    kern_logit_bias *bias;  /* device [n_slots, SAMPLING_MAX_LOGIT_BIAS] */
+    int32_t *staging;       /* device [max_model_len]: tokens for kern_penalty_init */
+    int *free_slots, n_free;/* host stack of unused slots */
+    kern_logit_bias *h_bias;/* host [SAMPLING_MAX_LOGIT_BIAS] upload staging */
+} eng_penalty;
 
 #define ENG_REQ_OF(node) INFERD_LIST_ENTRY(node, eng_req, link)
 
@@ -105,10 +127,13 @@ struct engine {
     kern_sample_params *b_sparams;      /* [max_num_seqs] */
     int32_t *b_sampled;                 /* [max_num_seqs] */
     float *h_logits;                    /* [max_num_seqs, vocab], allocated on first logprobs */
+    eng_penalty pen;                    /* engine-thread only */
 };
 
 /* engine_stream.c */
 engine_stream *stream_new(uint64_t id, const engine_request *req);
+/* The cumulative logprob the next output reports. */
+void stream_set_cum_logprob(engine_stream *s, double v);
 /* Drop one reference (frees at zero). */
 void stream_unref(engine_stream *s);
 /* Append output (any part may be empty) and wake the consumer. The finish
@@ -124,7 +149,31 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
 void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error);
 void eng_req_free(eng_req *r);
 
+/* engine.c: put r (taken, in e->live) into the scheduler on its own;
+ * finishes r with FINISH_ERROR when the scheduler refuses it. */
+void eng_sched_add(engine *e, eng_req *r);
+/* engine_fork.c (groups): fork every sequence leader r holds, now that its
+ * prompt KV is computed; detach r's held sequences (they run unshared)
+ * or a held sequence from its leader, when either leaves early. */
+void eng_fork_held(engine *e, eng_req *r);
+void eng_group_detach(engine *e, eng_req *r);
+
 /* engine_step.c: one scheduler step + forward + sample + update. */
 void eng_step(engine *e);
+
+/* engine_penalty.c (engine thread). r uses penalties or logit_bias. */
+bool eng_penalized(const eng_req *r);
+/* Allocate the slots on first use; NOMEM with the sizes when the device
+ * has no room (the request then fails, the engine goes on). */
+inferd_status eng_penalty_reserve(engine *e);
+/* Fill p's penalty members for r's sampling row this step: on r's first
+ * row since admission take a slot and build its counts from r's tokens on
+ * the device; later rows pass the one token added since as count_token. */
+void eng_penalty_fill(engine *e, eng_req *r, kern_sample_params *p);
+/* Give r's slot back (finish, preemption). No-op without one. */
+void eng_penalty_release(engine *e, eng_req *r);
+/* Release the slots of requests the last sched_step preempted. */
+void eng_penalty_drop_preempted(engine *e);
+void eng_penalty_free(engine *e);
 
 #endif

@@ -42,6 +42,7 @@ void eng_req_free(eng_req *r)
     if (r->detok)
         tok_stream_free(r->detok);
     inferd_free(r->prompt);
+    inferd_free(r->held);
     inferd_buf_free(&r->text);
     inferd_free(r);
 }
@@ -164,6 +165,8 @@ static bool is_stop_token(const eng_req *r, int32_t t)
 static void retire(engine *e, eng_req *r, finish_reason reason)
 {
     inferd_list_unlink(&e->live, &r->link);
+    eng_group_detach(e, r);
+    eng_penalty_release(e, r);
     if (r->sr)
         sched_remove(e->s, r->sr);
     r->sr = NULL;

@@ -10,8 +10,13 @@
  * Forward and sampling are one model_step, which replays a decode CUDA
  * graph when the step is decode-only (model/graphs.c), so the sampling
  * parameters are filled before the forward pass. Logprobs are computed on
- * the host from the raw logits (log-softmax; sampling leaves the logits
- * unchanged), only in steps where some row wants them.
+ * the host from the logits the sampler saw before temperature: the model's,
+ * after a row's penalties and logit_bias (kern_penalty_apply works in
+ * place; sampling itself leaves the logits unchanged), only in steps where
+ * some row wants them. So a token forced by logit_bias +100 shows a
+ * logprob near 0, as the distribution it was drawn from says.
+ * Penalty state lives on the device (engine_penalty.c); a row only names
+ * its slot and the one token generated since its previous row.
  */
 #include <math.h>
 #include <string.h>
@@ -108,7 +113,7 @@ static void fill_sample_params(engine *e, const sched_output *out, int n_logits,
 {
     *want_lp = false;
     for (int k = 0; k < n_logits; k++) {
-        const eng_req *r = out->items[e->b_row_item[k]].req->user;
+        eng_req *r = out->items[e->b_row_item[k]].req->user;
         kern_sample_params *p = &e->b_sparams[k];
         p->temperature = r->sp.temperature;
         p->top_p = r->sp.top_p;
@@ -116,6 +121,14 @@ static void fill_sample_params(engine *e, const sched_output *out, int n_logits,
         p->top_k = r->sp.top_k;
         p->seed = r->seed;
         p->counter = (uint64_t)r->n_gen;
+        p->counts = NULL;
+        p->bias = NULL;
+        p->n_bias = 0;
+        p->count_token = -1;
+        p->presence = p->frequency = 0.0f;
+        p->repetition = 1.0f;
+        if (eng_penalized(r))
+            eng_penalty_fill(e, r, p);
         if (r->sp.logprobs >= 0)
             *want_lp = true;
     }
@@ -148,7 +161,8 @@ static void mark_progress(engine *e, const sched_output *out, double now)
         if (!r->prefill_counted && sr->n_computed >= sr->n_prompt) {
             r->prefill_counted = true;
             r->times.prefill_done = now;
-            e->n_prompt_tokens += (uint64_t)sr->n_prompt;
+            if (!r->forked) /* a group's prompt counts once, at its leader */
+                e->n_prompt_tokens += (uint64_t)sr->n_prompt;
         }
     }
 }
@@ -157,6 +171,8 @@ void eng_step(engine *e)
 {
     sched_output out;
     sched_step(e->s, &out);
+    if (out.n_preempted > 0)
+        eng_penalty_drop_preempted(e);
     if (out.n_items == 0)
         return;
     mark_scheduled(&out, util_now_s());
@@ -181,14 +197,25 @@ void eng_step(engine *e)
     }
     sched_commit(e->s, &out);
     mark_progress(e, &out, util_now_s());
+    /* a group leader's prompt KV is complete: its held sequences share it
+     * from the next step on (engine_fork.c); before the tokens below, which
+     * may finish the leader */
+    for (int i = 0; i < out.n_items; i++) {
+        eng_req *r = out.items[i].req->user;
+        if (r->n_held > 0 && out.items[i].req->n_computed >= out.items[i].req->n_prompt)
+            eng_fork_held(e, r);
+    }
     for (int k = 0; k < n_logits; k++) {
         eng_req *r = out.items[e->b_row_item[k]].req->user;
         engine_logprob lp;
         bool has_lp = want_lp && r->sp.logprobs >= 0;
         int32_t tok = e->b_sampled[k];
         INFERD_CHECK_MSG(tok >= 0 && tok < e->vocab, "sampled token outside the vocabulary");
-        if (has_lp)
+        if (has_lp) {
             row_logprobs(e->h_logits + (size_t)k * e->vocab, e->vocab, tok, r->sp.logprobs, &lp);
+            r->cum_logprob += lp.logprob;
+            stream_set_cum_logprob(r->stream, r->cum_logprob);
+        }
         eng_accept_token(e, r, tok, has_lp ? &lp : NULL);
     }
 #ifndef NDEBUG

@@ -122,6 +122,15 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
         notify(user);
 }
 
+/* Set before the publish of the token it includes, so the output that
+ * carries a token carries the sum up to it. */
+void stream_set_cum_logprob(engine_stream *s, double v)
+{
+    pthread_mutex_lock(&s->mu);
+    s->cum_logprob = v;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Under s->mu: is there anything the consumer has not seen? */
 static bool has_news(const engine_stream *s)
 {
@@ -154,6 +163,7 @@ static void take(engine_stream *s, engine_output *out)
     out->prompt_tokens = s->prompt_tokens;
     out->completion_tokens = s->completion_tokens;
     out->cached_tokens = s->cached_tokens;
+    out->cum_logprob = s->cum_logprob;
     out->times = s->times;
 }
 
@@ -167,6 +177,7 @@ static void empty_output(const engine_stream *s, engine_output *out)
     out->prompt_tokens = s->prompt_tokens;
     out->completion_tokens = s->completion_tokens;
     out->cached_tokens = s->cached_tokens;
+    out->cum_logprob = s->cum_logprob;
     out->times = s->times;
 }
 

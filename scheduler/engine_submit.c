@@ -67,7 +67,7 @@ static inferd_status check_request(const engine *e, const engine_request *req)
  * SentencePiece leading-space context). Never fails (allocation aborts).
  * The returned record is not yet visible to the engine; ownership passes
  * to it when pushed on e->pending. */
-static eng_req *make_req(const engine_request *req, engine_stream *s, const tokenizer *tok)
+static eng_req *make_req(const engine_request *req, engine_stream *s, const tokenizer *tok, uint64_t seed)
 {
     eng_req *r = inferd_calloc(1, sizeof *r);
     r->stream = s;
@@ -75,6 +75,7 @@ static eng_req *make_req(const engine_request *req, engine_stream *s, const toke
     r->prompt = inferd_malloc((size_t)req->n_prompt * sizeof *r->prompt);
     memcpy(r->prompt, req->prompt_ids, (size_t)req->n_prompt * sizeof *r->prompt);
     r->sp = req->sp;
+    r->pen_slot = -1;
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
         r->sp.stop[i] = NULL;
     for (int i = 0; i < req->sp.n_stop; i++) {
@@ -82,10 +83,7 @@ static eng_req *make_req(const engine_request *req, engine_stream *s, const toke
         r->sp.stop[i] = r->stop_copy[i];
         r->max_stop_len = INFERD_MAX(r->max_stop_len, strlen(r->stop_copy[i]));
     }
-    /* without a seed: a fresh one per request; mixing in the id keeps two
-     * requests submitted in the same microsecond apart */
-    r->seed = req->sp.has_seed ? req->sp.seed
-                               : rng_mix64((uint64_t)util_now_us() ^ (s->id * 0x9E3779B97F4A7C15ull));
+    r->seed = seed;
     r->times.arrival = util_now_s();
     r->deadline = req->timeout_s > 0 ? inferd_deadline_from(r->times.arrival, req->timeout_s)
                                      : inferd_deadline_never();
@@ -98,19 +96,50 @@ static eng_req *make_req(const engine_request *req, engine_stream *s, const toke
     return r;
 }
 
-/* Validate and queue one request; on success *out is the consumer's
- * reference to its stream (release it with engine_stream_release). On
- * error *out is NULL and nothing was queued. Thread-safe.
+/* The group's seed: the request's, or without one a fresh one; mixing in
+ * the id keeps two requests submitted in the same microsecond apart. */
+static uint64_t group_seed(const engine_request *req, uint64_t id)
+{
+    return req->sp.has_seed ? req->sp.seed : rng_mix64((uint64_t)util_now_us() ^ (id * 0x9E3779B97F4A7C15ull));
+}
+
+uint64_t engine_seq_seed(uint64_t seed, int i)
+{
+    return seed + (uint64_t)i; /* wraps mod 2^64, like vLLM's seed + index on int64 bits */
+}
+
+/* Link the group: sequence 0 leads, the others wait for its fork. */
+static void link_group(eng_req **rs, int n)
+{
+    if (n < 2)
+        return;
+    rs[0]->held = inferd_malloc((size_t)(n - 1) * sizeof *rs[0]->held);
+    for (int i = 1; i < n; i++) {
+        rs[0]->held[rs[0]->n_held++] = rs[i];
+        rs[i]->leader = rs[0];
+    }
+}
+
+/* Validate and queue n sequences of one request (engine_submit_n); on
+ * success out[i] is the consumer's reference to sequence i's stream
+ * (release each with engine_stream_release). On error every out[i] is
+ * NULL and nothing was queued. Thread-safe.
  *
  * Two short critical sections around an unlocked build: the first checks
- * the state and the queue bound and takes an id, the second re-checks
- * `stopping` and publishes. NOTE: because the bound is checked before the
- * build, concurrent submitters can each pass it and overshoot
- * max_queued_requests by at most the number of threads inside submit at
- * once; the bound is admission control, not a memory guarantee. */
-inferd_status engine_submit(engine *e, const engine_request *req, engine_stream **out)
+ * the state and the queue bound and takes the ids, the second re-checks
+ * `stopping` and publishes the whole group at once (so the engine thread
+ * takes a leader and its held sequences in the same pass). NOTE: because
+ * the bound is checked before the build, concurrent submitters can each
+ * pass it and overshoot max_queued_requests by at most the sequences of
+ * the submissions inside submit at once; the bound is admission control,
+ * not a memory guarantee. */
+inferd_status engine_submit_n(engine *e, const engine_request *req, int n, engine_stream **out)
 {
-    *out = NULL;
+    for (int i = 0; i < n && out; i++)
+        out[i] = NULL;
+    if (n < 1 || n > SAMPLING_MAX_SEQS)
+        return inferd_set_error_at(INFERD_ERR_INVALID_ARG, "n", "'n' must be in [1, %d] sequences, got %d",
+                                   SAMPLING_MAX_SEQS, n);
     inferd_status st = check_request(e, req);
     if (st != INFERD_OK)
         return st;
@@ -123,35 +152,66 @@ inferd_status engine_submit(engine *e, const engine_request *req, engine_stream 
      * push below (the build runs unlocked), so concurrent submitters cannot
      * all pass the bound at once. */
     int queued = (int)inferd_list_len(&e->pending) + e->n_waiting_sched + e->n_admitting;
-    if (queued >= e->opts.max_queued_requests) {
+    if (queued + n > e->opts.max_queued_requests) {
         pthread_mutex_unlock(&e->mu);
         return inferd_set_error(INFERD_ERR_QUEUE_FULL, "%d requests are waiting (limit %d)", queued,
                                 e->opts.max_queued_requests);
     }
-    uint64_t id = e->next_id++;
-    e->n_admitting++;
+    uint64_t id = e->next_id;
+    e->next_id += (uint64_t)n;
+    e->n_admitting += n;
     pthread_mutex_unlock(&e->mu);
 
     /* build outside the lock: tokenizer prefill and copies may take a while */
-    engine_stream *s = stream_new(id, req);
-    eng_req *r = make_req(req, s, e->tok);
+    engine_stream *s[SAMPLING_MAX_SEQS];
+    eng_req *r[SAMPLING_MAX_SEQS];
+    uint64_t seed = group_seed(req, id);
+    for (int i = 0; i < n; i++) {
+        s[i] = stream_new(id + (uint64_t)i, req);
+        r[i] = make_req(req, s[i], e->tok, engine_seq_seed(seed, i));
+    }
+    link_group(r, n);
 
     pthread_mutex_lock(&e->mu);
-    e->n_admitting--;
+    e->n_admitting -= n;
     if (e->stopping) {
         pthread_mutex_unlock(&e->mu);
-        /* both references go: the engine never saw the stream (eng_req_free
-         * does not touch it) and the caller gets no stream back */
-        eng_req_free(r);
-        stream_unref(s);
-        stream_unref(s);
+        /* both references go: the engine never saw the streams (eng_req_free
+         * does not touch them) and the caller gets none back */
+        for (int i = 0; i < n; i++) {
+            eng_req_free(r[i]);
+            stream_unref(s[i]);
+            stream_unref(s[i]);
+        }
         return inferd_set_error(INFERD_ERR_UNAVAILABLE, "the engine is stopping");
     }
-    inferd_list_push_back(&e->pending, &r->link);
+    for (int i = 0; i < n; i++)
+        inferd_list_push_back(&e->pending, &r[i]->link);
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    *out = s;
+    for (int i = 0; i < n; i++)
+        out[i] = s[i];
     return INFERD_OK;
+}
+
+/* One sequence: the group of one (its seed is the request's, unchanged). */
+inferd_status engine_submit(engine *e, const engine_request *req, engine_stream **out)
+{
+    return engine_submit_n(e, req, 1, out);
+}
+
+/* Insertion sort: n <= SAMPLING_MAX_SEQS. Strict '>' keeps equal sums in
+ * index order. */
+void engine_rank_seqs(const double *cum_logprob, int n, int *order)
+{
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        while (k > 0 && cum_logprob[i] > cum_logprob[order[k - 1]]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
 }
 
 /* The snapshot publish_stats wrote at the end of the last engine loop

@@ -71,6 +71,14 @@ static const sampling_row k_rows[] = {
      * sampling_params_validate lets -1 through */
     ROW("logprobs", "logprobs", OPT_INT, logprobs, 0, SAMPLING_MAX_LOGPROBS, -1, "N", OPT_F_NO_DEFAULT, false,
         "log-probability of each token and of its top N alternatives"),
+    /* penalties: OpenAI's ranges for presence/frequency, vLLM's for
+     * repetition (0 would zero every seen logit's scale, hence open) */
+    ROW("presence-penalty", "presence_penalty", OPT_FLOAT, presence_penalty, -2, 2, 0, "X", 0, false,
+        "subtract X from the logit of every token already generated"),
+    ROW("frequency-penalty", "frequency_penalty", OPT_FLOAT, frequency_penalty, -2, 2, 0, "X", 0, false,
+        "subtract X times a token's count among the generated tokens"),
+    ROW("repetition-penalty", "repetition_penalty", OPT_FLOAT, repetition_penalty, 0, 2, 1, "X", 0, true,
+        "divide positive (multiply negative) logits of prompt and generated tokens by X; 1 = off"),
 };
 
 /* The table, for the generic parser and --help; rows are static. */
@@ -272,6 +280,63 @@ static inferd_status check_lists(const sampling_params *sp, int vocab_size, cons
     return INFERD_OK;
 }
 
+/* One entry's rules without the vocabulary (which only validate knows). */
+static inferd_status bias_entry_check(int64_t token, double bias)
+{
+    if (token < 0 || token > INT32_MAX)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias': token id %lld is not a valid id",
+                                (long long)token);
+    if (!(bias >= -SAMPLING_LOGIT_BIAS_MAX && bias <= SAMPLING_LOGIT_BIAS_MAX))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias'[%lld] must be a number in [%g, %g], got %.17g",
+                                (long long)token, -SAMPLING_LOGIT_BIAS_MAX, SAMPLING_LOGIT_BIAS_MAX, bias);
+    return INFERD_OK;
+}
+
+/* NOTE: duplicates are refused rather than summed: OpenAI's map cannot
+ * hold two equal keys, and "5" / "05" naming one token is a client bug
+ * worth a clear error. Linear search: at most 300 entries per request. */
+inferd_status sampling_logit_bias_add(sampling_params *sp, int64_t token, double bias)
+{
+    if (sp->n_logit_bias >= SAMPLING_MAX_LOGIT_BIAS)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias' has more than %d entries",
+                                SAMPLING_MAX_LOGIT_BIAS);
+    inferd_status st = bias_entry_check(token, bias);
+    if (st != INFERD_OK)
+        return st;
+    for (int i = 0; i < sp->n_logit_bias; i++)
+        if (sp->logit_bias[i].token == token)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias' names token %lld twice",
+                                    (long long)token);
+    sp->logit_bias[sp->n_logit_bias].token = (int32_t)token;
+    sp->logit_bias[sp->n_logit_bias].bias = (float)bias;
+    sp->n_logit_bias++;
+    return INFERD_OK;
+}
+
+/* Every logit_bias entry again (callers may fill the array directly), with
+ * the vocabulary bound. O(n^2) duplicate check over <= 300 entries. */
+static inferd_status check_logit_bias(const sampling_params *sp, int vocab_size, const char **param)
+{
+    inferd_status st = INFERD_OK;
+    if (sp->n_logit_bias < 0 || sp->n_logit_bias > SAMPLING_MAX_LOGIT_BIAS)
+        st = inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias' has %d entries; at most %d are allowed",
+                              sp->n_logit_bias, SAMPLING_MAX_LOGIT_BIAS);
+    for (int i = 0; st == INFERD_OK && i < sp->n_logit_bias; i++) {
+        const sampling_logit_bias *b = &sp->logit_bias[i];
+        st = bias_entry_check(b->token, b->bias);
+        if (st == INFERD_OK && vocab_size > 0 && b->token >= vocab_size)
+            st = inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                  "'logit_bias': token id %d is outside the vocabulary [0, %d)", b->token,
+                                  vocab_size);
+        for (int k = 0; st == INFERD_OK && k < i; k++)
+            if (sp->logit_bias[k].token == b->token)
+                st = inferd_set_error(INFERD_ERR_INVALID_ARG, "'logit_bias' names token %d twice", b->token);
+    }
+    if (st != INFERD_OK && param)
+        *param = "logit_bias";
+    return st;
+}
+
 /* NOTE: this is the check engine_submit relies on; callers that built sp
  * field by field (tests, bench) get the same verdict as the front ends,
  * because the loop walks the same rows. Runs on any thread, no state. */
@@ -296,7 +361,8 @@ inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size
                                            "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", sp->min_tokens,
                                            sp->max_tokens),
                           sampling_row_find("min_tokens"), param);
-    return check_lists(sp, vocab_size, param);
+    inferd_status st = check_lists(sp, vocab_size, param);
+    return st != INFERD_OK ? st : check_logit_bias(sp, vocab_size, param);
 }
 
 /* Row defaults; the seed stays unset (has_seed false: a fresh seed per

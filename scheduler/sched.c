@@ -169,6 +169,47 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
     return INFERD_OK;
 }
 
+/* Share the parent's first n_share blocks with r (fresh, holding no
+ * blocks): references, chain hashes and the cache registration travel
+ * along, so cache_full_blocks does not offer them again. */
+static void share_prefix(sched *s, const sched_req *parent, sched_req *r, int n_share)
+{
+    for (int i = 0; i < n_share; i++) {
+        kv_pool_ref(s->pool, parent->blocks[i]);
+        r->blocks[i] = parent->blocks[i];
+    }
+    r->n_blocks = n_share;
+    r->n_computed = n_share * s->block_size;
+    r->n_hashes = INFERD_MIN(parent->n_hashes, n_share);
+    memcpy(r->hashes, parent->hashes, (size_t)r->n_hashes * sizeof *r->hashes);
+    r->n_cached_blocks = INFERD_MIN(parent->n_cached_blocks, n_share);
+}
+
+/* NOTE: the child goes straight to `running` because a waiting request
+ * must hold no blocks (admission starts from an empty table); a full
+ * running set therefore means no sharing for that child, never a broken
+ * invariant. Its cached_tokens reports the shared tokens, as a prefix-cache
+ * hit would. */
+inferd_status sched_fork(sched *s, const sched_req *parent, uint64_t id, int max_tokens, void *user,
+                         sched_req **out)
+{
+    INFERD_CHECK(parent->state == REQ_STATE_RUNNING && parent->n_computed >= parent->n_prompt);
+    inferd_status st = sched_add(s, id, parent->tokens, parent->n_prompt, max_tokens, user, out);
+    if (st != INFERD_OK)
+        return st;
+    sched_req *r = *out;
+    if (inferd_list_len(&s->running) >= (size_t)s->o.max_num_seqs)
+        return INFERD_OK; /* stays waiting, without blocks */
+    int n_share = (r->n_prompt - 1) / s->block_size;
+    inferd_list_unlink(&s->waiting, &r->link);
+    share_prefix(s, parent, r, n_share);
+    r->state = REQ_STATE_RUNNING;
+    r->admitted_once = true;
+    r->cached_tokens = r->n_computed;
+    inferd_list_push_back(&s->running, &r->link);
+    return INFERD_OK;
+}
+
 /* --- blocks --------------------------------------------------------------- */
 
 /* Release r's blocks, last first (so its tail is evicted before a shared

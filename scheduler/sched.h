@@ -116,6 +116,19 @@ void sched_free(sched *s);
 inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prompt, int max_tokens,
                         void *user, sched_req **out);
 
+/* Fork a running request whose prompt KV is computed (n_computed >=
+ * n_prompt): a new request with the same prompt and its own max_tokens
+ * that shares the parent's full prompt blocks by reference (kv_pool_ref)
+ * instead of computing them again (n > 1 choices of one prompt). It shares
+ * (n_prompt - 1) / block_size blocks, so at least the prompt's last token
+ * is computed again, in its own block, and yields the child's own logits;
+ * everything after the shared blocks is the child's. The child joins the
+ * running tail, or, when max_num_seqs requests already run, the waiting
+ * tail without blocks (then it is admitted like any request, through the
+ * prefix cache when caching is on). Errors as sched_add (nothing changed). */
+inferd_status sched_fork(sched *s, const sched_req *parent, uint64_t id, int max_tokens, void *user,
+                         sched_req **out);
+
 /* Plan one step (may preempt and admit). out->n_items == 0 only when no
  * request is live. */
 void sched_step(sched *s, sched_output *out);

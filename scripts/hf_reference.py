@@ -9,13 +9,23 @@ Runs on the GPU machine (its python3 has torch + transformers). Subcommands:
       as safetensors (config.json + model.safetensors), for comparison tests.
       The config may be in the transformers 4 or 5 format (rope_theta /
       rope_parameters, torch_dtype / dtype); it is translated to the
-      installed transformers' format first.
+      installed transformers' format first. Every rope type inferd runs
+      works (default, linear, dynamic, yarn, llama3): see
+      configs/models/test-llama-rope-{linear,dynamic,yarn}-small.
   dump --model DIR --prompt-ids 1,2,3 [--max-new N] [--dtype bfloat16] --out FILE
       logits of the last prompt position (fp32) and N greedy tokens as JSON.
   compare --model DIR --inferd BIN [--device cuda] [--prompt-ids ...] [--atol A --rtol R]
       run both on the same prompt: compare inferd's last-position logits
       (inferd generate --dump-logits) with HF's, and the greedy tokens; print a
       table row and exit non-zero when outside tolerance.
+      --prompt-len N: a seeded random prompt of N ids instead of --prompt-ids;
+      the default (auto) picks original context + 64 for linear, dynamic and
+      yarn models, so the comparison runs past the unscaled context.
+      dynamic (NTK) rope: inferd fixes the scaled base at load, as vLLM does
+      (a paged KV cache cannot re-rotate cached keys); HF recomputes it from
+      each sequence's length. The HF side is therefore run with HF's own
+      dynamic formula at seq_len = factor * max_position_embeddings, i.e. as
+      default rope with that base (printed).
 """
 import argparse
 import json
@@ -36,6 +46,13 @@ def _config_for_installed(raw):
     import transformers
     raw = dict(raw)
     major = int(transformers.__version__.split(".")[0])
+    if major >= 5 and "rope_parameters" not in raw:
+        rs = dict(raw.pop("rope_scaling", None) or {})
+        if "type" in rs and "rope_type" not in rs:
+            rs["rope_type"] = rs.pop("type")
+        rs.setdefault("rope_type", "default")
+        rs["rope_theta"] = raw.pop("rope_theta", 10000.0)
+        raw["rope_parameters"] = rs
     if major < 5:
         rp = raw.pop("rope_parameters", None)
         if rp:
@@ -80,11 +97,44 @@ def cmd_make_random(a):
           f"transformers {transformers.__version__}")
 
 
+def _rope_of(model_dir):
+    """(rope_type, scaling dict, rope_theta) of a model directory's config.json, either format."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        raw = json.load(f)
+    rs = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    theta = rs.get("rope_theta", raw.get("rope_theta", 10000.0))
+    return rs.get("rope_type", rs.get("type", "default")), rs, theta, raw
+
+
+def _hf_config(model_dir):
+    """The HF config to run. dynamic rope becomes default rope with vLLM's
+    fixed base theta * (f*f - f + 1) ** (d / (d - 2)) (HF's own dynamic
+    formula at seq_len = factor * max_position_embeddings), which is what
+    inferd computes; see the module docstring."""
+    from transformers import AutoConfig
+    cfg = AutoConfig.from_pretrained(model_dir)
+    rtype, rs, theta, raw = _rope_of(model_dir)
+    if rtype != "dynamic":
+        return cfg
+    f = float(rs["factor"])
+    d = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
+    max_len = raw["max_position_embeddings"] * f
+    base = theta * ((f * max_len / raw["max_position_embeddings"]) - (f - 1)) ** (d / (d - 2))
+    print(f"dynamic rope: HF run with the fixed base {base:.6g} (factor {f}, head_dim {d})", file=sys.stderr)
+    if hasattr(cfg, "rope_parameters") and getattr(cfg, "rope_parameters", None) is not None:
+        cfg.rope_parameters = {"rope_type": "default", "rope_theta": base}
+    else:
+        cfg.rope_scaling = None
+        cfg.rope_theta = base
+    return cfg
+
+
 def hf_run(model_dir, ids, max_new, dtype):
     torch = _torch()
     from transformers import AutoModelForCausalLM
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(dev).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, config=_hf_config(model_dir),
+                                                 dtype=getattr(torch, dtype)).to(dev).eval()
     x = torch.tensor([ids], device=dev)
     with torch.no_grad():
         logits = model(x).logits[0, -1].float().cpu()
@@ -101,9 +151,28 @@ def cmd_dump(a):
     print(f"wrote {a.out}")
 
 
+def _prompt_ids(a):
+    """--prompt-ids, or a seeded random prompt of --prompt-len ids (auto:
+    past the original context of linear / dynamic / yarn models)."""
+    n = a.prompt_len
+    rtype, rs, _, raw = _rope_of(a.model)
+    if n == "auto":
+        if rtype not in ("linear", "dynamic", "yarn"):
+            return [int(t) for t in a.prompt_ids.split(",")]
+        orig = rs.get("original_max_position_embeddings") or raw["max_position_embeddings"]
+        n = min(int(orig) + 64, 4096)
+    elif int(n) <= 0:
+        return [int(t) for t in a.prompt_ids.split(",")]
+    import random
+    rng = random.Random(1234)
+    vocab = raw["vocab_size"]
+    return [rng.randrange(3, vocab) for _ in range(int(n))]
+
+
 def cmd_compare(a):
     torch = _torch()
-    ids = [int(t) for t in a.prompt_ids.split(",")]
+    ids = _prompt_ids(a)
+    a.prompt_ids = ",".join(str(t) for t in ids)
     ref_logits, ref_greedy = hf_run(a.model, ids, a.max_new, a.dtype)
     with tempfile.TemporaryDirectory() as td:
         dump = os.path.join(td, "logits.f32")
@@ -130,6 +199,8 @@ def cmd_compare(a):
             break
         n_same += 1
     print(f"{'model':<28} {'max|err|':>10} {'mean|err|':>10} {'argmax':>7} {'greedy same prefix':>20} {'result':>7}")
+    rtype = _rope_of(a.model)[0]
+    print(f"rope {rtype}, prompt {len(ids)} tokens + {a.max_new} greedy")
     print(f"{os.path.basename(a.model.rstrip('/')):<28} {err.max().item():>10.4f} {err.mean().item():>10.5f} "
           f"{'same' if top_ok else 'DIFF':>7} {f'{n_same}/{len(ref_greedy)}':>20} {'PASS' if ok and top_ok else 'FAIL':>7}")
     sys.exit(0 if ok and top_ok else 1)
@@ -154,6 +225,7 @@ def main():
     c.add_argument("--inferd", required=True)
     c.add_argument("--device", default="cuda")
     c.add_argument("--prompt-ids", default="1,15043,3186,29892,920,526,366,2599,1833,29973,450,4996,17354")
+    c.add_argument("--prompt-len", default="auto", help="N random prompt ids, or auto (see above)")
     c.add_argument("--max-new", type=int, default=16)
     c.add_argument("--dtype", default="bfloat16")
     c.add_argument("--atol", type=float, default=0.15)

@@ -1,5 +1,17 @@
 /* server/srv_gen.c: see srv_gen.h.
  *
+ * One HTTP request, several engine requests: a batched completions prompt
+ * (["a", "b"], [[ids], [ids]]) gives one choice per prompt, each its own
+ * engine request, submitted together and refused together (any bad prompt
+ * refuses the whole request, and a submit failure releases the ones
+ * already queued). The choices are polled in index order, so a stream
+ * interleaves their chunks by "index" as output arrives; usage sums the
+ * prompts once each and every choice's completion tokens. The request
+ * finishes when its last choice does; one failed choice aborts the rest.
+ * n > 1 (several choices of one prompt) reuses all of this: the seam is
+ * submit_choices, where the engine's children of one prompt would be
+ * created instead of independent requests.
+ *
  * Prompt construction follows HF semantics: a text prompt is encoded with
  * the tokenizer's post-processor (BOS) unless add_special_tokens is false,
  * special-token text parsed; a chat prompt is rendered by the model's chat
@@ -23,7 +35,7 @@
  * runs two callbacks of a connection at once), so a srv_gen needs no lock.
  * The engine thread only calls the notify passed in; output crosses through
  * the engine stream's own queue. Not done here: the wait/suspend protocol
- * (srv_http.c) and JSON shapes (srv_openai*.c).
+ * (srv_http.c) and JSON shapes (srv_openai*.c, srv_responses.c).
  */
 #include "server/srv_gen.h"
 
@@ -34,30 +46,60 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "server/srv_responses.h"
 #include "server/srv_util.h"
 
-struct srv_gen {
-    srv_server *s;
-    srv_request req;
+/* One choice: one engine sequence and what it has produced. */
+typedef struct {
     engine_stream *stream;
-    char id[48];
-    srv_resp_meta meta;
-    double t_recv;
-    /* accumulated output */
+    int prompt;         /* index of its prompt (completions), 0 otherwise */
+    int32_t max_tokens; /* picked for its prompt's length (check_length) */
+    /* non-stream (and /v1/responses streams): echo + generated text */
     inferd_buf text;
-    cJSON *logprobs; /* non-stream: whole request */
+    cJSON *logprobs; /* non-stream: whole choice */
     size_t text_offset;
     int prompt_tokens, completion_tokens, cached_tokens;
     engine_times times;
     double last_token_t;
-    bool finished, aborted;
+    bool finished;
     finish_reason finish;
+} gen_choice;
+
+struct srv_gen {
+    srv_server *s;
+    srv_request req;
+    gen_choice *choices; /* [n_choices], by index */
+    int n_choices, n_finished;
+    char id[48], msg_id[48];
+    srv_resp_meta meta;
+    double t_recv;
+    engine_times times; /* merged over the choices at finish */
+    bool finished, aborted;
     srv_error fail; /* kind != NONE when finished with an error */
     srv_timings timings;
     /* streaming */
     inferd_buf sse;
-    bool sse_done;
+    int seq; /* /v1/responses: next sequence_number */
 };
+
+/* Chat and responses render messages through the chat template. */
+static bool uses_chat(srv_api api)
+{
+    return api != SRV_API_COMPLETIONS;
+}
+
+/* The request fields errors name for the prompt and the length limit. */
+static const char *prompt_param(srv_api api)
+{
+    return api == SRV_API_CHAT ? "messages" : api == SRV_API_RESPONSES ? "input" : "prompt";
+}
+
+static const char *max_tokens_param(srv_api api)
+{
+    return api == SRV_API_CHAT        ? "max_completion_tokens"
+           : api == SRV_API_RESPONSES ? "max_output_tokens"
+                                      : "max_tokens";
+}
 
 /* The text of one token for logprobs entries (heap, valid UTF-8). A token
  * that is part of a multi-byte character decodes to invalid UTF-8 alone;
@@ -75,63 +117,102 @@ static char *token_text(void *user, int32_t id)
     return srv_utf8_sanitize(piece ? piece : "", piece ? strlen(piece) : 0);
 }
 
-/* Encode the request's prompt into *ids.
+/* In a batch, say which prompt an error is about: "'prompt'[2]: ...". */
+static void name_element(srv_gen *g, int i, srv_error *err)
+{
+    if (g->req.api != SRV_API_COMPLETIONS || g->req.n_prompts < 2)
+        return;
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "'prompt'[%d]: %.480s", i, err->message); /* the index fits in the rest */
+    memcpy(err->message, msg, sizeof msg);
+}
+
+/* Finding 2 of the hardening issue: a text of `bytes` bytes encodes to at
+ * least bytes / tok_max_token_bytes tokens, so one longer than the model
+ * length times that can never fit: refuse it before encoding (a multi-MB
+ * prompt would otherwise hold an HTTP thread for seconds only to be
+ * refused). The factor 2 keeps the bound safe for normalizers that shorten
+ * text (NFKC); the work per request is still linear in the context. */
+static bool check_prompt_bytes(srv_gen *g, size_t bytes, srv_error *err)
+{
+    sched_fit_limits lim;
+    engine_get_fit_limits(g->s->eng, &lim);
+    const size_t per_tok = tok_max_token_bytes(g->s->tok);
+    const size_t cap = (size_t)lim.max_model_len * per_tok * 2;
+    if (bytes <= cap)
+        return true;
+    return srv_error_set(err, SRV_ERR_CONTEXT_LENGTH, prompt_param(g->req.api),
+                         "This model's maximum context length is %d tokens, and the prompt is %zu bytes: more "
+                         "than %zu bytes cannot fit it (the longest token is %zu bytes). Please shorten the prompt.",
+                         lim.max_model_len, bytes, cap, per_tok);
+}
+
+/* Encode prompt i of the request into *ids.
  * *ids is heap on success (the caller frees it after submit: the engine
  * copies the prompt). Token-id prompts were range-checked by the parser.
  * An empty encoding is refused here rather than by the engine so the
  * message can say why (empty string, or only characters the vocabulary
  * drops). */
-static bool build_prompt(srv_gen *g, int32_t **ids, int *n, srv_error *err)
+static bool build_prompt(srv_gen *g, int i, int32_t **ids, int *n, srv_error *err)
 {
     srv_server *s = g->s;
     srv_request *r = &g->req;
-    inferd_status st;
-    if (r->prompt_ids) {
-        *ids = inferd_malloc(sizeof(int32_t) * (size_t)r->n_prompt_ids);
-        memcpy(*ids, r->prompt_ids, sizeof(int32_t) * (size_t)r->n_prompt_ids);
-        *n = r->n_prompt_ids;
-        return true;
-    }
-    if (r->api == SRV_API_COMPLETIONS) {
-        st = tok_encode(s->tok, r->prompt, r->prompt_len, r->add_special_tokens, true, ids, n);
-    } else {
+    inferd_status st = INFERD_OK;
+    if (uses_chat(r->api)) {
+        size_t bytes = 0;
+        for (int k = 0; k < r->n_msgs; k++)
+            bytes += r->msgs[k].content ? strlen(r->msgs[k].content) : 0;
+        if (!check_prompt_bytes(g, bytes, err))
+            return false;
         srv_chat_inputs in = {.add_generation_prompt = true};
         if (!srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err))
             return false;
-        st = INFERD_OK;
+    } else if (r->prompts[i].ids) {
+        const srv_prompt *p = &r->prompts[i];
+        *ids = inferd_malloc(sizeof(int32_t) * (size_t)p->n_ids);
+        memcpy(*ids, p->ids, sizeof(int32_t) * (size_t)p->n_ids);
+        *n = p->n_ids;
+        return true;
+    } else {
+        if (!check_prompt_bytes(g, r->prompts[i].len, err))
+            return false;
+        st = tok_encode(s->tok, r->prompts[i].text, r->prompts[i].len, r->add_special_tokens, true, ids, n);
     }
     if (st != INFERD_OK) {
-        srv_error_from_status(err, st, r->api == SRV_API_CHAT ? "messages" : "prompt");
+        srv_error_from_status(err, st, prompt_param(r->api));
         return false;
     }
     if (*n == 0) {
         inferd_free(*ids);
         *ids = NULL;
-        return srv_error_set(err, SRV_ERR_INVALID, "prompt", "the prompt encodes to zero tokens");
+        return srv_error_set(err, SRV_ERR_INVALID, prompt_param(r->api), "the prompt encodes to zero tokens");
     }
     return true;
 }
 
-/* Fill sp.max_tokens; 400 naming both numbers when it cannot fit. The
- * decision is the engine's fit check (model length and KV capacity), the
- * wording OpenAI's; the "maximum context length" reported is the effective
- * one (the KV cache may hold less than max_model_len). */
-static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
+/* The max_tokens of a prompt of n_prompt tokens; 400 naming both numbers
+ * when it cannot fit. The decision is the engine's fit check (model length
+ * and KV capacity), the wording OpenAI's; the "maximum context length"
+ * reported is the effective one (the KV cache may hold less than
+ * max_model_len). */
+static bool check_length(srv_gen *g, int n_prompt, int32_t *max_tokens, srv_error *err)
 {
     srv_request *r = &g->req;
     sched_fit_limits lim;
     engine_get_fit_limits(g->s->eng, &lim);
     int64_t room = sched_fit_room(&lim, n_prompt);
     long long max_len = (long long)n_prompt + room;
-    const char *pname = r->api == SRV_API_CHAT ? "messages" : "prompt";
-    const char *mname = r->api == SRV_API_CHAT ? "max_completion_tokens" : "max_tokens";
+    const char *mname = max_tokens_param(r->api);
     if (room < 1)
-        return srv_error_set(err, SRV_ERR_CONTEXT_LENGTH, pname,
-                             "This model's maximum context length is %lld tokens, but the prompt has %d tokens "
-                             "(no room left for the completion). Please shorten the prompt.",
-                             max_len, n_prompt);
-    if (r->max_tokens == 0) {
-        r->sp.max_tokens = (int32_t)(r->api == SRV_API_COMPLETIONS ? INFERD_MIN(16, room) : room);
+        return srv_error_set(
+            err, SRV_ERR_CONTEXT_LENGTH, prompt_param(r->api),
+            "This model's maximum context length is %lld tokens, but the prompt has %d tokens "
+            "(no room left for the completion). Please shorten the prompt.",
+            max_len, n_prompt);
+    if (r->max_tokens == 0 && g->s->opts.gen_max_tokens > 0) { /* generation_config.json max_new_tokens */
+        *max_tokens = (int32_t)INFERD_MIN((int64_t)g->s->opts.gen_max_tokens, room);
+    } else if (r->max_tokens == 0) {
+        *max_tokens = (int32_t)(r->api == SRV_API_COMPLETIONS ? INFERD_MIN(16, room) : room);
     } else if (sched_fit_check(&lim, n_prompt, r->max_tokens) != INFERD_OK) {
         return srv_error_set(
             err, SRV_ERR_CONTEXT_LENGTH, mname,
@@ -139,12 +220,12 @@ static bool check_length(srv_gen *g, int n_prompt, srv_error *err)
             "(%d in the prompt, %lld in the completion). Please reduce the prompt or %s.",
             max_len, (long long)(n_prompt + r->max_tokens), n_prompt, (long long)r->max_tokens, mname);
     } else {
-        r->sp.max_tokens = (int32_t)r->max_tokens;
+        *max_tokens = (int32_t)r->max_tokens;
     }
-    if (r->sp.min_tokens > r->sp.max_tokens)
+    if (r->sp.min_tokens > *max_tokens)
         return srv_error_set(err, SRV_ERR_INVALID, "min_tokens",
                              "'min_tokens' (%d) exceeds the %d tokens available", r->sp.min_tokens,
-                             r->sp.max_tokens);
+                             *max_tokens);
     return true;
 }
 
@@ -157,7 +238,7 @@ static void add_chat_stop(srv_gen *g)
 {
     srv_server *s = g->s;
     sampling_params *sp = &g->req.sp;
-    if (g->req.api != SRV_API_CHAT)
+    if (!uses_chat(g->req.api))
         return;
     int32_t stop_id = srv_chat_stop_id(s->chat);
     const char *stop_str = srv_chat_stop_str(s->chat);
@@ -188,78 +269,171 @@ static void sse_event(srv_gen *g, char *json)
  * name from an earlier call on this thread cannot leak into the answer.
  * NOTE: notify may fire on the engine thread before engine_submit returns;
  * the caller has bound the slot already, and the consumer only pumps
- * once this function has stored g->stream. */
-static bool submit(srv_gen *g, int32_t *ids, int n, void (*notify)(void *), void *user, srv_error *err)
+ * once this function has stored c->stream. */
+static bool submit(srv_gen *g, gen_choice *c, const int32_t *ids, int n, void (*notify)(void *), void *user,
+                   srv_error *err)
 {
     engine_request er;
     memset(&er, 0, sizeof er);
     er.prompt_ids = ids;
     er.n_prompt = n;
     er.sp = g->req.sp;
+    er.sp.max_tokens = c->max_tokens;
     er.timeout_s = g->s->opts.request_timeout_s;
     er.notify = notify;
     er.notify_user = user;
     inferd_clear_error();
-    inferd_status st = engine_submit(g->s->eng, &er, &g->stream);
+    inferd_status st = engine_submit(g->s->eng, &er, &c->stream);
     if (st == INFERD_OK)
         return true;
-    g->stream = NULL;
+    c->stream = NULL;
     if (st == INFERD_ERR_QUEUE_FULL)
         return srv_error_set(err, SRV_ERR_QUEUE_FULL, NULL,
                              "the server is at capacity (more than %d requests waiting); retry later",
                              g->s->opts.max_queued_requests);
     /* the engine names the field at fault; chat's prompt is its messages */
     const char *param = inferd_last_error_param();
-    if (param && g->req.api == SRV_API_CHAT && strcmp(param, "prompt") == 0)
-        param = "messages";
+    if (param && uses_chat(g->req.api) && strcmp(param, "prompt") == 0)
+        param = prompt_param(g->req.api);
     srv_error_from_status(err, st, param);
     return false;
 }
 
-/* Event-loop thread. On failure everything is freed and nothing reached
- * the engine. The id is "cmpl-"/"chatcmpl-" + the engine's stream id + a
- * 16-bit server counter: unique per process, and it lets a log line be
- * matched with the engine's own traces. A chat stream opens with the role
- * chunk, as OpenAI's does, before any token exists. */
+/* The text a choice echoes (completions echo: true): a text prompt as the
+ * client sent it, a token prompt decoded without its special tokens (as
+ * vLLM echoes them). *out is heap. */
+static bool echo_text(srv_gen *g, int i, char **out, size_t *len, srv_error *err)
+{
+    const srv_prompt *p = &g->req.prompts[i];
+    if (p->text) {
+        *out = inferd_strdup(p->text);
+        *len = p->len;
+        return true;
+    }
+    inferd_status st = tok_decode(g->s->tok, p->ids, p->n_ids, true, out, len);
+    if (st != INFERD_OK) {
+        srv_error_from_status(err, st, "prompt");
+        return false;
+    }
+    return true;
+}
+
+/* Build, check and submit every prompt's choices; all or nothing: the
+ * first failure returns with the choices submitted so far still holding
+ * their streams, which srv_gen_free releases (and so aborts). Every prompt
+ * is built and checked before any is submitted, so a bad element refuses
+ * the request without the engine seeing any of it.
+ * NOTE: this is the seam for n > 1: each prompt has one choice here; with
+ * the engine's n-children API, a prompt's n choices are submitted as one
+ * engine request that shares the prompt's blocks. */
+static bool submit_choices(srv_gen *g, void (*notify)(void *), void *user, srv_error *err)
+{
+    int n = g->n_choices;
+    int32_t **ids = inferd_calloc((size_t)n, sizeof *ids);
+    int *n_ids = inferd_calloc((size_t)n, sizeof *n_ids);
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
+        gen_choice *c = &g->choices[i];
+        c->prompt = i;
+        ok = build_prompt(g, c->prompt, &ids[i], &n_ids[i], err) &&
+             check_length(g, n_ids[i], &c->max_tokens, err);
+        if (!ok)
+            name_element(g, i, err);
+    }
+    if (ok)
+        add_chat_stop(g);
+    for (int i = 0; ok && i < n; i++) {
+        g->choices[i].prompt_tokens = n_ids[i];
+        ok = submit(g, &g->choices[i], ids[i], n_ids[i], notify, user, err);
+    }
+    for (int i = 0; i < n; i++)
+        inferd_free(ids[i]);
+    inferd_free(ids);
+    inferd_free(n_ids);
+    return ok;
+}
+
+/* The first events, before any token exists: a chat stream opens each
+ * choice with its role chunk, as OpenAI's does; a responses stream with
+ * its created .. content_part.added events; echo puts each prompt's text
+ * first (its own chunk when streaming). */
+static bool open_output(srv_gen *g, srv_error *err)
+{
+    srv_request *r = &g->req;
+    if (r->stream && r->api == SRV_API_CHAT)
+        for (int i = 0; i < g->n_choices; i++)
+            sse_event(g, srv_chunk_delta(r->api, &g->meta, i, "assistant", "", 0, NULL, NULL,
+                                         r->include_usage, NULL));
+    if (r->stream && r->api == SRV_API_RESPONSES) {
+        srv_responses_meta rm = {g->id, g->msg_id, g->meta.created, g->meta.model, r};
+        srv_responses_stream_begin(&g->sse, &rm, &g->seq);
+    }
+    if (!r->echo)
+        return true;
+    for (int i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        char *text;
+        size_t len;
+        if (!echo_text(g, c->prompt, &text, &len, err))
+            return false;
+        if (r->stream)
+            sse_event(
+                g, srv_chunk_delta(r->api, &g->meta, i, NULL, text, len, NULL, NULL, r->include_usage, NULL));
+        else
+            inferd_buf_append(&c->text, text, len);
+        c->text_offset = len;
+        inferd_free(text);
+    }
+    return true;
+}
+
+/* The id: "cmpl-"/"chatcmpl-"/"resp_" + the engine's stream id of the first
+ * choice + a 16-bit server counter: unique per process, and it lets a log
+ * line be matched with the engine's own traces. */
+static void set_identity(srv_gen *g)
+{
+    static const char *const k_prefix[] = {"cmpl-", "chatcmpl-", "resp_"};
+    unsigned long long sid = (unsigned long long)engine_stream_id(g->choices[0].stream);
+    unsigned long long ctr = (unsigned long long)(atomic_fetch_add(&g->s->next_id, 1) & 0xffff);
+    snprintf(g->id, sizeof g->id, "%s%016llx%04llx", k_prefix[g->req.api], sid, ctr);
+    snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx%04llx", sid, ctr);
+    g->meta.id = g->id;
+    g->meta.created = util_unix_s();
+    g->meta.model = g->s->opts.served_model_name;
+}
+
+/* Event-loop thread. On failure everything is freed and nothing is left
+ * running in the engine. */
 srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len, double t_recv,
                        void (*notify)(void *), void *notify_user, srv_error *err)
 {
     srv_gen *g = inferd_calloc(1, sizeof *g);
     g->s = s;
     g->t_recv = t_recv;
-    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
-    if (!srv_request_parse(api, body, len, &lim, &g->req, err)) {
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size, &s->opts.gen_defaults};
+    bool parsed = api == SRV_API_RESPONSES ? srv_responses_parse(body, len, &lim, &g->req, err)
+                                           : srv_request_parse(api, body, len, &lim, &g->req, err);
+    if (!parsed) {
         inferd_free(g);
         return NULL;
     }
-    if (api == SRV_API_CHAT && !srv_chat_ready(s->chat)) {
-        srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s (or use /v1/completions)",
+    if (uses_chat(api) && !srv_chat_ready(s->chat)) {
+        srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, prompt_param(api), "%s (or use /v1/completions)",
                       srv_chat_describe(s->chat));
         srv_gen_free(g);
         return NULL;
     }
-    int32_t *ids = NULL;
-    int n = 0;
-    bool ok = build_prompt(g, &ids, &n, err) && check_length(g, n, err);
-    if (ok) {
-        add_chat_stop(g);
-        ok = submit(g, ids, n, notify, notify_user, err);
-    }
-    inferd_free(ids);
-    if (!ok) {
+    g->n_choices = api == SRV_API_COMPLETIONS ? g->req.n_prompts : 1;
+    g->choices = inferd_calloc((size_t)g->n_choices, sizeof *g->choices);
+    if (!submit_choices(g, notify, notify_user, err)) {
         srv_gen_free(g);
         return NULL;
     }
-    g->prompt_tokens = n;
-    snprintf(g->id, sizeof g->id, "%s-%016llx%04llx", api == SRV_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)engine_stream_id(g->stream),
-             (unsigned long long)(atomic_fetch_add(&s->next_id, 1) & 0xffff));
-    g->meta.id = g->id;
-    g->meta.created = util_unix_s();
-    g->meta.model = s->opts.served_model_name;
-    if (g->req.stream && api == SRV_API_CHAT)
-        sse_event(g,
-                  srv_chunk_delta(api, &g->meta, "assistant", "", 0, NULL, NULL, g->req.include_usage, NULL));
+    set_identity(g);
+    if (!open_output(g, err)) {
+        srv_gen_free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -275,11 +449,45 @@ static double ms_between(double a, double b)
     return a > 0 && b > 0 && b >= a ? (b - a) * 1e3 : -1.0;
 }
 
+/* The request's phases over all its choices: starts at the earliest
+ * choice's stamp, ends at the latest one's (0 = not reached is skipped). */
+static void merge_times(engine_times *acc, const engine_times *t)
+{
+    double *first[] = {&acc->arrival, &acc->first_scheduled, &acc->first_token};
+    const double first_v[] = {t->arrival, t->first_scheduled, t->first_token};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(first); i++)
+        if (first_v[i] > 0 && (*first[i] <= 0 || first_v[i] < *first[i]))
+            *first[i] = first_v[i];
+    acc->last_token = INFERD_MAX(acc->last_token, t->last_token);
+    acc->finished = INFERD_MAX(acc->finished, t->finished);
+    acc->prefill_done = INFERD_MAX(acc->prefill_done, t->prefill_done);
+}
+
+/* Token counts of the whole request: each prompt once (its first choice
+ * carries it, so n choices of one prompt will not count it n times), every
+ * choice's completion tokens. */
+static void usage_of(const srv_gen *g, srv_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    for (int i = 0; i < g->n_choices; i++) {
+        const gen_choice *c = &g->choices[i];
+        if (i == 0 || g->choices[i - 1].prompt != c->prompt) {
+            u->prompt_tokens += c->prompt_tokens;
+            u->cached_tokens += c->cached_tokens;
+        }
+        u->completion_tokens += c->completion_tokens;
+    }
+}
+
 /* Once per request, at its final output: the response timings and the
  * latency histograms. Missing phases (-1) are not observed rather than
- * recorded as zero, which would drag the histograms down. */
+ * recorded as zero, which would drag the histograms down. Lengths are
+ * observed per choice: each is one sequence the engine ran. */
 static void observe_finish(srv_gen *g)
 {
+    memset(&g->times, 0, sizeof g->times);
+    for (int i = 0; i < g->n_choices; i++)
+        merge_times(&g->times, &g->choices[i].times);
     const engine_times *t = &g->times;
     double end = t->finished > 0 ? t->finished : util_now_s();
     srv_timings *tm = &g->timings;
@@ -300,8 +508,10 @@ static void observe_finish(srv_gen *g)
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k); i++)
         if (k[i].ms >= 0)
             srv_metrics_observe(m, k[i].h, k[i].ms / 1e3, 1);
-    srv_metrics_observe(m, SRV_HIST_PROMPT_LEN, g->prompt_tokens, 1);
-    srv_metrics_observe(m, SRV_HIST_GEN_LEN, g->completion_tokens, 1);
+    for (int i = 0; i < g->n_choices; i++) {
+        srv_metrics_observe(m, SRV_HIST_PROMPT_LEN, g->choices[i].prompt_tokens, 1);
+        srv_metrics_observe(m, SRV_HIST_GEN_LEN, g->choices[i].completion_tokens, 1);
+    }
 }
 
 /* Error of a request that finished without a normal finish reason.
@@ -326,96 +536,150 @@ static void set_failure(srv_gen *g, const engine_output *o)
         srv_error_set(&g->fail, SRV_ERR_UNAVAILABLE, NULL, "the request was aborted");
 }
 
+/* The responses API's view of the request (one choice). */
+static void responses_state(srv_gen *g, const srv_usage *u, srv_responses_meta *m, srv_responses_state *st)
+{
+    const gen_choice *c = &g->choices[0];
+    *m = (srv_responses_meta){g->id, g->msg_id, g->meta.created, g->meta.model, &g->req};
+    *st = (srv_responses_state){
+        c->text.data, c->text.len, c->finish, u, g->fail.kind != SRV_ERR_NONE ? &g->fail : NULL, &g->timings};
+}
+
+/* A streamed choice's last chunk: its finish reason. The request's final
+ * one carries the timings, unless a usage chunk follows to carry them. */
+static void stream_choice_done(srv_gen *g, int i)
+{
+    srv_api api = g->req.api;
+    if (g->fail.kind != SRV_ERR_NONE || api == SRV_API_RESPONSES)
+        return;
+    const char *fin = finish_reason_str(g->choices[i].finish);
+    bool iu = g->req.include_usage;
+    const srv_timings *t = g->finished && !iu ? &g->timings : NULL;
+    sse_event(g,
+              srv_chunk_delta(api, &g->meta, i, NULL, api == SRV_API_CHAT ? NULL : "", 0, fin, NULL, iu, t));
+}
+
 /* The stream's tail: an error event (the status is then carried in the
- * body, the HTTP status being 200 already), or the finish chunk and, with
- * include_usage, the usage chunk; then the [DONE] sentinel either way.
- * Timings ride on the usage chunk when there is one, else on the finish. */
+ * body, the HTTP status being 200 already), or with include_usage the
+ * usage chunk; then the [DONE] sentinel either way. A responses stream
+ * ends with its closing events instead (OpenAI sends no [DONE] there). */
 static void stream_finish(srv_gen *g)
 {
     srv_api api = g->req.api;
-    if (g->fail.kind != SRV_ERR_NONE) {
-        sse_event(g, srv_error_render(&g->fail, NULL));
-    } else {
-        const char *fin = finish_reason_str(g->finish);
-        srv_usage u = {g->prompt_tokens, g->completion_tokens, g->cached_tokens};
-        if (api == SRV_API_CHAT)
-            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, NULL, 0, fin, NULL, g->req.include_usage,
-                                         g->req.include_usage ? NULL : &g->timings));
-        else
-            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, "", 0, fin, NULL, g->req.include_usage,
-                                         g->req.include_usage ? NULL : &g->timings));
-        if (g->req.include_usage)
-            sse_event(g, srv_chunk_usage(api, &g->meta, &u, &g->timings));
+    srv_usage u;
+    usage_of(g, &u);
+    if (api == SRV_API_RESPONSES) {
+        srv_responses_meta m;
+        srv_responses_state st;
+        responses_state(g, &u, &m, &st);
+        srv_responses_stream_end(&g->sse, &m, &g->seq, &st);
+        return;
     }
+    if (g->fail.kind != SRV_ERR_NONE)
+        sse_event(g, srv_error_render(&g->fail, NULL));
+    else if (g->req.include_usage)
+        sse_event(g, srv_chunk_usage(api, &g->meta, &u, &g->timings));
     inferd_buf_append_str(&g->sse, "data: [DONE]\n\n");
 }
 
 /* Inter-token latency: an output may carry several tokens (the consumer
  * was slow to pump), so the gap since the previous output is spread evenly
  * over them. The first token has no predecessor: one gap fewer. */
-static void observe_itl(srv_gen *g, const engine_output *o)
+static void observe_itl(srv_gen *g, gen_choice *c, const engine_output *o)
 {
     if (o->n_tokens <= 0 || o->times.last_token <= 0)
         return;
-    double prev = g->last_token_t > 0 ? g->last_token_t : o->times.first_token;
-    int gaps = g->last_token_t > 0 ? o->n_tokens : o->n_tokens - 1;
+    double prev = c->last_token_t > 0 ? c->last_token_t : o->times.first_token;
+    int gaps = c->last_token_t > 0 ? o->n_tokens : o->n_tokens - 1;
     if (gaps > 0 && o->times.last_token >= prev)
         srv_metrics_observe(g->s->metrics, SRV_HIST_ITL, (o->times.last_token - prev) / gaps, gaps);
-    g->last_token_t = o->times.last_token;
+    c->last_token_t = o->times.last_token;
 }
 
-/* One engine output. Streaming turns it into an event at once (its own
- * logprobs object, handed to the chunk); non-streaming accumulates text
- * and logprobs for srv_gen_response. Counts are the engine's running
- * totals, not increments. A request with no tokens in this output (a
- * finish-only output) emits no empty delta. */
-static void consume(srv_gen *g, const engine_output *o)
+/* New text (and logprobs, taken) of choice i: an event at once when
+ * streaming, else accumulated for srv_gen_response. A responses stream
+ * also keeps the text: its closing events repeat it whole. */
+static void emit_text(srv_gen *g, int i, const char *text, size_t len, cJSON *lp)
 {
+    gen_choice *c = &g->choices[i];
+    srv_request *r = &g->req;
+    if (!r->stream || r->api == SRV_API_RESPONSES)
+        inferd_buf_append(&c->text, text, len);
+    if (!r->stream)
+        return;
+    if (r->api == SRV_API_RESPONSES) {
+        if (len > 0) {
+            srv_responses_meta m = {g->id, g->msg_id, g->meta.created, g->meta.model, r};
+            srv_responses_stream_delta(&g->sse, &m, &g->seq, text, len);
+        }
+        cJSON_Delete(lp);
+    } else if (len > 0 || lp) {
+        sse_event(g, srv_chunk_delta(r->api, &g->meta, i, NULL, text, len, NULL, lp, r->include_usage, NULL));
+    }
+}
+
+/* Abort every choice still running (one failed: the request has failed). */
+static void abort_choices(srv_gen *g)
+{
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].stream && !g->choices[i].finished)
+            engine_stream_abort(g->choices[i].stream);
+}
+
+/* One engine output of choice i. Streaming logprobs get their own object
+ * per chunk; non-streaming ones accumulate in the choice. Counts are the
+ * engine's running totals, not increments. A finish-only output (no
+ * tokens) emits no empty delta. */
+static void consume(srv_gen *g, int i, const engine_output *o)
+{
+    gen_choice *c = &g->choices[i];
     srv_api api = g->req.api;
     cJSON *lp = NULL;
     if (g->req.sp.logprobs >= 0 && o->logprobs && o->n_tokens > 0) {
         if (g->req.stream) {
             lp = srv_lp_new(api);
         } else {
-            if (!g->logprobs)
-                g->logprobs = srv_lp_new(api);
-            lp = g->logprobs;
+            if (!c->logprobs)
+                c->logprobs = srv_lp_new(api);
+            lp = c->logprobs;
         }
-        srv_lp_append(api, lp, o->logprobs, o->n_tokens, token_text, g->s->tok, &g->text_offset);
+        srv_lp_append(api, lp, o->logprobs, o->n_tokens, token_text, g->s->tok, &c->text_offset);
     }
-    observe_itl(g, o);
-    g->prompt_tokens = o->prompt_tokens > 0 ? o->prompt_tokens : g->prompt_tokens;
-    g->completion_tokens = o->completion_tokens;
-    g->cached_tokens = o->cached_tokens;
-    g->times = o->times;
-    if (g->req.stream) {
-        if (o->text_len > 0 || lp)
-            sse_event(g, srv_chunk_delta(api, &g->meta, NULL, o->text ? o->text : "", o->text_len, NULL, lp,
-                                         g->req.include_usage, NULL));
-        else
-            cJSON_Delete(lp);
-    } else if (o->text_len > 0) {
-        inferd_buf_append(&g->text, o->text, o->text_len);
-    }
+    observe_itl(g, c, o);
+    c->prompt_tokens = o->prompt_tokens > 0 ? o->prompt_tokens : c->prompt_tokens;
+    c->completion_tokens = o->completion_tokens;
+    c->cached_tokens = o->cached_tokens;
+    c->times = o->times;
+    emit_text(g, i, o->text ? o->text : "", o->text_len, g->req.stream ? lp : NULL);
     if (!o->finished)
         return;
-    g->finished = true;
-    g->finish = o->finish;
-    if (o->finish != FINISH_STOP && o->finish != FINISH_LENGTH)
+    c->finished = true;
+    c->finish = o->finish;
+    if (o->finish != FINISH_STOP && o->finish != FINISH_LENGTH && g->fail.kind == SRV_ERR_NONE) {
         set_failure(g, o);
-    observe_finish(g);
+        abort_choices(g);
+    }
+    g->finished = ++g->n_finished == g->n_choices;
+    if (g->finished)
+        observe_finish(g);
     if (g->req.stream)
+        stream_choice_done(g, i);
+    if (g->finished && g->req.stream)
         stream_finish(g);
 }
 
-/* Event-loop thread; never blocks. Stops at the final output even when
- * more are queued (there are none after a finished one by contract). */
+/* Event-loop thread; never blocks. Choices are polled in index order; each
+ * stops at its final output even when more are queued (there are none
+ * after a finished one by contract). */
 bool srv_gen_pump(srv_gen *g)
 {
     engine_output o;
-    while (!g->finished && g->stream && engine_stream_poll(g->stream, &o)) {
-        consume(g, &o);
-        engine_output_free(&o);
+    for (int i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        while (!c->finished && c->stream && engine_stream_poll(c->stream, &o)) {
+            consume(g, i, &o);
+            engine_output_free(&o);
+        }
     }
     return g->finished;
 }
@@ -427,14 +691,27 @@ char *srv_gen_response(srv_gen *g, int *http_status)
 {
     if (g->fail.kind != SRV_ERR_NONE)
         return srv_error_render(&g->fail, http_status);
-    srv_usage u = {g->prompt_tokens, g->completion_tokens, g->cached_tokens};
-    cJSON *lp = g->logprobs;
-    if (!lp && g->req.sp.logprobs >= 0)
-        lp = srv_lp_new(g->req.api);
-    g->logprobs = NULL;
+    srv_usage u;
+    usage_of(g, &u);
     *http_status = 200;
-    return srv_resp_full(g->req.api, &g->meta, g->text.data, g->text.len, finish_reason_str(g->finish), lp,
-                         &u, &g->timings);
+    if (g->req.api == SRV_API_RESPONSES) {
+        srv_responses_meta m;
+        srv_responses_state st;
+        responses_state(g, &u, &m, &st);
+        return srv_responses_body(&m, &st);
+    }
+    srv_choice_body *b = inferd_calloc((size_t)g->n_choices, sizeof *b);
+    for (int i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        cJSON *lp = c->logprobs;
+        if (!lp && g->req.sp.logprobs >= 0)
+            lp = srv_lp_new(g->req.api);
+        c->logprobs = NULL;
+        b[i] = (srv_choice_body){c->text.data, c->text.len, finish_reason_str(c->finish), lp};
+    }
+    char *out = srv_resp_full(g->req.api, &g->meta, b, g->n_choices, &u, &g->timings);
+    inferd_free(b);
+    return out;
 }
 
 /* *done only once the buffer is empty after the final event: a finished
@@ -449,39 +726,56 @@ size_t srv_gen_sse_read(srv_gen *g, char *buf, size_t max, bool *done)
     return n;
 }
 
-/* The abort is asynchronous: the engine finishes the request within a
+/* The abort is asynchronous: the engine finishes each choice within a
  * step and its final output arrives through the usual notify. */
 void srv_gen_abort(srv_gen *g)
 {
-    if (g->stream && !g->aborted) {
+    if (!g->aborted) {
         g->aborted = true;
-        engine_stream_abort(g->stream);
+        abort_choices(g);
     }
 }
 
 /* NOTE: releasing an unfinished stream aborts it in the engine; after this
- * call the engine may still notify the slot once (see slot_release). */
+ * call the engine may still notify the slot once per stream (see
+ * slot_release). Safe on a half-built srv_gen (choices not all submitted). */
 void srv_gen_free(srv_gen *g)
 {
     if (!g)
         return;
-    if (g->stream)
-        engine_stream_release(g->stream);
+    for (int i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        if (c->stream)
+            engine_stream_release(c->stream);
+        inferd_buf_free(&c->text);
+        cJSON_Delete(c->logprobs);
+    }
+    inferd_free(g->choices);
     srv_request_free(&g->req);
-    inferd_buf_free(&g->text);
     inferd_buf_free(&g->sse);
-    cJSON_Delete(g->logprobs);
     inferd_free(g);
 }
 
 /* For the access log in on_completed: out->id points into g (valid until
- * srv_gen_free). An unfinished request reports ttft so far, or -1. */
+ * srv_gen_free). Counts are the request's totals; the finish is the worst
+ * of its choices' (stop < length < abort < error). An unfinished request
+ * reports ttft so far, or -1. */
 void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out)
 {
+    srv_usage u;
+    usage_of(g, &u);
     out->id = g->id;
-    out->prompt_tokens = g->prompt_tokens;
-    out->completion_tokens = g->completion_tokens;
-    out->ttft_ms = g->finished ? g->timings.ttft_ms : ms_between(g->t_recv, g->times.first_token);
+    out->prompt_tokens = u.prompt_tokens;
+    out->completion_tokens = u.completion_tokens;
+    double first_token = 0;
+    finish_reason worst = FINISH_NONE;
+    for (int i = 0; i < g->n_choices; i++) {
+        const gen_choice *c = &g->choices[i];
+        if (c->times.first_token > 0 && (first_token <= 0 || c->times.first_token < first_token))
+            first_token = c->times.first_token;
+        worst = INFERD_MAX(worst, c->finish);
+    }
+    out->ttft_ms = g->finished ? g->timings.ttft_ms : ms_between(g->t_recv, first_token);
     out->total_ms = (util_now_s() - g->t_recv) * 1e3;
-    out->finish = g->finished ? finish_reason_str(g->finish) : "none";
+    out->finish = g->finished ? finish_reason_str(worst) : "none";
 }

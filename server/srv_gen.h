@@ -1,5 +1,7 @@
-/* server/srv_gen.h: one generation request (/v1/completions or
- * /v1/chat/completions) from validated body to finished response.
+/* server/srv_gen.h: one generation request (/v1/completions,
+ * /v1/chat/completions or /v1/responses) from validated body to finished
+ * response: one choice per prompt of a batched completions request, each
+ * its own engine request.
  *
  * The HTTP layer owns the connection; this module owns the request: it
  * builds the prompt (tokenizer, chat template), checks it against the model
@@ -47,12 +49,12 @@ void srv_gen_abort(srv_gen *g);
 /* Release the engine stream (aborting if unfinished) and free. */
 void srv_gen_free(srv_gen *g);
 
-/* For the access log. */
+/* For the access log: the request's totals over its choices. */
 typedef struct {
     const char *id;
     int prompt_tokens, completion_tokens;
     double ttft_ms, total_ms;
-    const char *finish; /* "stop", "length", "abort", "error", "none" */
+    const char *finish; /* "stop", "length", "abort", "error", "none"; the worst of its choices' */
 } srv_gen_summary;
 
 void srv_gen_get_summary(const srv_gen *g, srv_gen_summary *out);

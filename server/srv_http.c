@@ -76,7 +76,7 @@
 #define SSE_BLOCK 8192
 #define MAX_HDRS 100       /* more header lines: 431 */
 
-/* The routes we serve. A fixed table scanned in order: eight entries make a
+/* The routes we serve. A fixed table scanned in order: nine entries make a
  * hash pointless, and the order matters (exact "/v1/models" before the
  * "/v1/models/" prefix). Unknown paths are a 404 decided at the head. */
 typedef enum {
@@ -86,6 +86,7 @@ typedef enum {
     R_METRICS,
     R_COMPLETIONS,
     R_CHAT,
+    R_RESPONSES,
     R_TOKENIZE,
     R_DETOKENIZE
 } route_id;
@@ -106,6 +107,7 @@ static const route k_routes[] = {
     {"/v1/models/", true, false, true, true, R_MODEL},
     {"/v1/completions", false, true, true, true, R_COMPLETIONS},
     {"/v1/chat/completions", false, true, true, true, R_CHAT},
+    {"/v1/responses", false, true, true, true, R_RESPONSES},
     {"/tokenize", false, true, true, true, R_TOKENIZE},
     {"/detokenize", false, true, true, true, R_DETOKENIZE},
 };
@@ -619,6 +621,7 @@ static enum MHD_Result dispatch(srv_conn *c, const char *url)
     }
     case R_COMPLETIONS: return gen_start(c, SRV_API_COMPLETIONS);
     case R_CHAT: return gen_start(c, SRV_API_CHAT);
+    case R_RESPONSES: return gen_start(c, SRV_API_RESPONSES);
     }
     return body ? reply_json(c, 200, body) : reply_error(c, &err);
 }

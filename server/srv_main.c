@@ -72,6 +72,29 @@ static bool setup_chat(srv_server *s)
     return true;
 }
 
+/* The sampling defaults of the model's generation_config.json (vLLM's
+ * --generation-config auto; "vllm" loads none), checked by the sampling
+ * rows and logged once. An out-of-range value fails the start-up, naming
+ * the field, rather than every request later. */
+static bool setup_gen_defaults(srv_server *s)
+{
+    srv_opts *o = &s->opts;
+    bool has_max = false;
+    char desc[256];
+    sampling_params_default(&o->gen_defaults);
+    if (srv_gen_defaults_apply(&model_get_config(s->m)->gen, 0, &o->gen_defaults, &has_max, desc, sizeof desc) !=
+        INFERD_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", inferd_last_error()); /* not formatted from the buffer it rewrites */
+        inferd_set_error(INFERD_ERR_INVALID_ARG, "%s (--generation-config vllm ignores the file)", msg);
+        return false;
+    }
+    o->gen_max_tokens = has_max ? o->gen_defaults.max_tokens : 0;
+    INFERD_LOG_INFO("sampling defaults from generation_config.json (--generation-config %s): %s",
+                    o->model.generation_config ? o->model.generation_config : "auto", desc);
+    return true;
+}
+
 /* Main thread, with the HTTP server already answering 503. Each piece is
  * stored in s as soon as it exists so free_server can release a partial
  * load. The vocabulary the API accepts is the smaller of the model's and
@@ -85,7 +108,7 @@ static bool load(srv_server *s)
     const char *tok_dir = o->model.tokenizer_dir ? o->model.tokenizer_dir : o->model.model_dir;
     if (tok_load(tok_dir, &s->tok) != INFERD_OK || !setup_chat(s))
         return false;
-    if (model_load(&o->model, &s->m) != INFERD_OK)
+    if (model_load(&o->model, &s->m) != INFERD_OK || !setup_gen_defaults(s))
         return false;
     engine_opts_from_model(&o->engine, &o->model);
     if (engine_create(&o->engine, s->m, s->tok, &s->eng) != INFERD_OK)
@@ -198,6 +221,13 @@ int srv_run(srv_opts *o)
         INFERD_LOG_ERROR("%s", inferd_last_error());
         srv_opts_free(o);
         return 2;
+    }
+    /* a missing model directory (or a hub id) is said before anything
+     * starts; a start-up failure (1) like any model that does not load */
+    if (model_dir_check(o->model.model_dir) != INFERD_OK) {
+        INFERD_LOG_ERROR("%s", inferd_last_error());
+        srv_opts_free(o);
+        return 1;
     }
     if (srv_guard_resolve_key(o) != INFERD_OK) { /* --api-key-file / INFERD_API_KEY */
         INFERD_LOG_ERROR("%s", inferd_last_error());

@@ -1,11 +1,13 @@
 /* server/srv_openai.c: request parsing/validation for the OpenAI endpoints.
  *
- * Strict where OpenAI is strict (types, ranges, n == 1, echo false), lenient
+ * Strict where OpenAI is strict (types, ranges, n == 1), lenient
  * where it is lenient (unknown fields ignored, null means "not given").
  * Every failure names the offending field in `param` and in the message.
  * The JSON parser is cJSON with its nesting limit (CJSON_NESTING_LIMIT, 1000),
  * so deeply nested bodies fail as malformed JSON instead of recursing deep.
- * Response builders live in srv_openai_resp.c.
+ * Response builders live in srv_openai_resp.c; /v1/responses bodies are
+ * parsed by srv_responses.c with the field readers exported at the end of
+ * this file (srv_openai_int.h).
  *
  * Design choice: the adapter checks JSON types and API shapes only; every
  * sampling range lives in one table (scheduler/params.c) that the CLI and
@@ -18,8 +20,10 @@
  * Threads: pure functions of their inputs, called on event-loop threads.
  */
 #include "server/srv_openai.h"
+#include "server/srv_openai_int.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -152,15 +156,17 @@ static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **m
     return true;
 }
 
-/* One token id array; `what` names the field in messages.
- * *ids is heap on success, caller-owned. Non-numbers read as -1.5, which
- * fails the integrality test and so gets the "integer" message. The array
- * length is bounded by the body size limit, not here. */
-static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **ids, int *n, srv_error *err)
+/* One token id array. param is the field errors name; label the quoted
+ * element for messages ("'prompt'" or "'prompt'[2]"). *ids is heap on
+ * success, caller-owned. Non-numbers read as -1.5, which fails the
+ * integrality test and so gets the "integer" message. The array length is
+ * bounded by the body size limit, not here. */
+static bool parse_ids(const cJSON *arr, const char *param, const char *label, int vocab, int32_t **ids,
+                      int *n, srv_error *err)
 {
     int cnt = cJSON_GetArraySize(arr);
     if (cnt == 0)
-        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
+        return srv_error_set(err, SRV_ERR_INVALID, param, "%s must not be empty", label);
     int32_t *v = inferd_malloc(sizeof(int32_t) * (size_t)cnt);
     int i = 0;
     const cJSON *it;
@@ -169,12 +175,12 @@ static bool parse_ids(const cJSON *arr, const char *what, int vocab, int32_t **i
         double d = cJSON_IsNumber(it) ? it->valuedouble : -1.5;
         if (d != floor(d)) {
             inferd_free(v);
-            return srv_error_set(err, SRV_ERR_INVALID, what, "'%s'[%d] must be an integer token id", what, i);
+            return srv_error_set(err, SRV_ERR_INVALID, param, "%s[%d] must be an integer token id", label, i);
         }
         if (d < 0 || d >= vocab) {
             inferd_free(v);
-            return srv_error_set(err, SRV_ERR_INVALID, what,
-                                 "'%s'[%d]: token id %.0f is outside the vocabulary [0, %d)", what, i, d,
+            return srv_error_set(err, SRV_ERR_INVALID, param,
+                                 "%s[%d]: token id %.0f is outside the vocabulary [0, %d)", label, i, d,
                                  vocab);
         }
         v[i++] = (int32_t)d;
@@ -198,46 +204,71 @@ static bool is_id_array(const cJSON *arr)
 
 /* cJSON does not validate UTF-8 in strings, hence the check. A
  * whitespace-only prompt is refused: it encodes to tokens that carry no
- * request, almost always a client bug. */
-static bool set_text_prompt(const char *s, const char *what, char **out, size_t *out_len, srv_error *err)
+ * request, almost always a client bug. label as in parse_ids. */
+static bool set_text_prompt(const char *s, const char *param, const char *label, srv_prompt *p,
+                            srv_error *err)
 {
     size_t n = strlen(s);
     if (!util_utf8_valid(s, n))
-        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' is not valid UTF-8", what);
+        return srv_error_set(err, SRV_ERR_INVALID, param, "%s is not valid UTF-8", label);
     if (n == 0)
-        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must not be empty", what);
+        return srv_error_set(err, SRV_ERR_INVALID, param, "%s must not be empty", label);
     if (srv_is_blank(s, n))
-        return srv_error_set(err, SRV_ERR_INVALID, what, "'%s' must contain non-whitespace text", what);
-    *out = inferd_strdup(s);
-    *out_len = n;
+        return srv_error_set(err, SRV_ERR_INVALID, param, "%s must contain non-whitespace text", label);
+    p->text = inferd_strdup(s);
+    p->len = n;
     return true;
 }
 
-/* The completion prompt in OpenAI's four shapes, of which we accept the
- * single-prompt ones: "text", [ids], ["text"] and [[ids]]. Batches (more
- * than one prompt) are refused: one request, one choice. */
+/* One element of a batched prompt array: a string or an array of ids. */
+static bool parse_prompt_item(const cJSON *it, int i, const srv_parse_limits *lim, srv_prompt *p,
+                              srv_error *err)
+{
+    char label[32];
+    snprintf(label, sizeof label, "'prompt'[%d]", i);
+    if (cJSON_IsString(it))
+        return set_text_prompt(it->valuestring, "prompt", label, p, err);
+    if (cJSON_IsArray(it) && is_id_array(it))
+        return parse_ids(it, "prompt", label, lim->vocab_size, &p->ids, &p->n_ids, err);
+    return srv_error_set(err, SRV_ERR_INVALID, "prompt", "%s must be a string or an array of token ids",
+                         label);
+}
+
+/* The completion prompt in OpenAI's four shapes: "text", [ids], and the
+ * batches ["text", ...] and [[ids], ...] (strings and id arrays may mix).
+ * A batch gives one choice per prompt, in order; it is refused as a whole
+ * when any element is bad, the message naming the element. The count is
+ * checked before any element is copied, so a huge array costs nothing. */
 static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
     const cJSON *p = field(root, "prompt");
     if (!p)
         return srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' is required");
-    if (cJSON_IsString(p))
-        return set_text_prompt(p->valuestring, "prompt", &r->prompt, &r->prompt_len, err);
-    if (!cJSON_IsArray(p))
+    if (!cJSON_IsString(p) && !cJSON_IsArray(p))
         return srv_error_set(err, SRV_ERR_INVALID, "prompt",
-                             "'prompt' must be a string or an array of token ids");
-    int cnt = cJSON_GetArraySize(p);
-    if (cnt == 0)
+                             "'prompt' must be a string, an array of token ids, or an array of those");
+    int cnt = cJSON_IsString(p) || is_id_array(p) ? 1 : cJSON_GetArraySize(p);
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 0)
         return srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' must not be empty");
+    if (cnt > SRV_MAX_PROMPTS)
+        return srv_error_set(err, SRV_ERR_INVALID, "prompt",
+                             "'prompt' holds %d prompts; at most %d per request", cnt, SRV_MAX_PROMPTS);
+    r->prompts = inferd_calloc((size_t)cnt, sizeof *r->prompts);
+    r->n_prompts = cnt;
+    if (cJSON_IsString(p))
+        return set_text_prompt(p->valuestring, "prompt", "'prompt'", &r->prompts[0], err);
     if (is_id_array(p))
-        return parse_ids(p, "prompt", lim->vocab_size, &r->prompt_ids, &r->n_prompt_ids, err);
-    if (cnt == 1 && cJSON_IsString(p->child))
-        return set_text_prompt(p->child->valuestring, "prompt", &r->prompt, &r->prompt_len, err);
-    if (cnt == 1 && cJSON_IsArray(p->child) && is_id_array(p->child))
-        return parse_ids(p->child, "prompt", lim->vocab_size, &r->prompt_ids, &r->n_prompt_ids, err);
-    return srv_error_set(
-        err, SRV_ERR_INVALID, "prompt",
-        "'prompt' must be a string or an array of token ids (batched prompts are not supported)");
+        return parse_ids(p, "prompt", "'prompt'", lim->vocab_size, &r->prompts[0].ids, &r->prompts[0].n_ids,
+                         err);
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, p)
+    {
+        if (!parse_prompt_item(it, i, lim, &r->prompts[i], err))
+            return false;
+        i++;
+    }
+    return true;
 }
 
 /* content: string, or array of {"type": "text", "text": str} parts joined by "\n".
@@ -407,11 +438,44 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
         return srv_error_set(err, SRV_ERR_INVALID, "stop_token_ids", "%s", inferd_last_error());
     int32_t *ids;
     int n;
-    if (!parse_ids(s, "stop_token_ids", lim->vocab_size, &ids, &n, err))
+    if (!parse_ids(s, "stop_token_ids", "'stop_token_ids'", lim->vocab_size, &ids, &n, err))
         return false;
     memcpy(r->sp.stop_token_ids, ids, sizeof(int32_t) * (size_t)n);
     r->sp.n_stop_token_ids = n;
     inferd_free(ids);
+    return true;
+}
+
+/* "logit_bias": an object from token ids (decimal strings: JSON keys) to
+ * numbers. The count is checked before any entry (a huge object is refused
+ * at once); each entry goes through sampling_logit_bias_add (the limits of
+ * params.c: [-100, 100], no duplicates); the vocabulary bound is checked by
+ * validate_sampling with the rest. */
+static bool parse_logit_bias(const cJSON *root, srv_request *r, srv_error *err)
+{
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb)
+        return true;
+    if (!cJSON_IsObject(lb))
+        return srv_error_set(err, SRV_ERR_INVALID, "logit_bias",
+                             "'logit_bias' must be an object mapping token ids to numbers");
+    int cnt = cJSON_GetArraySize(lb);
+    if (cnt > SAMPLING_MAX_LOGIT_BIAS)
+        return srv_error_set(err, SRV_ERR_INVALID, "logit_bias", "'logit_bias' has %d entries; at most %d are allowed",
+                             cnt, SAMPLING_MAX_LOGIT_BIAS);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, lb)
+    {
+        long long id;
+        if (!util_parse_int(it->string, 0, INT32_MAX, &id))
+            return srv_error_set(err, SRV_ERR_INVALID, "logit_bias",
+                                 "'logit_bias' keys must be token ids (non-negative integers), got \"%.32s\"",
+                                 it->string);
+        if (!cJSON_IsNumber(it))
+            return srv_error_set(err, SRV_ERR_INVALID, "logit_bias", "'logit_bias'[\"%lld\"] must be a number", id);
+        if (sampling_logit_bias_add(&r->sp, id, it->valuedouble) != INFERD_OK)
+            return srv_error_set(err, SRV_ERR_INVALID, "logit_bias", "%s", inferd_last_error());
+    }
     return true;
 }
 
@@ -421,23 +485,6 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
  * Fields not listed here are ignored entirely (OpenAI's own leniency). */
 static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
 {
-    static const struct {
-        const char *name;
-        double neutral;
-    } k_num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repetition_penalty", 1}};
-    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_num); i++) {
-        const cJSON *it = field(root, k_num[i].name);
-        if (!it)
-            continue;
-        if (!cJSON_IsNumber(it))
-            return srv_error_set(err, SRV_ERR_INVALID, k_num[i].name, "'%s' must be a number", k_num[i].name);
-        if (it->valuedouble != k_num[i].neutral)
-            return srv_error_set(err, SRV_ERR_INVALID, k_num[i].name, "'%s' is not supported (only %g)",
-                                 k_num[i].name, k_num[i].neutral);
-    }
-    const cJSON *lb = field(root, "logit_bias");
-    if (lb && (!cJSON_IsObject(lb) || lb->child))
-        return srv_error_set(err, SRV_ERR_INVALID, "logit_bias", "'logit_bias' is not supported");
     int64_t v;
     bool present;
     if (!get_int(root, "n", INT32_MIN, INT32_MAX, &v, &present, err))
@@ -450,17 +497,15 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
     if (present && v != 1)
         return srv_error_set(err, SRV_ERR_INVALID, "best_of", "'best_of' must be 1");
     if (api == SRV_API_COMPLETIONS) {
-        bool echo = false;
-        if (!get_bool(root, "echo", &echo, &present, err))
-            return false;
-        if (echo)
-            return srv_error_set(err, SRV_ERR_INVALID, "echo",
-                                 "'echo' must be false: echoing the prompt is not supported");
+        /* "" is what some SDKs send for "no suffix"; anything else asks for
+         * fill-in-the-middle, which needs a model trained for it. */
         const char *suffix;
         if (!get_str(root, "suffix", &suffix, err))
             return false;
         if (suffix && *suffix)
-            return srv_error_set(err, SRV_ERR_INVALID, "suffix", "'suffix' is not supported");
+            return srv_error_set(
+                err, SRV_ERR_INVALID, "suffix",
+                "'suffix' is not supported: inferd does not do fill-in-the-middle insertion");
     } else {
         const cJSON *tools = field(root, "tools");
         if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
@@ -480,15 +525,20 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
  * newer max_completion_tokens as an alias (it wins when both are given). */
 static const char *max_tokens_name(const cJSON *root, srv_api api)
 {
-    return api == SRV_API_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (api == SRV_API_RESPONSES)
+        return "max_output_tokens";
+    return api == SRV_API_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                       : "max_tokens";
 }
 
 /* The sampling fields that are the same in both APIs. max_tokens stays in
  * r->max_tokens (0 = not given) until srv_gen knows the prompt length. */
 static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
 {
-    static const char *const k_keys[] = {"temperature", "top_p",      "top_k",     "min_p",
-                                         "seed",        "ignore_eos", "min_tokens"};
+    static const char *const k_keys[] = {"temperature",      "top_p",           "top_k",
+                                         "min_p",            "seed",            "ignore_eos",
+                                         "min_tokens",       "presence_penalty", "frequency_penalty",
+                                         "repetition_penalty"};
     bool present;
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_keys); i++)
         if (!get_row(root, k_keys[i], k_keys[i], &r->sp, &present, err))
@@ -500,7 +550,7 @@ static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
         return false;
     if (present)
         r->max_tokens = mt.max_tokens;
-    return parse_stop(root, r, err);
+    return parse_stop(root, r, err) && parse_logit_bias(root, r, err);
 }
 
 /* API-only shapes: completions "logprobs": N; chat "logprobs": bool with
@@ -547,6 +597,25 @@ static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, sr
     return srv_error_set(err, SRV_ERR_INVALID, param, "%s", inferd_last_error());
 }
 
+/* Completions "echo": each choice's text starts with its prompt. With
+ * logprobs, OpenAI also returns the prompt tokens' logprobs, which need the
+ * prefill to compute them; until the engine does, that pair is refused
+ * rather than answered with the generated tokens' logprobs only. Runs after
+ * parse_logprobs, whose result it reads. */
+static bool parse_echo(const cJSON *root, srv_request *r, srv_error *err)
+{
+    bool present;
+    if (r->api != SRV_API_COMPLETIONS)
+        return true;
+    if (!get_bool(root, "echo", &r->echo, &present, err))
+        return false;
+    if (r->echo && r->sp.logprobs >= 0)
+        return srv_error_set(err, SRV_ERR_INVALID, "echo",
+                             "'echo' with 'logprobs' is not supported yet: it needs the prompt tokens' "
+                             "logprobs, which the engine does not compute; drop one of the two");
+    return true;
+}
+
 /* stream_options without stream: true is an error, as in OpenAI's API. */
 static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
 {
@@ -579,14 +648,17 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
     memset(r, 0, sizeof *r);
     r->api = api;
     r->add_special_tokens = true;
-    sampling_params_default(&r->sp);
+    if (lim->defaults)
+        r->sp = *lim->defaults; /* generation_config.json; sp.max_tokens is set by srv_gen */
+    else
+        sampling_params_default(&r->sp);
     cJSON *root;
     if (!parse_root(body, len, &root, err))
         return false;
     bool ok = check_model(root, lim, &r->model, err) && check_unsupported(root, api, err) &&
               parse_sampling(root, r, err) && parse_stop_ids(root, lim, r, err) &&
-              parse_logprobs(root, r, err) && validate_sampling(root, lim, r, err) &&
-              parse_stream(root, r, err);
+              parse_logprobs(root, r, err) && parse_echo(root, r, err) &&
+              validate_sampling(root, lim, r, err) && parse_stream(root, r, err);
     if (ok && api == SRV_API_COMPLETIONS) {
         bool present;
         ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err) &&
@@ -611,8 +683,12 @@ static void msgs_free(srv_chat_msg *msgs, int n)
 void srv_request_free(srv_request *r)
 {
     inferd_free(r->model);
-    inferd_free(r->prompt);
-    inferd_free(r->prompt_ids);
+    for (int i = 0; i < r->n_prompts; i++) {
+        inferd_free(r->prompts[i].text);
+        inferd_free(r->prompts[i].ids);
+    }
+    inferd_free(r->prompts);
+    inferd_free(r->instructions);
     msgs_free(r->msgs, r->n_msgs);
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
         inferd_free(r->stops[i]);
@@ -680,7 +756,7 @@ bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *
     else if (ok && cJSON_GetArraySize(t) == 0)
         r->n_ids = 0;
     else if (ok)
-        ok = parse_ids(t, "tokens", lim->vocab_size, &r->ids, &r->n_ids, err);
+        ok = parse_ids(t, "tokens", "'tokens'", lim->vocab_size, &r->ids, &r->n_ids, err);
     cJSON_Delete(root);
     if (!ok)
         srv_detokenize_free(r);
@@ -692,4 +768,49 @@ void srv_detokenize_free(srv_detokenize_req *r)
     inferd_free(r->model);
     inferd_free(r->ids);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- field readers shared with srv_responses.c (srv_openai_int.h) ---------- */
+
+const cJSON *srv_oa_field(const cJSON *obj, const char *name)
+{
+    return field(obj, name);
+}
+
+bool srv_oa_parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
+{
+    return parse_root(body, len, root, err);
+}
+
+bool srv_oa_check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
+{
+    return check_model(root, lim, model_out, err);
+}
+
+bool srv_oa_get_str(const cJSON *obj, const char *name, const char **out, srv_error *err)
+{
+    return get_str(obj, name, out, err);
+}
+
+bool srv_oa_get_bool(const cJSON *obj, const char *name, bool *out, srv_error *err)
+{
+    bool present;
+    return get_bool(obj, name, out, &present, err);
+}
+
+bool srv_oa_get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
+                    srv_error *err)
+{
+    return get_int(obj, name, lo, hi, out, present, err);
+}
+
+bool srv_oa_get_row(const cJSON *root, const char *json_name, const char *key, sampling_params *sp,
+                    bool *present, srv_error *err)
+{
+    return get_row(root, json_name, key, sp, present, err);
+}
+
+bool srv_oa_validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
+{
+    return validate_sampling(root, lim, r, err);
 }

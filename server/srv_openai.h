@@ -17,28 +17,47 @@
 #include "server/srv_chat.h"
 #include "server/srv_errors.h"
 
-typedef enum { SRV_API_COMPLETIONS = 0, SRV_API_CHAT } srv_api;
+/* The generation APIs. RESPONSES (/v1/responses, srv_responses.h) is
+ * parsed by its own module into the same srv_request, with msgs rendered
+ * through the chat template as CHAT's are. */
+typedef enum { SRV_API_COMPLETIONS = 0, SRV_API_CHAT, SRV_API_RESPONSES } srv_api;
+
+/* Most prompts in one /v1/completions request (a batched "prompt" array).
+ * Each prompt becomes its own engine request, so the bound keeps one HTTP
+ * request from filling the engine's queue; twice the default max-num-seqs
+ * (64) lets a batch keep a default engine busy without flooding it. */
+#define SRV_MAX_PROMPTS 128
 
 typedef struct {
     const char *served_model_name; /* requests naming another model get 404 */
     int vocab_size;                /* token ids must be in [0, vocab_size) */
+    const sampling_params *defaults; /* what omitted sampling fields get (generation_config.json); NULL: the table's */
 } srv_parse_limits;
 
-/* A validated /v1/completions or /v1/chat/completions request. */
+/* One completions prompt: text or token ids, exactly one of them set. */
+typedef struct {
+    char *text; /* text prompt (heap, valid UTF-8, not blank) or NULL */
+    size_t len;
+    int32_t *ids; /* token prompt [n_ids] (heap, ids in the vocabulary) or NULL */
+    int n_ids;
+} srv_prompt;
+
+/* A validated /v1/completions, /v1/chat/completions or /v1/responses
+ * request. */
 typedef struct {
     srv_api api;
-    char *model;  /* requested name (heap) or NULL */
-    char *prompt; /* completions text prompt (heap) or NULL */
-    size_t prompt_len;
-    int32_t *prompt_ids; /* completions token prompt [n_prompt_ids] (heap) or NULL */
-    int n_prompt_ids;
-    srv_chat_msg *msgs; /* chat messages [n_msgs] (heap) */
+    char *model;         /* requested name (heap) or NULL */
+    srv_prompt *prompts; /* completions: [n_prompts] in request order (heap), 1..SRV_MAX_PROMPTS */
+    int n_prompts;
+    srv_chat_msg *msgs; /* chat / responses messages [n_msgs] (heap) */
     int n_msgs;
     sampling_params sp; /* sp.stop[i] points into stops[i]; sp.max_tokens set later */
     char *stops[SAMPLING_MAX_STOP];
     int64_t max_tokens;      /* requested (the max_tokens row's range), 0 when not given */
     bool add_special_tokens; /* completions text prompt: add BOS (default true) */
+    bool echo;               /* completions: prepend each prompt's text to its choice */
     bool stream, include_usage;
+    char *instructions; /* responses: the request's "instructions" (heap) or NULL, echoed back */
 } srv_request;
 
 /* Parse and validate a request body. The sampling fields are read through
@@ -94,17 +113,28 @@ typedef struct {
     const char *model;
 } srv_resp_meta;
 
-/* Full non-streaming body. text may contain any bytes (sanitized to UTF-8);
- * logprobs (owned, may be NULL) is a srv_lp_* object. Heap string. */
-char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_t len, const char *finish,
-                    cJSON *logprobs, const srv_usage *u, const srv_timings *t);
+/* One choice of a full body. text may contain any bytes (sanitized to
+ * UTF-8) and may be NULL (""); logprobs (taken, may be NULL = null) is a
+ * srv_lp_* object. */
+typedef struct {
+    const char *text;
+    size_t len;
+    const char *finish;
+    cJSON *logprobs;
+} srv_choice_body;
 
-/* One SSE event payload (without "data: "): a text delta chunk. For chat,
- * role (may be NULL) goes into the delta; text may be NULL (no content key).
- * finish NULL = null. usage_null adds "usage": null (include_usage streams).
- * timings (may be NULL) is added at the top level. Heap string. */
-char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, const char *role, const char *text, size_t len,
-                      const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t);
+/* Full non-streaming body of a completions or chat request: choices[i]
+ * gets "index" i. Takes every choice's logprobs. Heap string. */
+char *srv_resp_full(srv_api api, const srv_resp_meta *m, srv_choice_body *choices, int n, const srv_usage *u,
+                    const srv_timings *t);
+
+/* One SSE event payload (without "data: "): a text delta chunk of choice
+ * `index`. For chat, role (may be NULL) goes into the delta; text may be
+ * NULL (no content key). finish NULL = null. usage_null adds "usage": null
+ * (include_usage streams). timings (may be NULL) is added at the top level.
+ * Heap string. */
+char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, int index, const char *role, const char *text,
+                      size_t len, const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t);
 
 /* The final usage chunk of include_usage streams: empty choices + usage
  * (+ timings). Heap string. */

@@ -19,6 +19,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "server/srv_openai.h"
+#include "server/srv_openai_int.h"
 #include "server/srv_util.h"
 
 /* text is len bytes, not NUL-terminated, and may be NULL ("" then). */
@@ -93,24 +94,28 @@ static void add_logprobs(cJSON *choice, cJSON *logprobs)
         cJSON_AddNullToObject(choice, "logprobs");
 }
 
-/* The non-streaming body: one choice (n is always 1), usage, timings. */
-char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_t len, const char *finish,
-                    cJSON *logprobs, const srv_usage *u, const srv_timings *t)
+/* The non-streaming body: every choice in index order, usage, timings. */
+char *srv_resp_full(srv_api api, const srv_resp_meta *m, srv_choice_body *choices, int n, const srv_usage *u,
+                    const srv_timings *t)
 {
     cJSON *root = meta_json(api, m, false);
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (api == SRV_API_CHAT) {
-        cJSON *msg = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        add_text(msg, "content", text, len);
-    } else {
-        add_text(c, "text", text, len);
+    cJSON *arr = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < n; i++) {
+        const srv_choice_body *b = &choices[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        if (api == SRV_API_CHAT) {
+            cJSON *msg = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            add_text(msg, "content", b->text, b->len);
+        } else {
+            add_text(c, "text", b->text, b->len);
+        }
+        add_logprobs(c, b->logprobs);
+        choices[i].logprobs = NULL; /* taken */
+        add_finish(c, b->finish);
+        cJSON_AddItemToArray(arr, c);
     }
-    add_logprobs(c, logprobs);
-    add_finish(c, finish);
-    cJSON_AddItemToArray(choices, c);
     cJSON_AddItemToObject(root, "usage", inferd_usage_json(u));
     cJSON_AddItemToObject(root, "timings", timings_json(t));
     return print_take(root);
@@ -119,13 +124,13 @@ char *srv_resp_full(srv_api api, const srv_resp_meta *m, const char *text, size_
 /* NOTE: a completions chunk always has "text" (NULL renders as ""), while a
  * chat delta omits "content" when text is NULL: the finish chunk of a chat
  * stream has an empty delta, as OpenAI sends it. */
-char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, const char *role, const char *text, size_t len,
-                      const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t)
+char *srv_chunk_delta(srv_api api, const srv_resp_meta *m, int index, const char *role, const char *text,
+                      size_t len, const char *finish, cJSON *logprobs, bool usage_null, const srv_timings *t)
 {
     cJSON *root = meta_json(api, m, true);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     if (api == SRV_API_CHAT) {
         cJSON *delta = cJSON_AddObjectToObject(c, "delta");
         if (role)
@@ -289,4 +294,21 @@ void srv_lp_append(srv_api api, cJSON *lp, const engine_logprob *lps, int n, srv
         else
             append_completion(lp, &lps[i], fn, user, text_offset);
     }
+}
+
+/* ---- helpers shared with srv_responses.c (srv_openai_int.h) ----------------- */
+
+void srv_oa_add_text(cJSON *obj, const char *key, const char *text, size_t len)
+{
+    add_text(obj, key, text, len);
+}
+
+char *srv_oa_print_take(cJSON *root)
+{
+    return print_take(root);
+}
+
+cJSON *srv_oa_timings_json(const srv_timings *t)
+{
+    return timings_json(t);
 }

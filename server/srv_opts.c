@@ -26,6 +26,7 @@
 #include "server/srv_opts.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -131,6 +132,7 @@ void srv_opts_default(srv_opts *o)
     opt_defaults(k_rows, INFERD_ARRAY_LEN(k_rows), o);
     o->chat_family = SRV_CHAT_NONE;
     o->max_queued_requests = o->engine.max_queued_requests;
+    sampling_params_default(&o->gen_defaults);
 }
 
 /* Frees every string the rows own (model and server rows) and zeroes o;
@@ -179,5 +181,41 @@ inferd_status srv_opts_validate(srv_opts *o)
         return INFERD_ERR_INVALID_ARG;
     o->max_queued_requests = o->engine.max_queued_requests;
     default_served_name(o);
+    return INFERD_OK;
+}
+
+/* The row's index in the sampling table, for the `given` mask. */
+static int row_index(const sampling_row *r)
+{
+    size_t n;
+    const sampling_row *rows = sampling_rows(&n);
+    return (int)(r - rows);
+}
+
+inferd_status srv_gen_defaults_apply(const model_gen_defaults *g, uint64_t given, sampling_params *sp,
+                                     bool *max_tokens_set, char *desc, size_t n)
+{
+    size_t off = 0;
+    if (max_tokens_set)
+        *max_tokens_set = false;
+    if (n > 0)
+        desc[0] = '\0';
+    for (int i = 0; g && i < g->n; i++) {
+        const char *key = g->v[i].key;
+        const sampling_row *row = sampling_row_find(key);
+        const char *field = strcmp(key, "max_tokens") == 0 ? "max_new_tokens" : key;
+        if (row && row_index(row) < 64 && (given >> row_index(row)) & 1)
+            continue;
+        if (row && sampling_row_set_number(row, sp, g->v[i].value) != INFERD_OK)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "generation_config.json: field '%s': %s", field,
+                                    inferd_last_error());
+        if (row && strcmp(key, "max_tokens") == 0 && max_tokens_set)
+            *max_tokens_set = true;
+        if (off < n)
+            off += (size_t)snprintf(desc + off, n - off, "%s%s=%g%s", off ? " " : "", row ? key : field,
+                                    g->v[i].value, row ? "" : " (not supported, ignored)");
+    }
+    if (off == 0 && n > 0)
+        snprintf(desc, n, "none");
     return INFERD_OK;
 }

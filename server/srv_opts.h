@@ -48,6 +48,15 @@ typedef struct {
     int64_t max_body_buffer_bytes;   /* all buffered request bodies together */
     /* not a row: engine.max_queued_requests as set by srv_run, for the 429 message */
     int max_queued_requests;
+    /* not rows: the sampling defaults in force (vLLM's --generation-config
+     * auto), filled by srv_run after the model load from its
+     * generation_config.json (model.generation_config picks which one, or
+     * none): every request's sampling fields start from gen_defaults
+     * (srv_opts_default: the table's defaults), and a request without
+     * max_tokens gets gen_max_tokens (0 = none: the API's own default),
+     * lowered to the room its prompt leaves. */
+    sampling_params gen_defaults;
+    int32_t gen_max_tokens;
 } srv_opts;
 
 /* Defaults of every row of the three tables; the device is "auto" (CUDA
@@ -60,6 +69,19 @@ const opt_row *srv_opts_rows(size_t *n);
 /* Check o with the rows of the three tables, require model.model_dir, and
  * fill served_model_name when NULL. INVALID_ARG naming the field. */
 inferd_status srv_opts_validate(srv_opts *o);
+
+/* Apply g (a model's generation_config.json defaults, model_config.gen)
+ * to sp through the sampling rows (scheduler/params.c), which own the
+ * ranges. Skips the keys whose row index (in sampling_rows()) has its bit
+ * set in `given` (values the caller set itself: a request's or a flag's)
+ * and the keys the engine has no row for. *max_tokens_set (may be NULL)
+ * says whether max_tokens (max_new_tokens) was applied. desc (n bytes)
+ * receives what was applied, "temperature=0.6 top_k=20", with skipped
+ * unsupported keys noted, or "none". INVALID_ARG naming
+ * generation_config.json and the field when a value is out of range (sp
+ * may then be partly set). */
+inferd_status srv_gen_defaults_apply(const model_gen_defaults *g, uint64_t given, sampling_params *sp,
+                                     bool *max_tokens_set, char *desc, size_t n);
 
 /* Run a server in this process: validate o (srv_opts_validate), start HTTP
  * (/health answers 503 while loading), load tokenizer, model and engine,

@@ -90,7 +90,7 @@ static bool tokenize_chat(srv_server *s, const char *body, size_t len, const srv
  * what a completion request would be charged. */
 char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error *err)
 {
-    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size, NULL};
     srv_tokenize_req r;
     if (!srv_tokenize_parse(body, len, &lim, &r, err))
         return NULL;
@@ -119,7 +119,7 @@ char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error
  * is what a client inspecting ids wants to see. */
 char *srv_routes_detokenize(srv_server *s, const char *body, size_t len, srv_error *err)
 {
-    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size};
+    srv_parse_limits lim = {s->opts.served_model_name, s->vocab_size, NULL};
     srv_detokenize_req r;
     if (!srv_detokenize_parse(body, len, &lim, &r, err))
         return NULL;

@@ -134,7 +134,8 @@ static void norm_heads(float *x, int n, int hd, const kern_weight *w, float eps)
 /* Contract (kern_rope_kv_write_ex): per token, the epilogue first (e may be
  * NULL): qkv row += qkv_bias over the whole row, then q heads normed with
  * q_norm and k heads with k_norm (per head over head_dim); then RoPE in
- * place on the q heads and k heads of every token's qkv row, then, for tokens
+ * place on the q heads and k heads of every token's qkv row (cos and sin
+ * times mscale, 0 = 1), then, for tokens
  * with slot_mapping >= 0, the (roped) K heads and the (biased) V heads are
  * copied to k_cache / v_cache at slot s = block * block_size + offset, head h
  * at ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
@@ -151,10 +152,11 @@ void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_
     for (int t = 0; t < p->n_tokens; t++) {
         float cs[KCPU_MAX_HEAD_DIM / 2], sn[KCPU_MAX_HEAD_DIM / 2];
         const float pos = (float)p->positions[t];
+        const float ms = p->mscale != 0.0f ? p->mscale : 1.0f;
         for (int j = 0; j < hd / 2; j++) {
             float angle = pos * p->inv_freq[j];
-            cs[j] = cosf(angle);
-            sn[j] = sinf(angle);
+            cs[j] = cosf(angle) * ms;
+            sn[j] = sinf(angle) * ms;
         }
         float *x = qkv + (int64_t)t * row;
         if (e && e->qkv_bias) {

@@ -237,7 +237,7 @@ struct rope_epi {
     float eps;
 };
 
-/* One block per token: cos/sin of pos * inv_freq[j] into shared memory;
+/* One block per token: cos/sin of pos * inv_freq[j] (times mscale) into shared memory;
  * with a bias, qkv row = bf16(row + bias) (then a barrier); with q/k norms,
  * one warp per q or k head sums the squares of its bf16 values into
  * inv_rms[h] (shared); then rotate the pairs (j, j + half) of every q and k
@@ -254,10 +254,11 @@ static __global__ void rope_kv_kernel(kern_rope_kv_params p, rope_epi e)
     float *cs = rope_sm, *sn = rope_sm + half, *inv_rms = rope_sm + hd;
     const int64_t t = blockIdx.x;
     const float pos = (float)p.positions[t];
+    const float ms = p.mscale != 0.0f ? p.mscale : 1.0f; /* YaRN attention factor; 0 = unset */
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
         float angle = pos * p.inv_freq[j];
-        cs[j] = cosf(angle);
-        sn[j] = sinf(angle);
+        cs[j] = cosf(angle) * ms;
+        sn[j] = sinf(angle) * ms;
     }
     uint16_t *x = (uint16_t *)p.qkv + t * (int64_t)(nh + 2 * nkv) * hd; /* [nh + 2 nkv, hd] */
     if (e.bias) {
@@ -325,7 +326,8 @@ static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p, const r
 /* Contract (kern_rope_kv_write_ex): the epilogue first when e is not NULL
  * (row = bf16(row + qkv_bias); q / k heads bf16((x * rsqrt(mean(x^2) + eps))
  * * w) with q_norm / k_norm), then HF rotate_half RoPE in place on the q and
- * k heads of each token's qkv row (bf16), then, for slot_mapping >= 0, the
+ * k heads of each token's qkv row (bf16; cos and sin times mscale, 0 = 1),
+ * then, for slot_mapping >= 0, the
  * roped k heads and the v heads stored at cache slot s = block * block_size +
  * offset, head h at ((block * n_kv_heads + h) * block_size + offset) *
  * head_dim. */

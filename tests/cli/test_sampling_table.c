@@ -52,7 +52,7 @@ static bool api_accepts(const char *key, const char *v, const char *extra)
 {
     char body[256];
     snprintf(body, sizeof body, "{\"prompt\": [1], \"%s\": %s%s}", key, v, extra ? extra : "");
-    srv_parse_limits lim = {"m", 512};
+    srv_parse_limits lim = {"m", 512, NULL};
     srv_request r;
     srv_error e;
     memset(&e, 0, sizeof e);
@@ -104,7 +104,8 @@ START_TEST(test_bounds_everywhere)
             checked++;
         }
     }
-    ck_assert_int_eq(checked, 4 * 8); /* temperature top_p top_k min_p seed max/min_tokens logprobs */
+    /* temperature top_p top_k min_p seed max/min_tokens logprobs presence/frequency/repetition_penalty */
+    ck_assert_int_eq(checked, 4 * 11);
 }
 END_TEST
 

@@ -52,7 +52,9 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--port"},           {"serve", "--model", "m", "--port=70000"},
         {"serve", "--model", "m", "--bogus"},          {"serve", "--model", "m", "--device=tpu"},
         {"serve", "--model", "m", "--no-port"},        {"serve", "--model", "m", "--chat-template=x"},
-        {"serve", "--model", "m", "--max-num-seqs=0"}, {"serve", "--port", "1", "extra"},
+        {"serve", "--model", "m", "--max-num-seqs=0"}, {"serve", "--model", "m", "extra"},
+        {"serve", "dir1", "dir2", "--port=1"},         {"serve", "dir1", "--port=1", "--model=dir2"},
+        {"serve", "--port", "1", "-x"},
         {"serve", "--host", "h", "--threads=-1"},
         {"serve", "--model", "m", "--gpu-memory-utilization=0"},
         {"serve", "--model", "m", "--kv-cache-bytes=1Q"},
@@ -78,6 +80,35 @@ START_TEST(test_opts)
     ck_assert(!cli_serve_apply_json(&o, NULL, "{\"port\": \"x\"}", "c"));
     ck_assert(!cli_serve_apply_json(&o, NULL, "{\"enable-prefix-caching\": 1}", "c"));
     ck_assert(!cli_serve_apply_json(&o, NULL, "[1]", "c"));
+    srv_opts_free(&o);
+    /* the positional model (vLLM's `vllm serve MODEL`): the same field as
+     * --model, overriding the config file's "model"; --model with the same
+     * directory is accepted */
+    const struct {
+        const char *argv[6];
+        const char *want;
+    } pos[] = {
+        {{"serve", "/p/dir", NULL}, "/p/dir"},
+        {{"serve", "--port", "8001", "/p/dir", NULL}, "/p/dir"},
+        {{"serve", "/p/dir", "--port", "8001", NULL}, "/p/dir"},
+        {{"serve", "--config", path, "/p/dir2", NULL}, "/p/dir2"},
+        {{"serve", "--model", "/p/dir", "/p/dir", NULL}, "/p/dir"},
+        {{"serve", "--config", path, NULL}, "/m/dir/"},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(pos); i++) {
+        int argc = 0;
+        while (pos[i].argv[argc])
+            argc++;
+        srv_opts_default(&o);
+        ck_assert_msg(cli_serve_parse(&o, NULL, argc, (char **)pos[i].argv, null) == 0, "pos row %zu: %s", i,
+                      inferd_last_error());
+        ck_assert_str_eq(o.model.model_dir, pos[i].want);
+        srv_opts_free(&o);
+    }
+    srv_opts_default(&o);
+    char *twice[] = {"serve", "/a", "--model", "/b", NULL};
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 4, twice, null), 2);
+    ck_assert_ptr_nonnull(strstr(inferd_last_error(), "given twice"));
     srv_opts_free(&o);
     srv_opts_default(&o);
     char *help[] = {"serve", "--help", NULL};

@@ -1,93 +1,101 @@
 // tests/e2e/openai_e2e.mjs: the official `openai` npm client, unchanged,
 // against `inferd serve` on stories260K (CPU): models list, completion (the
-// llama2.c golden greedy text), streaming completion, chat, streaming chat
-// (same text as non-streamed, usage chunk), and the client's typed errors
-// for a wrong key and an unknown model. Starts and stops the server itself;
-// the server must exit 0 on SIGTERM. Exit 0 = pass.
-import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import net from 'node:net';
+// llama2.c golden greedy text), streaming completion, batched prompts (one
+// choice per prompt, equal to the single requests, streamed chunks by
+// index), echo, chat, streaming chat (same text as non-streamed, usage
+// chunk), responses.create plain and streamed (the same text as chat), and
+// the client's typed errors for a wrong key, an unknown model and refused
+// fields. Exit 0 = pass.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { MODEL, golden, runE2E } from './server.mjs';
 
-const bin = process.env.INFERD_BIN;
-const fixtures = process.env.INFERD_FIXTURES;
-const model = `${fixtures}/models/stories260K`;
 const KEY = 'sk-e2e-test';
+const g = golden();
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitHealthy(base, child, timeoutMs) {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (child.exitCode !== null) throw new Error(`server exited early (${child.exitCode})`);
-    try {
-      const r = await fetch(`${base}/health`);
-      if (r.status === 200) return;
-    } catch { /* not listening yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error('server did not become healthy');
-}
-
-function stopServer(child) {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => { child.kill('SIGKILL'); }, 30000);
-    child.on('exit', (code, signal) => { clearTimeout(timer); resolve({ code, signal }); });
-    child.kill('SIGTERM');
-  });
-}
-
-const golden = JSON.parse(readFileSync(`${fixtures}/golden/stories260K.json`, 'utf8')).cases[0];
-const goldenText = golden.stdout_text.slice(golden.prompt.length);
-
-const port = await freePort();
-const base = `http://127.0.0.1:${port}`;
-const child = spawn(bin, ['serve', '--model', model, '--device', 'cpu', '--threads', '1', '--host', '127.0.0.1',
-  '--port', String(port), '--chat-template', 'chatml', '--api-key', KEY, '--log-level', 'warn'],
-{ stdio: ['ignore', 'inherit', 'inherit'] });
-
-let failed = false;
-try {
-  await waitHealthy(base, child, 30000);
-  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0, timeout: 120000 });
-
-  const models = await client.models.list();
-  assert.equal(models.data[0].id, 'stories260K');
-
-  const c = await client.completions.create({
-    model: 'stories260K', prompt: golden.prompt, max_tokens: 60, temperature: 0,
-  });
+async function completions(client) {
+  const c = await client.completions.create({ model: MODEL, prompt: g.prompt, max_tokens: 60, temperature: 0 });
   assert.equal(c.object, 'text_completion');
-  assert.equal(c.choices[0].text, goldenText);
+  assert.equal(c.choices[0].text, g.text);
   assert.equal(c.choices[0].finish_reason, 'length');
   assert.equal(c.usage.completion_tokens, 60);
   console.log('completion ok:', JSON.stringify(c.choices[0].text.slice(0, 40)), 'timings', JSON.stringify(c.timings));
 
   let streamed = '';
   const cs = await client.completions.create({
-    model: 'stories260K', prompt: golden.prompt, max_tokens: 60, temperature: 0, stream: true,
+    model: MODEL, prompt: g.prompt, max_tokens: 60, temperature: 0, stream: true,
   });
   for await (const chunk of cs) streamed += chunk.choices[0]?.text ?? '';
-  assert.equal(streamed, goldenText);
+  assert.equal(streamed, g.text);
   console.log('streaming completion ok');
+}
 
-  const messages = [
-    { role: 'system', content: 'You tell short stories.' },
-    { role: 'user', content: 'Tell me a story about a dog.' },
-  ];
-  const chat = await client.chat.completions.create({
-    model: 'stories260K', messages, max_tokens: 30, temperature: 0,
+// A batch of prompts (text and token ids) equals the single requests; the
+// stream interleaves chunks tagged by index; echo prepends each prompt.
+async function batched(client) {
+  const prompts = [g.prompt, 'The little dog', 'Lily wanted'];
+  const singles = [];
+  for (const p of prompts) {
+    const r = await client.completions.create({ model: MODEL, prompt: p, max_tokens: 20, temperature: 0 });
+    singles.push(r);
+  }
+  const b = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 20, temperature: 0 });
+  assert.equal(b.choices.length, 3);
+  b.choices.forEach((c, i) => {
+    assert.equal(c.index, i);
+    assert.equal(c.text, singles[i].choices[0].text);
   });
+  assert.equal(b.usage.prompt_tokens, singles.reduce((s, r) => s + r.usage.prompt_tokens, 0));
+  assert.equal(b.usage.completion_tokens, 60);
+
+  const ids = [[1, 403, 407], [1, 403]];
+  const bi = await client.completions.create({ model: MODEL, prompt: ids, max_tokens: 8, temperature: 0 });
+  assert.equal(bi.choices.length, 2);
+
+  const texts = ['', '', ''];
+  const finishes = [null, null, null];
+  let usage = null;
+  const s = await client.completions.create({
+    model: MODEL, prompt: prompts, max_tokens: 20, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  for await (const chunk of s) {
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finishes[c.index] = c.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.deepEqual(texts, singles.map((r) => r.choices[0].text));
+  assert.deepEqual(finishes, ['length', 'length', 'length']);
+  assert.equal(usage.completion_tokens, 60);
+  console.log('batched prompts ok (plain, token ids, streamed by index)');
+
+  const e = await client.completions.create({
+    model: MODEL, prompt: prompts.slice(0, 2), max_tokens: 20, temperature: 0, echo: true,
+  });
+  e.choices.forEach((c, i) => assert.equal(c.text, prompts[i] + singles[i].choices[0].text));
+  let echoed = '';
+  const es = await client.completions.create({
+    model: MODEL, prompt: g.prompt, max_tokens: 20, temperature: 0, echo: true, stream: true,
+  });
+  let first = null;
+  for await (const chunk of es) {
+    const t = chunk.choices[0]?.text ?? '';
+    if (first === null) first = t;
+    echoed += t;
+  }
+  assert.equal(first, g.prompt);
+  assert.equal(echoed, g.prompt + singles[0].choices[0].text);
+  console.log('echo ok');
+}
+
+const messages = [
+  { role: 'system', content: 'You tell short stories.' },
+  { role: 'user', content: 'Tell me a story about a dog.' },
+];
+
+async function chat(client) {
+  const chat = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 30, temperature: 0 });
   assert.equal(chat.object, 'chat.completion');
   assert.equal(chat.choices[0].message.role, 'assistant');
   assert.ok(chat.choices[0].message.content.length > 0);
@@ -99,8 +107,7 @@ try {
   let usage = null;
   let finish = null;
   const stream = await client.chat.completions.create({
-    model: 'stories260K', messages, max_tokens: 30, temperature: 0, stream: true,
-    stream_options: { include_usage: true },
+    model: MODEL, messages, max_tokens: 30, temperature: 0, stream: true, stream_options: { include_usage: true },
   });
   for await (const chunk of stream) {
     const ch = chunk.choices[0];
@@ -114,7 +121,50 @@ try {
   assert.equal(finish, 'length');
   assert.equal(usage.completion_tokens, 30);
   console.log('streaming chat ok');
+  return chat.choices[0].message.content;
+}
 
+// responses.create renders through the chat template: the same text as chat.
+async function responses(client, chatText) {
+  const r = await client.responses.create({
+    model: MODEL, instructions: messages[0].content, input: messages[1].content, max_output_tokens: 30, temperature: 0,
+  });
+  assert.equal(r.object, 'response');
+  assert.equal(r.output_text, chatText); // the SDK's own accessor over output[].content[]
+  assert.equal(r.status, 'incomplete');
+  assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(r.usage.output_tokens, 30);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + 30);
+
+  const r2 = await client.responses.create({
+    model: MODEL, input: messages.map((m) => ({ role: m.role, content: [{ type: 'input_text', text: m.content }] })),
+    max_output_tokens: 30, temperature: 0,
+  });
+  assert.equal(r2.output_text, chatText);
+
+  const types = [];
+  let deltas = '';
+  let done = null;
+  const stream = await client.responses.create({
+    model: MODEL, instructions: messages[0].content, input: messages[1].content, max_output_tokens: 30,
+    temperature: 0, stream: true,
+  });
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') deltas += ev.delta;
+    if (ev.type === 'response.incomplete' || ev.type === 'response.completed') done = ev.response;
+  }
+  assert.deepEqual(types.slice(0, 4),
+    ['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added']);
+  assert.deepEqual(types.slice(-4),
+    ['response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'response.incomplete']);
+  assert.equal(deltas, chatText);
+  assert.equal(done.output[0].content[0].text, chatText);
+  assert.equal(done.usage.output_tokens, 30);
+  console.log('responses ok (plain, message list, streamed:', types.length, 'events)');
+}
+
+async function errors(base, client) {
   await assert.rejects(
     new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-wrong', maxRetries: 0 }).models.list(),
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401,
@@ -124,18 +174,35 @@ try {
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404,
   );
   await assert.rejects(
-    client.completions.create({ model: 'stories260K', prompt: 'hi', max_tokens: 100000 }),
+    client.completions.create({ model: MODEL, prompt: 'hi', max_tokens: 100000 }),
     (e) => e instanceof OpenAI.BadRequestError && /512/.test(e.message) && /100000/.test(e.message),
   );
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: ['ok', ''], max_tokens: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prompt' && /'prompt'\[1\]/.test(e.message),
+  );
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: 'hi', suffix: 'end', max_tokens: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'suffix',
+  );
+  await assert.rejects(
+    client.responses.create({ model: MODEL, input: 'hi', previous_response_id: 'resp_123' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id',
+  );
+  await assert.rejects(
+    client.responses.create({ model: MODEL, input: 'hi', tools: [{ type: 'function', name: 'f', parameters: {} }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools',
+  );
   console.log('typed errors ok');
-} catch (e) {
-  failed = true;
-  console.error('FAIL:', e);
 }
-const { code, signal } = await stopServer(child);
-if (code !== 0) {
-  failed = true;
-  console.error(`FAIL: server exit code ${code} signal ${signal}`);
-}
-console.log(failed ? 'e2e FAILED' : 'e2e passed');
-process.exit(failed ? 1 : 0);
+
+await runE2E('e2e openai', KEY, async ({ base }) => {
+  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0, timeout: 120000 });
+  const models = await client.models.list();
+  assert.equal(models.data[0].id, MODEL);
+  await completions(client);
+  await batched(client);
+  const chatText = await chat(client);
+  await responses(client, chatText);
+  await errors(base, client);
+});

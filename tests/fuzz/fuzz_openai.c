@@ -22,9 +22,10 @@
 #include "server/srv_chat.h"
 #include "server/srv_errors.h"
 #include "server/srv_openai.h"
+#include "server/srv_responses.h"
 
 /* Llama-3's vocab size: ids above 65535 are reachable. */
-static const srv_parse_limits k_lim = {"m", 128256};
+static const srv_parse_limits k_lim = {"m", 128256, NULL};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -89,42 +90,75 @@ static void check_request(const srv_request *r)
         FUZZ_ASSERT(r->sp.stop[i] == r->stops[i], "stop %d not owned", i);
     FUZZ_ASSERT(r->max_tokens >= 0, "max_tokens %lld", (long long)r->max_tokens);
     if (r->api == SRV_API_COMPLETIONS) {
-        FUZZ_ASSERT((r->prompt != NULL) != (r->prompt_ids != NULL), "prompt: text %p ids %p", (void *)r->prompt,
-                    (void *)r->prompt_ids);
-        if (r->prompt) {
-            FUZZ_ASSERT(r->prompt_len > 0 && fuzz_utf8_valid(r->prompt, r->prompt_len), "prompt text");
-        } else {
-            FUZZ_ASSERT(r->n_prompt_ids > 0, "n_prompt_ids %d", r->n_prompt_ids);
-            for (int i = 0; i < r->n_prompt_ids; i++)
-                FUZZ_ASSERT(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < k_lim.vocab_size, "prompt id %d",
-                            r->prompt_ids[i]);
+        FUZZ_ASSERT(r->n_prompts >= 1 && r->n_prompts <= SRV_MAX_PROMPTS && r->prompts, "n_prompts %d",
+                    r->n_prompts);
+        for (int k = 0; k < r->n_prompts; k++) {
+            const srv_prompt *p = &r->prompts[k];
+            FUZZ_ASSERT((p->text != NULL) != (p->ids != NULL), "prompt %d: text %p ids %p", k,
+                        (void *)p->text, (void *)p->ids);
+            if (p->text) {
+                FUZZ_ASSERT(p->len > 0 && fuzz_utf8_valid(p->text, p->len), "prompt %d text", k);
+            } else {
+                FUZZ_ASSERT(p->n_ids > 0, "prompt %d n_ids %d", k, p->n_ids);
+                for (int i = 0; i < p->n_ids; i++)
+                    FUZZ_ASSERT(p->ids[i] >= 0 && p->ids[i] < k_lim.vocab_size, "prompt id %d", p->ids[i]);
+            }
         }
     } else {
         check_msgs(r->msgs, r->n_msgs, true);
     }
     /* The prompt text as if it were the output: sanitized into JSON. */
     srv_resp_meta m = {"cmpl-fuzz", 1700000000, r->model ? r->model : "m"};
-    srv_usage u = {r->n_prompt_ids, 3, 1};
+    const srv_prompt *p0 = r->n_prompts ? &r->prompts[0] : NULL;
+    srv_usage u = {p0 ? p0->n_ids : 0, 3, 1};
     srv_timings t = {1, 2, 3, 4, 10};
-    const char *text = r->prompt ? r->prompt : (r->n_msgs ? r->msgs[0].content : "");
-    size_t len = r->prompt ? r->prompt_len : strlen(text);
-    check_json(srv_resp_full(r->api, &m, text, len, "stop", NULL, &u, &t), "srv_resp_full");
-    check_json(srv_chunk_delta(r->api, &m, "assistant", text, len, NULL, NULL, r->include_usage, &t),
+    const char *text = p0 && p0->text ? p0->text : (r->n_msgs ? r->msgs[0].content : "");
+    size_t len = p0 && p0->text ? p0->len : strlen(text);
+    srv_choice_body b = {text, len, "stop", NULL};
+    check_json(srv_resp_full(r->api, &m, &b, 1, &u, &t), "srv_resp_full");
+    check_json(srv_chunk_delta(r->api, &m, 0, "assistant", text, len, NULL, NULL, r->include_usage, &t),
                "srv_chunk_delta");
+}
+
+/* An accepted /v1/responses request: its messages, and the Response
+ * object and stream events built from it are valid JSON. */
+static void check_responses(const srv_request *r)
+{
+    check_msgs(r->msgs, r->n_msgs, true);
+    FUZZ_ASSERT(r->max_tokens >= 0, "max_tokens %lld", (long long)r->max_tokens);
+    srv_responses_meta m = {"resp_fuzz", "msg_fuzz", 1700000000, r->model ? r->model : "m", r};
+    srv_usage u = {5, 3, 1};
+    const char *text = r->msgs[r->n_msgs - 1].content;
+    srv_responses_state st = {text, strlen(text), FINISH_LENGTH, &u, NULL, NULL};
+    check_json(srv_responses_body(&m, &st), "srv_responses_body");
+    inferd_buf sse = {0};
+    int seq = 0;
+    srv_responses_stream_begin(&sse, &m, &seq);
+    srv_responses_stream_delta(&sse, &m, &seq, text, strlen(text));
+    srv_responses_stream_end(&sse, &m, &seq, &st);
+    FUZZ_ASSERT(seq == 9 && sse.len > 0, "responses stream: %d events", seq);
+    inferd_buf_free(&sse);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *body = (const char *)data;
-    for (int api = SRV_API_COMPLETIONS; api <= SRV_API_CHAT; api++) {
+    for (int api = SRV_API_COMPLETIONS; api <= SRV_API_RESPONSES; api++) {
         srv_request r;
         srv_error e;
         memset(&e, 0, sizeof e);
-        if (srv_request_parse((srv_api)api, body, size, &k_lim, &r, &e)) {
-            check_request(&r);
+        bool ok = api == SRV_API_RESPONSES ? srv_responses_parse(body, size, &k_lim, &r, &e)
+                                           : srv_request_parse((srv_api)api, body, size, &k_lim, &r, &e);
+        if (ok) {
+            if (api == SRV_API_RESPONSES)
+                check_responses(&r);
+            else
+                check_request(&r);
             srv_request_free(&r);
         } else {
-            check_error(&e, api == SRV_API_CHAT ? "chat" : "completions");
+            check_error(&e, api == SRV_API_CHAT        ? "chat"
+                            : api == SRV_API_RESPONSES ? "responses"
+                                                       : "completions");
         }
     }
 

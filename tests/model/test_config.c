@@ -113,11 +113,12 @@ static const cfg_row k_rows[] = {
     {"{\"hidden_act\": \"gelu\"}", NULL, INFERD_ERR_UNSUPPORTED, "hidden_act"},
     {"{\"quantization_config\": {\"quant_method\": \"awq\"}}", NULL, INFERD_ERR_UNSUPPORTED, "quantization_config"},
     /* rope scaling */
-    {"{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}}", NULL, INFERD_ERR_UNSUPPORTED,
+    {"{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}}", NULL, INFERD_OK, NULL},
+    {"{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", NULL, INFERD_OK, NULL},
+    {"{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_OK, NULL},
+    {"{\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED,
      "rope_scaling.rope_type"},
-    {"{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", NULL, INFERD_ERR_UNSUPPORTED,
-     "rope_scaling.rope_type"},
-    {"{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED, "yarn"},
+    {"{\"rope_scaling\": {\"type\": \"su\"}}", NULL, INFERD_ERR_UNSUPPORTED, "'su'"},
     {"{\"rope_scaling\": {\"rope_type\": 3}}", NULL, INFERD_ERR_FORMAT, "rope_scaling.rope_type"},
     {"{\"rope_scaling\": \"llama3\"}", NULL, INFERD_ERR_FORMAT, "rope_scaling"},
     {"{\"rope_scaling\": {\"rope_type\": \"llama3\", \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
@@ -136,7 +137,8 @@ static const cfg_row k_rows[] = {
      " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
      NULL, INFERD_ERR_FORMAT, "rope_scaling.factor"},
     {"{\"rope_scaling\": {\"rope_type\": \"default\"}}", NULL, INFERD_OK, NULL},
-    {"{\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED,
+    {"{\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_OK, NULL},
+    {"{\"rope_parameters\": {\"rope_type\": \"longrope\"}}", NULL, INFERD_ERR_UNSUPPORTED,
      "rope_parameters.rope_type"},
     {"{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -3}}", NULL, INFERD_ERR_FORMAT,
      "rope_parameters.rope_theta"},
@@ -200,7 +202,7 @@ static const cfg_row k_rows[] = {
     {"{\"layer_types\": [\"full_attention\", \"linear_attention\", \"full_attention\", \"full_attention\","
      " \"full_attention\"]}", NULL, INFERD_ERR_UNSUPPORTED, "linear_attention"},
     {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL,
-     INFERD_ERR_UNSUPPORTED, "yarn"},
+     INFERD_OK, NULL},
 };
 
 START_TEST(test_config_table)
@@ -224,6 +226,131 @@ START_TEST(test_config_table)
                 printf("%-12s %s\n", inferd_status_str(st), e);
         }
         inferd_free(text);
+    }
+}
+END_TEST
+
+/* --- RoPE scaling parameters, every type in both config formats ---------------
+ * Each row edits one member of a valid scaling object of its type (value
+ * "$DEL" deletes it) and runs in both formats: transformers 4's
+ * "rope_scaling" next to "rope_theta", and transformers 5's
+ * "rope_parameters" holding rope_theta; the message must name the member
+ * with the format's prefix. Ranges: factor [1, 1e6]; yarn
+ * original_max_position_embeddings [1, 2^24]; attention_factor, mscale,
+ * mscale_all_dim (0, 1e3]; beta_fast, beta_slow (0, 1e6]. */
+typedef struct {
+    const char *type, *member, *value; /* value: JSON text, or "$DEL" */
+    inferd_status want;
+} rope_row;
+
+static const char *rope_valid_object(const char *type)
+{
+    if (strcmp(type, "yarn") == 0)
+        return "{\"factor\": 4.0, \"original_max_position_embeddings\": 128, \"beta_fast\": 32, \"beta_slow\": 1}";
+    if (strcmp(type, "llama3") == 0)
+        return "{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+               " \"original_max_position_embeddings\": 128}";
+    return "{\"factor\": 2.0}";
+}
+
+#define RF INFERD_ERR_FORMAT
+static const rope_row k_rope_rows[] = {
+    /* factor, every type: missing, wrong types, min-1 / min / max / max+1 */
+    {"linear", "factor", "$DEL", RF}, {"linear", "factor", "\"2\"", RF}, {"linear", "factor", "true", RF},
+    {"linear", "factor", "[2]", RF}, {"linear", "factor", "null", RF}, {"linear", "factor", "-2", RF},
+    {"linear", "factor", "0.999", RF}, {"linear", "factor", "1", INFERD_OK}, {"linear", "factor", "1e6", INFERD_OK},
+    {"linear", "factor", "1000001", RF},
+    {"dynamic", "factor", "$DEL", RF}, {"dynamic", "factor", "\"2\"", RF}, {"dynamic", "factor", "0.999", RF},
+    {"dynamic", "factor", "1", INFERD_OK}, {"dynamic", "factor", "1e6", INFERD_OK},
+    {"dynamic", "factor", "1000001", RF},
+    {"yarn", "factor", "$DEL", RF}, {"yarn", "factor", "{}", RF}, {"yarn", "factor", "0.999", RF},
+    {"yarn", "factor", "1", INFERD_OK}, {"yarn", "factor", "1e6", INFERD_OK}, {"yarn", "factor", "1000001", RF},
+    {"llama3", "factor", "$DEL", RF}, {"llama3", "factor", "0.999", RF}, {"llama3", "factor", "1", INFERD_OK},
+    {"llama3", "factor", "1e6", INFERD_OK}, {"llama3", "factor", "1000001", RF},
+    /* yarn's optional members */
+    {"yarn", "original_max_position_embeddings", "$DEL", INFERD_OK},
+    {"yarn", "original_max_position_embeddings", "0", RF},
+    {"yarn", "original_max_position_embeddings", "1", INFERD_OK},
+    {"yarn", "original_max_position_embeddings", "16777216", INFERD_OK},
+    {"yarn", "original_max_position_embeddings", "16777217", RF},
+    {"yarn", "original_max_position_embeddings", "128.5", RF},
+    {"yarn", "original_max_position_embeddings", "\"128\"", RF},
+    {"yarn", "attention_factor", "0", RF}, {"yarn", "attention_factor", "1e-9", INFERD_OK},
+    {"yarn", "attention_factor", "1000", INFERD_OK}, {"yarn", "attention_factor", "1000.5", RF},
+    {"yarn", "attention_factor", "\"1\"", RF}, {"yarn", "attention_factor", "null", INFERD_OK},
+    {"yarn", "beta_fast", "0", RF}, {"yarn", "beta_fast", "1e-9", INFERD_OK}, {"yarn", "beta_fast", "1e6", INFERD_OK},
+    {"yarn", "beta_fast", "1000001", RF}, {"yarn", "beta_fast", "[32]", RF}, {"yarn", "beta_fast", "$DEL", INFERD_OK},
+    {"yarn", "beta_slow", "0", RF}, {"yarn", "beta_slow", "1e-9", INFERD_OK}, {"yarn", "beta_slow", "1e6", INFERD_OK},
+    {"yarn", "beta_slow", "1000001", RF}, {"yarn", "beta_slow", "false", RF}, {"yarn", "beta_slow", "$DEL", INFERD_OK},
+    {"yarn", "mscale", "0", RF}, {"yarn", "mscale", "1e-9", INFERD_OK}, {"yarn", "mscale", "1000", INFERD_OK},
+    {"yarn", "mscale", "1000.5", RF}, {"yarn", "mscale", "\"1\"", RF},
+    {"yarn", "mscale_all_dim", "0", RF}, {"yarn", "mscale_all_dim", "1000", INFERD_OK},
+    {"yarn", "mscale_all_dim", "1000.5", RF},
+    {"yarn", "truncate", "false", INFERD_OK}, {"yarn", "truncate", "true", INFERD_OK},
+    {"yarn", "truncate", "\"no\"", RF}, {"yarn", "truncate", "0", RF},
+    /* llama3's required members */
+    {"llama3", "original_max_position_embeddings", "$DEL", RF},
+    {"llama3", "original_max_position_embeddings", "0", RF},
+    {"llama3", "original_max_position_embeddings", "16777217", RF},
+    {"llama3", "low_freq_factor", "$DEL", RF}, {"llama3", "high_freq_factor", "0", RF},
+    /* the type itself */
+    {"linear", "rope_type", "\"LINEAR\"", INFERD_ERR_UNSUPPORTED}, {"linear", "rope_type", "7", RF},
+};
+#undef RF
+
+/* The scaling object of row r: the type's valid object with r's edit. */
+static cJSON *rope_object(const rope_row *r)
+{
+    cJSON *o = cJSON_Parse(rope_valid_object(r->type));
+    cJSON_AddStringToObject(o, "rope_type", r->type);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, r->member);
+    if (strcmp(r->value, "$DEL") != 0) {
+        cJSON *v = cJSON_Parse(r->value);
+        ck_assert_msg(v, "bad row value %s", r->value);
+        cJSON_AddItemToObject(o, r->member, v);
+    }
+    return o;
+}
+
+START_TEST(test_rope_scaling_table)
+{
+    static const char *const what[] = {"rope_scaling", "rope_parameters"};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rope_rows); i++) {
+        const rope_row *r = &k_rope_rows[i];
+        for (int fmt = 0; fmt < 2; fmt++) {
+            cJSON *patch = cJSON_CreateObject();
+            cJSON *o = rope_object(r);
+            if (fmt == 1) {
+                cJSON_AddNumberToObject(o, "rope_theta", 10000.0);
+                cJSON_AddStringToObject(patch, "rope_theta", "$DEL");
+            }
+            cJSON_AddItemToObject(patch, what[fmt], o);
+            char *ptext = cJSON_PrintUnformatted(patch);
+            char *text = patched(ptext);
+            model_config c;
+            inferd_clear_error();
+            inferd_status st = model_config_parse(text, "r/config.json", &c);
+            ck_assert_msg(st == r->want, "row %zu %s: %s, want %s (%s)", i, text, inferd_status_str(st),
+                          inferd_status_str(r->want), inferd_last_error());
+            if (st != INFERD_OK) {
+                char field[96];
+                snprintf(field, sizeof field, "'%s.%s'", what[fmt], r->member);
+                ck_assert_msg(strstr(inferd_last_error(), "r/config.json") && strstr(inferd_last_error(), field),
+                              "row %zu: message '%s' lacks %s", i, inferd_last_error(), field);
+            } else {
+                const rope_scaling_type t = strcmp(r->type, "linear") == 0    ? ROPE_SCALING_LINEAR
+                                            : strcmp(r->type, "dynamic") == 0 ? ROPE_SCALING_DYNAMIC
+                                            : strcmp(r->type, "yarn") == 0    ? ROPE_SCALING_YARN
+                                                                              : ROPE_SCALING_LLAMA3;
+                ck_assert_int_eq(c.rope_scaling, t);
+                ck_assert_float_eq(c.rope_theta, 10000.0f);
+                if (strcmp(r->member, "factor") == 0)
+                    ck_assert_float_eq(c.rope_factor, (float)atof(r->value));
+            }
+            cJSON_free(ptext);
+            cJSON_Delete(patch);
+            inferd_free(text);
+        }
     }
 }
 END_TEST
@@ -470,6 +597,92 @@ START_TEST(test_config_load_generation)
 }
 END_TEST
 
+/* generation_config.json sampling defaults (vLLM's --generation-config
+ * auto): the five fields it reads plus max_new_tokens as max_tokens, in
+ * table order; values equal to HF GenerationConfig's defaults dropped (as
+ * vLLM's to_diff_dict does); null = absent; other fields ignored; a wrong
+ * type is an error naming the file and field. Ranges are the sampling
+ * table's (applied by the front ends), so an out-of-range number passes
+ * here. */
+typedef struct {
+    const char *json;
+    inferd_status want;
+    const char *keys; /* "key=value,..." of the parsed defaults, or the error's field */
+} gen_row;
+
+static const gen_row k_gen_rows[] = {
+    {"{}", INFERD_OK, ""},
+    {"{\"do_sample\": true, \"bos_token_id\": 1}", INFERD_OK, ""},
+    {"{\"temperature\": 0.6, \"top_p\": 0.95, \"top_k\": 20, \"min_p\": 0}", INFERD_OK,
+     "temperature=0.6,top_p=0.95,top_k=20,min_p=0"},
+    {"{\"max_new_tokens\": 7, \"temperature\": 0.01, \"top_k\": 1}", INFERD_OK, "temperature=0.01,top_k=1,max_tokens=7"},
+    {"{\"repetition_penalty\": 1.05}", INFERD_OK, "repetition_penalty=1.05"},
+    {"{\"temperature\": 1.0, \"top_p\": 1.0, \"top_k\": 50, \"repetition_penalty\": 1.0}", INFERD_OK, ""},
+    {"{\"top_k\": 49}", INFERD_OK, "top_k=49"},
+    {"{\"top_k\": 51}", INFERD_OK, "top_k=51"},
+    {"{\"temperature\": null, \"max_new_tokens\": null}", INFERD_OK, ""},
+    {"{\"temperature\": 7}", INFERD_OK, "temperature=7"}, /* range: the sampling table's */
+    {"{\"max_new_tokens\": 0}", INFERD_OK, "max_tokens=0"},
+    {"{\"temperature\": \"0.7\"}", INFERD_ERR_FORMAT, "'temperature'"},
+    {"{\"top_p\": true}", INFERD_ERR_FORMAT, "'top_p'"},
+    {"{\"top_k\": 20.5}", INFERD_ERR_FORMAT, "'top_k'"},
+    {"{\"top_k\": [20]}", INFERD_ERR_FORMAT, "'top_k'"},
+    {"{\"min_p\": {}}", INFERD_ERR_FORMAT, "'min_p'"},
+    {"{\"max_new_tokens\": 1.5}", INFERD_ERR_FORMAT, "'max_new_tokens'"},
+    {"{\"max_new_tokens\": \"7\"}", INFERD_ERR_FORMAT, "'max_new_tokens'"},
+    {"{\"repetition_penalty\": false}", INFERD_ERR_FORMAT, "'repetition_penalty'"},
+};
+
+static void gen_defaults_str(const model_gen_defaults *g, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < g->n && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%s=%g", i ? "," : "", g->v[i].key, g->v[i].value);
+}
+
+START_TEST(test_config_gen_defaults)
+{
+    char *dir = test_make_temp_dir("inferd-gen");
+    ck_assert_ptr_nonnull(dir);
+    write_file(dir, "config.json", k_base);
+    model_gen_defaults g;
+    /* no generation_config.json: none, for both entry points */
+    ck_assert_int_eq(model_gen_defaults_load(dir, &g), INFERD_OK);
+    ck_assert_int_eq(g.n, 0);
+    model_config c;
+    ck_assert_int_eq(model_config_load(dir, &c), INFERD_OK);
+    ck_assert_int_eq(c.gen.n, 0);
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_gen_rows); i++) {
+        const gen_row *r = &k_gen_rows[i];
+        write_file(dir, "generation_config.json", r->json);
+        memset(&g, 0x44, sizeof g);
+        inferd_status st = model_gen_defaults_load(dir, &g);
+        inferd_status st2 = model_config_load(dir, &c);
+        ck_assert_msg(st == r->want && st2 == r->want, "row %zu %s: %s / %s (%s)", i, r->json,
+                      inferd_status_str(st), inferd_status_str(st2), inferd_last_error());
+        if (st != INFERD_OK) {
+            ck_assert_msg(strstr(inferd_last_error(), "generation_config.json") &&
+                              strstr(inferd_last_error(), r->keys),
+                          "row %zu: '%s' lacks %s", i, inferd_last_error(), r->keys);
+            continue;
+        }
+        char got[256], got2[256];
+        gen_defaults_str(&g, got, sizeof got);
+        gen_defaults_str(&c.gen, got2, sizeof got2);
+        ck_assert_msg(strcmp(got, r->keys) == 0 && strcmp(got2, r->keys) == 0, "row %zu: '%s' / '%s', want '%s'",
+                      i, got, got2, r->keys);
+    }
+    ck_assert_int_eq(model_gen_defaults_load(NULL, &g), INFERD_ERR_INVALID_ARG);
+    remove_file(dir, "config.json");
+    remove_file(dir, "generation_config.json");
+    rmdir(dir);
+    inferd_free(dir);
+}
+END_TEST
+
+static void check_scaled(const model_config *c, bool want_ends);
+
 START_TEST(test_config_presets)
 {
     const char *src = getenv("INFERD_SOURCE_DIR");
@@ -520,6 +733,42 @@ START_TEST(test_config_presets)
     ck_assert_float_eq(c.rope_factor, 32.0f);
     ck_assert_int_eq(c.rope_original_max_pos, 8192);
     ck_assert(c.tie_word_embeddings);
+
+    /* Llama-3.1-8B shapes with its real rope_scaling (dummy-weight long-context benchmarks) */
+    snprintf(path, sizeof path, "%s/configs/models/llama3.1-8b", src);
+    ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+    ck_assert_int_eq(c.hidden_size, 4096);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.max_position_embeddings, 131072);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert_float_eq(c.rope_factor, 8.0f);
+    ck_assert_float_eq(c.rope_low_freq_factor, 1.0f);
+    ck_assert_float_eq(c.rope_high_freq_factor, 4.0f);
+    ck_assert_int_eq(c.rope_original_max_pos, 8192);
+    ck_assert_int_eq(model_config_context_len(&c), 131072);
+
+    /* the rope-scaling test models of scripts/hf_reference.py: each longer
+     * than its original context, yarn in the transformers 5 format */
+    static const struct {
+        const char *dir;
+        rope_scaling_type t;
+        int ctx;
+        float attn;
+    } rope_presets[] = {
+        {"test-llama-rope-linear-small", ROPE_SCALING_LINEAR, 2048, 1.0f},
+        {"test-llama-rope-dynamic-small", ROPE_SCALING_DYNAMIC, 2048, 1.0f},
+        {"test-llama-rope-yarn-small", ROPE_SCALING_YARN, 2048, 1.1386294f},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rope_presets); i++) {
+        snprintf(path, sizeof path, "%s/configs/models/%s", src, rope_presets[i].dir);
+        ck_assert_msg(model_config_load(path, &c) == INFERD_OK, "%s", inferd_last_error());
+        ck_assert_int_eq(c.rope_scaling, rope_presets[i].t);
+        ck_assert_float_eq(c.rope_factor, 4.0f);
+        ck_assert_int_eq(c.head_dim, 64);
+        ck_assert_int_eq(model_config_context_len(&c), rope_presets[i].ctx);
+        ck_assert_float_eq_tol(c.rope_attn_factor, rope_presets[i].attn, 1e-6f);
+        check_scaled(&c, c.rope_scaling == ROPE_SCALING_YARN);
+    }
 }
 END_TEST
 
@@ -629,6 +878,139 @@ START_TEST(test_rope_inv_freq)
 }
 END_TEST
 
+/* Independent double-precision references of transformers'
+ * modeling_rope_utils for linear, dynamic (at seq_len = factor *
+ * max_position_embeddings, vLLM's fixed base) and yarn, written out from
+ * the formulas rather than from model/config.c's float code. */
+static double ref_scaled(const model_config *c, int j)
+{
+    const double d = c->head_dim, theta = c->rope_theta, f = c->rope_factor;
+    const double plain = pow(theta, -2.0 * j / d);
+    switch (c->rope_scaling) {
+    case ROPE_SCALING_LINEAR: return plain / f;
+    case ROPE_SCALING_DYNAMIC: {
+        const double seq = f * c->max_position_embeddings;
+        const double base = theta * pow(f * seq / c->max_position_embeddings - (f - 1.0), d / (d - 2.0));
+        return pow(base, -2.0 * j / d);
+    }
+    case ROPE_SCALING_YARN: {
+        const double orig = c->rope_original_max_pos;
+        double lo = d * log(orig / (c->rope_beta_fast * 2.0 * M_PI)) / (2.0 * log(theta));
+        double hi = d * log(orig / (c->rope_beta_slow * 2.0 * M_PI)) / (2.0 * log(theta));
+        if (c->rope_truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > d - 1 ? d - 1 : hi;
+        if (lo == hi)
+            hi += 0.001;
+        double ramp = (j - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        /* ramp 0: the pair turns often over the original context -> kept
+         * (extrapolated); ramp 1: interpolated (/ factor) */
+        return plain / f * ramp + plain * (1.0 - ramp);
+    }
+    default: return plain;
+    }
+}
+
+/* got[j] within 4 float ulps-ish (4e-6 relative) of the reference; for yarn
+ * also that both ends of the ramp were seen when want_ends. */
+static void check_scaled(const model_config *c, bool want_ends)
+{
+    const int half = c->head_dim / 2;
+    float *got = inferd_malloc(sizeof(float) * (size_t)half); /* [head_dim / 2] */
+    model_rope_inv_freq(c, got);
+    int kept = 0, interp = 0;
+    for (int j = 0; j < half; j++) {
+        const double ref = ref_scaled(c, j), plain = pow((double)c->rope_theta, -2.0 * j / c->head_dim);
+        ck_assert_msg(fabs(got[j] - ref) <= 4e-6 * ref, "type %d hd %d j %d: %.9g vs %.9g", c->rope_scaling,
+                      c->head_dim, j, got[j], ref);
+        kept += fabs(ref - plain) <= 1e-12 * plain;
+        interp += fabs(ref - plain / c->rope_factor) <= 1e-12 * plain;
+    }
+    if (want_ends)
+        ck_assert_msg(kept > 0 && interp > 0 && kept + interp < half, "yarn hd %d: %d kept, %d interpolated of %d",
+                      c->head_dim, kept, interp, half);
+    inferd_free(got);
+}
+
+START_TEST(test_rope_scaled_inv_freq)
+{
+    model_config c;
+    /* linear: Vicuna-16k style (factor 4 over 4096) */
+    parse_ok("{\"head_dim\": 128, \"max_position_embeddings\": 4096,"
+             " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}}", &c);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LINEAR);
+    ck_assert_float_eq(c.rope_attn_factor, 1.0f);
+    ck_assert_int_eq(model_config_context_len(&c), 16384);
+    check_scaled(&c, false);
+    /* dynamic NTK, both formats, odd head_dim / 2 */
+    parse_ok("{\"head_dim\": 64, \"max_position_embeddings\": 2048, \"rope_theta\": 500000.0,"
+             " \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}", &c);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_DYNAMIC);
+    ck_assert_int_eq(model_config_context_len(&c), 4096);
+    check_scaled(&c, false);
+    parse_ok("{\"head_dim\": 6, \"num_attention_heads\": 8, \"rope_theta\": \"$DEL\", \"rope_parameters\":"
+             " {\"rope_type\": \"dynamic\", \"factor\": 3.5, \"rope_theta\": 10000.0}}", &c);
+    check_scaled(&c, false);
+    /* dynamic needs head_dim > 2 (exponent d / (d - 2)) */
+    char *t = patched("{\"head_dim\": 2, \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}");
+    ck_assert_int_eq(model_config_parse(t, "d/config.json", &c), INFERD_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(inferd_last_error(), "head_dim > 2"));
+    inferd_free(t);
+    /* yarn: Qwen3's recommended long-context setting (factor 4 over 32768) */
+    parse_ok("{\"head_dim\": 128, \"max_position_embeddings\": 40960, \"rope_theta\": 1000000.0,"
+             " \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0,"
+             " \"original_max_position_embeddings\": 32768}}", &c);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_YARN);
+    ck_assert_int_eq(c.rope_original_max_pos, 32768);
+    ck_assert_float_eq(c.rope_beta_fast, 32.0f);
+    ck_assert_float_eq(c.rope_beta_slow, 1.0f);
+    ck_assert(c.rope_truncate);
+    ck_assert_float_eq_tol(c.rope_attn_factor, (float)(0.1 * log(4.0) + 1.0), 1e-7f);
+    ck_assert_int_eq(model_config_context_len(&c), 131072);
+    check_scaled(&c, true);
+    /* yarn: the test model's shape (small original context), no truncation,
+     * explicit attention_factor; transformers 5 format */
+    parse_ok("{\"head_dim\": 64, \"max_position_embeddings\": 256, \"rope_theta\": \"$DEL\", \"rope_parameters\":"
+             " {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"factor\": 4.0,"
+             " \"original_max_position_embeddings\": 64, \"truncate\": false, \"beta_fast\": 16, \"beta_slow\": 2,"
+             " \"attention_factor\": 0.75}}", &c);
+    ck_assert(!c.rope_truncate);
+    ck_assert_float_eq(c.rope_beta_fast, 16.0f);
+    ck_assert_float_eq(c.rope_beta_slow, 2.0f);
+    ck_assert_float_eq(c.rope_attn_factor, 0.75f);
+    ck_assert_int_eq(model_config_context_len(&c), 256);
+    check_scaled(&c, true);
+    /* yarn: DeepSeek's mscale / mscale_all_dim ratio; without original_max
+     * the correction range uses max_position_embeddings */
+    parse_ok("{\"head_dim\": 64, \"max_position_embeddings\": 4096, \"rope_scaling\": {\"rope_type\": \"yarn\","
+             " \"factor\": 40.0, \"mscale\": 0.707, \"mscale_all_dim\": 1.0}}", &c);
+    ck_assert_int_eq(c.rope_original_max_pos, 4096);
+    const double ms = (0.1 * 0.707 * log(40.0) + 1.0) / (0.1 * 1.0 * log(40.0) + 1.0);
+    ck_assert_float_eq_tol(c.rope_attn_factor, (float)ms, 1e-7f);
+    ck_assert_int_eq(model_config_context_len(&c), 163840);
+    check_scaled(&c, true);
+    /* yarn factor 1: no attention factor (HF get_mscale(1) = 1), frequencies unchanged */
+    parse_ok("{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 1.0}}", &c);
+    ck_assert_float_eq(c.rope_attn_factor, 1.0f);
+    check_scaled(&c, false);
+    /* llama3 and default keep max_position_embeddings; a huge factor is capped at 2^24 */
+    parse_ok("{\"max_position_embeddings\": 131072, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+             " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}",
+             &c);
+    ck_assert_int_eq(model_config_context_len(&c), 131072);
+    ck_assert_float_eq(c.rope_attn_factor, 1.0f);
+    parse_ok("{}", &c);
+    ck_assert_int_eq(model_config_context_len(&c), 512);
+    parse_ok("{\"max_position_embeddings\": 16777216, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 1e6}}",
+             &c);
+    ck_assert_int_eq(model_config_context_len(&c), 1 << 24);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("model_config");
@@ -637,8 +1019,11 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_config_accepted_forms);
     tcase_add_test(tc, test_config_qwen);
     tcase_add_test(tc, test_config_load_generation);
+    tcase_add_test(tc, test_config_gen_defaults);
     tcase_add_test(tc, test_config_presets);
     tcase_add_test(tc, test_rope_inv_freq);
+    tcase_add_test(tc, test_rope_scaling_table);
+    tcase_add_test(tc, test_rope_scaled_inv_freq);
     suite_add_tcase(s, tc);
     /* NOTE: a forked Check test cannot exit 77, so fixture tests are left
      * out (with a message) when the fixtures are absent. */

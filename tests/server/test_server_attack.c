@@ -469,6 +469,57 @@ START_TEST(test_slowloris)
 }
 END_TEST
 
+/* ---- prompts that cannot fit are refused before encoding (finding 2) -------------- */
+
+/* A JSON body {"prompt": "<n bytes>", ...} (heap). */
+static char *prompt_body(size_t n, bool chat)
+{
+    char *b = inferd_malloc(n + 128);
+    int k = snprintf(b, 128, chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"" : "{\"prompt\":\"");
+    for (size_t i = 0; i < n; i++)
+        b[k + i] = "Once upon a time "[i % 17];
+    snprintf(b + k + n, 128, chat ? "\"}],\"max_tokens\":1}" : "\",\"max_tokens\":1}");
+    return b;
+}
+
+START_TEST(test_prompt_byte_cap)
+{
+    const char *args[] = {"--chat-template", "chatml", NULL};
+    ts_server s;
+    ck_assert(ts_start(&s, args));
+    static const struct {
+        const char *path;
+        bool chat;
+        size_t bytes;
+    } rows[] = {{"/v1/completions", false, 4u << 20}, {"/v1/chat/completions", true, 4u << 20}};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        char *body = prompt_body(rows[i].bytes, rows[i].chat);
+        const double t0 = ts_now();
+        long st = 0;
+        cJSON *j = ts_post_json(&s, rows[i].path, body, &st);
+        const double dt = ts_now() - t0;
+        ck_assert_int_eq(st, 400);
+        const cJSON *e = cJSON_GetObjectItem(j, "error");
+        ck_assert_str_eq(cJSON_GetObjectItem(e, "code")->valuestring, "context_length_exceeded");
+        const char *msg = cJSON_GetObjectItem(e, "message")->valuestring;
+        ck_assert_msg(strstr(msg, "bytes") != NULL, "message: %s", msg);
+        printf("byte cap: %s, %zu-byte prompt refused in %.0f ms: %s\n", rows[i].path, rows[i].bytes, dt * 1e3, msg);
+        cJSON_Delete(j);
+        inferd_free(body);
+    }
+    /* under the cap the token count decides, as before */
+    char *body = prompt_body(4000, false);
+    long st = 0;
+    cJSON *j = ts_post_json(&s, "/v1/completions", body, &st);
+    ck_assert_int_eq(st, 400);
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message")->valuestring;
+    ck_assert_msg(strstr(msg, "tokens") != NULL && strstr(msg, "bytes") == NULL, "message: %s", msg);
+    cJSON_Delete(j);
+    inferd_free(body);
+    ck_assert_int_eq(ts_stop(&s, 30.0), 0);
+}
+END_TEST
+
 /* ---- half-close and shutdown (finding 9) ---------------------------------------- */
 
 static char g_slow_dir[1024], g_tok_dir[1024];
@@ -562,6 +613,7 @@ int main(void)
         tcase_add_test(tc, test_browser_exposure);
         tcase_add_test(tc, test_body_budget);
         tcase_add_test(tc, test_slowloris);
+        tcase_add_test(tc, test_prompt_byte_cap);
         tcase_add_test(tc, test_half_close);
         tcase_add_test(tc, test_shutdown_refuses);
         suite_add_tcase(su, tc);

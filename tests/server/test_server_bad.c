@@ -4,8 +4,11 @@
  * status and an OpenAI error body {"error": {"message", "type", "param",
  * "code"}} whose type/code (and param, when the row names one) match. The
  * server runs with an API key, a 64 KiB body limit and the Llama-2 chat
- * template (the no-template 400 is checked in test_server.c); after the table it
- * must still produce the reference greedy text, its /metrics must count the
+ * template (the no-template 400 is checked in test_server.c). Rows cover
+ * completions (batched prompts: a bad element, 129 and 10000 prompts, one
+ * prompt too long; echo; suffix), chat and /v1/responses (every refused
+ * feature, wrong types, ranges, deep nesting). After the table it
+ * must still produce the reference greedy text and answer /v1/responses, its /metrics must count the
  * refusals, and it must exit 0 on SIGTERM (under ASan this includes the
  * leak check of everything the table made it allocate).
  */
@@ -22,7 +25,19 @@
 #define KEY "sk-test-0123456789"
 #define BODY_LIMIT 65536
 
-typedef enum { B_TEXT = 0, B_DEEP_ARRAY, B_DEEP_OBJECT, B_OVERSIZE, B_BAD_UTF8, B_NUL } body_kind;
+/* B_MANY_PROMPTS: SRV_MAX_PROMPTS + 1 (129) prompts; B_HUGE_PROMPTS: 10000;
+ * B_MANY_BIAS: 301 logit_bias entries (one more than OpenAI's limit). */
+typedef enum {
+    B_TEXT = 0,
+    B_DEEP_ARRAY,
+    B_DEEP_OBJECT,
+    B_OVERSIZE,
+    B_BAD_UTF8,
+    B_NUL,
+    B_MANY_PROMPTS,
+    B_HUGE_PROMPTS,
+    B_MANY_BIAS
+} body_kind;
 
 typedef struct {
     const char *what;
@@ -38,6 +53,8 @@ typedef struct {
 
 #define CMP "/v1/completions"
 #define CHAT "/v1/chat/completions"
+#define RESP "/v1/responses"
+#define RMSG "\"input\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define BAD "invalid_request_error", "invalid_request"
 
 static const row k_rows[] = {
@@ -59,8 +76,19 @@ static const row k_rows[] = {
      "99999"},
     {"negative token id", "POST", CMP, B_TEXT, "{\"prompt\":[1,-3]}", NULL, 400, BAD, "prompt", "vocabulary"},
     {"fractional token id", "POST", CMP, B_TEXT, "{\"prompt\":[1,2.5]}", NULL, 400, BAD, "prompt", "integer"},
-    {"batched prompts", "POST", CMP, B_TEXT, "{\"prompt\":[\"a\",\"b\"]}", NULL, 400, BAD, "prompt",
-     "batched"},
+    {"batched prompts, one empty", "POST", CMP, B_TEXT, "{\"prompt\":[\"a\",\"\"]}", NULL, 400, BAD, "prompt",
+     "'prompt'[1] must not be empty"},
+    {"batched prompts, one not a prompt", "POST", CMP, B_TEXT, "{\"prompt\":[\"a\",5]}", NULL, 400, BAD,
+     "prompt", "'prompt'[1] must be a string or an array of token ids"},
+    {"batched ids, one beyond vocab", "POST", CMP, B_TEXT, "{\"prompt\":[[1,2],[1,600]]}", NULL, 400, BAD,
+     "prompt", "'prompt'[1][1]: token id 600"},
+    {"batched ids nested too deep", "POST", CMP, B_TEXT, "{\"prompt\":[[[1]]]}", NULL, 400, BAD, "prompt",
+     "'prompt'[0]"},
+    {"129 prompts", "POST", CMP, B_MANY_PROMPTS, NULL, NULL, 400, BAD, "prompt", "at most 128"},
+    {"10000 prompts", "POST", CMP, B_HUGE_PROMPTS, NULL, NULL, 400, BAD, "prompt", "at most 128"},
+    {"batched prompt too long for max_tokens", "POST", CMP, B_TEXT,
+     "{\"prompt\":[\"a\",\"b c d e f\"],\"max_tokens\":509}", NULL, 400, "invalid_request_error",
+     "context_length_exceeded", "max_tokens", "'prompt'[1]: This model's maximum context length is 512"},
     {"invalid UTF-8 prompt", "POST", CMP, B_BAD_UTF8, NULL, NULL, 400, BAD, "prompt", "UTF-8"},
     {"NUL-only prompt", "POST", CMP, B_NUL, NULL, NULL, 400, BAD, NULL, "U+0000"},
     {"NUL inside a prompt (truncated it)", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\\u0000there\"}", NULL, 400,
@@ -98,7 +126,14 @@ static const row k_rows[] = {
     {"seed fractional", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"seed\":1.5}", NULL, 400, BAD, "seed",
      NULL},
     {"n = 2", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":2}", NULL, 400, BAD, "n", NULL},
-    {"echo true", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"echo\":true}", NULL, 400, BAD, "echo", NULL},
+    {"echo not bool", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"echo\":\"yes\"}", NULL, 400, BAD, "echo",
+     "boolean"},
+    {"echo with logprobs", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":2}", NULL, 400,
+     BAD, "echo", "prompt tokens' logprobs"},
+    {"suffix", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"suffix\":\"end\"}", NULL, 400, BAD, "suffix",
+     "fill-in-the-middle"},
+    {"suffix wrong type", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"suffix\":5}", NULL, 400, BAD, "suffix",
+     "string"},
     {"logprobs 21", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logprobs\":21}", NULL, 400, BAD, "logprobs",
      NULL},
     {"logprobs negative", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logprobs\":-1}", NULL, 400, BAD,
@@ -121,10 +156,26 @@ static const row k_rows[] = {
      400, BAD, "stop_token_ids", NULL},
     {"min_tokens above max_tokens", "POST", CMP, B_TEXT,
      "{\"prompt\":\"hi\",\"min_tokens\":10,\"max_tokens\":5}", NULL, 400, BAD, "min_tokens", NULL},
-    {"presence_penalty", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"presence_penalty\":0.5}", NULL, 400, BAD,
-     "presence_penalty", "not supported"},
-    {"logit_bias", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":10}}", NULL, 400, BAD,
-     "logit_bias", NULL},
+    {"presence_penalty above 2", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"presence_penalty\":2.5}", NULL,
+     400, BAD, "presence_penalty", NULL},
+    {"frequency_penalty below -2", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"frequency_penalty\":-2.01}",
+     NULL, 400, BAD, "frequency_penalty", NULL},
+    {"frequency_penalty string", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"frequency_penalty\":\"1\"}", NULL,
+     400, BAD, "frequency_penalty", "number"},
+    {"repetition_penalty zero", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"repetition_penalty\":0}", NULL,
+     400, BAD, "repetition_penalty", NULL},
+    {"chat presence_penalty above 2", "POST", CHAT, B_TEXT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"presence_penalty\":3}", NULL, 400, BAD,
+     "presence_penalty", NULL},
+    {"logit_bias id beyond vocab", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logit_bias\":{\"600\":10}}",
+     NULL, 400, BAD, "logit_bias", "600"},
+    {"logit_bias bias above 100", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":101}}", NULL,
+     400, BAD, "logit_bias", NULL},
+    {"logit_bias key not an id", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logit_bias\":{\"abc\":1}}", NULL,
+     400, BAD, "logit_bias", NULL},
+    {"logit_bias not an object", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"logit_bias\":[5]}", NULL, 400,
+     BAD, "logit_bias", NULL},
+    {"logit_bias 301 entries", "POST", CMP, B_MANY_BIAS, NULL, NULL, 400, BAD, "logit_bias", "300"},
     {"unknown model", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"model\":\"gpt-4\"}", NULL, 404,
      "not_found_error", "model_not_found", "model", "gpt-4"},
     {"model wrong type", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"model\":[1]}", NULL, 400, BAD, "model",
@@ -149,6 +200,64 @@ static const row k_rows[] = {
     {"chat tools", "POST", CHAT, B_TEXT,
      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\"}]}", NULL, 400,
      BAD, "tools", NULL},
+    {"responses malformed JSON", "POST", RESP, B_TEXT, "{\"input\":", NULL, 400, BAD, NULL, "malformed"},
+    {"responses deeply nested input", "POST", RESP, B_DEEP_ARRAY, NULL, NULL, 400, BAD, NULL, "nesting"},
+    {"responses NUL in input", "POST", RESP, B_TEXT, "{\"input\":\"a\\u0000b\"}", NULL, 400, BAD, NULL,
+     "U+0000"},
+    {"responses missing input", "POST", RESP, B_TEXT, "{\"max_output_tokens\":5}", NULL, 400, BAD, "input",
+     "required"},
+    {"responses input wrong type", "POST", RESP, B_TEXT, "{\"input\":5}", NULL, 400, BAD, "input", NULL},
+    {"responses empty input", "POST", RESP, B_TEXT, "{\"input\":[]}", NULL, 400, BAD, "input", "empty"},
+    {"responses input item not an object", "POST", RESP, B_TEXT, "{\"input\":[\"hi\"]}", NULL, 400, BAD,
+     "input", "'input'[0]"},
+    {"responses function_call_output item", "POST", RESP, B_TEXT,
+     "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"o\"}]}", NULL, 400, BAD,
+     "input", "function_call_output"},
+    {"responses image part", "POST", RESP, B_TEXT,
+     "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", NULL,
+     400, BAD, "input", "'input'[0].content[0]"},
+    {"responses tool role", "POST", RESP, B_TEXT, "{\"input\":[{\"role\":\"tool\",\"content\":\"x\"}]}", NULL,
+     400, BAD, "input", "role"},
+    {"responses instructions wrong type", "POST", RESP, B_TEXT, "{" RMSG ",\"instructions\":[1]}", NULL, 400,
+     BAD, "instructions", NULL},
+    {"responses tools", "POST", RESP, B_TEXT, "{" RMSG ",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}",
+     NULL, 400, BAD, "tools", "not supported"},
+    {"responses tool_choice required", "POST", RESP, B_TEXT, "{" RMSG ",\"tool_choice\":\"required\"}", NULL,
+     400, BAD, "tool_choice", NULL},
+    {"responses reasoning", "POST", RESP, B_TEXT, "{" RMSG ",\"reasoning\":{\"effort\":\"high\"}}", NULL, 400,
+     BAD, "reasoning", "not supported"},
+    {"responses previous_response_id", "POST", RESP, B_TEXT,
+     "{" RMSG ",\"store\":true,\"previous_response_id\":\"resp_1\"}", NULL, 400, BAD, "previous_response_id",
+     "does not store"},
+    {"responses conversation", "POST", RESP, B_TEXT, "{" RMSG ",\"conversation\":\"conv_1\"}", NULL, 400, BAD,
+     "conversation", NULL},
+    {"responses background", "POST", RESP, B_TEXT, "{" RMSG ",\"background\":true}", NULL, 400, BAD,
+     "background", NULL},
+    {"responses include", "POST", RESP, B_TEXT, "{" RMSG ",\"include\":[\"message.output_text.logprobs\"]}",
+     NULL, 400, BAD, "include", NULL},
+    {"responses json format", "POST", RESP, B_TEXT,
+     "{" RMSG ",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{}}}}", NULL, 400,
+     BAD, "text", NULL},
+    {"responses truncation auto", "POST", RESP, B_TEXT, "{" RMSG ",\"truncation\":\"auto\"}", NULL, 400, BAD,
+     "truncation", NULL},
+    {"responses top_logprobs", "POST", RESP, B_TEXT, "{" RMSG ",\"top_logprobs\":3}", NULL, 400, BAD,
+     "top_logprobs", NULL},
+    {"responses max_output_tokens zero", "POST", RESP, B_TEXT, "{" RMSG ",\"max_output_tokens\":0}", NULL,
+     400, BAD, "max_output_tokens", NULL},
+    {"responses max_output_tokens string", "POST", RESP, B_TEXT, "{" RMSG ",\"max_output_tokens\":\"9\"}",
+     NULL, 400, BAD, "max_output_tokens", "integer"},
+    {"responses huge max_output_tokens", "POST", RESP, B_TEXT, "{" RMSG ",\"max_output_tokens\":4096}", NULL,
+     400, "invalid_request_error", "context_length_exceeded", "max_output_tokens", "4096 in the completion"},
+    {"responses temperature too high", "POST", RESP, B_TEXT, "{" RMSG ",\"temperature\":3}", NULL, 400, BAD,
+     "temperature", NULL},
+    {"responses stream not bool", "POST", RESP, B_TEXT, "{" RMSG ",\"stream\":1}", NULL, 400, BAD, "stream",
+     NULL},
+    {"responses unknown model", "POST", RESP, B_TEXT, "{" RMSG ",\"model\":\"gpt-4o\"}", NULL, 404,
+     "not_found_error", "model_not_found", "model", "gpt-4o"},
+    {"GET on responses", "GET", RESP, B_TEXT, NULL, NULL, 405, "invalid_request_error", "method_not_allowed",
+     NULL, NULL},
+    {"responses without key", "POST", RESP, B_TEXT, "{" RMSG "}", "", 401, "authentication_error",
+     "invalid_api_key", NULL, NULL},
     {"tokenize prompt wrong type", "POST", "/tokenize", B_TEXT, "{\"prompt\":3}", NULL, 400, BAD, "prompt",
      NULL},
     {"detokenize id beyond vocab", "POST", "/detokenize", B_TEXT, "{\"tokens\":[1,100000]}", NULL, 400, BAD,
@@ -196,7 +305,7 @@ static char *make_body(const row *r, long *len)
         const char *close_ = r->kind == B_DEEP_ARRAY ? "]" : "}";
         size_t ol = strlen(open);
         b = malloc(20 + (size_t)depth * (ol + 1));
-        n = (size_t)sprintf(b, "{\"prompt\":");
+        n = (size_t)sprintf(b, "{\"%s\":", strcmp(r->path, RESP) == 0 ? "input" : "prompt");
         for (int i = 0; i < depth; i++, n += ol)
             memcpy(b + n, open, ol);
         memcpy(b + n, "1", 1);
@@ -204,6 +313,19 @@ static char *make_body(const row *r, long *len)
         for (int i = 0; i < depth; i++)
             b[n++] = close_[0];
         b[n++] = '}';
+    } else if (r->kind == B_MANY_PROMPTS || r->kind == B_HUGE_PROMPTS) {
+        int cnt = r->kind == B_MANY_PROMPTS ? 129 : 10000;
+        b = malloc(32 + (size_t)cnt * 4);
+        n = (size_t)sprintf(b, "{\"prompt\":[");
+        for (int i = 0; i < cnt; i++)
+            n += (size_t)sprintf(b + n, "%s\"a\"", i ? "," : "");
+        n += (size_t)sprintf(b + n, "]}");
+    } else if (r->kind == B_MANY_BIAS) {
+        b = malloc(64 + 301 * 12);
+        n = (size_t)sprintf(b, "{\"prompt\":\"hi\",\"logit_bias\":{");
+        for (int i = 0; i < 301; i++)
+            n += (size_t)sprintf(b + n, "%s\"%d\":1", i ? "," : "", i);
+        n += (size_t)sprintf(b + n, "}}");
     } else if (r->kind == B_OVERSIZE) {
         n = BODY_LIMIT + 4096;
         b = malloc(n);
@@ -279,6 +401,10 @@ START_TEST(test_bad_input_table)
     ck_assert(golden != NULL);
     ck_assert_str_eq(t->valuestring, golden);
     free(golden);
+    cJSON_Delete(j);
+    j = ts_post_json(&s, RESP, "{\"input\":\"Hi\",\"max_output_tokens\":4,\"temperature\":0}", &st);
+    ck_assert_int_eq(st, 200);
+    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "output_tokens")->valueint, 4);
     cJSON_Delete(j);
     char *m = ts_metrics(&s);
     char err[512];

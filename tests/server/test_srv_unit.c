@@ -24,7 +24,7 @@
 #include "server/srv_util.h"
 #include "test_util.h"
 
-static const srv_parse_limits k_lim = {"m", 512};
+static const srv_parse_limits k_lim = {"m", 512, NULL};
 
 /* ---- request parsing ------------------------------------------------------ */
 
@@ -45,6 +45,11 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":[1,2,3],\"model\":\"m\"}", OK, NULL},
     {C, "{\"prompt\":[\"hi\"]}", OK, NULL},
     {C, "{\"prompt\":[[1,2]]}", OK, NULL},
+    {C, "{\"prompt\":[\"a\",\"b\",\"c\"]}", OK, NULL}, /* batched prompts */
+    {C, "{\"prompt\":[[1,2],[3],[4,5,6]]}", OK, NULL},
+    {C, "{\"prompt\":[\"a\",[1,2]]}", OK, NULL}, /* strings and id arrays may mix */
+    {C, "{\"prompt\":\"hi\",\"echo\":true}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":null,\"suffix\":\"\"}", OK, NULL},
     {C, "  {\"prompt\":\"hi\",\"unknown_field\":{\"x\":[1]}}  ", OK, NULL},
     {C, "{\"prompt\":\"hi\",\"max_tokens\":null,\"temperature\":null,\"stop\":null,\"n\":1,\"echo\":false}",
      OK, NULL},
@@ -65,8 +70,8 @@ static const parse_row k_parse[] = {
     {C, "", INV, NULL},
     {C, "   ", INV, NULL},
     {C, "{", INV, NULL},
-    {C, "{\"prompt\":\"a\\u0000b\"}", INV, NULL},              /* would truncate to "a" */
-    {C, "{\"prompt\":\"a\\\\u0000b\"}", OK, NULL},             /* an escaped backslash, then text */
+    {C, "{\"prompt\":\"a\\u0000b\"}", INV, NULL},  /* would truncate to "a" */
+    {C, "{\"prompt\":\"a\\\\u0000b\"}", OK, NULL}, /* an escaped backslash, then text */
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000\"}]}", INV, NULL},
     {C, "{} {}", INV, NULL},
     {C, "\"str\"", INV, NULL},
@@ -76,7 +81,16 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":\"\\t\\n \"}", INV, "prompt"},
     {C, "{\"prompt\":[1,512]}", INV, "prompt"},
     {C, "{\"prompt\":[1,\"a\"]}", INV, "prompt"},
-    {C, "{\"prompt\":[[1],[2]]}", INV, "prompt"},
+    {C, "{\"prompt\":[\"a\",\"\"]}", INV, "prompt"}, /* one bad element refuses the batch */
+    {C, "{\"prompt\":[\"a\",\" \"]}", INV, "prompt"},
+    {C, "{\"prompt\":[\"a\",5]}", INV, "prompt"},
+    {C, "{\"prompt\":[[1],[]]}", INV, "prompt"},
+    {C, "{\"prompt\":[[1],[512]]}", INV, "prompt"},
+    {C, "{\"prompt\":[[1],[1.5]]}", INV, "prompt"},
+    {C, "{\"prompt\":[[\"a\"]]}", INV, "prompt"},
+    {C, "{\"prompt\":[[[1]]]}", INV, "prompt"}, /* nested one level too deep */
+    {C, "{\"prompt\":[\"a\",null]}", INV, "prompt"},
+    {C, "{\"prompt\":[\"a\",{}]}", INV, "prompt"},
     {C, "{\"prompt\":\"hi\",\"model\":\"other\"}", SRV_ERR_MODEL_NOT_FOUND, "model"},
     {C, "{\"prompt\":\"hi\",\"max_tokens\":true}", INV, "max_tokens"},
     {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", INV, "max_tokens"},
@@ -86,7 +100,10 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":\"hi\",\"min_p\":-0.1}", INV, "min_p"},
     {C, "{\"prompt\":\"hi\",\"n\":3}", INV, "n"},
     {C, "{\"prompt\":\"hi\",\"best_of\":2}", INV, "best_of"},
-    {C, "{\"prompt\":\"hi\",\"echo\":true}", INV, "echo"},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", INV, "echo"}, /* needs prompt logprobs */
+    {C, "{\"prompt\":\"hi\",\"echo\":1}", INV, "echo"},
+    {C, "{\"prompt\":\"hi\",\"echo\":\"true\"}", INV, "echo"},
+    {C, "{\"prompt\":\"hi\",\"suffix\":5}", INV, "suffix"},
     {C, "{\"prompt\":\"hi\",\"suffix\":\"x\"}", INV, "suffix"},
     {C, "{\"prompt\":\"hi\",\"logprobs\":21}", INV, "logprobs"},
     {C, "{\"prompt\":\"hi\",\"logprobs\":true}", INV, "logprobs"},
@@ -97,8 +114,20 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":\"hi\",\"stream_options\":{}}", INV, "stream_options"},
     {C, "{\"prompt\":\"hi\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", INV,
      "stream_options"},
-    {C, "{\"prompt\":\"hi\",\"frequency_penalty\":1}", INV, "frequency_penalty"},
-    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":1.1}", INV, "repetition_penalty"},
+    {C, "{\"prompt\":\"hi\",\"presence_penalty\":-2,\"frequency_penalty\":2,\"repetition_penalty\":2}", OK,
+     NULL},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"0\":-100,\"511\":100,\"7\":0.5}}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"presence_penalty\":-2.01}", INV, "presence_penalty"},
+    {C, "{\"prompt\":\"hi\",\"presence_penalty\":\"1\"}", INV, "presence_penalty"},
+    {C, "{\"prompt\":\"hi\",\"frequency_penalty\":2.01}", INV, "frequency_penalty"},
+    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":0}", INV, "repetition_penalty"},
+    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":2.01}", INV, "repetition_penalty"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"512\":1}}", INV, "logit_bias"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"-1\":1}}", INV, "logit_bias"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"x\":1}}", INV, "logit_bias"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":100.5}}", INV, "logit_bias"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":\"1\"}}", INV, "logit_bias"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", INV, "logit_bias"},
     {H, "{}", INV, "messages"},
     {H, "{\"messages\":{}}", INV, "messages"},
     {H, "{\"messages\":[1]}", INV, "messages"},
@@ -148,8 +177,10 @@ START_TEST(test_parse_values)
     srv_request r;
     srv_error e;
     ck_assert(srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
-    ck_assert_int_eq(r.n_prompt_ids, 2);
-    ck_assert_int_eq(r.prompt_ids[1], 6);
+    ck_assert_int_eq(r.n_prompts, 1);
+    ck_assert_int_eq(r.prompts[0].n_ids, 2);
+    ck_assert_int_eq(r.prompts[0].ids[1], 6);
+    ck_assert(r.prompts[0].text == NULL && !r.echo);
     ck_assert_int_eq(r.max_tokens, 7);
     ck_assert_float_eq(r.sp.temperature, 0.5f);
     ck_assert_int_eq(r.sp.top_k, 40);
@@ -186,6 +217,71 @@ START_TEST(test_parse_values)
     ck_assert(!srv_request_parse(C, deep, depth, &k_lim, &r, &e));
     ck_assert_int_eq(e.kind, SRV_ERR_INVALID);
     inferd_free(deep);
+}
+END_TEST
+
+/* A prompt array of n copies of elem ("\"a\"" or "[1,2]"). Heap. */
+static char *batch_body(int n, const char *elem)
+{
+    inferd_buf b = {0};
+    inferd_buf_append_str(&b, "{\"prompt\":[");
+    for (int i = 0; i < n; i++)
+        inferd_buf_printf(&b, "%s%s", i ? "," : "", elem);
+    inferd_buf_append_str(&b, "]}");
+    return inferd_buf_steal(&b, NULL);
+}
+
+/* Batched prompts: order kept, each element's kind kept, the count bound
+ * at its edges (0 / 1 / max / max+1 and a huge array), and an error that
+ * names the bad element. */
+START_TEST(test_parse_batch)
+{
+    srv_request r;
+    srv_error e;
+    const char *b = "{\"prompt\":[\"one\",[7,8,9],\"three\"],\"echo\":true}";
+    ck_assert(srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
+    ck_assert_int_eq(r.n_prompts, 3);
+    ck_assert_str_eq(r.prompts[0].text, "one");
+    ck_assert(r.prompts[1].text == NULL && r.prompts[1].n_ids == 3 && r.prompts[1].ids[2] == 9);
+    ck_assert_str_eq(r.prompts[2].text, "three");
+    ck_assert(r.echo);
+    srv_request_free(&r);
+    const struct {
+        int n;
+        const char *elem;
+        bool ok;
+    } k_counts[] = {{0, "\"a\"", false},
+                    {1, "\"a\"", true},
+                    {SRV_MAX_PROMPTS, "\"a\"", true},
+                    {SRV_MAX_PROMPTS, "[1,2]", true},
+                    {SRV_MAX_PROMPTS + 1, "\"a\"", false},
+                    {SRV_MAX_PROMPTS + 1, "[1]", false},
+                    {100000, "\"a\"", false}};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_counts); i++) {
+        char *body = batch_body(k_counts[i].n, k_counts[i].elem);
+        memset(&e, 0, sizeof e);
+        bool ok = srv_request_parse(C, body, strlen(body), &k_lim, &r, &e);
+        ck_assert_msg(ok == k_counts[i].ok, "%d x %s: %s", k_counts[i].n, k_counts[i].elem, e.message);
+        if (ok) {
+            ck_assert_int_eq(r.n_prompts, k_counts[i].n);
+            srv_request_free(&r);
+        } else {
+            ck_assert_str_eq(e.param, "prompt");
+            ck_assert_msg(strstr(e.message, k_counts[i].n ? "at most 128" : "empty"), "%s", e.message);
+        }
+        inferd_free(body);
+    }
+    /* the message names the element at fault, and its position inside it */
+    const struct {
+        const char *body, *needle;
+    } k_named[] = {{"{\"prompt\":[\"a\",\"b\",\"\"]}", "'prompt'[2] must not be empty"},
+                   {"{\"prompt\":[[1],[2,600]]}", "'prompt'[1][1]: token id 600"},
+                   {"{\"prompt\":[\"a\",true]}", "'prompt'[1] must be a string or an array of token ids"},
+                   {"{\"prompt\":[\"a\",\"\xff\"]}", "'prompt'[1] is not valid UTF-8"}};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_named); i++) {
+        ck_assert(!srv_request_parse(C, k_named[i].body, strlen(k_named[i].body), &k_lim, &r, &e));
+        ck_assert_msg(strstr(e.message, k_named[i].needle), "'%s': %s", k_named[i].body, e.message);
+    }
 }
 END_TEST
 
@@ -232,7 +328,8 @@ START_TEST(test_response_shapes)
     srv_usage u = {5, 3, 2};
     srv_timings t = {1.5, 10.25, 2, 30, 41.0004};
     const char bad_text[] = "ok\xff";
-    char *s = srv_resp_full(C, &m, bad_text, 3, "stop", NULL, &u, &t);
+    srv_choice_body one = {bad_text, 3, "stop", NULL};
+    char *s = srv_resp_full(C, &m, &one, 1, &u, &t);
     cJSON *j = cJSON_Parse(s);
     ck_assert_msg(j != NULL, "%s", s);
     const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -243,8 +340,26 @@ START_TEST(test_response_shapes)
                         41.0);
     cJSON_Delete(j);
     inferd_free(s);
+    /* several choices: index by position, logprobs taken from each */
+    srv_choice_body two[2] = {{"a", 1, "stop", NULL}, {"bc", 2, "length", srv_lp_new(C)}};
+    s = srv_resp_full(C, &m, two, 2, &u, &t);
+    j = cJSON_Parse(s);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 2);
+    ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 1);
+    ck_assert_int_eq(cJSON_GetObjectItem(ch, "index")->valueint, 1);
+    ck_assert_str_eq(cJSON_GetObjectItem(ch, "text")->valuestring, "bc");
+    ck_assert_str_eq(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItem(ch, "logprobs")) && two[1].logprobs == NULL);
+    cJSON_Delete(j);
+    inferd_free(s);
+    s = srv_chunk_delta(C, &m, 5, NULL, "x", 1, "stop", NULL, false, NULL);
+    j = cJSON_Parse(s);
+    ck_assert_int_eq(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "index")->valueint, 5);
+    cJSON_Delete(j);
+    inferd_free(s);
     /* chat chunk with role only, then a usage chunk */
-    s = srv_chunk_delta(H, &m, "assistant", "", 0, NULL, NULL, true, NULL);
+    s = srv_chunk_delta(H, &m, 0, "assistant", "", 0, NULL, NULL, true, NULL);
     ck_assert_str_eq(
         s, "{\"id\":\"cmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m\","
            "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
@@ -589,6 +704,7 @@ int main(void)
     TCase *tc = tcase_create("unit");
     tcase_add_test(tc, test_parse_table);
     tcase_add_test(tc, test_parse_values);
+    tcase_add_test(tc, test_parse_batch);
     tcase_add_test(tc, test_tokenize_parse);
     tcase_add_test(tc, test_response_shapes);
     tcase_add_test(tc, test_chat_templates);

@@ -341,7 +341,9 @@ END_TEST
  * x * rsqrt(mean(x^2) + eps) * w per head, rotate_half RoPE with
  * angle = (float)pos * inv_freq[j]); biases and norm weights in every file
  * dtype; the cache gets the roped k and the biased v; padding tokens
- * (slot < 0) write nothing. Odd head counts and head_dim 6 / 34. */
+ * (slot < 0) write nothing. Odd head counts and head_dim 6 / 34. Odd cases
+ * set mscale (YaRN's attention factor: cos and sin times it), even ones
+ * leave it 0 (= 1). */
 START_TEST(test_rope_kv_write_ex)
 {
     kern_ctx *ctx = kt_ctx(2);
@@ -370,9 +372,11 @@ START_TEST(test_rope_kv_write_ex)
         float *inv = inferd_malloc((size_t)half * sizeof(float));
         for (int j = 0; j < half; j++)
             inv[j] = 1.0f / powf(1000000.0f, (float)(2 * j) / (float)hd);
+        const float ms = ci % 2 ? 1.1386294f : 0.0f; /* 0.1 ln(4) + 1; 0 = unset */
+        const double msr = ci % 2 ? (double)ms : 1.0;
         kern_rope_kv_params p = {.qkv = qkv, .positions = pos, .slot_mapping = slots, .inv_freq = inv,
                                  .k_cache = kc, .v_cache = vc, .n_tokens = n, .n_heads = nh,
-                                 .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+                                 .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .mscale = ms};
         const float eps = 1e-6f;
         kern_qkv_epilogue e = {.qkv_bias = cs[ci].bias ? &b : NULL, .q_norm = cs[ci].norm ? &qn : NULL,
                                .k_norm = cs[ci].norm ? &kn : NULL, .norm_eps = eps};
@@ -394,8 +398,8 @@ START_TEST(test_rope_kv_write_ex)
                 }
                 for (int j = 0; j < half; j++) {
                     double a = (double)((float)pos[t] * inv[j]), x1 = v[j], x2 = v[j + half];
-                    v[j] = x1 * cos(a) - x2 * sin(a);
-                    v[j + half] = x2 * cos(a) + x1 * sin(a);
+                    v[j] = x1 * cos(a) * msr - x2 * sin(a) * msr;
+                    v[j + half] = x2 * cos(a) * msr + x1 * sin(a) * msr;
                 }
             }
             for (int i = 0; i < (nh + nkv) * hd; i++)

@@ -74,5 +74,6 @@ int kt_print_summary(void);
 TCase *kt_tcase_dense(void);
 TCase *kt_tcase_attention(void);
 TCase *kt_tcase_sample(void);
+TCase *kt_tcase_penalty(void);
 
 #endif

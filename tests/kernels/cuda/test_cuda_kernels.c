@@ -657,8 +657,10 @@ END_TEST
  * the others at shuffled cache slots. GPU qkv and caches in guarded buffers
  * (caches pre-filled 0xFF: unwritten slots must stay so). Tolerance: atol 3e-2,
  * rtol 2e-2: the GPU rounds the biased row and the normed heads to bf16
- * (as HF does) before RoPE, the CPU twin stays fp32 throughout. */
-static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias, bool norm, uint64_t seed)
+ * (as HF does) before RoPE, the CPU twin stays fp32 throughout. mscale
+ * (YaRN's attention factor on cos and sin; 0 = 1) goes to both twins. */
+static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias, bool norm, float mscale,
+                        uint64_t seed)
 {
     const int row = (nh + 2 * nkv) * hd;
     const int n_blocks = n_tokens / bs + 3;
@@ -700,7 +702,7 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
     kern_weight cb = kt_weight_cpu(bv, row, 1), cqn = kt_weight_cpu(qw, 1, hd), ckn = kt_weight_cpu(kw, 1, hd);
     kern_rope_kv_params pc = {.qkv = cqkv, .positions = pos, .slot_mapping = slot, .inv_freq = inv,
                               .k_cache = ckc, .v_cache = cvc, .n_tokens = n_tokens, .n_heads = nh,
-                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .mscale = mscale};
     kern_qkv_epilogue ec = {.qkv_bias = bias ? &cb : NULL, .q_norm = norm ? &cqn : NULL,
                             .k_norm = norm ? &ckn : NULL, .norm_eps = 1e-6f};
     kern_rope_kv_write_ex(kt_cpu, &pc, &ec);
@@ -716,14 +718,14 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
     kern_weight gb = kt_weight_gpu(bv, row, 1), gqn = kt_weight_gpu(qw, 1, hd), gkn = kt_weight_gpu(kw, 1, hd);
     kern_rope_kv_params pg = {.qkv = dqkv, .positions = dpos, .slot_mapping = dslot, .inv_freq = dinv,
                               .k_cache = dkc, .v_cache = dvc, .n_tokens = n_tokens, .n_heads = nh,
-                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs};
+                              .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .mscale = mscale};
     kern_qkv_epilogue eg = {.qkv_bias = bias ? &gb : NULL, .q_norm = norm ? &gqn : NULL,
                             .k_norm = norm ? &gkn : NULL, .norm_eps = 1e-6f};
     kern_rope_kv_write_ex(kt_gpu, &pg, &eg);
 
     char what[96];
-    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d n=%d bias=%d norm=%d", nh, nkv, hd, bs, n_tokens, bias,
-             norm);
+    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d n=%d bias=%d norm=%d mscale=%g", nh, nkv, hd, bs,
+             n_tokens, bias, norm, mscale);
     const size_t nmax = nq > nc ? nq : nc;
     float *got = inferd_malloc(nmax * sizeof(float));
     uint16_t *h = inferd_malloc(nmax * 2);
@@ -787,13 +789,15 @@ START_TEST(test_rope_kv_write_ex)
     uint64_t seed = kt_seed();
     printf("rope_kv_write_ex: seed %llu\n", (unsigned long long)seed);
     int bad = 0;
-    bad += qkv_epi_case(14, 2, 64, 16, 11, true, false, seed);       /* Qwen2.5-0.5B heads: bias */
-    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, seed + 10);   /* Qwen3 head_dim 128: q/k norm */
-    bad += qkv_epi_case(5, 1, 6, 3, 7, true, true, seed + 20);       /* odd sizes, hd < 32 lanes, both */
-    bad += qkv_epi_case(3, 3, 40, 1, 5, false, true, seed + 30);     /* MHA, block size 1, hd 40 */
-    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, seed + 40);    /* odd GQA 7, hd 34 */
+    bad += qkv_epi_case(14, 2, 64, 16, 11, true, false, 0.0f, seed);     /* Qwen2.5-0.5B heads: bias */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.0f, seed + 10); /* Qwen3 head_dim 128: q/k norm */
+    bad += qkv_epi_case(5, 1, 6, 3, 7, true, true, 0.0f, seed + 20);     /* odd sizes, hd < 32 lanes, both */
+    bad += qkv_epi_case(3, 3, 40, 1, 5, false, true, 0.0f, seed + 30);   /* MHA, block size 1, hd 40 */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, 0.0f, seed + 40);  /* odd GQA 7, hd 34 */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, false, false, 1.1386294f, seed + 60); /* YaRN factor 4: mscale */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.6f, seed + 70);  /* mscale < 1, Qwen3 norms */
     if (!kt_quick)
-        bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, seed + 50); /* more heads than warps, hd 256 */
+        bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, 1.25f, seed + 50); /* more heads than warps, hd 256 */
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -836,6 +840,7 @@ int main(void)
     suite_add_tcase(s, kt_tcase_dense());
     suite_add_tcase(s, kt_tcase_attention());
     suite_add_tcase(s, kt_tcase_sample());
+    suite_add_tcase(s, kt_tcase_penalty());
     int rc = test_run_suite(s);
     int failing = kt_print_summary();
     kern_ctx_free(kt_gpu);

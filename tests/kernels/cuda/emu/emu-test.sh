@@ -18,7 +18,7 @@ if [[ ${EMU_SANITIZE:-0} == 1 ]]; then
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}
 fi
 mkdir -p "$B/src" "$B/obj"
-CF=(-O1 -g -I"$ROOT" -I"$ROOT/tests" -I"$EMU/include" -DINFERD_HAVE_CUDA=1 -fopenmp -D_GNU_SOURCE "${SAN[@]}")
+CF=(-O1 -g -ffp-contract=off -I"$ROOT" -I"$ROOT/tests" -I"$EMU/include" -DINFERD_HAVE_CUDA=1 -fopenmp -D_GNU_SOURCE "${SAN[@]}")
 jobs=()
 for f in "$ROOT"/kernels/cuda/*.cu; do
     out=$B/src/$(basename "${f%.cu}").cpp

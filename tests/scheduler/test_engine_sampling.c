@@ -1,0 +1,706 @@
+/* tests/scheduler/test_engine_sampling.c: the OpenAI sampling surface of
+ * the engine on the real stories260K model (CPU backend unless
+ * INFERD_TEST_DEVICE=cuda): presence / frequency / repetition penalties
+ * and logit_bias (kern_penalty_apply over device-side token counts).
+ *
+ *  - logit_bias +100 on one id forces it, -100 on the greedy token removes
+ *    it, greedy and sampled alike;
+ *  - the penalized greedy continuation equals a host reference: the same
+ *    model stepped token by token outside the engine, its raw logits
+ *    penalized by the formulas of kernels.h written out here, argmax; and
+ *    the engine's reported logprob of each token equals the reference's
+ *    log-softmax of the penalized row;
+ *  - repetition_penalty moves the continuation the expected way (fewer
+ *    repeated tokens than plain greedy);
+ *  - neutral values through the penalty path give the plain greedy tokens;
+ *  - penalized requests run concurrently, preempted (a tiny KV pool) and
+ *    with a step budget below the prompt length give each request's output
+ *    alone (the counts are rebuilt on the device after a preemption);
+ *  - bad values are refused at submit naming the field.
+ * Every test ends with every KV block free and the pool's invariants held. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "model/model.h"
+#include "scheduler/engine.h"
+#include "test_util.h"
+
+#define MAX_GEN 128
+
+static int32_t g_corpus[1024];
+static int g_n_corpus;
+
+/* --- fixtures ------------------------------------------------------------- */
+
+/* Token material: case 2 of the golden file (prompt + continuation). */
+static void load_corpus(void)
+{
+    if (g_n_corpus > 0)
+        return;
+    char *path = test_fixture_path("golden/stories260K.json");
+    char *buf = NULL;
+    size_t len = 0;
+    if (!path || util_read_file(path, 0, &buf, &len) != INFERD_OK)
+        test_skip("golden/stories260K.json not found");
+    cJSON *j = cJSON_Parse(buf);
+    ck_assert_ptr_nonnull(j);
+    const cJSON *c2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "cases"), 2);
+    const char *keys[] = {"prompt_ids", "generated_ids"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(c2, keys[k]))
+        {
+            if (g_n_corpus < 1024)
+                g_corpus[g_n_corpus++] = (int32_t)x->valuedouble;
+        }
+    }
+    cJSON_Delete(j);
+    inferd_free(buf);
+    inferd_free(path);
+    ck_assert_int_gt(g_n_corpus, 300);
+}
+
+typedef struct {
+    int32_t ids[64];
+    int n;
+} prompt;
+
+/* BOS + a window of the corpus; i picks the window and its length. */
+static prompt make_prompt(int i)
+{
+    load_corpus();
+    prompt p;
+    int len = 6 + (i * 11) % 40, start = 1 + (i * 29) % (g_n_corpus - 60);
+    p.ids[0] = 1;
+    memcpy(p.ids + 1, g_corpus + start, sizeof(int32_t) * (size_t)len);
+    p.n = len + 1;
+    return p;
+}
+
+static model *load_model(int max_seqs, int max_tokens, int kv_blocks)
+{
+    char *dir = test_fixture_path("models/stories260K");
+    if (!dir || !util_file_exists(dir))
+        test_skip("models/stories260K not found");
+    model_opts o;
+    model_opts_default(&o);
+    o.model_dir = dir;
+    o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
+    o.n_threads = 1;
+    o.max_num_seqs = max_seqs;
+    o.max_num_batched_tokens = max_tokens;
+    model *m = NULL;
+    if (kv_blocks > 0) { /* learn the bytes of a block from a probe load */
+        o.kv_cache_bytes = 1 << 20;
+        ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
+        o.kv_cache_bytes = (int64_t)kv_blocks * model_kv_bytes_per_block(m);
+        model_free(m);
+        m = NULL;
+    }
+    ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
+    inferd_free(dir);
+    return m;
+}
+
+static engine *make_engine(model *m, int max_seqs, int max_tokens, bool caching)
+{
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.max_num_seqs = max_seqs;
+    eo.max_num_batched_tokens = max_tokens;
+    eo.enable_prefix_caching = caching;
+    engine *e = NULL;
+    ck_assert_msg(engine_create(&eo, m, NULL, &e) == INFERD_OK, "engine_create: %s", inferd_last_error());
+    ck_assert_int_eq(engine_start(e), INFERD_OK);
+    return e;
+}
+
+/* Idle, every block free, invariants hold; stats to *out; free. */
+static void finish_engine(engine *e, engine_stats *out)
+{
+    ck_assert_msg(engine_wait_idle(e, 60000), "engine not idle / blocks not all free");
+    ck_assert_msg(engine_check_invariants(e), "%s", inferd_last_error());
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    if (out)
+        *out = st;
+    engine_free(e);
+}
+
+/* Greedy, no stop token, exactly n tokens. */
+static void greedy(sampling_params *sp, int n)
+{
+    sampling_params_default(sp);
+    sp->temperature = 0;
+    sp->ignore_eos = true;
+    sp->max_tokens = n;
+}
+
+typedef struct {
+    int32_t toks[MAX_GEN];
+    float lp[MAX_GEN]; /* logprob of each token, when requested */
+    int n;
+    finish_reason finish;
+} result;
+
+static engine_stream *submit(engine *e, const prompt *p, const sampling_params *sp)
+{
+    engine_request rq = {.prompt_ids = p->ids, .n_prompt = p->n, .sp = *sp};
+    engine_stream *s = NULL;
+    ck_assert_msg(engine_submit(e, &rq, &s) == INFERD_OK, "submit: %s", inferd_last_error());
+    return s;
+}
+
+static void collect(engine_stream *s, result *r)
+{
+    memset(r, 0, sizeof *r);
+    for (;;) {
+        engine_output o;
+        bool news = engine_stream_wait(s, &o, 60000);
+        ck_assert_msg(news || o.finished, "no output within 60 s");
+        ck_assert_int_le(r->n + o.n_tokens, MAX_GEN);
+        for (int k = 0; k < o.n_tokens; k++) {
+            r->toks[r->n + k] = o.token_ids[k];
+            r->lp[r->n + k] = o.logprobs ? o.logprobs[k].logprob : NAN;
+        }
+        r->n += o.n_tokens;
+        r->finish = o.finish;
+        bool done = o.finished;
+        if (done)
+            ck_assert_int_eq(o.completion_tokens, r->n);
+        engine_output_free(&o);
+        if (done)
+            break;
+    }
+    engine_stream_release(s);
+}
+
+/* One request on a fresh roomy engine. */
+static void run_one(model *m, const prompt *p, const sampling_params *sp, result *r)
+{
+    engine *e = make_engine(m, 4, 256, false);
+    collect(submit(e, p, sp), r);
+    finish_engine(e, NULL);
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* --- logit_bias ------------------------------------------------------------- */
+
+START_TEST(test_logit_bias_forces)
+{
+    model *m = load_model(4, 256, 0);
+    prompt p = make_prompt(0);
+    sampling_params sp;
+    result plain, forced, sampled, banned;
+    greedy(&sp, 8);
+    run_one(m, &p, &sp, &plain);
+    /* an id the plain run never produced */
+    int32_t x = 300;
+    for (int k = 0; k < plain.n; k++)
+        if (plain.toks[k] == x)
+            x++;
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, x, 100), INFERD_OK);
+    sp.logprobs = 0;
+    run_one(m, &p, &sp, &forced);
+    ck_assert_int_eq(forced.n, 8);
+    for (int k = 0; k < forced.n; k++) {
+        ck_assert_int_eq(forced.toks[k], x);
+        ck_assert_msg(forced.lp[k] > -1e-3f, "forced token logprob %g (the biased distribution)", forced.lp[k]);
+    }
+    /* sampled at temperature 1: the bias dominates the draw too */
+    sp.temperature = 1.0f;
+    sp.seed = 7;
+    sp.has_seed = true;
+    run_one(m, &p, &sp, &sampled);
+    for (int k = 0; k < sampled.n; k++)
+        ck_assert_int_eq(sampled.toks[k], x);
+    /* -100 on the plain run's first token: never produced */
+    greedy(&sp, 8);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, plain.toks[0], -100), INFERD_OK);
+    run_one(m, &p, &sp, &banned);
+    for (int k = 0; k < banned.n; k++)
+        ck_assert_int_ne(banned.toks[k], plain.toks[0]);
+    model_free(m);
+}
+END_TEST
+
+/* --- penalties against a host reference ---------------------------------- */
+
+/* kernels.h's formulas, written out: counts from prompt + generated. */
+static void ref_penalize(float *x, int vocab, const int32_t *ctx, int n_prompt, int n, const sampling_params *sp)
+{
+    int *out = inferd_calloc((size_t)vocab, sizeof(int));
+    bool *seen = inferd_calloc((size_t)vocab, sizeof(bool));
+    for (int i = 0; i < n; i++) {
+        seen[ctx[i]] = true;
+        if (i >= n_prompt)
+            out[ctx[i]]++;
+    }
+    const float rp = sp->repetition_penalty;
+    for (int v = 0; v < vocab; v++) {
+        if (seen[v] && rp != 1.0f)
+            x[v] = x[v] > 0 ? x[v] / rp : x[v] * rp;
+        if (out[v] > 0) {
+            float f = sp->frequency_penalty * (float)out[v];
+            x[v] = x[v] - f;
+            x[v] = x[v] - sp->presence_penalty;
+        }
+    }
+    for (int k = 0; k < sp->n_logit_bias; k++)
+        x[sp->logit_bias[k].token] += sp->logit_bias[k].bias;
+    inferd_free(out);
+    inferd_free(seen);
+}
+
+static float log_softmax_at(const float *x, int vocab, int t)
+{
+    float mx = -INFINITY;
+    for (int v = 0; v < vocab; v++)
+        mx = fmaxf(mx, x[v]);
+    double s = 0;
+    for (int v = 0; v < vocab; v++)
+        s += exp((double)(x[v] - mx));
+    return x[t] - (mx + (float)log(s));
+}
+
+/* Step the model outside the engine (prompt in one pass, then one token at
+ * a time, as the engine's steps run) and compare every engine token. */
+static void check_against_host(model *m, const prompt *p, const sampling_params *sp, const result *r)
+{
+    const int vocab = model_get_config(m)->vocab_size, nb = model_max_blocks_per_seq(m);
+    ck_assert_int_ge(model_num_kv_blocks(m), nb + 1);
+    int32_t *table = inferd_malloc(sizeof(int32_t) * (size_t)nb), ctx[64 + MAX_GEN];
+    for (int i = 0; i < nb; i++)
+        table[i] = i + 1;
+    float *x = inferd_malloc(sizeof(float) * (size_t)vocab);
+    memcpy(ctx, p->ids, sizeof(int32_t) * (size_t)p->n);
+    int n = p->n;
+    ck_assert_int_eq(model_forward_seq(m, table, ctx, 0, n, n - 1), INFERD_OK);
+    for (int k = 0; k < r->n; k++) {
+        model_logits_to_host(m, x);
+        ref_penalize(x, vocab, ctx, p->n, n, sp);
+        int want = argmax(x, vocab);
+        ck_assert_msg(r->toks[k] == want, "token %d: engine %d, host reference %d", k, r->toks[k], want);
+        float lp = log_softmax_at(x, vocab, want);
+        ck_assert_msg(fabsf(r->lp[k] - lp) <= 1e-4f, "token %d: engine logprob %.7g, host %.7g", k, r->lp[k], lp);
+        ctx[n] = r->toks[k];
+        ck_assert_int_eq(model_forward_seq(m, table, &ctx[n], n, 1, 0), INFERD_OK);
+        n++;
+    }
+    inferd_free(x);
+    inferd_free(table);
+}
+
+/* Tokens of gen that already occurred earlier in prompt + gen. */
+static int repeats(const prompt *p, const result *r)
+{
+    int n = 0;
+    for (int k = 0; k < r->n; k++) {
+        bool seen = false;
+        for (int i = 0; i < p->n && !seen; i++)
+            seen = p->ids[i] == r->toks[k];
+        for (int i = 0; i < k && !seen; i++)
+            seen = r->toks[i] == r->toks[k];
+        n += seen;
+    }
+    return n;
+}
+
+START_TEST(test_penalties_match_host)
+{
+    model *m = load_model(4, 256, 0);
+    const struct {
+        float pres, freq, rep;
+        int bias_token;
+    } cfg[] = {{0, 0, 1.6f, -1}, {0.8f, 0.6f, 1, -1}, {-0.5f, 1.2f, 1.3f, 42}, {2, -2, 0.7f, -1}};
+    for (int c = 0; c < (int)INFERD_ARRAY_LEN(cfg); c++) {
+        prompt p = make_prompt(c + 3);
+        sampling_params sp;
+        greedy(&sp, 40);
+        sp.logprobs = 0;
+        sp.presence_penalty = cfg[c].pres;
+        sp.frequency_penalty = cfg[c].freq;
+        sp.repetition_penalty = cfg[c].rep;
+        if (cfg[c].bias_token >= 0)
+            ck_assert_int_eq(sampling_logit_bias_add(&sp, cfg[c].bias_token, 3.5), INFERD_OK);
+        result r;
+        run_one(m, &p, &sp, &r);
+        ck_assert_int_eq(r.n, 40);
+        check_against_host(m, &p, &sp, &r);
+    }
+    model_free(m);
+}
+END_TEST
+
+/* repetition_penalty 2 repeats less than plain greedy (stories260K loops
+ * its phrases); presence + frequency too; neutral values through the
+ * penalty path (a zero bias) give the plain tokens bit for bit. */
+START_TEST(test_penalty_direction_and_neutral)
+{
+    model *m = load_model(4, 256, 0);
+    prompt p = make_prompt(5);
+    sampling_params sp;
+    result plain, rep, freq, neutral;
+    greedy(&sp, 60);
+    run_one(m, &p, &sp, &plain);
+    sp.repetition_penalty = 2.0f;
+    run_one(m, &p, &sp, &rep);
+    greedy(&sp, 60);
+    sp.presence_penalty = 1.0f;
+    sp.frequency_penalty = 1.0f;
+    run_one(m, &p, &sp, &freq);
+    int r0 = repeats(&p, &plain), r1 = repeats(&p, &rep), r2 = repeats(&p, &freq);
+    printf("repeated tokens in 60: plain %d, repetition_penalty 2: %d, presence+frequency 1: %d\n", r0, r1, r2);
+    ck_assert_int_lt(r1, r0);
+    ck_assert_int_lt(r2, r0);
+    greedy(&sp, 60);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 7, 0.0), INFERD_OK); /* takes the slot path, changes nothing */
+    run_one(m, &p, &sp, &neutral);
+    ck_assert_int_eq(neutral.n, plain.n);
+    for (int k = 0; k < plain.n; k++)
+        ck_assert_int_eq(neutral.toks[k], plain.toks[k]);
+    model_free(m);
+}
+END_TEST
+
+/* Concurrency, preemption and chunked prefill do not change a penalized
+ * request's output (greedy and seeded). */
+START_TEST(test_penalty_invariance)
+{
+    enum { N = 8 };
+    prompt p[N];
+    sampling_params sp[N];
+    result alone[N], batched[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = make_prompt(i + 10);
+        greedy(&sp[i], 50);
+        sp[i].repetition_penalty = 1.0f + 0.15f * (float)(i % 4);
+        sp[i].presence_penalty = i % 3 == 0 ? 0.5f : 0.0f;
+        sp[i].frequency_penalty = i % 2 ? 0.4f : 0.0f;
+        if (i % 4 == 1)
+            ck_assert_int_eq(sampling_logit_bias_add(&sp[i], 11 + i, 2.0), INFERD_OK);
+        if (i >= N / 2) { /* seeded sampling: the draw is (seed, counter), batch-independent */
+            sp[i].temperature = 0.9f;
+            sp[i].seed = 1000 + (uint64_t)i;
+            sp[i].has_seed = true;
+        }
+    }
+    model *m = load_model(4, 256, 0);
+    for (int i = 0; i < N; i++)
+        run_one(m, &p[i], &sp[i], &alone[i]);
+    model_free(m);
+    /* 12 blocks of 16 tokens for 8 requests of up to ~100 tokens: preemptions;
+     * a 24-token budget splits the longer prompts */
+    m = load_model(N, 24, 12);
+    engine *e = make_engine(m, N, 24, true);
+    engine_stream *s[N];
+    for (int i = 0; i < N; i++)
+        s[i] = submit(e, &p[i], &sp[i]);
+    for (int i = 0; i < N; i++)
+        collect(s[i], &batched[i]);
+    engine_stats st;
+    finish_engine(e, &st);
+    printf("penalty invariance: %llu preemptions\n", (unsigned long long)st.preemptions);
+    ck_assert_uint_gt(st.preemptions, 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(batched[i].n, alone[i].n);
+        for (int k = 0; k < alone[i].n; k++)
+            ck_assert_msg(batched[i].toks[k] == alone[i].toks[k], "request %d token %d: %d batched, %d alone", i,
+                          k, batched[i].toks[k], alone[i].toks[k]);
+    }
+    model_free(m);
+}
+END_TEST
+
+/* Bad values: refused at submit, naming the field; the engine serves on. */
+START_TEST(test_penalty_bad_input)
+{
+    model *m = load_model(4, 256, 0);
+    engine *e = make_engine(m, 4, 256, false);
+    const int vocab = model_get_config(m)->vocab_size;
+    prompt p = make_prompt(1);
+    const struct {
+        const char *field;
+        float pres, freq, rep;
+        int32_t bias_token;
+        float bias;
+    } bad[] = {
+        {"presence_penalty", -2.001f, 0, 1, -1, 0}, {"presence_penalty", 2.5f, 0, 1, -1, 0},
+        {"frequency_penalty", 0, -3, 1, -1, 0},     {"frequency_penalty", 0, NAN, 1, -1, 0},
+        {"repetition_penalty", 0, 0, 0, -1, 0},     {"repetition_penalty", 0, 0, 2.01f, -1, 0},
+        {"repetition_penalty", 0, 0, -1, -1, 0},    {"logit_bias", 0, 0, 1, vocab, 1},
+        {"logit_bias", 0, 0, 1, 3, 100.5f},         {"logit_bias", 0, 0, 1, -1, 5},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(bad); i++) {
+        sampling_params sp;
+        greedy(&sp, 4);
+        sp.presence_penalty = bad[i].pres;
+        sp.frequency_penalty = bad[i].freq;
+        sp.repetition_penalty = bad[i].rep;
+        if (bad[i].bias != 0) { /* filled directly: the validator must catch what _add would */
+            sp.n_logit_bias = 1;
+            sp.logit_bias[0].token = bad[i].bias_token;
+            sp.logit_bias[0].bias = bad[i].bias;
+        }
+        engine_request rq = {.prompt_ids = p.ids, .n_prompt = p.n, .sp = sp};
+        engine_stream *s = NULL;
+        ck_assert_int_eq(engine_submit(e, &rq, &s), INFERD_ERR_INVALID_ARG);
+        ck_assert_ptr_null(s);
+        ck_assert_msg(strstr(inferd_last_error(), bad[i].field), "row %zu: '%s' does not name %s", i,
+                      inferd_last_error(), bad[i].field);
+    }
+    /* the bias list's own rules: count, duplicates, range */
+    sampling_params sp;
+    greedy(&sp, 4);
+    for (int k = 0; k < SAMPLING_MAX_LOGIT_BIAS; k++)
+        ck_assert_int_eq(sampling_logit_bias_add(&sp, k, k % 2 ? 100 : -100), INFERD_OK);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 400, 1), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(sp.n_logit_bias, SAMPLING_MAX_LOGIT_BIAS);
+    greedy(&sp, 4);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 5, 1), INFERD_OK);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 5, 2), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, -1, 2), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 6, -100.0001), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 6, NAN), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(sp.n_logit_bias, 1);
+    /* a good request after all that */
+    ck_assert_int_eq(sampling_logit_bias_add(&sp, 6, -100), INFERD_OK);
+    result r;
+    collect(submit(e, &p, &sp), &r);
+    ck_assert_int_eq(r.n, 4);
+    finish_engine(e, NULL);
+    model_free(m);
+}
+END_TEST
+
+/* --- n and best_of (engine_submit_n) -------------------------------------- */
+
+/* A group of n on engine e; results in r[n]. */
+static void run_group(engine *e, const prompt *p, const sampling_params *sp, int n, result *r)
+{
+    engine_request rq = {.prompt_ids = p->ids, .n_prompt = p->n, .sp = *sp};
+    engine_stream *s[SAMPLING_MAX_SEQS];
+    ck_assert_msg(engine_submit_n(e, &rq, n, s) == INFERD_OK, "submit_n: %s", inferd_last_error());
+    for (int i = 0; i < n; i++)
+        collect(s[i], &r[i]);
+}
+
+static void assert_same_tokens(const result *a, const result *b, const char *what, int i)
+{
+    ck_assert_msg(a->n == b->n, "%s %d: %d tokens vs %d", what, i, a->n, b->n);
+    for (int k = 0; k < a->n; k++)
+        ck_assert_msg(a->toks[k] == b->toks[k], "%s %d: token %d: %d vs %d", what, i, k, a->toks[k], b->toks[k]);
+}
+
+/* Seeded n = 4 (with penalties on two of the configurations): sequence i
+ * equals a single request with engine_seq_seed(seed, i); the group is
+ * reproducible; the choices are not all the same. */
+START_TEST(test_n_seeded_equals_single)
+{
+    model *m = load_model(8, 256, 0);
+    for (int c = 0; c < 2; c++) {
+        prompt p = make_prompt(20 + c);
+        sampling_params sp;
+        greedy(&sp, 30);
+        sp.temperature = 0.9f;
+        sp.seed = 1234 + (uint64_t)c;
+        sp.has_seed = true;
+        if (c == 1) {
+            sp.repetition_penalty = 1.3f;
+            sp.frequency_penalty = 0.5f;
+        }
+        result grp[4], again[4], single;
+        engine *e = make_engine(m, 8, 256, false);
+        run_group(e, &p, &sp, 4, grp);
+        run_group(e, &p, &sp, 4, again);
+        finish_engine(e, NULL);
+        int differ = 0;
+        for (int i = 0; i < 4; i++) {
+            assert_same_tokens(&grp[i], &again[i], "rerun choice", i);
+            sampling_params si = sp;
+            si.seed = engine_seq_seed(sp.seed, i);
+            run_one(m, &p, &si, &single);
+            assert_same_tokens(&grp[i], &single, "choice vs single request with the derived seed", i);
+            differ += i > 0 && memcmp(grp[i].toks, grp[0].toks, sizeof(int32_t) * (size_t)grp[0].n) != 0;
+        }
+        ck_assert_int_gt(differ, 0);
+    }
+    model_free(m);
+}
+END_TEST
+
+/* Greedy n = 4: four identical choices, equal to the single request; the
+ * prompt's full blocks are allocated once and shared by the other three
+ * (pool counters), the prompt counts once, usage counts every token. */
+START_TEST(test_n_greedy_shares_prompt)
+{
+    model *m = load_model(8, 256, 0);
+    const int bs = model_block_size(m);
+    prompt p = make_prompt(7); /* 1 + 6 + (7 * 11) % 40 = 44 tokens */
+    ck_assert_int_gt(p.n, 2 * bs);
+    sampling_params sp;
+    greedy(&sp, 20);
+    result single, grp[4];
+    engine_stats s1, s4;
+    engine *e = make_engine(m, 8, 256, false);
+    collect(submit(e, &p, &sp), &single);
+    finish_engine(e, &s1);
+    e = make_engine(m, 8, 256, false);
+    run_group(e, &p, &sp, 4, grp);
+    finish_engine(e, &s4);
+    int total = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_same_tokens(&grp[i], &single, "greedy choice", i);
+        total += grp[i].n;
+    }
+    ck_assert_int_eq(total, 4 * 20);
+    ck_assert_uint_eq(s4.generation_tokens, 4 * 20);
+    ck_assert_uint_eq(s4.prompt_tokens, (uint64_t)p.n);
+    const uint64_t shared = (uint64_t)((p.n - 1) / bs);
+    printf("n=4, prompt %d tokens: %llu blocks allocated (one sequence: %llu), %llu shared\n", p.n,
+           (unsigned long long)s4.kv_blocks_allocated, (unsigned long long)s1.kv_blocks_allocated,
+           (unsigned long long)s4.kv_blocks_shared);
+    ck_assert_uint_eq(s4.kv_blocks_shared, 3 * shared);
+    ck_assert_uint_eq(s4.kv_blocks_allocated, s1.kv_blocks_allocated + 3 * (s1.kv_blocks_allocated - shared));
+    model_free(m);
+}
+END_TEST
+
+/* best_of: the cumulative logprob of each sequence is the sum of its
+ * tokens' logprobs, and engine_rank_seqs orders by it. */
+START_TEST(test_best_of_cum_logprob)
+{
+    model *m = load_model(8, 256, 0);
+    prompt p = make_prompt(9);
+    sampling_params sp;
+    greedy(&sp, 12);
+    sp.temperature = 1.0f;
+    sp.seed = 77;
+    sp.has_seed = true;
+    sp.logprobs = 0;
+    engine *e = make_engine(m, 8, 256, false);
+    engine_request rq = {.prompt_ids = p.ids, .n_prompt = p.n, .sp = sp};
+    engine_stream *s[5];
+    ck_assert_int_eq(engine_submit_n(e, &rq, 5, s), INFERD_OK);
+    double cum[5];
+    for (int i = 0; i < 5; i++) {
+        double sum = 0;
+        int n = 0;
+        for (;;) {
+            engine_output o;
+            ck_assert(engine_stream_wait(s[i], &o, 60000) || o.finished);
+            for (int k = 0; k < o.n_tokens; k++)
+                sum += o.logprobs[k].logprob;
+            n += o.n_tokens;
+            cum[i] = o.cum_logprob;
+            bool done = o.finished;
+            engine_output_free(&o);
+            if (done)
+                break;
+        }
+        engine_stream_release(s[i]);
+        ck_assert_int_eq(n, 12);
+        ck_assert_msg(fabs(cum[i] - sum) < 1e-9, "sequence %d: cum %.17g, sum %.17g", i, cum[i], sum);
+        ck_assert(cum[i] < 0);
+    }
+    finish_engine(e, NULL);
+    int order[5];
+    engine_rank_seqs(cum, 5, order);
+    for (int i = 1; i < 5; i++)
+        ck_assert(cum[order[i - 1]] >= cum[order[i]]);
+    const double tie[4] = {-1.0, -0.5, -1.0, -0.5};
+    int o4[4];
+    engine_rank_seqs(tie, 4, o4);
+    ck_assert(o4[0] == 1 && o4[1] == 3 && o4[2] == 0 && o4[3] == 2);
+    model_free(m);
+}
+END_TEST
+
+/* Groups under pressure: a tiny pool (preemptions), a small step budget
+ * (the prompts are chunked, so the fork waits several steps), a leader
+ * aborted at once (before or after its fork), n beyond the limit. Every
+ * surviving choice equals its single request; every block comes back. */
+START_TEST(test_n_pressure_and_abort)
+{
+    enum { G = 3, N = 4 };
+    prompt p[G];
+    sampling_params sp[G];
+    for (int g = 0; g < G; g++) {
+        p[g] = make_prompt(30 + g);
+        greedy(&sp[g], 40);
+        sp[g].temperature = 0.8f;
+        sp[g].seed = 500 + (uint64_t)g;
+        sp[g].has_seed = true;
+        sp[g].presence_penalty = g == 1 ? 0.7f : 0.0f;
+    }
+    model *m = load_model(8, 256, 0);
+    result want[G][N];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < N; i++) {
+            sampling_params si = sp[g];
+            si.seed = engine_seq_seed(sp[g].seed, i);
+            run_one(m, &p[g], &si, &want[g][i]);
+        }
+    model_free(m);
+    m = load_model(8, 16, 14);
+    engine *e = make_engine(m, 8, 16, true);
+    engine_stream *s[G][N];
+    for (int g = 0; g < G; g++) {
+        engine_request rq = {.prompt_ids = p[g].ids, .n_prompt = p[g].n, .sp = sp[g]};
+        ck_assert_int_eq(engine_submit_n(e, &rq, N, s[g]), INFERD_OK);
+    }
+    engine_stream_release(s[0][0]); /* group 0 loses its leader at once */
+    for (int g = 0; g < G; g++)
+        for (int i = g == 0 ? 1 : 0; i < N; i++) {
+            result r;
+            collect(s[g][i], &r);
+            assert_same_tokens(&r, &want[g][i], "choice under pressure", g * 10 + i);
+        }
+    engine_request rq = {.prompt_ids = p[0].ids, .n_prompt = p[0].n, .sp = sp[0]};
+    engine_stream *bad[SAMPLING_MAX_SEQS + 1];
+    ck_assert_int_eq(engine_submit_n(e, &rq, SAMPLING_MAX_SEQS + 1, bad), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(engine_submit_n(e, &rq, 0, bad), INFERD_ERR_INVALID_ARG);
+    engine_stats st;
+    finish_engine(e, &st);
+    printf("groups under pressure: %llu preemptions, %llu blocks shared\n", (unsigned long long)st.preemptions,
+           (unsigned long long)st.kv_blocks_shared);
+    ck_assert_uint_gt(st.preemptions, 0);
+    model_free(m);
+}
+END_TEST
+
+int main(void)
+{
+    log_set_level(LOG_LEVEL_ERROR);
+    Suite *s = suite_create("engine_sampling");
+    TCase *tc = tcase_create("penalties");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_logit_bias_forces);
+    tcase_add_test(tc, test_penalties_match_host);
+    tcase_add_test(tc, test_penalty_direction_and_neutral);
+    tcase_add_test(tc, test_penalty_invariance);
+    tcase_add_test(tc, test_penalty_bad_input);
+    suite_add_tcase(s, tc);
+    TCase *tn = tcase_create("n");
+    tcase_set_timeout(tn, 300);
+    tcase_add_test(tn, test_n_seeded_equals_single);
+    tcase_add_test(tn, test_n_greedy_shares_prompt);
+    tcase_add_test(tn, test_best_of_cum_logprob);
+    tcase_add_test(tn, test_n_pressure_and_abort);
+    suite_add_tcase(s, tn);
+    return test_run_suite(s);
+}
