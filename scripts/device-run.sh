@@ -54,7 +54,7 @@ for tool in racecheck synccheck; do
 done
 
 # 4. the whole ctest suite on this machine, GPU variants on
-if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs|model_files}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs|model_files|bench_throughput}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
 then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
 else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
 grep -E "^[0-9]+: .*(preempt|prefix|cache hit|chunk|seeded|GPU|golden|concurrent|reproduced|tokens)" "$OUT/ctest.log" | head -30 || true
@@ -69,8 +69,9 @@ if $PY scripts/hf_reference.py make-random --config configs/models/test-llama3-s
 else row "HF transformers logits (random llama3-small)" "FAIL (hf.log)"; fi
 tail -3 "$OUT/hf.log"
 # 5b. the same for random Qwen2 (q/k/v biases, tied embeddings, transformers-4 config) and Qwen3
-# (per-head q/k RMSNorm, head_dim 128 != hidden/heads, transformers-5 config), same tolerance
-for q in qwen2 qwen3; do
+# (per-head q/k RMSNorm, head_dim 128 != hidden/heads, transformers-5 config), and Llama with rope
+# scaling linear / dynamic / yarn (prompts past the original context), same tolerance
+for q in qwen2 qwen3 llama-rope-linear llama-rope-dynamic llama-rope-yarn; do
     M=/tmp/rand-$q
     if $PY scripts/hf_reference.py make-random --config configs/models/test-$q-small/config.json --out $M >"$OUT/hf-$q.log" 2>&1 &&
        $PY scripts/hf_reference.py compare --model $M --inferd "$BIN" >>"$OUT/hf-$q.log" 2>&1; then

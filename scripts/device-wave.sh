@@ -6,11 +6,20 @@
 # peer (HF transformers, scripts/bench_gpu.py) runs in the same call.
 W=$OUT/wave
 mkdir -p "$W"
-# WAVE_PARTS picks sections (default all): tests minchunk decode prefill peer startup ab profile
-PARTS=" ${WAVE_PARTS:-tests minchunk decode prefill peer startup ab profile} "
+# WAVE_PARTS picks sections (default all): tests minchunk decode prefill peer startup ab profile tput serve
+PARTS=" ${WAVE_PARTS:-tests minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
 L31=configs/models/llama3.1-8b
+
+health_ok() { # PORT: GET /health answered 200 (bash's /dev/tcp: no curl needed)
+    local line=""
+    { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+    printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+    read -r -t 2 line <&3
+    exec 3<&-
+    [[ $line == *" 200 "* ]]
+}
 
 # a. correctness of what the tables run: attention kernels vs their CPU twin,
 #    graphs == eager bitwise, engine invariance on the GPU
@@ -85,14 +94,6 @@ done
 
 # f. start-up: dummy Llama-3-8B to a 200 from /health, graph capture included
 if part startup; then
-health_ok() { # PORT: GET /health answered 200 (bash's /dev/tcp: no curl needed)
-    local line=""
-    { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-    printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-    read -r -t 2 line <&3
-    exec 3<&-
-    [[ $line == *" 200 "* ]]
-}
 PORT=18431
 t0=$(date +%s.%N)
 "$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
@@ -136,4 +137,44 @@ if timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cud
 then row "bench latency --profile-ops b1/b16 x 512 $(el)" ok
 else row "bench latency --profile-ops (exit $?)" FAILED; fi
 grep -vE "^\[|^$|INFO" "$W/profile-ops.txt" | grep -E "^\||ops of" | head -60
+fi
+
+# i. offline throughput (issue 13 item 5): 1000 requests random 512/128 and 128/128
+if part tput; then
+for io in "512 128" "128 128"; do
+    read -r il ol <<<"$io"
+    if timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy --device cuda --input-len $il \
+          --output-len $ol --num-prompts 1000 --output-json "$W/tput-$il-$ol.json" >"$W/tput-$il-$ol.txt" 2>&1
+    then row "bench throughput 1000 x $il/$ol $(el)" ok
+    else row "bench throughput $il/$ol (exit $?)" FAILED; fi
+    grep -E "^\||Throughput|engine|ceilings" "$W/tput-$il-$ol.txt" | tail -6
+done
+fi
+
+# j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
+#    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
+if part serve; then
+PORT=18432
+"$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
+    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn >"$W/serve.log" 2>&1 &
+SPID=$!
+ok=0
+for _ in $(seq 1 600); do
+    if health_ok $PORT; then ok=1; break; fi
+    kill -0 $SPID 2>/dev/null || break
+    sleep 0.1
+done
+if [[ $ok == 1 ]]; then
+    for c in ${WAVE_CONC:-1 16 64 256}; do
+        np=$((c * 2 > 16 ? c * 2 : 16))
+        if timeout 200 "$BIN" bench serve --port $PORT --tokenizer "$FIX/tokenizers/llama3" --dataset-name random \
+              --input-len 512 --output-len 128 --ignore-eos --num-prompts $np --max-concurrency $c --num-warmups 2 \
+              --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --disable-tqdm \
+              --result-dir "$W" --result-filename "serve-c$c.json" >"$W/serve-c$c.txt" 2>&1
+        then row "bench serve random 512/128 concurrency $c ($np prompts) $(el)" ok
+        else row "bench serve concurrency $c (exit $?)" FAILED; fi
+        grep -E "throughput|TTFT|TPOT|ITL|E2E|P50|P99|Mean|Median" "$W/serve-c$c.txt" | head -24
+    done
+else row "serve for bench serve" "FAILED (wave/serve.log)"; fi
+kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 fi
