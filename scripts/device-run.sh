@@ -54,7 +54,8 @@ for tool in racecheck synccheck; do
 done
 
 # 4. the whole ctest suite on this machine, GPU variants on
-if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs|model_files|bench_throughput}" -V -j 4 --timeout 600) >"$OUT/ctest.log" 2>&1
+#    (one test at a time: each engine test sizes its KV cache from the GPU's free memory)
+if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda ctest -R "${DEVICE_CTEST_RE:-stories|engine|generate|model_support|graphs|model_files|bench_throughput}" -V -j 1 --timeout 600) >"$OUT/ctest.log" 2>&1
 then row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "PASS"
 else row "ctest -R stories|engine|generate (INFERD_TEST_DEVICE=cuda)" "FAIL (ctest.log)"; fi
 grep -E "^[0-9]+: .*(preempt|prefix|cache hit|chunk|seeded|GPU|golden|concurrent|reproduced|tokens)" "$OUT/ctest.log" | head -30 || true

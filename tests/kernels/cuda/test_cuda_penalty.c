@@ -119,7 +119,10 @@ static int penalty_case(int vocab, uint64_t seed)
         uint32_t a, b;
         memcpy(&a, &got[i], 4);
         memcpy(&b, &cl[i], 4);
-        if (a != b && bad_l++ < 5)
+        /* NaN in, NaN out on both; the payload is not portable (x86 keeps
+         * the input's, the GPU writes its canonical NaN) */
+        const bool both_nan = isnan(got[i]) && isnan(cl[i]);
+        if (a != b && !both_nan && bad_l++ < 5)
             printf("  %s row %zu token %zu: gpu %.9g cpu %.9g\n", name, i / vocab, i % vocab, got[i], cl[i]);
         bad_c += got_counts[i] != ccounts[i];
     }
