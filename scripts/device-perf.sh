@@ -55,7 +55,7 @@ source scripts/device-env.sh
 
 # 2. build
 BUILD=$ROOT/build-gpu
-if device_build "$BUILD" inferd test_graphs_gpu test_engine_stories test_stories_gpu test_cuda_kernels \
+if device_build "$BUILD" inferd test_graphs_gpu test_engine_stories test_engine_sampling test_stories_gpu test_cuda_kernels \
       >"$OUT/build.log" 2>&1
 then row "build (CUDA sm_90a) $(el)" ok
 else row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; fi
