@@ -250,6 +250,35 @@ inferd_status engine_submit(engine *e, const engine_request *req, engine_stream 
  * INVALID_ARG (param "n") when n_seqs is outside [1, SAMPLING_MAX_SEQS]. */
 #define SAMPLING_MAX_SEQS 16
 inferd_status engine_submit_n(engine *e, const engine_request *req, int n_seqs, engine_stream **out);
+/* ---- n and best_of of an API request (params.c) ---------------------------
+ *
+ * Not rows of the sampling table: they size a request (how many
+ * sequences), they do not steer one sequence, so sampling_params has no
+ * field for them and the `inferd generate` faces do not take them. They
+ * are checked here, next to the table, with the table's row type and
+ * messages: n in [1, SAMPLING_MAX_SEQS], best_of in [1, SAMPLING_MAX_SEQS]
+ * and >= n (OpenAI's rule), and n_prompts x max(n, best_of) sequences at
+ * most SAMPLING_MAX_REQUEST_SEQS for one request (each sequence is an
+ * engine request: the bound keeps one HTTP request from filling the
+ * queue). */
+#define SAMPLING_MAX_REQUEST_SEQS 128
+typedef struct {
+    int32_t n;       /* choices returned per prompt */
+    int32_t best_of; /* sequences generated per prompt (>= n); the n with the highest cum_logprob return */
+} sampling_seqs;
+
+/* n = best_of = 1. */
+void sampling_seqs_default(sampling_seqs *q);
+/* Row of "n" or "best_of" (integer rows, [1, SAMPLING_MAX_SEQS]), or NULL. */
+const sampling_row *sampling_seqs_row_find(const char *key);
+/* Check v against the row named key ("n" / "best_of") and store it into
+ * q; INVALID_ARG naming the key (nothing stored) otherwise. */
+inferd_status sampling_seqs_set(sampling_seqs *q, const char *key, double v);
+/* Both rows, best_of >= n, and n_prompts x best_of <=
+ * SAMPLING_MAX_REQUEST_SEQS; INVALID_ARG naming the field through *param
+ * ("n", "best_of", or "prompt" for the product when n_prompts > 1). */
+inferd_status sampling_seqs_validate(const sampling_seqs *q, int n_prompts, const char **param);
+
 /* The seed of sequence i of a group whose seed is `seed`: seed + i (mod 2^64). */
 uint64_t engine_seq_seed(uint64_t seed, int i);
 /* order[0..n) = 0..n-1 sorted by cum_logprob[] descending, ties by lower

@@ -1,6 +1,8 @@
-/* scheduler/params.c: the sampling-parameter table, its validator, and
- * defaults/names for the engine's public types (the "does this request
- * fit" check is sched_fit_check, in sched.c).
+/* scheduler/params.c: the sampling-parameter table, its validator, the
+ * n / best_of rows of an API request (their own two rows: they size a
+ * request, they do not steer a sequence), and defaults/names for the
+ * engine's public types (the "does this request fit" check is
+ * sched_fit_check, in sched.c).
  *
  * Every front end (the `inferd generate` flags, prompts-file lines, the
  * OpenAI adapter) only extracts a value with its type and hands it to
@@ -373,6 +375,77 @@ void sampling_params_default(sampling_params *sp)
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++)
         if (k_rows[i].opt.kind != OPT_INT64 && !is_list(&k_rows[i]))
             store(&k_rows[i], sp, k_rows[i].opt.def, 0);
+}
+
+/* ---- n and best_of ----------------------------------------------------------
+ *
+ * Two integer rows of the table's type, over sampling_seqs instead of
+ * sampling_params (see engine.h for why they are not table rows), so their
+ * range text and messages are the table's ("'n' must be an integer in
+ * [1, 16], got 17"). */
+#define SEQ_ROW(key_, field_, help_)                                                                   \
+    {.opt = {.name = key_, .kind = OPT_INT, .off = offsetof(sampling_seqs, field_), .min = 1,          \
+             .max = SAMPLING_MAX_SEQS, .def = 1, .help = help_, .meta = "N"},                           \
+     .key = key_}
+
+static const sampling_row k_seq_rows[] = {
+    SEQ_ROW("n", n, "choices returned per prompt"),
+    SEQ_ROW("best_of", best_of, "sequences generated per prompt; the n most likely are returned"),
+};
+
+void sampling_seqs_default(sampling_seqs *q)
+{
+    q->n = 1;
+    q->best_of = 1;
+}
+
+const sampling_row *sampling_seqs_row_find(const char *key)
+{
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_seq_rows); i++)
+        if (strcmp(key, k_seq_rows[i].key) == 0)
+            return &k_seq_rows[i];
+    return NULL;
+}
+
+inferd_status sampling_seqs_set(sampling_seqs *q, const char *key, double v)
+{
+    const sampling_row *r = sampling_seqs_row_find(key);
+    if (!r)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "'%s' is not a sequence-count field", key);
+    inferd_status st = sampling_row_check(r, v);
+    if (st == INFERD_OK)
+        *(int32_t *)((char *)q + r->opt.off) = (int32_t)v;
+    return st;
+}
+
+/* NOTE: the product is checked after both rows, so it multiplies numbers
+ * <= SAMPLING_MAX_SEQS and a request-sized count: no overflow. */
+inferd_status sampling_seqs_validate(const sampling_seqs *q, int n_prompts, const char **param)
+{
+    const double v[] = {q->n, q->best_of};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_seq_rows); i++) {
+        inferd_status st = sampling_row_check(&k_seq_rows[i], v[i]);
+        if (st != INFERD_OK) {
+            if (param)
+                *param = k_seq_rows[i].key;
+            return st;
+        }
+    }
+    if (q->best_of < q->n) {
+        if (param)
+            *param = "best_of";
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "'best_of' (%d) must be greater than or equal to 'n' (%d)", q->best_of, q->n);
+    }
+    if ((int64_t)n_prompts * q->best_of > SAMPLING_MAX_REQUEST_SEQS) {
+        if (param)
+            *param = n_prompts > 1 ? "prompt" : "n";
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "%d prompts x %d sequences each is %lld sequences; at most %d per request",
+                                n_prompts, q->best_of, (long long)n_prompts * q->best_of,
+                                SAMPLING_MAX_REQUEST_SEQS);
+    }
+    return INFERD_OK;
 }
 
 /* ---- names ------------------------------------------------------------------ */

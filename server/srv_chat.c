@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/srv_chat_int.h"
@@ -43,7 +44,10 @@ static const char *const k_names[SRV_CHAT_FAMILY_COUNT] = {
     [SRV_CHAT_LLAMA31] = "llama-3.1", [SRV_CHAT_CHATML] = "chatml",  [SRV_CHAT_MISTRAL] = "mistral",
 };
 
-static const char *const k_role_names[] = {"system", "user", "assistant"};
+static const char *const k_role_names[SRV_ROLE_COUNT] = {
+    [SRV_ROLE_SYSTEM] = "system",       [SRV_ROLE_USER] = "user", [SRV_ROLE_ASSISTANT] = "assistant",
+    [SRV_ROLE_DEVELOPER] = "developer", [SRV_ROLE_TOOL] = "tool",
+};
 
 /* ---- built-in templates ------------------------------------------------------ */
 
@@ -168,6 +172,11 @@ bool srv_chat_from_name(const char *name, srv_chat_family *out)
         }
     }
     return false;
+}
+
+const char *srv_chat_role_name(srv_chat_role r)
+{
+    return (int)r >= 0 && r < SRV_ROLE_COUNT ? k_role_names[r] : "user";
 }
 
 const char *srv_chat_name(srv_chat_family f)
@@ -348,7 +357,9 @@ inferd_status srv_chat_load(const tokenizer *tok, srv_chat_family family, const 
     }
     srv_error err;
     inferd_status st = INFERD_OK;
-    if (!srv_chat_new(name, src, tok, NULL, allow_special_in_content, out, &err)) {
+    if (srv_chat_new(name, src, tok, NULL, allow_special_in_content, out, &err)) {
+        (*out)->builtin = family != SRV_CHAT_NONE;
+    } else {
         if (explicit_arg && err.kind != SRV_ERR_NO_CHAT_TEMPLATE)
             st = inferd_set_error(INFERD_ERR_INVALID_ARG, "--chat-template: %s", err.message);
         else
@@ -393,16 +404,14 @@ const char *srv_chat_stop_str(const srv_chat *c)
 
 /* ---- rendering ------------------------------------------------------------------ */
 
-/* A new tree, the caller's to delete. contents lets srv_chat_encode render
- * with placeholder contents in place of the real ones. */
-cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n, char *const *contents)
+/* A new tree, the caller's to delete. */
+cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *m = cJSON_CreateObject();
-        int r = (int)msgs[i].role;
-        cJSON_AddStringToObject(m, "role", r >= 0 && r <= SRV_ROLE_ASSISTANT ? k_role_names[r] : "user");
-        cJSON_AddStringToObject(m, "content", contents ? contents[i] : msgs[i].content);
+        cJSON_AddStringToObject(m, "role", srv_chat_role_name(msgs[i].role));
+        cJSON_AddStringToObject(m, "content", msgs[i].content);
         cJSON_AddItemToArray(a, m);
     }
     return a;
@@ -457,18 +466,81 @@ bool srv_chat_render_json(const srv_chat *c, const cJSON *messages, const srv_ch
     *len = 0;
     if (!srv_chat_ready(c))
         return srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s", srv_chat_describe(c));
+    if (in->continue_final_message && in->add_generation_prompt)
+        return srv_error_set(err, SRV_ERR_INVALID, "continue_final_message",
+                             "'continue_final_message' and 'add_generation_prompt' cannot both be true: the "
+                             "first continues the final message, the second opens a new assistant turn");
     char *vars = vars_json(c, messages, in);
     if (!vars)
         return srv_error_set(err, SRV_ERR_INTERNAL, NULL, "out of memory building the chat template inputs");
     srv_jinja_error je;
     char *raw = NULL;
-    bool ok = srv_jinja_render(c->tmpl, vars, in->fixed_now, &raw, len, &je);
+    bool ok = srv_jinja_render(c->tmpl, vars, in->fixed_now, in->continue_final_message, &raw, len, &je);
     cJSON_free(vars);
     if (!ok)
         return srv_error_set(err, SRV_ERR_INVALID, "messages", "chat template error (%s): %s", je.type,
                              je.message);
     *text = raw;
     return true;
+}
+
+/* A content in the template's shape (a new item): parts for a template
+ * that iterates over contents, else one string. Only text parts reach
+ * here (the request parser refuses others). */
+static cJSON *adapt_content(const cJSON *content, bool parts)
+{
+    if (parts) {
+        if (cJSON_IsArray(content))
+            return cJSON_Duplicate(content, true);
+        cJSON *a = cJSON_CreateArray();
+        if (cJSON_IsString(content)) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "type", "text");
+            cJSON_AddStringToObject(p, "text", content->valuestring);
+            cJSON_AddItemToArray(a, p);
+        }
+        return a;
+    }
+    if (cJSON_IsString(content))
+        return cJSON_CreateString(content->valuestring);
+    inferd_buf b = {0};
+    const cJSON *p;
+    int k = 0;
+    cJSON_ArrayForEach(p, (cJSON_IsArray(content) ? content : NULL))
+    {
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "text"));
+        if (k++ > 0)
+            inferd_buf_append_str(&b, "\n");
+        inferd_buf_append_str(&b, t ? t : "");
+    }
+    char *joined = inferd_buf_steal(&b, NULL);
+    cJSON *out = cJSON_CreateString(joined ? joined : "");
+    inferd_free(joined);
+    return out;
+}
+
+/* vLLM's content format, chosen from the template once (srv_jinja). The
+ * built-in templates are written for system/user/assistant: "developer",
+ * OpenAI's newer name for the system role, reaches them as "system" (a
+ * model's own template gets it unchanged, as HF and vLLM pass it). */
+cJSON *srv_chat_adapt_messages(const srv_chat *c, const cJSON *messages)
+{
+    bool parts = c && srv_jinja_iterates_content(c->tmpl);
+    cJSON *out = cJSON_Duplicate(messages, true);
+    cJSON *m;
+    cJSON_ArrayForEach(m, out)
+    {
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+        if (c && c->builtin && role && strcmp(role, "developer") == 0)
+            cJSON_ReplaceItemInObjectCaseSensitive(m, "role", cJSON_CreateString("system"));
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        cJSON *adapted = adapt_content(content, parts);
+        if (content)
+            cJSON_ReplaceItemInObjectCaseSensitive(m, "content", adapted);
+        else
+            cJSON_AddItemToObject(m, "content", adapted);
+    }
+    return out;
 }
 
 /* Built-in family templates for srv_chat_render, compiled on first use.
@@ -487,8 +559,10 @@ static const srv_chat *builtin_chat(srv_chat_family f, srv_error *err)
         char name[64];
         snprintf(name, sizeof name, "built-in %s", srv_chat_name(f));
         cJSON *none = cJSON_CreateObject();
-        if (srv_chat_new(name, srv_chat_builtin_source(f), NULL, none, true, &c, err))
+        if (srv_chat_new(name, srv_chat_builtin_source(f), NULL, none, true, &c, err)) {
+            c->builtin = true;
             g_builtin.chat[f] = c;
+        }
         cJSON_Delete(none);
     }
     pthread_mutex_unlock(&g_builtin.mu);
@@ -513,7 +587,7 @@ bool srv_chat_render(srv_chat_family f, const srv_chat_msg *msgs, int n_msgs, co
         cJSON_AddStringToObject(kw, "bos_token", bos);
     if (eos && eos[0])
         cJSON_AddStringToObject(kw, "eos_token", eos);
-    cJSON *m = srv_chat_msgs_json(msgs, n_msgs, NULL);
+    cJSON *m = srv_chat_msgs_json(msgs, n_msgs);
     srv_chat_inputs in = {.add_generation_prompt = true, .kwargs = kw};
     size_t len;
     bool ok = srv_chat_render_json(c, m, &in, out, &len, err);

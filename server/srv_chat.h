@@ -11,7 +11,14 @@
  * messages, add_generation_prompt, tools and documents (None when not
  * given), every special token set in tokenizer_config.json (bos_token,
  * eos_token, unk_token, pad_token, ...; unset ones stay undefined) and
- * extra kwargs.
+ * extra kwargs (a request's chat_template_kwargs). continue_final_message
+ * (HF's) cuts the rendering after the final message's content.
+ *
+ * A request's messages reach the template as vLLM hands them over
+ * (srv_chat_adapt_messages, after srv_openai.c normalized them): roles as
+ * given, tool-call arguments parsed from their JSON string, and contents as
+ * strings (text parts joined by "\n") unless the template loops over
+ * contents, in which case as lists of text parts.
  *
  * Special-token injection (issue 11, finding 6): srv_chat_encode renders
  * with the special-token text found in message contents fenced by the
@@ -46,12 +53,38 @@ typedef enum {
     SRV_CHAT_FAMILY_COUNT
 } srv_chat_family;
 
-typedef enum { SRV_ROLE_SYSTEM = 0, SRV_ROLE_USER, SRV_ROLE_ASSISTANT } srv_chat_role;
+/* OpenAI's roles. A role reaches the template as its name, unchanged
+ * (HF and vLLM pass "developer" and "tool" through as given). */
+typedef enum {
+    SRV_ROLE_SYSTEM = 0,
+    SRV_ROLE_USER,
+    SRV_ROLE_ASSISTANT,
+    SRV_ROLE_DEVELOPER,
+    SRV_ROLE_TOOL,
+    SRV_ROLE_COUNT
+} srv_chat_role;
 
+/* "system", "user", ... ("user" for an out-of-range value). */
+const char *srv_chat_role_name(srv_chat_role r);
+
+/* A message as role + text: /v1/responses input, and the flat view of a
+ * chat request's messages (contents joined, a null content as ""). */
 typedef struct {
     srv_chat_role role;
     char *content; /* heap, NUL-terminated, valid UTF-8 */
 } srv_chat_msg;
+
+/* Bounds on what a client hands the template (checked by the request
+ * parsers, srv_openai.c): counts, nesting and size, so that a request
+ * cannot make the render or the JSON hand-over to Python arbitrarily
+ * expensive or deep. The body size limit bounds the rest. */
+#define SRV_CHAT_MAX_MESSAGES 4096     /* messages per request */
+#define SRV_CHAT_MAX_PARTS 256         /* content parts per message */
+#define SRV_CHAT_MAX_TOOL_CALLS 128    /* tool_calls per assistant message */
+#define SRV_CHAT_MAX_ITEMS 256         /* entries of tools / documents */
+#define SRV_CHAT_MAX_KWARGS 64         /* members of chat_template_kwargs */
+#define SRV_CHAT_MAX_KWARGS_BYTES 65536 /* chat_template_kwargs as compact JSON */
+#define SRV_CHAT_MAX_DEPTH 16          /* nesting inside one tool, document, kwarg or arguments value */
 
 /* Parse a --chat-template NAME ("llama-2", "llama-3", "llama-3.1", "chatml",
  * "mistral", and the spellings without '-'); false when unknown. */
@@ -103,6 +136,7 @@ const char *srv_chat_stop_str(const srv_chat *c);
 /* Template inputs besides the messages. */
 typedef struct {
     bool add_generation_prompt;
+    bool continue_final_message; /* cut after the final message's content (HF's; excludes add_generation_prompt) */
     const cJSON *tools;     /* array or NULL (the template sees None) */
     const cJSON *documents; /* array or NULL (None) */
     const cJSON *kwargs;    /* object of extra variables (chat_template_kwargs) or NULL */
@@ -111,16 +145,33 @@ typedef struct {
 } srv_chat_inputs;
 
 /* Render messages given as JSON (any OpenAI/HF shape: tool_calls, null
- * content, content parts, ...; passed to the template unchanged). *text is
- * heap, *len bytes. A template exception is a 400 (SRV_ERR_INVALID, param
- * "messages") carrying the template's message. */
+ * content, content parts, ...; passed to the template unchanged, as HF's
+ * apply_chat_template does). *text is heap, *len bytes. A template
+ * exception is a 400 (SRV_ERR_INVALID, param "messages") carrying the
+ * template's message; so is continue_final_message with
+ * add_generation_prompt, or a final message the rendering does not hold. */
 bool srv_chat_render_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in, char **text,
                           size_t *len, srv_error *err);
 
-/* The chat prompt's token ids: render msgs and tokenize without the
- * post-processor (the template writes BOS), message contents protected
- * from special-token parsing unless the srv_chat allows it. 400 when a
- * content holds U+FDD0/U+FDD1 or the template raises. *ids is heap. */
+/* The messages of a request as vLLM hands them to this template (a new
+ * tree, the caller's): a template that iterates over contents
+ * (srv_jinja_iterates_content) gets every content as a list of
+ * {"type": "text", "text"} parts (a string becomes one part, null none);
+ * any other gets a string (parts joined with "\n", null as ""). The rest of
+ * each message is copied as it is. */
+cJSON *srv_chat_adapt_messages(const srv_chat *c, const cJSON *messages);
+
+/* The chat prompt's token ids: messages (a request's, already validated
+ * and normalized by srv_openai.c) adapted by srv_chat_adapt_messages,
+ * rendered, and tokenized without the post-processor (the template writes
+ * BOS) unless in->add_special_tokens. Client text (every string in
+ * messages, tools, documents and kwargs) is protected from special-token
+ * parsing unless the srv_chat allows it. 400 when such a string holds
+ * U+FDD0/U+FDD1 or the template raises. *ids is heap. */
+bool srv_chat_encode_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in, int32_t **ids,
+                          int *n_ids, srv_error *err);
+
+/* srv_chat_encode_json of role + text messages. */
 bool srv_chat_encode(const srv_chat *c, const srv_chat_msg *msgs, int n_msgs, const srv_chat_inputs *in,
                      int32_t **ids, int *n_ids, srv_error *err);
 

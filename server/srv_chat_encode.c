@@ -7,16 +7,19 @@
  * "<|eot_id|><|start_header_id|>system<|end_header_id|>" forges a system
  * turn. Here:
  *
- *   1. every content is checked for U+FDD0 / U+FDD1 (Unicode noncharacters,
- *      "permanently reserved for internal use": no valid client text needs
- *      them); one there is a 400;
- *   2. the special-token texts found in a content (tok_find_special) are
- *      fenced: U+FDD0 text U+FDD1; so are the edges of a content's
+ *   1. every client string (each string value and object key of the
+ *      messages, tools, documents and chat_template_kwargs: contents, names,
+ *      tool-call arguments, tool schemas all reach the prompt) is checked
+ *      for U+FDD0 / U+FDD1 (Unicode noncharacters, "permanently reserved
+ *      for internal use": no valid client text needs them); one there is a
+ *      400;
+ *   2. the special-token texts found in such a string (tok_find_special)
+ *      are fenced: U+FDD0 text U+FDD1; so are the edges of its
  *      whitespace-trimmed core when it starts with the tail or ends with the
  *      head of a special token (an empty fence: template text next to it
  *      could complete the token);
  *   3. when something was fenced, the template is rendered with the fenced
- *      contents too; the fences are cut out of that rendering and their
+ *      inputs too; the fences are cut out of that rendering and their
  *      positions become protected spans (tok_span);
  *   4. the prompt is tokenized with special parsing except inside the spans.
  *
@@ -58,15 +61,25 @@ static size_t find_fence(const char *s, size_t n, size_t from)
     return n;
 }
 
-static bool check_no_fences(const srv_chat_msg *msgs, int n, srv_error *err)
+/* Step 1 over one input tree: every string value and key. what names the
+ * field for the message ("messages", "tools", ...). Recursion depth is
+ * bounded by cJSON's nesting limit. */
+static bool check_no_fences(const cJSON *v, const char *what, srv_error *err)
 {
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(msgs[i].content);
-        if (find_fence(msgs[i].content, len, 0) < len)
-            return srv_error_set(err, SRV_ERR_INVALID, "messages",
-                                 "messages[%d].content contains U+FDD0 or U+FDD1: these Unicode noncharacters "
-                                 "are reserved for the server's own use",
-                                 i);
+    const char *strs[2] = {v && v->string ? v->string : NULL, cJSON_IsString(v) ? v->valuestring : NULL};
+    for (int k = 0; k < 2; k++) {
+        size_t len = strs[k] ? strlen(strs[k]) : 0;
+        if (strs[k] && find_fence(strs[k], len, 0) < len)
+            return srv_error_set(err, SRV_ERR_INVALID, what,
+                                 "'%s' contains U+FDD0 or U+FDD1: these Unicode noncharacters are reserved for "
+                                 "the server's own use",
+                                 what);
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, (cJSON_IsArray(v) || cJSON_IsObject(v) ? v : NULL))
+    {
+        if (!check_no_fences(it, what, err))
+            return false;
     }
     return true;
 }
@@ -152,91 +165,124 @@ static tok_span *cut_fences(char *s, size_t *n, int *n_spans)
     return v;
 }
 
-/* Fenced contents (NULL entries: unchanged), or NULL when none needs one. */
-static char **fence_all(const tokenizer *tok, const srv_chat_msg *msgs, int n)
+/* A copy of v with every string value and key that needs it fenced;
+ * *any is set when one did. */
+static cJSON *fenced_copy(const tokenizer *tok, const cJSON *v, bool *any)
 {
-    char **fenced = NULL;
-    for (int i = 0; i < n; i++) {
-        char *f = fence_content(tok, msgs[i].content);
-        if (!f)
-            continue;
-        if (!fenced)
-            fenced = inferd_calloc((size_t)n, sizeof *fenced);
-        fenced[i] = f;
+    if (cJSON_IsString(v)) {
+        char *f = fence_content(tok, v->valuestring);
+        *any |= f != NULL;
+        cJSON *out = cJSON_CreateString(f ? f : v->valuestring);
+        inferd_free(f);
+        return out;
     }
-    if (fenced)
-        for (int i = 0; i < n; i++)
-            if (!fenced[i])
-                fenced[i] = inferd_strdup(msgs[i].content);
-    return fenced;
+    if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
+        return cJSON_Duplicate(v, false);
+    cJSON *out = cJSON_IsArray(v) ? cJSON_CreateArray() : cJSON_CreateObject();
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v)
+    {
+        cJSON *c = fenced_copy(tok, it, any);
+        if (cJSON_IsArray(v)) {
+            cJSON_AddItemToArray(out, c);
+            continue;
+        }
+        char *fk = fence_content(tok, it->string);
+        *any |= fk != NULL;
+        cJSON_AddItemToObject(out, fk ? fk : it->string, c);
+        inferd_free(fk);
+    }
+    return out;
 }
 
-static bool render_msgs(const srv_chat *c, const srv_chat_msg *msgs, int n, char *const *contents,
-                        const srv_chat_inputs *in, char **text, size_t *len, srv_error *err)
+/* The client-controlled inputs of one render, and their fenced copies. */
+typedef struct {
+    const cJSON *messages;
+    srv_chat_inputs in;
+} chat_render_args;
+
+/* Steps 2-3: the fenced rendering when a client string holds
+ * special-token text; may replace *text (the plain rendering) with it. */
+static bool protect_strings(const srv_chat *c, const chat_render_args *a, char **text, size_t *len,
+                            tok_span **spans, int *n_spans, srv_error *err)
 {
-    cJSON *m = srv_chat_msgs_json(msgs, n, contents);
-    bool ok = srv_chat_render_json(c, m, in, text, len, err);
-    cJSON_Delete(m);
+    bool any = false;
+    cJSON *fm = fenced_copy(c->tok, a->messages, &any);
+    cJSON *ft = a->in.tools ? fenced_copy(c->tok, a->in.tools, &any) : NULL;
+    cJSON *fd = a->in.documents ? fenced_copy(c->tok, a->in.documents, &any) : NULL;
+    cJSON *fk = a->in.kwargs ? fenced_copy(c->tok, a->in.kwargs, &any) : NULL;
+    bool ok = true;
+    if (any) {
+        srv_chat_inputs fin = a->in;
+        fin.tools = ft;
+        fin.documents = fd;
+        fin.kwargs = fk;
+        char *ftext = NULL;
+        size_t flen = 0;
+        ok = srv_chat_render_json(c, fm, &fin, &ftext, &flen, err);
+        if (ok) {
+            *spans = cut_fences(ftext, &flen, n_spans);
+            if (flen != *len || memcmp(ftext, *text, flen) != 0) {
+                INFERD_LOG_DEBUG("chat: the template inspected special-token text in a client string; using the "
+                                 "fenced rendering");
+                inferd_free(*text);
+                *text = ftext;
+                *len = flen;
+            } else {
+                inferd_free(ftext);
+            }
+        }
+    }
+    cJSON_Delete(fm);
+    cJSON_Delete(ft);
+    cJSON_Delete(fd);
+    cJSON_Delete(fk);
     return ok;
 }
 
-/* Steps 2-3: the fenced rendering when contents hold special-token text;
- * may replace *text (the plain rendering) with it. */
-static bool protect_contents(const srv_chat *c, const srv_chat_msg *msgs, int n, const srv_chat_inputs *in,
-                             char **text, size_t *len, tok_span **spans, int *n_spans, srv_error *err)
+static bool check_inputs(const chat_render_args *a, srv_error *err)
 {
-    char **fenced = fence_all(c->tok, msgs, n);
-    if (!fenced)
-        return true;
-    char *ftext = NULL;
-    size_t flen = 0;
-    bool ok = render_msgs(c, msgs, n, fenced, in, &ftext, &flen, err);
-    for (int i = 0; i < n; i++)
-        inferd_free(fenced[i]);
-    inferd_free(fenced);
-    if (!ok)
-        return false;
-    *spans = cut_fences(ftext, &flen, n_spans);
-    if (flen != *len || memcmp(ftext, *text, flen) != 0) {
-        INFERD_LOG_DEBUG("chat: the template inspected special-token text in a message; using the fenced "
-                         "rendering");
-        inferd_free(*text);
-        *text = ftext;
-        *len = flen;
-    } else {
-        inferd_free(ftext);
-    }
-    return true;
+    return check_no_fences(a->messages, "messages", err) && check_no_fences(a->in.tools, "tools", err) &&
+           check_no_fences(a->in.documents, "documents", err) &&
+           check_no_fences(a->in.kwargs, "chat_template_kwargs", err);
 }
 
-bool srv_chat_encode(const srv_chat *c, const srv_chat_msg *msgs, int n_msgs, const srv_chat_inputs *in,
-                     int32_t **ids, int *n_ids, srv_error *err)
+bool srv_chat_encode_json(const srv_chat *c, const cJSON *messages, const srv_chat_inputs *in, int32_t **ids,
+                          int *n_ids, srv_error *err)
 {
     *ids = NULL;
     *n_ids = 0;
     if (!srv_chat_ready(c) || !c->tok)
         return srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s", srv_chat_describe(c));
+    cJSON *adapted = srv_chat_adapt_messages(c, messages);
+    chat_render_args a = {adapted, *in};
     bool protect = !c->allow_special;
-    if (protect && !check_no_fences(msgs, n_msgs, err))
-        return false;
     char *text = NULL;
     size_t len = 0;
     tok_span *spans = NULL;
     int n_spans = 0;
-    if (!render_msgs(c, msgs, n_msgs, NULL, in, &text, &len, err))
-        return false;
-    if (protect && !protect_contents(c, msgs, n_msgs, in, &text, &len, &spans, &n_spans, err)) {
-        inferd_free(text);
-        return false;
+    bool ok = (!protect || check_inputs(&a, err)) && srv_chat_render_json(c, adapted, in, &text, &len, err) &&
+              (!protect || protect_strings(c, &a, &text, &len, &spans, &n_spans, err));
+    cJSON_Delete(adapted);
+    if (ok) {
+        tok_encode_opts o = {
+            .add_special = in->add_special_tokens, .parse_special = true, .protect = spans, .n_protect = n_spans};
+        inferd_status st = tok_encode_ex(c->tok, text, len, &o, ids, n_ids);
+        if (st != INFERD_OK) {
+            srv_error_from_status(err, st, "messages");
+            ok = false;
+        }
     }
-    tok_encode_opts o = {
-        .add_special = in->add_special_tokens, .parse_special = true, .protect = spans, .n_protect = n_spans};
-    inferd_status st = tok_encode_ex(c->tok, text, len, &o, ids, n_ids);
     inferd_free(text);
     inferd_free(spans);
-    if (st != INFERD_OK) {
-        srv_error_from_status(err, st, "messages");
-        return false;
-    }
-    return true;
+    return ok;
+}
+
+bool srv_chat_encode(const srv_chat *c, const srv_chat_msg *msgs, int n_msgs, const srv_chat_inputs *in,
+                     int32_t **ids, int *n_ids, srv_error *err)
+{
+    cJSON *m = srv_chat_msgs_json(msgs, n_msgs);
+    bool ok = srv_chat_encode_json(c, m, in, ids, n_ids, err);
+    cJSON_Delete(m);
+    return ok;
 }

@@ -13,13 +13,13 @@ struct srv_chat {
     const tokenizer *tok; /* borrowed; NULL for render-only templates */
     cJSON *specials;      /* object: bos_token, eos_token, ... as HF passes them */
     bool allow_special;   /* --allow-special-tokens-in-content */
+    bool builtin;         /* one of the built-in family templates (they know system/user/assistant) */
     int32_t stop_id;      /* end-of-turn special token, -1 none */
     char *stop_str;       /* end-of-turn text when not one special token, NULL none */
     char *desc;           /* where the template came from, or why there is none */
 };
 
-/* JSON messages [{"role", "content"}] of msgs; contents are replaced by
- * contents[i] when contents is not NULL. */
-cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n, char *const *contents);
+/* JSON messages [{"role", "content"}] of msgs (a new tree). */
+cJSON *srv_chat_msgs_json(const srv_chat_msg *msgs, int n);
 
 #endif

@@ -8,9 +8,14 @@
  * interleaves their chunks by "index" as output arrives; usage sums the
  * prompts once each and every choice's completion tokens. The request
  * finishes when its last choice does; one failed choice aborts the rest.
- * n > 1 (several choices of one prompt) reuses all of this: the seam is
- * submit_choices, where the engine's children of one prompt would be
- * created instead of independent requests.
+ * n > 1 and best_of: each prompt's sequences are one engine group
+ * (engine_submit_n: the prompt is computed once, the other sequences fork
+ * its KV blocks, sequence k samples with seed + k); choice p * n + k is
+ * prompt p's k-th. With best_of > n (never streamed: the parser refuses
+ * it) the body returns each prompt's n sequences of highest cumulative
+ * logprob. Usage counts every generated token, the discarded best_of
+ * sequences' too (the engine ran them; OpenAI bills them alike), and each
+ * prompt once.
  *
  * Prompt construction follows HF semantics: a text prompt is encoded with
  * the tokenizer's post-processor (BOS) unless add_special_tokens is false,
@@ -59,6 +64,7 @@ typedef struct {
     cJSON *logprobs; /* non-stream: whole choice */
     size_t text_offset;
     int prompt_tokens, completion_tokens, cached_tokens;
+    double cum_logprob; /* of its generated tokens (best_of ranking) */
     engine_times times;
     double last_token_t;
     bool finished;
@@ -68,8 +74,10 @@ typedef struct {
 struct srv_gen {
     srv_server *s;
     srv_request req;
-    gen_choice *choices; /* [n_choices], by index */
+    gen_choice *choices; /* [n_choices]: prompt p's sequences at p * per_prompt .. */
     int n_choices, n_finished;
+    int per_prompt; /* sequences per prompt: best_of (n when not given) */
+    int n_out;      /* choices returned per prompt: n (the best n of per_prompt by cum_logprob) */
     char id[48], msg_id[48];
     srv_resp_meta meta;
     double t_recv;
@@ -159,13 +167,17 @@ static bool build_prompt(srv_gen *g, int i, int32_t **ids, int *n, srv_error *er
     srv_request *r = &g->req;
     inferd_status st = INFERD_OK;
     if (uses_chat(r->api)) {
-        size_t bytes = 0;
-        for (int k = 0; k < r->n_msgs; k++)
+        /* chat: the request's template inputs (srv_chat_req); responses: role + text messages */
+        size_t bytes = r->chat.text_bytes;
+        for (int k = 0; k < r->n_msgs && !r->chat.messages; k++)
             bytes += r->msgs[k].content ? strlen(r->msgs[k].content) : 0;
         if (!check_prompt_bytes(g, bytes, err))
             return false;
         srv_chat_inputs in = {.add_generation_prompt = true};
-        if (!srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err))
+        if (r->chat.messages)
+            srv_chat_req_inputs(&r->chat, &in);
+        if (!(r->chat.messages ? srv_chat_encode_json(s->chat, r->chat.messages, &in, ids, n, err)
+                               : srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err)))
             return false;
     } else if (r->prompts[i].ids) {
         const srv_prompt *p = &r->prompts[i];
@@ -263,13 +275,19 @@ static void sse_event(srv_gen *g, char *json)
     inferd_free(json);
 }
 
-/* engine_submit's refusals become HTTP errors: queue full is 429 (with
+/* Submit the g->per_prompt choices c[0..per) of one prompt as one engine
+ * group (engine_submit_n: the prompt is computed once, the others fork
+ * its blocks; choice k samples with seed + k). best_of > n needs each
+ * sequence's cumulative logprob to rank them, so logprobs are computed
+ * then even when the client did not ask (the response only shows them
+ * when it did: consume reads g->req.sp, not the engine request's).
+ * engine_submit_n's refusals become HTTP errors: queue full is 429 (with
  * Retry-After in srv_http.c), the rest keep the engine's status and the
  * field it named. The error slot is cleared first so a stale parameter
  * name from an earlier call on this thread cannot leak into the answer.
- * NOTE: notify may fire on the engine thread before engine_submit returns;
- * the caller has bound the slot already, and the consumer only pumps
- * once this function has stored c->stream. */
+ * NOTE: notify may fire on the engine thread before engine_submit_n
+ * returns; the caller has bound the slot already, and the consumer only
+ * pumps once this function has stored the streams. */
 static bool submit(srv_gen *g, gen_choice *c, const int32_t *ids, int n, void (*notify)(void *), void *user,
                    srv_error *err)
 {
@@ -279,14 +297,19 @@ static bool submit(srv_gen *g, gen_choice *c, const int32_t *ids, int n, void (*
     er.n_prompt = n;
     er.sp = g->req.sp;
     er.sp.max_tokens = c->max_tokens;
+    if (g->per_prompt > g->n_out && er.sp.logprobs < 0)
+        er.sp.logprobs = 0;
     er.timeout_s = g->s->opts.request_timeout_s;
     er.notify = notify;
     er.notify_user = user;
+    engine_stream *streams[SAMPLING_MAX_SEQS];
     inferd_clear_error();
-    inferd_status st = engine_submit(g->s->eng, &er, &c->stream);
-    if (st == INFERD_OK)
+    inferd_status st = engine_submit_n(g->s->eng, &er, g->per_prompt, streams);
+    if (st == INFERD_OK) {
+        for (int k = 0; k < g->per_prompt; k++)
+            c[k].stream = streams[k];
         return true;
-    c->stream = NULL;
+    }
     if (st == INFERD_ERR_QUEUE_FULL)
         return srv_error_set(err, SRV_ERR_QUEUE_FULL, NULL,
                              "the server is at capacity (more than %d requests waiting); retry later",
@@ -322,34 +345,37 @@ static bool echo_text(srv_gen *g, int i, char **out, size_t *len, srv_error *err
  * first failure returns with the choices submitted so far still holding
  * their streams, which srv_gen_free releases (and so aborts). Every prompt
  * is built and checked before any is submitted, so a bad element refuses
- * the request without the engine seeing any of it.
- * NOTE: this is the seam for n > 1: each prompt has one choice here; with
- * the engine's n-children API, a prompt's n choices are submitted as one
- * engine request that shares the prompt's blocks. */
+ * the request without the engine seeing any of it. Prompt p owns choices
+ * p * per .. p * per + per - 1 (per = best_of, which is n unless best_of
+ * is given), one engine group; with per == n that is also the choice
+ * index the client sees (p * n + k). */
 static bool submit_choices(srv_gen *g, void (*notify)(void *), void *user, srv_error *err)
 {
-    int n = g->n_choices;
+    const int n = g->n_choices / g->per_prompt; /* prompts */
     int32_t **ids = inferd_calloc((size_t)n, sizeof *ids);
     int *n_ids = inferd_calloc((size_t)n, sizeof *n_ids);
+    int32_t *max_tokens = inferd_calloc((size_t)n, sizeof *max_tokens);
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
-        gen_choice *c = &g->choices[i];
-        c->prompt = i;
-        ok = build_prompt(g, c->prompt, &ids[i], &n_ids[i], err) &&
-             check_length(g, n_ids[i], &c->max_tokens, err);
+        ok = build_prompt(g, i, &ids[i], &n_ids[i], err) && check_length(g, n_ids[i], &max_tokens[i], err);
         if (!ok)
             name_element(g, i, err);
     }
     if (ok)
         add_chat_stop(g);
-    for (int i = 0; ok && i < n; i++) {
-        g->choices[i].prompt_tokens = n_ids[i];
-        ok = submit(g, &g->choices[i], ids[i], n_ids[i], notify, user, err);
+    for (int i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        c->prompt = i / g->per_prompt;
+        c->max_tokens = max_tokens[c->prompt];
+        c->prompt_tokens = n_ids[c->prompt];
     }
+    for (int i = 0; ok && i < n; i++)
+        ok = submit(g, &g->choices[i * g->per_prompt], ids[i], n_ids[i], notify, user, err);
     for (int i = 0; i < n; i++)
         inferd_free(ids[i]);
     inferd_free(ids);
     inferd_free(n_ids);
+    inferd_free(max_tokens);
     return ok;
 }
 
@@ -423,7 +449,10 @@ srv_gen *srv_gen_start(srv_server *s, srv_api api, const char *body, size_t len,
         srv_gen_free(g);
         return NULL;
     }
-    g->n_choices = api == SRV_API_COMPLETIONS ? g->req.n_prompts : 1;
+    /* responses has no n: its request's seqs stay zero */
+    g->per_prompt = api == SRV_API_RESPONSES ? 1 : g->req.seqs.best_of;
+    g->n_out = api == SRV_API_RESPONSES ? 1 : g->req.seqs.n;
+    g->n_choices = (api == SRV_API_COMPLETIONS ? g->req.n_prompts : 1) * g->per_prompt;
     g->choices = inferd_calloc((size_t)g->n_choices, sizeof *g->choices);
     if (!submit_choices(g, notify, notify_user, err)) {
         srv_gen_free(g);
@@ -649,6 +678,7 @@ static void consume(srv_gen *g, int i, const engine_output *o)
     c->prompt_tokens = o->prompt_tokens > 0 ? o->prompt_tokens : c->prompt_tokens;
     c->completion_tokens = o->completion_tokens;
     c->cached_tokens = o->cached_tokens;
+    c->cum_logprob = o->cum_logprob;
     c->times = o->times;
     emit_text(g, i, o->text ? o->text : "", o->text_len, g->req.stream ? lp : NULL);
     if (!o->finished)
@@ -684,6 +714,28 @@ bool srv_gen_pump(srv_gen *g)
     return g->finished;
 }
 
+/* The sequences the body returns, in choice-index order: out[p * n + j]
+ * is prompt p's j-th best sequence. With best_of > n the prompt's
+ * best_of sequences are ranked by cumulative logprob (engine_rank_seqs:
+ * vLLM's ranking, ties to the lower seed); with best_of == n nothing is
+ * ranked and choice k is the sequence of seed + k. */
+static void returned_choices(const srv_gen *g, int *out)
+{
+    const int per = g->per_prompt, n = g->n_out;
+    double cum[SAMPLING_MAX_SEQS];
+    int order[SAMPLING_MAX_SEQS];
+    for (int p = 0; p < g->n_choices / per; p++) {
+        for (int k = 0; k < per; k++) {
+            cum[k] = g->choices[p * per + k].cum_logprob;
+            order[k] = k;
+        }
+        if (per > n)
+            engine_rank_seqs(cum, per, order);
+        for (int j = 0; j < n; j++)
+            out[p * n + j] = p * per + order[j];
+    }
+}
+
 /* Moves the accumulated logprobs into the body (g keeps no pointer to
  * them); logprobs requested but never produced render as an empty object,
  * not null, so clients that index into it do not fail. */
@@ -700,17 +752,21 @@ char *srv_gen_response(srv_gen *g, int *http_status)
         responses_state(g, &u, &m, &st);
         return srv_responses_body(&m, &st);
     }
-    srv_choice_body *b = inferd_calloc((size_t)g->n_choices, sizeof *b);
-    for (int i = 0; i < g->n_choices; i++) {
-        gen_choice *c = &g->choices[i];
+    const int n_body = g->n_choices / g->per_prompt * g->n_out;
+    int *sel = inferd_calloc((size_t)n_body, sizeof *sel);
+    returned_choices(g, sel);
+    srv_choice_body *b = inferd_calloc((size_t)n_body, sizeof *b);
+    for (int i = 0; i < n_body; i++) {
+        gen_choice *c = &g->choices[sel[i]];
         cJSON *lp = c->logprobs;
         if (!lp && g->req.sp.logprobs >= 0)
             lp = srv_lp_new(g->req.api);
         c->logprobs = NULL;
         b[i] = (srv_choice_body){c->text.data, c->text.len, finish_reason_str(c->finish), lp};
     }
-    char *out = srv_resp_full(g->req.api, &g->meta, b, g->n_choices, &u, &g->timings);
+    char *out = srv_resp_full(g->req.api, &g->meta, b, n_body, &u, &g->timings);
     inferd_free(b);
+    inferd_free(sel);
     return out;
 }
 

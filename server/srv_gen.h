@@ -1,7 +1,8 @@
 /* server/srv_gen.h: one generation request (/v1/completions,
  * /v1/chat/completions or /v1/responses) from validated body to finished
- * response: one choice per prompt of a batched completions request, each
- * its own engine request.
+ * response: n choices per prompt (each prompt of a batched completions
+ * request, or the chat conversation, is one engine group of best_of
+ * sequences sharing the prompt's KV blocks).
  *
  * The HTTP layer owns the connection; this module owns the request: it
  * builds the prompt (tokenizer, chat template), checks it against the model

@@ -81,18 +81,58 @@ static const char k_env_py[] =
     "    except Exception as e:\n"
     "        return (None, type(e).__name__, str(e))\n"
     "\n"
-    "def render(template, variables_json, fixed_now):\n"
+    "def iterates_content(source):\n"
+    "    try:\n"
+    "        tree = env.parse(source)\n"
+    "    except Exception:\n"
+    "        return False\n"
+    "    for loop in tree.find_all(jinja2.nodes.For):\n"
+    "        it = loop.iter\n"
+    "        if isinstance(it, jinja2.nodes.Getattr) and it.attr == 'content':\n"
+    "            return True\n"
+    "        if isinstance(it, jinja2.nodes.Getitem) and isinstance(it.arg, jinja2.nodes.Const) \\\n"
+    "                and it.arg.value == 'content':\n"
+    "            return True\n"
+    "    return False\n"
+    "\n"
+    "def final_message_text(messages):\n"
+    "    last = messages[-1] if isinstance(messages, list) and messages else None\n"
+    "    text = last.get('content') if isinstance(last, dict) else None\n"
+    "    if isinstance(text, list):\n"
+    "        parts = [p['text'] for p in text if isinstance(p, dict) and isinstance(p.get('text'), str)]\n"
+    "        text = parts[-1] if parts else None\n"
+    "    if not isinstance(text, str):\n"
+    "        raise ValueError('continue_final_message is set but the final message has no text to continue')\n"
+    "    return text\n"
+    "\n"
+    "def cut_after_final(rendered, messages):\n"
+    "    final = final_message_text(messages)\n"
+    "    core = final.strip()\n"
+    "    at = rendered.rfind(core)\n"
+    "    if at < 0:\n"
+    "        raise ValueError('continue_final_message is set but the final message does not appear in the chat '\n"
+    "                         'after applying the chat template (the template changes or drops it)')\n"
+    "    keep = len(final.lstrip())\n"
+    "    if rendered[at:at + keep] != final:\n"
+    "        keep = len(core)\n"
+    "    return rendered[:at + keep]\n"
+    "\n"
+    "def render(template, variables_json, fixed_now, continue_final):\n"
     "    try:\n"
     "        kw = json.loads(variables_json)\n"
     "        if fixed_now:\n"
     "            now = datetime.datetime.fromisoformat(fixed_now)\n"
     "            kw['strftime_now'] = lambda fmt: now.strftime(fmt)\n"
-    "        return (template.render(**kw), None, None)\n"
+    "        text = template.render(**kw)\n"
+    "        if continue_final:\n"
+    "            text = cut_after_final(text, kw.get('messages'))\n"
+    "        return (text, None, None)\n"
     "    except Exception as e:\n"
     "        return (None, type(e).__name__, str(e))\n";
 
 struct srv_jinja {
-    PyObject *tmpl; /* jinja2 Template */
+    PyObject *tmpl;     /* jinja2 Template */
+    bool content_parts; /* a {% for %} iterates over some `.content` (srv_jinja_iterates_content) */
 };
 
 /* Process-wide state, written once by init_once (pthread_once orders those
@@ -102,7 +142,7 @@ static struct {
     inferd_status status;
     char why[400];
     char version[96];
-    PyObject *compile_fn, *render_fn; /* owned references */
+    PyObject *compile_fn, *render_fn, *content_fn; /* owned references */
 } g = {.once = PTHREAD_ONCE_INIT, .status = INFERD_ERR_UNAVAILABLE};
 
 /* Text of the pending Python exception (cleared); GIL held.
@@ -148,13 +188,15 @@ static bool build_env(void)
     Py_DECREF(r);
     g.compile_fn = PyDict_GetItemString(ns, "compile_template");
     g.render_fn = PyDict_GetItemString(ns, "render");
+    g.content_fn = PyDict_GetItemString(ns, "iterates_content");
     PyObject *ver = PyDict_GetItemString(ns, "version");
     Py_XINCREF(g.compile_fn);
     Py_XINCREF(g.render_fn);
+    Py_XINCREF(g.content_fn);
     const char *v = ver ? PyUnicode_AsUTF8(ver) : NULL;
     snprintf(g.version, sizeof g.version, "%s", v ? v : "jinja2");
     Py_DECREF(ns); /* the functions keep their globals alive */
-    return g.compile_fn && g.render_fn;
+    return g.compile_fn && g.render_fn && g.content_fn;
 }
 
 /* Runs once per process, on whichever thread first needs Jinja (srv_run's
@@ -262,6 +304,10 @@ bool srv_jinja_compile(const char *source, srv_jinja **out, srv_jinja_error *e)
         Py_INCREF(tmpl);
         *out = inferd_calloc(1, sizeof **out);
         (*out)->tmpl = tmpl;
+        PyObject *parts = PyObject_CallFunction(g.content_fn, "s", source);
+        (*out)->content_parts = parts == Py_True;
+        Py_XDECREF(parts);
+        PyErr_Clear(); /* the detection is advisory: a failure means "string" */
     } else {
         result_error(res, e);
     }
@@ -298,12 +344,17 @@ static bool copy_text(PyObject *s, char **out, size_t *out_len)
     return true;
 }
 
+bool srv_jinja_iterates_content(const srv_jinja *t)
+{
+    return t && t->content_parts;
+}
+
 /* Any thread; renders from several event-loop threads queue on the GIL.
- * "z" passes fixed_now as None when NULL. On a copy failure the error
- * comes from the pending exception (result_error is given NULL so it does
- * not misread the successful tuple). */
-bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
-                      srv_jinja_error *e)
+ * "z" passes fixed_now as None when NULL, "i" continue_final as 0 or 1. On
+ * a copy failure the error comes from the pending exception (result_error
+ * is given NULL so it does not misread the successful tuple). */
+bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, bool continue_final,
+                      char **out, size_t *out_len, srv_jinja_error *e)
 {
     *out = NULL;
     *out_len = 0;
@@ -313,7 +364,7 @@ bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fix
         return false;
     }
     PyGILState_STATE gs = PyGILState_Ensure();
-    PyObject *res = PyObject_CallFunction(g.render_fn, "Osz", t->tmpl, vars_json, fixed_now);
+    PyObject *res = PyObject_CallFunction(g.render_fn, "Oszi", t->tmpl, vars_json, fixed_now, (int)continue_final);
     PyObject *text = res && PyTuple_Check(res) && PyTuple_Size(res) == 3 ? PyTuple_GetItem(res, 0) : NULL;
     bool ok = text && PyUnicode_Check(text) && copy_text(text, out, out_len);
     if (!ok)
@@ -363,12 +414,19 @@ void srv_jinja_free(srv_jinja *t)
     inferd_free(t);
 }
 
-bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
-                      srv_jinja_error *e)
+bool srv_jinja_iterates_content(const srv_jinja *t)
+{
+    (void)t;
+    return false;
+}
+
+bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, bool continue_final,
+                      char **out, size_t *out_len, srv_jinja_error *e)
 {
     (void)t;
     (void)vars_json;
     (void)fixed_now;
+    (void)continue_final;
     *out = NULL;
     *out_len = 0;
     snprintf(e->type, sizeof e->type, "%s", "Unavailable");

@@ -54,10 +54,21 @@ void srv_jinja_free(srv_jinja *t);
  * become the template's variables (messages, add_generation_prompt, tools,
  * documents, bos_token, ..., extra kwargs), exactly as HF passes them.
  * fixed_now ("2026-01-15T12:00:00") fixes strftime_now()'s clock (tests);
- * NULL = the local time. *out is heap (inferd_free), UTF-8, *out_len bytes
- * (no NUL inside unless the template wrote one). On failure (the template
- * raised) returns false with *e filled. */
-bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, char **out, size_t *out_len,
-                      srv_jinja_error *e);
+ * NULL = the local time. continue_final: HF's continue_final_message: the
+ * rendering is cut right after the final message's content (its last text
+ * part when it is a list), keeping that content's trailing whitespace only
+ * when the template kept it verbatim; a ValueError when the content is not
+ * in the rendering. The cut runs in Python so that strip() and the search
+ * use Python's Unicode rules, as HF's. *out is heap (inferd_free), UTF-8,
+ * *out_len bytes (no NUL inside unless the template wrote one). On failure
+ * (the template raised) returns false with *e filled. */
+bool srv_jinja_render(const srv_jinja *t, const char *vars_json, const char *fixed_now, bool continue_final,
+                      char **out, size_t *out_len, srv_jinja_error *e);
+
+/* Whether the template loops over a message's content ({% for x in
+ * message['content'] %} or .content): such templates expect OpenAI's list
+ * of parts, the others a string. vLLM's "auto" content format makes the
+ * same choice from the template's syntax tree; decided once at compile. */
+bool srv_jinja_iterates_content(const srv_jinja *t);
 
 #endif

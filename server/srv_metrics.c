@@ -204,6 +204,12 @@ static void render_engine(inferd_buf *b, const engine_stats *st)
     counter(b, "inferd:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
             st->prefix_hits);
     counter(b, "inferd:engine_steps_total", "Engine steps run.", st->steps);
+    /* n > 1 shares a prompt's blocks: allocated vs shared shows the saving */
+    counter(b, "inferd:kv_cache_blocks_allocated_total",
+            "KV cache blocks handed out fresh (KV computed into them).", st->kv_blocks_allocated);
+    counter(b, "inferd:kv_cache_blocks_shared_total",
+            "KV cache block references added by sequences forked from a prompt (KV reused).",
+            st->kv_blocks_shared);
     family(b, "inferd:request_success_total", "counter", "Finished requests by finish reason.");
     static const finish_reason k_reasons[] = {FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR};
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_reasons); i++)

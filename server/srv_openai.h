@@ -42,6 +42,27 @@ typedef struct {
     int n_ids;
 } srv_prompt;
 
+/* What a chat completions or /tokenize request hands the chat template
+ * (vLLM's fields), validated and bounded (the SRV_CHAT_MAX_* of
+ * srv_chat.h). messages are in the shape srv_chat_encode_json takes:
+ * role (system, developer, user, assistant, tool) and content (a string,
+ * text parts, or null for an assistant), name, an assistant's tool_calls
+ * with function.arguments parsed from its JSON string, reasoning, a tool
+ * message's tool_call_id. All trees owned. */
+typedef struct {
+    cJSON *messages;  /* array, NULL when the request has none (responses) */
+    cJSON *tools;     /* /tokenize's "tools" (array) or NULL; chat completions refuse tools for now */
+    cJSON *documents; /* "documents" (array of objects) or NULL */
+    cJSON *kwargs;    /* "chat_template_kwargs" (object) or NULL */
+    bool add_generation_prompt;  /* default true; false when continue_final_message */
+    bool continue_final_message; /* default false */
+    size_t text_bytes;           /* bytes of client text in all of the above (the prompt size bound) */
+} srv_chat_req;
+
+void srv_chat_req_free(srv_chat_req *c);
+/* The srv_chat_inputs of c (borrowing its trees). */
+void srv_chat_req_inputs(const srv_chat_req *c, srv_chat_inputs *in);
+
 /* A validated /v1/completions, /v1/chat/completions or /v1/responses
  * request. */
 typedef struct {
@@ -49,9 +70,11 @@ typedef struct {
     char *model;         /* requested name (heap) or NULL */
     srv_prompt *prompts; /* completions: [n_prompts] in request order (heap), 1..SRV_MAX_PROMPTS */
     int n_prompts;
-    srv_chat_msg *msgs; /* chat / responses messages [n_msgs] (heap) */
+    srv_chat_msg *msgs; /* chat (flat view of chat.messages) / responses messages [n_msgs] (heap) */
     int n_msgs;
+    srv_chat_req chat;  /* chat: the template inputs (responses: zero, msgs is the input) */
     sampling_params sp; /* sp.stop[i] points into stops[i]; sp.max_tokens set later */
+    sampling_seqs seqs; /* completions / chat: n choices of best_of sequences per prompt (responses: zero = 1) */
     char *stops[SAMPLING_MAX_STOP];
     int64_t max_tokens;      /* requested (the max_tokens row's range), 0 when not given */
     bool add_special_tokens; /* completions text prompt: add BOS (default true) */
@@ -70,14 +93,17 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
                        srv_error *err);
 void srv_request_free(srv_request *r);
 
-/* POST /tokenize: {"prompt": str} or {"messages": [...]}, optional
- * "add_special_tokens" (default true for prompt, false for messages). */
+/* POST /tokenize: {"prompt": str} or {"messages": [...]} with the chat
+ * template inputs of chat completions plus "tools" (vLLM's /tokenize),
+ * optional "add_special_tokens" (default true for prompt, false for
+ * messages). */
 typedef struct {
     char *model;
     char *prompt;
     size_t prompt_len;
-    srv_chat_msg *msgs;
+    srv_chat_msg *msgs; /* flat view of chat.messages */
     int n_msgs;
+    srv_chat_req chat;
     bool add_special_tokens;
 } srv_tokenize_req;
 

@@ -54,35 +54,17 @@ char *srv_routes_metrics(srv_server *s, size_t *len)
     return srv_metrics_render(s->metrics, have ? &st : NULL, len);
 }
 
-/* Chat template inputs of a /tokenize body beyond its messages (vLLM's
- * names): add_generation_prompt (default true) and chat_template_kwargs
- * (an object of extra template variables, e.g. enable_thinking).
- * The body is parsed a second time for these two fields: they exist only on
- * /tokenize, and keeping them out of srv_tokenize_req keeps the shared
- * parser's struct small. null counts as absent for both. */
-static bool tokenize_chat(srv_server *s, const char *body, size_t len, const srv_tokenize_req *r, int32_t **ids,
-                          int *n, srv_error *err)
+/* The chat prompt of a /tokenize body exactly as chat completions builds
+ * it, from the same template inputs (add_generation_prompt,
+ * continue_final_message, chat_template_kwargs, documents) plus tools,
+ * which chat completions refuse until tool calls are parsed. Renders on
+ * this HTTP thread, never on the engine's. */
+static bool tokenize_chat(srv_server *s, const srv_tokenize_req *r, int32_t **ids, int *n, srv_error *err)
 {
-    if (!srv_chat_ready(s->chat))
-        return srv_error_set(err, SRV_ERR_NO_CHAT_TEMPLATE, "messages", "%s", srv_chat_describe(s->chat));
-    cJSON *root = cJSON_ParseWithLength(body, len); /* already validated by srv_tokenize_parse */
-    const cJSON *agp = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
-    bool ok = true;
-    if (agp && !cJSON_IsBool(agp) && !cJSON_IsNull(agp))
-        ok = srv_error_set(err, SRV_ERR_INVALID, "add_generation_prompt",
-                           "'add_generation_prompt' must be a boolean");
-    else if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw))
-        ok = srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs",
-                           "'chat_template_kwargs' must be an object");
-    if (ok) {
-        srv_chat_inputs in = {.add_generation_prompt = !cJSON_IsFalse(agp),
-                              .kwargs = cJSON_IsObject(kw) ? kw : NULL,
-                              .add_special_tokens = r->add_special_tokens};
-        ok = srv_chat_encode(s->chat, r->msgs, r->n_msgs, &in, ids, n, err);
-    }
-    cJSON_Delete(root);
-    return ok;
+    srv_chat_inputs in;
+    srv_chat_req_inputs(&r->chat, &in);
+    in.add_special_tokens = r->add_special_tokens;
+    return srv_chat_encode_json(s->chat, r->chat.messages, &in, ids, n, err);
 }
 
 /* vLLM's /tokenize: {"count", "max_model_len", "tokens"}. Text prompts use
@@ -98,7 +80,7 @@ char *srv_routes_tokenize(srv_server *s, const char *body, size_t len, srv_error
     int n = 0;
     if (r.msgs) {
         /* the chat prompt exactly as chat completions builds it */
-        bool ok = tokenize_chat(s, body, len, &r, &ids, &n, err);
+        bool ok = tokenize_chat(s, &r, &ids, &n, err);
         srv_tokenize_free(&r);
         if (!ok)
             return NULL;

@@ -2,8 +2,10 @@
 // against `inferd serve` on stories260K (CPU): models list, completion (the
 // llama2.c golden greedy text), streaming completion, batched prompts (one
 // choice per prompt, equal to the single requests, streamed chunks by
-// index), echo, chat, streaming chat (same text as non-streamed, usage
-// chunk), responses.create plain and streamed (the same text as chat), and
+// index), echo, n > 1 (seeded choices equal the single requests with seed
+// + k), presence/frequency penalties (change the greedy text), logit_bias
+// (+100 forces a token), chat, chat with n = 2, streaming chat (same text
+// as non-streamed, usage chunk), responses.create plain and streamed (the same text as chat), and
 // the client's typed errors for a wrong key, an unknown model and refused
 // fields. Exit 0 = pass.
 import assert from 'node:assert/strict';
@@ -89,6 +91,51 @@ async function batched(client) {
   console.log('echo ok');
 }
 
+// n, penalties and logit_bias through the client's own request types.
+async function sampling(base, client) {
+  const n = await client.completions.create({
+    model: MODEL, prompt: g.prompt, max_tokens: 20, temperature: 0.9, seed: 99, n: 2,
+  });
+  assert.equal(n.choices.length, 2);
+  for (const k of [0, 1]) {
+    const one = await client.completions.create({
+      model: MODEL, prompt: g.prompt, max_tokens: 20, temperature: 0.9, seed: 99 + k,
+    });
+    assert.equal(n.choices[k].index, k);
+    assert.equal(n.choices[k].text, one.choices[0].text);
+  }
+  assert.equal(n.usage.completion_tokens, n.choices.length * 20);
+  console.log('n=2 ok');
+
+  const plain = await client.completions.create({ model: MODEL, prompt: g.prompt, max_tokens: 40, temperature: 0 });
+  for (const pen of [{ presence_penalty: 2 }, { frequency_penalty: 2 }]) {
+    const p = await client.completions.create({ model: MODEL, prompt: g.prompt, max_tokens: 40, temperature: 0, ...pen });
+    assert.notEqual(p.choices[0].text, plain.choices[0].text, JSON.stringify(pen));
+    const again = await client.completions.create({ model: MODEL, prompt: g.prompt, max_tokens: 40, temperature: 0, ...pen });
+    assert.equal(again.choices[0].text, p.choices[0].text);
+  }
+  console.log('penalties ok');
+
+  // +100 on one id: every generated token is that id (greedy and sampled);
+  // /detokenize names the token (a leading space is dropped at the start
+  // of a text, hence the trim)
+  const id = 403;
+  const piece = await fetch(`${base}/detokenize`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ tokens: [id] }),
+  }).then((r) => r.json());
+  for (const temperature of [0, 1]) {
+    const b = await client.completions.create({
+      model: MODEL, prompt: g.prompt, max_tokens: 8, temperature, seed: 5, logprobs: 0, logit_bias: { [id]: 100 },
+    });
+    const toks = b.choices[0].logprobs.tokens;
+    assert.equal(toks.length, 8);
+    assert.ok(toks.every((t) => t === toks[0] && t.trim() === piece.prompt.trim()), JSON.stringify(toks));
+    assert.deepEqual(b.choices[0].text.trim().split(' '), Array(8).fill(piece.prompt.trim()));
+  }
+  console.log('logit_bias ok');
+}
+
 const messages = [
   { role: 'system', content: 'You tell short stories.' },
   { role: 'user', content: 'Tell me a story about a dog.' },
@@ -121,6 +168,16 @@ async function chat(client) {
   assert.equal(finish, 'length');
   assert.equal(usage.completion_tokens, 30);
   console.log('streaming chat ok');
+
+  const two = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 30, temperature: 0, n: 2 });
+  assert.equal(two.choices.length, 2);
+  two.choices.forEach((c, i) => {
+    assert.equal(c.index, i);
+    assert.equal(c.message.content, chat.choices[0].message.content);
+  });
+  assert.equal(two.usage.prompt_tokens, chat.usage.prompt_tokens);
+  assert.equal(two.usage.completion_tokens, 60);
+  console.log('chat n=2 ok');
   return chat.choices[0].message.content;
 }
 
@@ -202,6 +259,7 @@ await runE2E('e2e openai', KEY, async ({ base }) => {
   assert.equal(models.data[0].id, MODEL);
   await completions(client);
   await batched(client);
+  await sampling(base, client);
   const chatText = await chat(client);
   await responses(client, chatText);
   await errors(base, client);

@@ -60,7 +60,7 @@ static void check_msgs(const srv_chat_msg *m, int n, bool need_one)
 {
     FUZZ_ASSERT(n >= 0 && (n > 0 || !need_one) && (n == 0 || m), "n_msgs %d", n);
     for (int i = 0; i < n; i++) {
-        FUZZ_ASSERT(m[i].role >= SRV_ROLE_SYSTEM && m[i].role <= SRV_ROLE_ASSISTANT, "role %d", (int)m[i].role);
+        FUZZ_ASSERT(m[i].role >= SRV_ROLE_SYSTEM && m[i].role < SRV_ROLE_COUNT, "role %d", (int)m[i].role);
         FUZZ_ASSERT(m[i].content && fuzz_utf8_valid(m[i].content, strlen(m[i].content)), "msg %d content", i);
     }
     /* One built-in family per input (rendering runs jinja2 in Python:

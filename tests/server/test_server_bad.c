@@ -6,7 +6,8 @@
  * server runs with an API key, a 64 KiB body limit and the Llama-2 chat
  * template (the no-template 400 is checked in test_server.c). Rows cover
  * completions (batched prompts: a bad element, 129 and 10000 prompts, one
- * prompt too long; echo; suffix), chat and /v1/responses (every refused
+ * prompt too long; echo; suffix; n and best_of: range, type, best_of < n,
+ * streamed best_of > n, prompts x n above 128), chat and /v1/responses (every refused
  * feature, wrong types, ranges, deep nesting). After the table it
  * must still produce the reference greedy text and answer /v1/responses, its /metrics must count the
  * refusals, and it must exit 0 on SIGTERM (under ASan this includes the
@@ -125,7 +126,25 @@ static const row k_rows[] = {
     {"min_p above 1", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"min_p\":2}", NULL, 400, BAD, "min_p", NULL},
     {"seed fractional", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"seed\":1.5}", NULL, 400, BAD, "seed",
      NULL},
-    {"n = 2", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":2}", NULL, 400, BAD, "n", NULL},
+    {"n = 0", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":0}", NULL, 400, BAD, "n", "[1, 16]"},
+    {"n = 17", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":17}", NULL, 400, BAD, "n", "[1, 16]"},
+    {"n string", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":\"2\"}", NULL, 400, BAD, "n", "integer"},
+    {"n huge", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":1e300}", NULL, 400, BAD, "n", NULL},
+    {"n fractional", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":1.5}", NULL, 400, BAD, "n", NULL},
+    {"chat n = 17", "POST", CHAT, B_TEXT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":17}",
+     NULL, 400, BAD, "n", NULL},
+    {"best_of < n", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"n\":3,\"best_of\":2}", NULL, 400, BAD,
+     "best_of", "greater than or equal"},
+    {"best_of 17", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"best_of\":17}", NULL, 400, BAD, "best_of",
+     NULL},
+    {"best_of streamed", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"best_of\":3,\"stream\":true}", NULL, 400,
+     BAD, "best_of", "streamed"},
+    {"chat best_of", "POST", CHAT, B_TEXT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"best_of\":2}", NULL, 400, BAD, "best_of",
+     NULL},
+    {"prompts x n above 128", "POST", CMP, B_TEXT,
+     "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":16}", NULL, 400, BAD,
+     "prompt", "at most 128"},
     {"echo not bool", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"echo\":\"yes\"}", NULL, 400, BAD, "echo",
      "boolean"},
     {"echo with logprobs", "POST", CMP, B_TEXT, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":2}", NULL, 400,

@@ -98,8 +98,35 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":\"hi\",\"top_p\":0}", INV, "top_p"},
     {C, "{\"prompt\":\"hi\",\"top_k\":1.5}", INV, "top_k"},
     {C, "{\"prompt\":\"hi\",\"min_p\":-0.1}", INV, "min_p"},
-    {C, "{\"prompt\":\"hi\",\"n\":3}", INV, "n"},
-    {C, "{\"prompt\":\"hi\",\"best_of\":2}", INV, "best_of"},
+    /* n and best_of: the rows' edges [1, 16], types, best_of >= n, the
+     * request's 128 sequences, chat has no best_of, best_of > n unstreamed */
+    {C, "{\"prompt\":\"hi\",\"n\":3}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"best_of\":2}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"n\":16,\"best_of\":16}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"n\":2,\"best_of\":5}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"n\":null,\"best_of\":null}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"n\":2,\"best_of\":2,\"stream\":true}", OK, NULL},
+    {C, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\"],\"n\":16}", OK, NULL}, /* 128 */
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":16,\"best_of\":1}", INV, "best_of"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":4,\"stream\":true}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"n\":0}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":-1}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":17}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":\"2\"}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":2.5}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":true}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":[2]}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"n\":1e300}", INV, "n"},
+    {C, "{\"prompt\":\"hi\",\"best_of\":0}", INV, "best_of"},
+    {C, "{\"prompt\":\"hi\",\"best_of\":17}", INV, "best_of"},
+    {C, "{\"prompt\":\"hi\",\"best_of\":\"3\"}", INV, "best_of"},
+    {C, "{\"prompt\":\"hi\",\"n\":3,\"best_of\":2}", INV, "best_of"}, /* best_of < n */
+    {C, "{\"prompt\":\"hi\",\"n\":1,\"best_of\":3,\"stream\":true}", INV, "best_of"},
+    {C, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":15}", INV,
+     "prompt"}, /* 9 x 15 = 135 > 128 */
+    {C, "{\"prompt\":[\"a\",\"b\"],\"n\":2,\"best_of\":16}", OK, NULL},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"best_of\":2}", INV, "best_of"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", INV, "n"},
     {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", INV, "echo"}, /* needs prompt logprobs */
     {C, "{\"prompt\":\"hi\",\"echo\":1}", INV, "echo"},
     {C, "{\"prompt\":\"hi\",\"echo\":\"true\"}", INV, "echo"},
@@ -131,7 +158,7 @@ static const parse_row k_parse[] = {
     {H, "{}", INV, "messages"},
     {H, "{\"messages\":{}}", INV, "messages"},
     {H, "{\"messages\":[1]}", INV, "messages"},
-    {H, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", INV, "messages"},
+    {H, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", INV, "messages"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", INV, "messages"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", INV, "messages"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":2}", INV,
@@ -202,6 +229,22 @@ START_TEST(test_parse_values)
     ck_assert_float_eq(r.sp.temperature, 1.0f);
     ck_assert(!r.stream);
     srv_request_free(&r);
+    /* n and best_of: best_of defaults to n; responses-like defaults 1 */
+    b = "{\"prompt\":\"hi\",\"n\":4}";
+    ck_assert(srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
+    ck_assert(r.seqs.n == 4 && r.seqs.best_of == 4);
+    srv_request_free(&r);
+    b = "{\"prompt\":\"hi\",\"n\":2,\"best_of\":7}";
+    ck_assert(srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
+    ck_assert(r.seqs.n == 2 && r.seqs.best_of == 7);
+    srv_request_free(&r);
+    b = "{\"prompt\":\"hi\"}";
+    ck_assert(srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
+    ck_assert(r.seqs.n == 1 && r.seqs.best_of == 1);
+    srv_request_free(&r);
+    b = "{\"prompt\":\"hi\",\"n\":17}";
+    ck_assert(!srv_request_parse(C, b, strlen(b), &k_lim, &r, &e));
+    ck_assert_msg(strstr(e.message, "[1, 16]") != NULL, "%s", e.message);
     /* invalid UTF-8 anywhere in strings that matter */
     const char bad[] = "{\"prompt\":\"a\xc3(\"}";
     ck_assert(!srv_request_parse(C, bad, sizeof bad - 1, &k_lim, &r, &e));
