@@ -415,10 +415,7 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
     cJSON_AddNumberToObject(root, "avg_latency", n > 0 ? total_lat / n : 0);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    FILE *f = fopen(path, "w");
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0)
-        ok = false;
+    const bool ok = util_write_text_file(path, text);
     free(text);
     if (!ok) {
         fprintf(stderr, "inferd bench latency: cannot write %s\n", path);

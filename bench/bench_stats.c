@@ -12,6 +12,7 @@
  * percentiles are exact at the cost of O(total chunks) memory, which the
  * records hold anyway. Pure functions: no I/O except the printers.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,14 +497,7 @@ inferd_status bench_save_json(const char *path, const bench_summary *s, const be
                               const bench_result *results, int n, const int *sent_len)
 {
     char *txt = bench_result_json(s, m, results, n, sent_len);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        inferd_free(txt);
-        return inferd_set_error(INFERD_ERR_IO, "%s: cannot open for writing", path);
-    }
-    size_t len = strlen(txt);
-    bool ok = fwrite(txt, 1, len, f) == len && fputc('\n', f) != EOF;
-    ok = (fclose(f) == 0) && ok;
+    const bool ok = util_write_text_file(path, txt);
     inferd_free(txt);
-    return ok ? INFERD_OK : inferd_set_error(INFERD_ERR_IO, "%s: write failed", path);
+    return ok ? INFERD_OK : inferd_set_error(INFERD_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
 }

@@ -423,10 +423,7 @@ static int write_json(const char *path, model *m, const engine_opts *eo, const k
     cJSON_AddNumberToObject(ej, "preemptions", (double)r->stats.preemptions);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    FILE *f = fopen(path, "w");
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0)
-        ok = false;
+    const bool ok = util_write_text_file(path, text);
     free(text);
     if (!ok) {
         fprintf(stderr, "inferd bench throughput: cannot write %s\n", path);

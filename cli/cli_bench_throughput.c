@@ -81,21 +81,10 @@ int cli_bench_throughput(int argc, char **argv)
     }
     if (a.mo.max_model_len == 0)
         a.mo.max_model_len = a.eo.max_model_len = bench_throughput_max_len(&o);
-    if (a.mo.device_auto)
-        a.mo.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
-    a.mo.device_auto = false;
     kern_ceilings ceil;
-    memset(&ceil, 0, sizeof ceil);
-    if (bench_latency_ceilings(a.mo.backend, a.mo.device_id, &ceil) != INFERD_OK) {
-        cli_fail("bench throughput: measuring the ceilings: %s", inferd_last_error());
-        cli_model_args_free(&a);
-        return 1;
-    }
     cli_loaded l;
-    if (cli_load(&a, &l) != 0) {
-        cli_model_args_free(&a);
+    if (cli_bench_load(&a, "bench throughput", &ceil, &l) != 0)
         return 1;
-    }
     rc = bench_throughput_run(l.m, l.tok, &l.eo, &ceil, &o, stdout, NULL);
     cli_unload(&l);
     cli_model_args_free(&a);

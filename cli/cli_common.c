@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "bench/bench_latency.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -162,6 +163,24 @@ int cli_load(cli_model_args *a, cli_loaded *out)
     }
     out->eo = a->eo;
     out->eo.max_model_len = model_max_model_len(out->m);
+    return 0;
+}
+
+int cli_bench_load(cli_model_args *a, const char *cmd, kern_ceilings *ceil, cli_loaded *l)
+{
+    if (a->mo.device_auto)
+        a->mo.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
+    a->mo.device_auto = false;
+    memset(ceil, 0, sizeof *ceil);
+    if (bench_latency_ceilings(a->mo.backend, a->mo.device_id, ceil) != INFERD_OK) {
+        cli_fail("%s: measuring the ceilings: %s", cmd, inferd_last_error());
+        cli_model_args_free(a);
+        return 1;
+    }
+    if (cli_load(a, l) != 0) {
+        cli_model_args_free(a);
+        return 1;
+    }
     return 0;
 }
 

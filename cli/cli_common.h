@@ -61,6 +61,11 @@ void cli_model_usage(FILE *f);
 /* Load model + tokenizer; 0 ok, else prints the error and returns 1. */
 int cli_load(cli_model_args *a, cli_loaded *out);
 void cli_unload(cli_loaded *l);
+/* The start of the bench commands: resolve --device auto, measure the
+ * device's ceilings (bench_latency_ceilings) before anything else uses the
+ * GPU, then cli_load. 0 ok; else the error is printed (prefixed by cmd),
+ * a is freed and 1 returned. */
+int cli_bench_load(cli_model_args *a, const char *cmd, kern_ceilings *ceil, cli_loaded *l);
 /* Print "inferd: error: <msg>" on stderr; returns -1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

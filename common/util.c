@@ -134,6 +134,17 @@ bool util_file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+bool util_write_text_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    const size_t len = strlen(text);
+    bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+    ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
 char *util_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);

@@ -54,6 +54,10 @@ bool inferd_deadline_cond_wait(inferd_deadline d, pthread_cond_t *cv, pthread_mu
  * max_bytes bounds the size (0 = 1 GiB). Errors name the path. */
 inferd_status util_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
 bool util_file_exists(const char *path);
+/* Write text and a final newline to path (created or truncated). False when
+ * it cannot be opened, written or closed (fclose is checked: a full disk
+ * often shows only there); errno tells why. */
+bool util_write_text_file(const char *path, const char *text);
 /* Join dir and name into a new heap string "dir/name". */
 char *util_path_join(const char *dir, const char *name);
 
