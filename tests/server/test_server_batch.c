@@ -135,27 +135,13 @@ START_TEST(test_batch_equals_singles)
 }
 END_TEST
 
-/* An SSE body's data events as JSON (without [DONE], which must be last). */
+/* An SSE body's data events (ts_sse_events), failing the test when the
+ * stream is malformed. */
 static cJSON *sse_events(const char *body)
 {
-    cJSON *arr = cJSON_CreateArray();
-    const char *p = body;
-    bool done = false;
-    while ((p = strstr(p, "data: ")) != NULL) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        ck_assert(end != NULL);
-        ck_assert_msg(!done, "data after [DONE]");
-        if (!strncmp(p, "[DONE]", 6)) {
-            done = true;
-        } else {
-            cJSON *e = cJSON_ParseWithLength(p, (size_t)(end - p));
-            ck_assert_msg(e != NULL, "bad event %.60s", p);
-            cJSON_AddItemToArray(arr, e);
-        }
-        p = end;
-    }
-    ck_assert_msg(done, "no [DONE]");
+    const char *why = NULL;
+    cJSON *arr = ts_sse_events(body, &why);
+    ck_assert_msg(arr != NULL, "bad SSE stream: %s", why ? why : "?");
     return arr;
 }
 

@@ -365,6 +365,39 @@ bool ts_sse_parse(const char *body, char **text, int *n_events, cJSON **last, cJ
     return done;
 }
 
+cJSON *ts_sse_events(const char *body, const char **why)
+{
+    cJSON *arr = cJSON_CreateArray();
+    const char *p = body;
+    bool done = false;
+    *why = NULL;
+    while (!*why && (p = strstr(p, "data: ")) != NULL) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        if (!end)
+            *why = "an event without its blank line";
+        else if (done)
+            *why = "data after [DONE]";
+        else if (!strncmp(p, "[DONE]", 6))
+            done = true;
+        else {
+            cJSON *e = cJSON_ParseWithLength(p, (size_t)(end - p));
+            if (e)
+                cJSON_AddItemToArray(arr, e);
+            else
+                *why = "an event that is not JSON";
+        }
+        p = end;
+    }
+    if (!*why && !done)
+        *why = "no [DONE]";
+    if (*why) {
+        cJSON_Delete(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 char *ts_metrics(const ts_server *s)
 {
     ts_resp r = ts_request(s, "GET", "/metrics", NULL, 0, "");

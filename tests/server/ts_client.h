@@ -61,6 +61,11 @@ cJSON *ts_post_json(const ts_server *s, const char *path, const char *body, long
  * well formed (no [DONE], non-JSON data). */
 bool ts_sse_parse(const char *body, char **text, int *n_events, cJSON **last, cJSON **first);
 
+/* An SSE body's data events as a JSON array, in order, without the final
+ * [DONE]; NULL (and *why set) when an event is not JSON, data follows
+ * [DONE] or [DONE] is missing. cJSON_Delete the array. */
+cJSON *ts_sse_events(const char *body, const char **why);
+
 /* GET /metrics text (heap). */
 char *ts_metrics(const ts_server *s);
 /* Value of one series in /metrics (NAN when absent). */
