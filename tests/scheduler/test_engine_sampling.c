@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "model/model.h"
 #include "scheduler/engine.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 #define MAX_GEN 128
@@ -83,30 +84,6 @@ static prompt make_prompt(int i)
     return p;
 }
 
-static model *load_model(int max_seqs, int max_tokens, int kv_blocks)
-{
-    char *dir = test_fixture_path("models/stories260K");
-    if (!dir || !util_file_exists(dir))
-        test_skip("models/stories260K not found");
-    model_opts o;
-    model_opts_default(&o);
-    o.model_dir = dir;
-    o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
-    o.n_threads = 1;
-    o.max_num_seqs = max_seqs;
-    o.max_num_batched_tokens = max_tokens;
-    model *m = NULL;
-    if (kv_blocks > 0) { /* learn the bytes of a block from a probe load */
-        o.kv_cache_bytes = 1 << 20;
-        ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
-        o.kv_cache_bytes = (int64_t)kv_blocks * model_kv_bytes_per_block(m);
-        model_free(m);
-        m = NULL;
-    }
-    ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
-    inferd_free(dir);
-    return m;
-}
 
 static engine *make_engine(model *m, int max_seqs, int max_tokens, bool caching)
 {
@@ -203,7 +180,7 @@ static int argmax(const float *x, int n)
 
 START_TEST(test_logit_bias_forces)
 {
-    model *m = load_model(4, 256, 0);
+    model *m = etu_load_stories(4, 256, 0);
     prompt p = make_prompt(0);
     sampling_params sp;
     result plain, forced, sampled, banned;
@@ -323,7 +300,7 @@ static int repeats(const prompt *p, const result *r)
 
 START_TEST(test_penalties_match_host)
 {
-    model *m = load_model(4, 256, 0);
+    model *m = etu_load_stories(4, 256, 0);
     const struct {
         float pres, freq, rep;
         int bias_token;
@@ -352,7 +329,7 @@ END_TEST
  * penalty path (a zero bias) give the plain tokens bit for bit. */
 START_TEST(test_penalty_direction_and_neutral)
 {
-    model *m = load_model(4, 256, 0);
+    model *m = etu_load_stories(4, 256, 0);
     prompt p = make_prompt(5);
     sampling_params sp;
     result plain, rep, freq, neutral;
@@ -400,13 +377,13 @@ START_TEST(test_penalty_invariance)
             sp[i].has_seed = true;
         }
     }
-    model *m = load_model(4, 256, 0);
+    model *m = etu_load_stories(4, 256, 0);
     for (int i = 0; i < N; i++)
         run_one(m, &p[i], &sp[i], &alone[i]);
     model_free(m);
     /* 12 blocks of 16 tokens for 8 requests of up to ~100 tokens: preemptions;
      * a 24-token budget splits the longer prompts */
-    m = load_model(N, 24, 12);
+    m = etu_load_stories(N, 24, 12);
     engine *e = make_engine(m, N, 24, true);
     engine_stream *s[N];
     for (int i = 0; i < N; i++)
@@ -430,7 +407,7 @@ END_TEST
 /* Bad values: refused at submit, naming the field; the engine serves on. */
 START_TEST(test_penalty_bad_input)
 {
-    model *m = load_model(4, 256, 0);
+    model *m = etu_load_stories(4, 256, 0);
     engine *e = make_engine(m, 4, 256, false);
     const int vocab = model_get_config(m)->vocab_size;
     prompt p = make_prompt(1);
@@ -512,7 +489,7 @@ static void assert_same_tokens(const result *a, const result *b, const char *wha
  * reproducible; the choices are not all the same. */
 START_TEST(test_n_seeded_equals_single)
 {
-    model *m = load_model(8, 256, 0);
+    model *m = etu_load_stories(8, 256, 0);
     for (int c = 0; c < 2; c++) {
         prompt p = make_prompt(20 + c);
         sampling_params sp;
@@ -549,7 +526,7 @@ END_TEST
  * (pool counters), the prompt counts once, usage counts every token. */
 START_TEST(test_n_greedy_shares_prompt)
 {
-    model *m = load_model(8, 256, 0);
+    model *m = etu_load_stories(8, 256, 0);
     const int bs = model_block_size(m);
     prompt p = make_prompt(7); /* 1 + 6 + (7 * 11) % 40 = 44 tokens */
     ck_assert_int_gt(p.n, 2 * bs);
@@ -585,7 +562,7 @@ END_TEST
  * tokens' logprobs, and engine_rank_seqs orders by it. */
 START_TEST(test_best_of_cum_logprob)
 {
-    model *m = load_model(8, 256, 0);
+    model *m = etu_load_stories(8, 256, 0);
     prompt p = make_prompt(9);
     sampling_params sp;
     greedy(&sp, 12);
@@ -648,7 +625,7 @@ START_TEST(test_n_pressure_and_abort)
         sp[g].has_seed = true;
         sp[g].presence_penalty = g == 1 ? 0.7f : 0.0f;
     }
-    model *m = load_model(8, 256, 0);
+    model *m = etu_load_stories(8, 256, 0);
     result want[G][N];
     for (int g = 0; g < G; g++)
         for (int i = 0; i < N; i++) {
@@ -657,7 +634,7 @@ START_TEST(test_n_pressure_and_abort)
             run_one(m, &p[g], &si, &want[g][i]);
         }
     model_free(m);
-    m = load_model(8, 16, 14);
+    m = etu_load_stories(8, 16, 14);
     engine *e = make_engine(m, 8, 16, true);
     engine_stream *s[G][N];
     for (int g = 0; g < G; g++) {

@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "scheduler/engine.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 #define N_PROMPTS 20
@@ -102,35 +103,6 @@ static void make_shared_prompts(prompt *p, int n)
     }
 }
 
-static model *load_model(int max_seqs, int max_tokens, int kv_blocks)
-{
-    char *dir = test_fixture_path("models/stories260K");
-    if (!dir || !util_file_exists(dir))
-        test_skip("models/stories260K not found");
-    model_opts o;
-    model_opts_default(&o);
-    o.model_dir = dir;
-    /* INFERD_TEST_DEVICE=cuda runs the same invariance tests on the GPU backend */
-    o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
-    o.n_threads = 1;
-    o.max_num_seqs = max_seqs;
-    o.max_num_batched_tokens = max_tokens;
-    o.kv_cache_bytes = 0;
-    model *m = NULL;
-    if (kv_blocks > 0) {
-        /* learn the block size in bytes from a probe load */
-        o.kv_cache_bytes = 1 << 20;
-        ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
-        o.kv_cache_bytes = (int64_t)kv_blocks * model_kv_bytes_per_block(m);
-        model_free(m);
-        m = NULL;
-    }
-    ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
-    if (kv_blocks > 0)
-        ck_assert_int_eq(model_num_kv_blocks(m), kv_blocks);
-    inferd_free(dir);
-    return m;
-}
 
 static tokenizer *load_tok(void)
 {
@@ -257,7 +229,7 @@ static void run_concurrent(engine *e, const prompt *p, const sampling_params *sp
 /* Each prompt alone: a fresh roomy engine, one request at a time, no cache. */
 static void run_alone(const prompt *p, const sampling_params *sp, int n, result *res)
 {
-    model *m = load_model(4, 512, 0);
+    model *m = etu_load_stories(4, 512, 0);
     engine *e = make_engine(m, NULL, 4, 512, false);
     memset(res, 0, sizeof(result) * (size_t)n);
     for (int i = 0; i < n; i++) {
@@ -290,7 +262,7 @@ static void greedy_set(sampling_params *sp, int n, int max_tokens)
 START_TEST(test_golden_greedy)
 {
     load_golden();
-    model *m = load_model(4, 512, 0);
+    model *m = etu_load_stories(4, 512, 0);
     engine *e = make_engine(m, NULL, 4, 512, true);
     prompt p = {.n = g_n_golden_prompt};
     memcpy(p.ids, g_golden_prompt, sizeof(int32_t) * (size_t)p.n);
@@ -315,7 +287,7 @@ START_TEST(test_concurrent_equals_alone)
     make_prompts(p, N_PROMPTS);
     greedy_set(sp, N_PROMPTS, 48);
     run_alone(p, sp, N_PROMPTS, alone);
-    model *m = load_model(32, 512, 0);
+    model *m = etu_load_stories(32, 512, 0);
     engine *e = make_engine(m, NULL, 32, 512, true);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
@@ -338,7 +310,7 @@ START_TEST(test_preemption_invariance)
         sp[i].n_stop_token_ids = 0; /* run to max_tokens: more KV pressure */
     run_alone(p, sp, N_PROMPTS, alone);
     /* 16 blocks of 16 tokens (15 usable = 240 tokens) for 20 requests of up to 109 */
-    model *m = load_model(16, 256, 16);
+    model *m = etu_load_stories(16, 256, 16);
     engine *e = make_engine(m, NULL, 16, 256, true);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
@@ -362,7 +334,7 @@ START_TEST(test_chunked_prefill_invariance)
     int longest = 0;
     for (int i = 0; i < N_PROMPTS; i++)
         longest = INFERD_MAX(longest, p[i].n);
-    model *m = load_model(8, 7, 0);
+    model *m = etu_load_stories(8, 7, 0);
     engine *e = make_engine(m, NULL, 8, 7, false);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
@@ -385,7 +357,7 @@ START_TEST(test_prefix_cache_invariance)
     greedy_set(sp, N, 40);
     run_alone(p, sp, N, alone);
     /* small budget so later prompts are admitted after earlier ones cached */
-    model *m = load_model(8, 64, 0);
+    model *m = etu_load_stories(8, 64, 0);
     engine *e = make_engine(m, NULL, 8, 64, true);
     run_concurrent(e, p, sp, N, batched);
     engine_stats st;
@@ -424,7 +396,7 @@ START_TEST(test_abort_half)
     for (int i = 0; i < N; i++)
         sp[i].n_stop_token_ids = 0;
     run_alone(p, sp, N, alone);
-    model *m = load_model(8, 64, 40);
+    model *m = etu_load_stories(8, 64, 40);
     engine *e = make_engine(m, NULL, 8, 64, true);
     engine_stream *s[N];
     memset(res, 0, sizeof res);
@@ -484,13 +456,13 @@ START_TEST(test_seeded_sampling)
         sp[i].ignore_eos = true;
     }
     run_alone(p, sp, N, alone);
-    model *m = load_model(16, 256, 0);
+    model *m = etu_load_stories(16, 256, 0);
     engine *e = make_engine(m, NULL, 16, 256, true);
     run_concurrent(e, p, sp, N, batched);
     finish_engine(e, NULL);
     model_free(m);
     assert_same(batched, alone, N, "seeded batched");
-    m = load_model(16, 32, 12);
+    m = etu_load_stories(16, 32, 12);
     e = make_engine(m, NULL, 16, 32, true);
     run_concurrent(e, p, sp, N, preempted);
     engine_stats st;
@@ -523,7 +495,7 @@ END_TEST
 
 START_TEST(test_rejections)
 {
-    model *m = load_model(4, 64, 5); /* 4 usable blocks = 64 tokens */
+    model *m = etu_load_stories(4, 64, 5); /* 4 usable blocks = 64 tokens */
     engine_opts eo;
     engine_opts_default(&eo);
     eo.max_queued_requests = 3;
@@ -625,7 +597,7 @@ START_TEST(test_stop_conditions)
     static prompt p[1];
     make_prompts(p, 1);
     tokenizer *tok = load_tok();
-    model *m = load_model(8, 128, 0);
+    model *m = etu_load_stories(8, 128, 0);
     engine *e = make_engine(m, tok, 8, 128, true);
     sampling_params sp;
     greedy_params(&sp, 60);
@@ -706,7 +678,7 @@ START_TEST(test_logprobs_every_count)
 {
     static prompt p[1];
     make_prompts(p, 1);
-    model *m = load_model(8, 128, 0);
+    model *m = etu_load_stories(8, 128, 0);
     engine *e = make_engine(m, NULL, 8, 128, true);
     for (int n = 0; n <= SAMPLING_MAX_LOGPROBS; n++) {
         sampling_params sp;
@@ -735,7 +707,7 @@ START_TEST(test_logprobs_and_timeout)
 {
     static prompt p[2];
     make_prompts(p, 2);
-    model *m = load_model(8, 128, 0);
+    model *m = etu_load_stories(8, 128, 0);
     engine *e = make_engine(m, NULL, 8, 128, true);
     sampling_params sp;
     greedy_params(&sp, 20);

@@ -1,0 +1,16 @@
+/* tests/scheduler/engine_test_util.h: what the engine suites on stories260K
+ * share: loading the model on the backend the run asks for
+ * (INFERD_TEST_DEVICE=cuda: the GPU), with a KV cache of an exact block
+ * count when a test needs one. */
+#ifndef INFERD_TESTS_ENGINE_TEST_UTIL_H
+#define INFERD_TESTS_ENGINE_TEST_UTIL_H
+
+#include "model/model.h"
+
+/* stories260K with max_seqs sequences and max_tokens tokens per step, one
+ * CPU thread; kv_blocks > 0: exactly that many KV blocks (learned from a
+ * probe load), else the backend's default sizing. Skips the test when the
+ * fixture is absent; fails it when loading fails. */
+model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks);
+
+#endif
