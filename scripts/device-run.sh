@@ -80,6 +80,14 @@ for q in qwen2 qwen3 llama-rope-linear llama-rope-dynamic llama-rope-yarn; do
     else row "HF transformers logits (random $q-small)" "FAIL (hf-$q.log)"; fi
     tail -3 "$OUT/hf-$q.log"
 done
+# 5c. the CPU backend (fp32) against the same HF references: with 5b, CPU and GPU agree within the
+# tolerance of each to HF
+for q in llama3 qwen2 qwen3; do
+    if $PY scripts/hf_reference.py compare --model /tmp/rand-$q --inferd "$BIN" --device cpu >"$OUT/hf-cpu-$q.log" 2>&1
+    then row "HF transformers logits, CPU backend ($q-small)" "PASS"
+    else row "HF transformers logits, CPU backend ($q-small)" "FAIL (hf-cpu-$q.log)"; fi
+    tail -2 "$OUT/hf-cpu-$q.log"
+done
 
 # 6. Llama-3-8B dummy weights: speed
 if $PY scripts/bench_gpu.py --inferd "$BIN" --config configs/models/llama3-8b >"$OUT/bench.log" 2>&1
