@@ -519,6 +519,35 @@ static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, 
     return cfg_check_sliding(root, name, c);
 }
 
+/* The RoPE table the parameters give must be finite and positive, as must
+ * yarn's attention factor: a degenerate rope_theta (1 with yarn, whose
+ * correction range divides by log(theta); found by fuzz_config) gives NaN,
+ * which would reach every attention score. Refused at load, naming the
+ * fields. */
+static inferd_status cfg_check_rope_table(const char *name, const model_config *c)
+{
+    const int half = c->head_dim / 2;
+    if (half <= 0)
+        return INFERD_OK; /* head_dim was refused already */
+    float *f = inferd_malloc(sizeof(float) * (size_t)half);
+    model_rope_inv_freq(c, f);
+    int bad = -1;
+    for (int j = 0; j < half && bad < 0; j++)
+        if (!(isfinite(f[j]) && f[j] > 0.0f))
+            bad = j;
+    const double v = bad >= 0 ? (double)f[bad] : 0.0;
+    inferd_free(f);
+    if (bad >= 0)
+        return inferd_set_error(INFERD_ERR_FORMAT,
+                                "%s: the rope parameters (rope_theta %g and the scaling fields) give inv_freq[%d] = "
+                                "%g; a finite positive frequency is required",
+                                name, (double)c->rope_theta, bad, v);
+    if (!(isfinite(c->rope_attn_factor) && c->rope_attn_factor > 0.0f))
+        return inferd_set_error(INFERD_ERR_FORMAT, "%s: the rope attention factor is %g; it must be finite and > 0",
+                                name, (double)c->rope_attn_factor);
+    return INFERD_OK;
+}
+
 /* Everything but the architecture and shape. */
 static inferd_status cfg_parse_rest(const cJSON *root, const char *name, model_config *c)
 {
@@ -526,7 +555,7 @@ static inferd_status cfg_parse_rest(const cJSON *root, const char *name, model_c
     int64_t bos;
     inferd_status st;
     if ((st = cfg_num_in(root, NULL, name, "rms_norm_eps", 0.0, 1.0, 1e-6, &eps)) ||
-        (st = cfg_parse_rope(root, name, c)) ||
+        (st = cfg_parse_rope(root, name, c)) || (st = cfg_check_rope_table(name, c)) ||
         (st = cfg_bool(root, name, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
         (st = cfg_int_in(root, NULL, name, "bos_token_id", false, 0, c->vocab_size - 1, -1, &bos)) ||
         (st = cfg_parse_eos(root, name, c->vocab_size, c->eos_ids, &c->n_eos)) ||

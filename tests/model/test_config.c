@@ -116,6 +116,12 @@ static const cfg_row k_rows[] = {
     {"{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}}", NULL, INFERD_OK, NULL},
     {"{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", NULL, INFERD_OK, NULL},
     {"{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL, INFERD_OK, NULL},
+    /* a degenerate theta: yarn's correction range divides by log(theta) (found by fuzz_config) */
+    {"{\"rope_theta\": 1.0, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", NULL,
+     INFERD_ERR_FORMAT, "inv_freq"},
+    {"{\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1.0, \"factor\": 4.0}}", NULL,
+     INFERD_ERR_FORMAT, "inv_freq"},
+    {"{\"rope_theta\": 1.0}", NULL, INFERD_OK, NULL},
     {"{\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}", NULL, INFERD_ERR_UNSUPPORTED,
      "rope_scaling.rope_type"},
     {"{\"rope_scaling\": {\"type\": \"su\"}}", NULL, INFERD_ERR_UNSUPPORTED, "'su'"},
