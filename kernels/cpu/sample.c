@@ -14,6 +14,14 @@
  *     fp64 (the unnormalized softmax; every later step is invariant to the
  *     normalization, so it is never divided out). Tokens with NaN z or
  *     w[i] == 0 are dropped: they can never be drawn.
+ *  4'. No truncation: if !(P.top_p < 1), !(P.min_p > 0) and (P.top_k <= 0
+ *     or P.top_k >= n, n = the number of kept tokens), steps 5-7 keep every
+ *     token, so the order does not matter to the distribution: skip 4-8 and
+ *     draw in token-id order: u = rng_uniform(P.seed, P.counter); S = sum
+ *     of w[i] over all ids (fp64, id order, dropped tokens add 0); the token
+ *     is the lowest id whose running sum (same order) is > u * S; if
+ *     rounding leaves none, the highest id with w > 0. (A different token
+ *     than steps 4-8 would give for the same u, with the same probability.)
  *  4. Sort the remaining tokens by w descending, ties by lower id first.
  *     Call the sorted list c[0..n).
  *  5. top-k: if P.top_k > 0 and P.top_k < n, n = P.top_k.
@@ -27,9 +35,11 @@
  *     order) is > u * S; if rounding leaves none, c[n-1].
  *
  * Step 3 with "== m" makes +inf logits well defined (all +inf tokens share
- * the mass). Cost: one sort of the vocabulary per sampled (non-greedy) row;
- * this is the reference, the CUDA twin may select instead of sorting as long
- * as it keeps the same order.
+ * the mass). Cost: a truncating row sorts the vocabulary; this is the
+ * reference, the CUDA twin may select instead of sorting as long as it keeps
+ * the same order. A row without truncation (4') takes two passes over the
+ * logits and two over the weights, no sort; a row with 0 < top_k < n pays
+ * that weight pass before sorting (n comes from it).
  *
  * Workspace: one candidate array of `vocab` entries per worker thread,
  * min(n_threads, max_rows) arrays; rows are sampled in parallel.
@@ -78,8 +88,8 @@ static int32_t argmax_row(const float *x, int vocab)
     return best;
 }
 
-/* Steps 2-4: candidates with nonzero weight, sorted; returns their count. */
-static int build_candidates(const float *x, int vocab, float temp, sample_cand *c)
+/* Step 2: m = max of z = x / temp over non-NaN z (-inf if none). */
+static float max_z(const float *x, int vocab, float temp)
 {
     float m = -INFINITY;
     for (int i = 0; i < vocab; i++) {
@@ -87,14 +97,56 @@ static int build_candidates(const float *x, int vocab, float temp, sample_cand *
         if (z > m)
             m = z;
     }
-    if (!(m > -INFINITY))
-        return 0;
+    return m;
+}
+
+/* Step 3 for one token: w, 0 when the token is dropped. */
+static double token_weight(float x, float temp, float m)
+{
+    float z = x / temp;
+    if (isnan(z))
+        return 0.0;
+    return z == m ? 1.0 : exp((double)z - (double)m);
+}
+
+/* Step 4' weights: w[0..vocab) in id order; returns how many are > 0. */
+static int id_weights(const float *x, int vocab, float temp, float m, double *w)
+{
     int n = 0;
     for (int i = 0; i < vocab; i++) {
-        float z = x[i] / temp;
-        if (isnan(z))
+        w[i] = token_weight(x[i], temp, m);
+        n += w[i] > 0.0;
+    }
+    return n;
+}
+
+/* Step 4' draw over w[0..vocab) (n > 0 of them nonzero). Zero weights are
+ * skipped in the walk: adding 0 changes no running sum. */
+static int32_t draw_id_order(const double *w, int vocab, const kern_sample_params *prm)
+{
+    double total = 0.0;
+    for (int i = 0; i < vocab; i++)
+        total += w[i];
+    double target = rng_uniform(prm->seed, prm->counter) * total, cum = 0.0;
+    int32_t last = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (!(w[i] > 0.0))
             continue;
-        double w = z == m ? 1.0 : exp((double)z - (double)m);
+        cum += w[i];
+        last = i;
+        if (cum > target)
+            return i;
+    }
+    return last;
+}
+
+/* Steps 3-4 given m > -inf: candidates with nonzero weight, sorted; returns
+ * their count. */
+static int build_candidates(const float *x, int vocab, float temp, float m, sample_cand *c)
+{
+    int n = 0;
+    for (int i = 0; i < vocab; i++) {
+        double w = token_weight(x[i], temp, m);
         if (w > 0.0) {
             c[n].w = w;
             c[n].id = i;
@@ -133,14 +185,22 @@ static int apply_filters(const sample_cand *c, int n, const kern_sample_params *
     return n;
 }
 
-/* Sample one row (steps 1-8); c has room for vocab candidates. */
+/* Sample one row (steps 1-8); c has room for vocab candidates (or, on the
+ * 4' path, vocab doubles: a candidate is larger). */
 static int32_t sample_row(const float *x, int vocab, const kern_sample_params *prm, sample_cand *c)
 {
     if (!(prm->temperature > 0.0f))
         return argmax_row(x, vocab);
-    int n = build_candidates(x, vocab, prm->temperature, c);
-    if (n == 0)
+    const float m = max_z(x, vocab, prm->temperature);
+    if (!(m > -INFINITY))
         return argmax_row(x, vocab);
+    if (!(prm->top_p < 1.0f) && !(prm->min_p > 0.0f)) { /* step 4' */
+        double *w = (double *)c;
+        int n = id_weights(x, vocab, prm->temperature, m, w);
+        if (prm->top_k <= 0 || prm->top_k >= n)
+            return draw_id_order(w, vocab, prm);
+    }
+    int n = build_candidates(x, vocab, prm->temperature, m, c);
     n = apply_filters(c, n, prm);
     double total = 0.0;
     for (int i = 0; i < n; i++)

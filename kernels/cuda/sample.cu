@@ -24,9 +24,17 @@
  * ~2^-29 relative or w is subnormal; the CPU then orders them by id and this
  * file by z. Negligible, and documented rather than paid for.
  *
- * Cost: greedy rows one pass; sampled rows a max pass, a count pass, one sum
+ * Rows without truncation (step 4' of sample.c: top-k off or >= the
+ * candidate count, top-p >= 1, min-p <= 0) need no order: they are drawn in
+ * id order by smp_draw_id_order (one contiguous id segment per thread, a
+ * fixed-order scan of the segment sums, one thread walks one segment).
+ *
+ * Cost: greedy rows one pass; rows without truncation a max pass, one sum
+ * pass and a walk of ceil(vocab / 1024) ids (plus a count pass when
+ * 0 < top-k < vocab); truncating rows a max pass, a count pass, one sum
  * pass, ~5 select/gather passes and one 2048-key sort for the first chunk.
- * Flat distributions walk further (tests use them; real logits rarely do).
+ * Flat distributions walk further there (tests use them; real logits
+ * rarely do).
  */
 #include <limits.h>
 
@@ -139,6 +147,12 @@ struct smp_add {
 };
 struct smp_fmax {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct smp_imin {
+    __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+struct smp_imax {
+    __device__ int operator()(int a, int b) const { return max(a, b); }
 };
 
 __device__ double smp_sum_d(smp_shared &S, double v)
@@ -379,6 +393,104 @@ __device__ uint64_t smp_key_at(smp_shared &S, smp_row &rw, int rank)
     return smp_select(S, rw, rank);
 }
 
+/* --- step 4': no truncation, draw in id order ---------------------------------- */
+
+/* Step 3's w for token i, 0 when dropped (the CPU's token_weight). */
+__device__ __forceinline__ double smp_w_id(const smp_row &rw, int i)
+{
+    const float z = smp_z(rw, i);
+    return isnan(z) ? 0.0 : smp_w(rw, z);
+}
+
+/* Exclusive prefix sums of the threads' v in thread order: sequential
+ * within each warp (its lane 0), then over the warp totals (thread 0);
+ * thread t gets warp_prefix + lane_prefix, so the prefixes never decrease
+ * with t. *total = the sum of all. Uses S.w[0..KC_SMP_THREADS) as scratch
+ * (no chunk is resident on this path). */
+static_assert(KC_SMP_THREADS <= KC_SMP_CAP && KC_SMP_THREADS % 32 == 0, "smp_scan_excl's scratch");
+__device__ double smp_scan_excl(smp_shared &S, double v, double *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    S.w[threadIdx.x] = v;
+    __syncthreads();
+    if (lane == 0) {
+        double e = 0.0;
+        for (int l = 0; l < 32; l++) {
+            const double t = S.w[threadIdx.x + l];
+            S.w[threadIdx.x + l] = e;
+            e += t;
+        }
+        S.dred[warp] = e;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double e = 0.0;
+        for (int w = 0; w < KC_SMP_WARPS; w++) {
+            const double t = S.dred[w];
+            S.dred[w] = e;
+            e += t;
+        }
+        S.bcast_d = e;
+    }
+    __syncthreads();
+    const double r = S.dred[warp] + S.w[threadIdx.x];
+    *total = S.bcast_d;
+    __syncthreads();
+    return r;
+}
+
+/* Step 4' (sample.c): every candidate kept, drawn in id order. Thread t owns
+ * the ids [t * seg, (t + 1) * seg), seg = ceil(vocab / 1024), and sums its
+ * w sequentially (s_t); e_t = the exclusive scan of the s_t, S = their
+ * total (the CPU sums all ids sequentially: same token unless u lands
+ * within rounding of a CDF boundary). The running sum at id i of segment t
+ * is e_t + (sequential sum of the segment's w up to i), whose largest value
+ * e_t + s_t needs no walk: the token lies in the lowest segment with s_t > 0
+ * and e_t + s_t > u * S, and only its thread walks. Requiring w > 0 at the
+ * hit keeps dropped tokens out even where rounding makes e_t exceed the
+ * previous segment's last running sum. */
+__device__ int32_t smp_draw_id_order(smp_shared &S, const smp_row &rw, const kern_sample_params &prm)
+{
+    const int seg = (rw.vocab + KC_SMP_THREADS - 1) / KC_SMP_THREADS;
+    const int lo = min(rw.vocab, (int)threadIdx.x * seg), hi = min(rw.vocab, lo + seg);
+    double s = 0.0;
+    int last = -1;
+    for (int i = lo; i < hi; i++) {
+        const double w = smp_w_id(rw, i);
+        if (w > 0.0) {
+            s += w;
+            last = i;
+        }
+    }
+    double total;
+    const double e = smp_scan_excl(S, s, &total);
+    const double target = rng_uniform(prm.seed, prm.counter) * total;
+    const bool has = s > 0.0 && e + s > target;
+    const int owner =
+        smp_block_reduce(has ? (int)threadIdx.x : INT_MAX, S.ired, &S.bcast_i, INT_MAX, smp_imin());
+    if (owner == INT_MAX) /* rounding left none: the highest id with w > 0 */
+        return smp_block_reduce(last, S.ired, &S.bcast_i, -1, smp_imax());
+    if ((int)threadIdx.x == owner) {
+        double cum = 0.0;
+        int tok = last;
+        for (int i = lo; i < hi; i++) {
+            const double w = smp_w_id(rw, i);
+            if (w > 0.0) {
+                cum += w;
+                if (e + cum > target) {
+                    tok = i;
+                    break;
+                }
+            }
+        }
+        S.walk_res = tok;
+    }
+    __syncthreads();
+    const int32_t tok = S.walk_res;
+    __syncthreads();
+    return tok;
+}
+
 /* Steps 2-8 for one row whose temperature is > 0. */
 __device__ int32_t smp_sample_row(smp_shared &S, const float *x, int vocab, const kern_sample_params &prm)
 {
@@ -395,10 +507,15 @@ __device__ int32_t smp_sample_row(smp_shared &S, const float *x, int vocab, cons
     rw.m = smp_max_f(S, mx);
     if (!(rw.m > -INFINITY))
         return smp_argmax(S, x, vocab);
+    const bool keep_all = !(prm.top_p < 1.0f) && !(prm.min_p > 0.0f); /* step 4' unless top-k cuts */
+    if (keep_all && (prm.top_k <= 0 || prm.top_k >= vocab))
+        return smp_draw_id_order(S, rw, prm);
     int cnt = 0;
     for (int i = threadIdx.x; i < vocab; i += KC_SMP_THREADS)
         cnt += smp_cand(rw, smp_z(rw, i));
     rw.n = smp_sum_i(S, cnt); /* >= 1: the max itself */
+    if (keep_all && prm.top_k >= rw.n)
+        return smp_draw_id_order(S, rw, prm);
 
     int n = prm.top_k > 0 && prm.top_k < rw.n ? prm.top_k : rw.n; /* step 5 */
     if (prm.top_p < 1.0f) {                                       /* step 6 */

@@ -3,11 +3,14 @@
  * seeds, top-k = 1 and tiny top-p equal greedy, top-k / top-p / min-p keep
  * exactly the expected sets, the empirical distribution of 20000 draws
  * matches the (filtered, renormalized) softmax, multi-row calls with a
- * guarded workspace equal single-row calls. */
+ * guarded workspace equal single-row calls; rows without truncation (step
+ * 4') draw the inverse CDF in id order under every way of switching the
+ * filters off, over vocab sizes 1 to 128256 and rows with NaN / +-inf. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/alloc.h"
+#include "common/rng.h"
 #include "kt_util.h"
 
 static kern_sample_params params(float temp, int32_t top_k, float top_p, float min_p,
@@ -241,6 +244,126 @@ START_TEST(test_multi_row)
 }
 END_TEST
 
+/* Step 4' by its definition: the lowest id whose running sum of
+ * w = exp(z - max z) (fp64, id order, NaN z dropped) exceeds u * S. */
+static int32_t ref_id_order(const float *x, int vocab, float temp, uint64_t seed, uint64_t counter)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        m = fmaxf(m, x[i] / temp);
+    double *w = inferd_malloc((size_t)vocab * sizeof(double));
+    double total = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        float z = x[i] / temp;
+        w[i] = isnan(z) ? 0.0 : z == m ? 1.0 : exp((double)z - (double)m);
+        total += w[i];
+    }
+    const double target = rng_uniform(seed, counter) * total;
+    double cum = 0.0;
+    int32_t tok = -1;
+    for (int i = 0; i < vocab && tok < 0; i++) {
+        cum += w[i];
+        if (cum > target)
+            tok = i;
+    }
+    for (int i = vocab - 1; tok < 0 && i >= 0; i--)
+        if (w[i] > 0.0)
+            tok = i;
+    inferd_free(w);
+    return tok;
+}
+
+enum { ID_FLAT, ID_PEAKED, ID_SPECIAL, ID_POSINF, ID_KINDS };
+
+/* Rows for the id-order path; returns the number of tokens with w > 0. */
+static int fill_id_row(float *x, int vocab, int kind, uint64_t seed)
+{
+    test_fill_uniform(x, (size_t)vocab, seed, -1.0f, 1.0f);
+    if (kind == ID_PEAKED)
+        for (int k = 0; k < 8; k++)
+            x[(int)(rng_uniform(seed, (uint64_t)k) * vocab)] = 6.0f + (float)k;
+    if (kind == ID_SPECIAL || kind == ID_POSINF)
+        for (int i = 0; i < vocab; i++) {
+            double u = rng_uniform(seed + 1, (uint64_t)i);
+            if (u < 0.1)
+                x[i] = u < 0.05 ? NAN : -INFINITY;
+        }
+    if (kind == ID_POSINF && vocab > 2) {
+        x[vocab / 3] = INFINITY;
+        x[vocab - 1] = INFINITY;
+    }
+    x[vocab / 2] = 0.5f; /* at least one drawable token */
+    float m = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        m = fmaxf(m, x[i]);
+    int n = 0;
+    for (int i = 0; i < vocab; i++)
+        n += !isnan(x[i]) && (x[i] == m || exp((double)x[i] - (double)m) > 0.0);
+    return n;
+}
+
+/* Every setting that keeps all candidates draws the same, reference, token:
+ * top_k 0, negative, = n (the candidate count), = vocab, huge; top_p 1 or
+ * above; min_p 0 or negative. */
+START_TEST(test_id_order_inverse_cdf)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    const int vocabs[] = {1, 2, 1023, 1025, 32000, 128256};
+    for (int v = 0; v < 6; v++) {
+        const int vocab = vocabs[v];
+        float *x = inferd_malloc((size_t)vocab * sizeof(float));
+        for (int kind = 0; kind < ID_KINDS; kind++) {
+            const int n = fill_id_row(x, vocab, kind, 40 + (uint64_t)(v * 10 + kind));
+            const int32_t ks[] = {0, -7, n, vocab, INT32_MAX};
+            for (uint64_t c = 0; c < 12; c++) {
+                const float temp = c % 3 == 0 ? 0.6f : 1.0f;
+                const int32_t want = ref_id_order(x, vocab, temp, 77 + c, c);
+                KT_MSG(!isnan(x[want]) && x[want] > -INFINITY, "vocab %d kind %d drew a dropped token %d",
+                       vocab, kind, want);
+                if (kind == ID_POSINF && vocab > 2)
+                    KT_MSG(x[want] == INFINITY, "vocab %d: +inf row drew %d", vocab, want);
+                for (int k = 0; k < 5; k++) {
+                    const float top_p = k % 2 ? 1.0f : 3.5f, min_p = k % 2 ? 0.0f : -0.25f;
+                    KT_MSG(sample1(ctx, x, vocab, params(temp, ks[k], top_p, min_p, 77 + c, c)) == want,
+                           "vocab %d kind %d counter %llu top_k %d", vocab, kind, (unsigned long long)c,
+                           (int)ks[k]);
+                }
+            }
+        }
+        inferd_free(x);
+    }
+    kern_ctx_free(ctx);
+}
+END_TEST
+
+/* Small rows: vocab 1, NaN / -inf never drawn, +inf tokens share the mass,
+ * and top_k = n - 1 still truncates (the switch is exactly at n). */
+START_TEST(test_id_order_edges)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    float one[] = {-3.0f};
+    float two[] = {-INFINITY, 2.0f};
+    float nan_row[] = {NAN, 1.0f, NAN, -INFINITY};
+    float inf_row[] = {1.0f, INFINITY, NAN, 50.0f, INFINITY, -INFINITY};
+    float four[] = {-INFINITY, logf(0.5f), logf(0.2f), logf(0.3f)}; /* n = 3 */
+    int inf_hits[6] = {0};
+    bool k3[4] = {false}, k2[4] = {false};
+    for (uint64_t c = 0; c < 2000; c++) {
+        KT_INT_EQ(sample1(ctx, one, 1, params(1.0f, 0, 1.0f, 0.0f, 3, c)), 0);
+        KT_INT_EQ(sample1(ctx, two, 2, params(0.9f, 0, 1.0f, 0.0f, 3, c)), 1);
+        KT_INT_EQ(sample1(ctx, nan_row, 4, params(1.0f, 0, 1.0f, 0.0f, 3, c)), 1);
+        inf_hits[sample1(ctx, inf_row, 6, params(1.0f, 0, 1.0f, 0.0f, 3, c))]++;
+        k3[sample1(ctx, four, 4, params(1.0f, 3, 1.0f, 0.0f, 4, c))] = true;
+        k2[sample1(ctx, four, 4, params(1.0f, 2, 1.0f, 0.0f, 4, c))] = true;
+    }
+    KT_MSG(inf_hits[1] + inf_hits[4] == 2000 && inf_hits[1] > 850 && inf_hits[4] > 850,
+           "+inf tokens drawn %d and %d times of 2000", inf_hits[1], inf_hits[4]);
+    KT_CHECK(!k3[0] && k3[1] && k3[2] && k3[3]);
+    KT_CHECK(!k2[0] && k2[1] && !k2[2] && k2[3]);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kernels_cpu_sample");
@@ -252,6 +375,8 @@ int main(void)
     tcase_add_test(tc, test_distribution_matches_softmax);
     tcase_add_test(tc, test_filters_keep_expected_sets);
     tcase_add_test(tc, test_multi_row);
+    tcase_add_test(tc, test_id_order_inverse_cdf);
+    tcase_add_test(tc, test_id_order_edges);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

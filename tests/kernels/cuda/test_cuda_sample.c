@@ -7,9 +7,14 @@
  * the same (seed, counter), over temperature-only, top-k (small and larger
  * than the GPU's 2048-rank chunk), top-p, min-p and combined filters, on a
  * peaked row, a flat row (the draw walks many chunks) and rows with NaN,
- * +inf and -inf logits. The algorithms agree exactly except when u lands
- * within fp64 rounding of a CDF boundary (the GPU sums large sets in another
- * order); over these few hundred draws that has probability ~1e-10.
+ * +inf and -inf logits. Rows without truncation (step 4' of sample.c,
+ * drawn in id order) get their own case: vocab sizes 1 to 128256 (around
+ * the 1024-thread segment split), every way of switching the filters off
+ * (top-k 0, negative, = the candidate count, >= vocab; top-p >= 1; min-p
+ * <= 0) next to truncating and greedy rows in the same batch. The
+ * algorithms agree exactly except when u lands within fp64 rounding of a
+ * CDF boundary (the GPU sums large sets in another order); over these few
+ * hundred draws that has probability ~1e-10.
  */
 #include <math.h>
 #include <stdio.h>
@@ -194,6 +199,67 @@ START_TEST(test_sample_random)
 }
 END_TEST
 
+/* Tokens of row x[vocab] with w > 0 at temperature t (sample.c step 3). */
+static int count_candidates(const float *x, int vocab, float t)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        m = fmaxf(m, x[i] / t);
+    int n = 0;
+    for (int i = 0; i < vocab; i++) {
+        const float z = x[i] / t;
+        n += !isnan(z) && (z == m || exp((double)z - (double)m) > 0.0);
+    }
+    return n;
+}
+
+/* Step 4' rows (no truncation, id order) mixed with truncating and greedy
+ * rows; n is the row's candidate count. */
+static kern_sample_params id_order_params(int cfg, int vocab, int n, uint64_t seed, uint64_t counter)
+{
+    kern_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = cfg == 6 ? 0.0f : cfg == 7 ? 2.0f : cfg % 2 ? 0.8f : 1.0f;
+    p.top_p = cfg == 1 ? 1.5f : 1.0f;
+    p.min_p = cfg == 1 ? -0.1f : 0.0f;
+    const int32_t ks[8] = {0, -1, vocab, INT32_MAX, n, n > 1 ? n - 1 : 1, 0, 0};
+    p.top_k = ks[cfg];
+    p.seed = seed;
+    p.counter = counter;
+    return p;
+}
+
+START_TEST(test_sample_id_order)
+{
+    const int vocabs[] = {1, 2, 1023, 1025, 32000, 128256};
+    int bad = 0;
+    for (int v = 0; v < 6; v++) {
+        const int vocab = vocabs[v], r = 8;
+        float *x = inferd_malloc((size_t)r * vocab * sizeof(float));
+        kern_sample_params prm[8];
+        for (int rep = 0; rep < (kt_quick && vocab > 32000 ? 1 : 3); rep++) {
+            for (int j = 0; j < r; j++) {
+                float *row = x + (size_t)j * vocab;
+                fill_row(row, vocab, (j + rep) % ROW_KINDS, 7000 + (uint64_t)(v * 100 + rep * 10 + j));
+                if (j == 7 && vocab > 2) /* mostly dropped: one finite token among NaN / -inf */
+                    for (int i = 0; i < vocab; i++)
+                        row[i] = i == vocab - 2 ? 1.0f : i % 2 ? NAN : -INFINITY;
+                const int cfg = (j + 5 * rep) % 8; /* row 0 never greedy: it names the record */
+                const float t = cfg == 6 ? 1.0f : cfg == 7 ? 2.0f : cfg % 2 ? 0.8f : 1.0f;
+                const uint64_t seed = 0x1D0ull * (uint64_t)(rep + 1) + (uint64_t)j;
+                prm[j] = id_order_params(cfg, vocab, count_candidates(row, vocab, t), seed,
+                                         (uint64_t)(v * 13 + j));
+            }
+            char name[48];
+            snprintf(name, sizeof name, "id order vocab %d rep %d", vocab, rep);
+            bad += sample_case(name, vocab, r, x, prm);
+        }
+        inferd_free(x);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 TCase *kt_tcase_sample(void)
 {
     TCase *tc = tcase_create("sample");
@@ -201,5 +267,6 @@ TCase *kt_tcase_sample(void)
     tcase_add_test(tc, test_sample_greedy);
     tcase_add_test(tc, test_sample_seeded);
     tcase_add_test(tc, test_sample_random);
+    tcase_add_test(tc, test_sample_id_order);
     return tc;
 }
