@@ -28,9 +28,11 @@ if CK_RUN_CASE=attention timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernel
 then row "test_cuda_kernels attention cases $(el)" PASS
 else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/attn-kernels.log)"; fi
 grep -E "attention .*(FAIL|splits=[0-9]+ )" "$W/attn-kernels.log" | head -12
-if CK_RUN_CASE=penalty timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/penalty-kernels.log" 2>&1
-then row "test_cuda_kernels penalty cases $(el)" PASS
-else row "test_cuda_kernels penalty (exit $?)" "FAIL (wave/penalty-kernels.log)"; fi
+for c in penalty sample; do
+    if INFERD_TEST_QUICK= CK_RUN_CASE=$c timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/$c-kernels.log" 2>&1
+    then row "test_cuda_kernels $c cases $(el)" PASS
+    else row "test_cuda_kernels $c (exit $?)" "FAIL (wave/$c-kernels.log)"; fi
+done
 for t in model/test_graphs_gpu scheduler/test_engine_stories scheduler/test_engine_sampling; do
     if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
     then row "$(basename $t) (cuda, graphs on) $(el)" PASS
