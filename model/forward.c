@@ -11,7 +11,9 @@
  *   h = rmsnorm(x += proj)
  *   proj = (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
  * The final add + norm and the LM head run only on the rows that need logits
- * (gathered first), like vLLM's logits_indices.
+ * (gathered first), like vLLM's logits_indices; a batch's optional extra
+ * rows (prompt logprobs) go through the same head first, in sub-batches of
+ * the logits buffer's rows, each copied to the host for the caller.
  *
  * model_forward_ops only enqueues ops over inputs already on the device, so
  * the same code runs eagerly (model_forward: inputs copied into the arena)
@@ -224,6 +226,12 @@ inferd_status model_check_batch(const model *m, const model_batch *b)
         if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->n_tokens)
             return inferd_set_error(INFERD_ERR_INVALID_ARG, "logits index %d out of range",
                                     b->logits_indices[i]);
+    if (b->n_extra < 0 || (b->n_extra > 0 && (!b->extra_rows || !b->extra_buf || !b->extra_fn)))
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "%d extra logits rows without rows, buffer or callback",
+                                b->n_extra);
+    for (int i = 0; i < b->n_extra; i++)
+        if (b->extra_rows[i] < 0 || b->extra_rows[i] >= b->n_tokens)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "extra logits row %d out of range", b->extra_rows[i]);
     return INFERD_OK;
 }
 
@@ -331,6 +339,23 @@ static void mlp_block(model *m, const model_layer *L, int n)
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
 }
 
+/* Final add + norm and LM head over n token rows named by the device
+ * index array idx ([n], n <= R): logits [n, vocab] in a->logits. */
+static void head_ops(model *m, const int32_t *idx, int n)
+{
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
+    if (n == 0)
+        return;
+    PROF_MARK(m, MODEL_OP_FINAL_NORM, w_bytes(&m->final_norm) + act_bytes(m, 7.0 * n * (double)c->hidden_size));
+    kern_gather_rows(m->kc, a->gx, a->x, idx, n, c->hidden_size);
+    kern_gather_rows(m->kc, a->gp, a->proj, idx, n, c->hidden_size);
+    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, n, c->rms_norm_eps);
+    PROF_MARK(m, MODEL_OP_LM_HEAD,
+              w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)c->vocab_size);
+    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, n);
+}
+
 void model_forward_ops(model *m, const model_fwd_in *in)
 {
     const model_config *c = &m->cfg;
@@ -348,24 +373,43 @@ void model_forward_ops(model *m, const model_fwd_in *in)
         kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n);
     }
-    if (in->n_logits == 0)
-        return;
-    PROF_MARK(m, MODEL_OP_FINAL_NORM,
-              w_bytes(&m->final_norm) + act_bytes(m, 7.0 * in->n_logits * (double)c->hidden_size));
-    kern_gather_rows(m->kc, a->gx, a->x, in->logits_idx, in->n_logits, c->hidden_size);
-    kern_gather_rows(m->kc, a->gp, a->proj, in->logits_idx, in->n_logits, c->hidden_size);
-    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, in->n_logits, c->rms_norm_eps);
-    PROF_MARK(m, MODEL_OP_LM_HEAD,
-              w_bytes(&m->lm_head) + act_bytes(m, (double)in->n_logits * c->hidden_size) +
-                  4.0 * in->n_logits * (double)c->vocab_size);
-    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, in->n_logits);
+    head_ops(m, in->logits_idx, in->n_logits);
 }
 
+/* Extra rows (model_batch.extra_rows) after the layers, before the sampled
+ * rows' head: sub-batches of at most R rows through the logits buffer and
+ * a->logits_idx (both sized R), each copied to the host for the caller.
+ * NOTE: a->logits_idx is then reloaded with the sampled rows' indices; the
+ * copies are ordered on the stream after the head ops that read it. */
+static void extra_rows_ops(model *m, const model_batch *b)
+{
+    model_acts *a = &m->a;
+    const size_t vocab = (size_t)m->cfg.vocab_size;
+    for (int first = 0; first < b->n_extra; first += m->R) {
+        int n = INFERD_MIN(m->R, b->n_extra - first);
+        kern_memcpy_h2d(m->kc, a->logits_idx, b->extra_rows + first, (size_t)n * sizeof(int32_t));
+        head_ops(m, a->logits_idx, n);
+        kern_memcpy_d2h(m->kc, b->extra_buf, a->logits, (size_t)n * vocab * sizeof(float));
+        b->extra_fn(b->extra_user, first, n, b->extra_buf);
+    }
+    if (b->n_logits > 0)
+        kern_memcpy_h2d(m->kc, a->logits_idx, b->logits_indices, (size_t)b->n_logits * sizeof(int32_t));
+}
+
+/* With extra rows the layers run first (no head), then the extra rows'
+ * heads, then the sampled rows' head, so a->logits ends with those. */
 static void forward_checked(model *m, const model_batch *b)
 {
     model_fwd_in in;
     upload_batch(m, b, &in);
-    model_forward_ops(m, &in);
+    if (b->n_extra > 0) {
+        in.n_logits = 0;
+        model_forward_ops(m, &in);
+        extra_rows_ops(m, b);
+        head_ops(m, in.logits_idx, b->n_logits);
+    } else {
+        model_forward_ops(m, &in);
+    }
     m->last_n_logits = b->n_logits;
 }
 
@@ -447,7 +491,7 @@ inferd_status model_step(model *m, const model_batch *b, const kern_sample_param
         return st;
     prof_step_begin(m, b);
     /* an op profile needs its events between the ops: eager steps only */
-    if (!(m->prof.what & MODEL_PROF_OPS) && model_graph_step(m, b, params, tokens))
+    if (!(m->prof.what & MODEL_PROF_OPS) && b->n_extra == 0 && model_graph_step(m, b, params, tokens))
         return INFERD_OK;
     m->gr.eager_steps++;
     forward_checked(m, b);

@@ -86,6 +86,21 @@ typedef struct {
     int max_blocks_per_seq;         /* row stride of block_tables (<= model_max_blocks_per_seq) */
     int n_logits;
     const int32_t *logits_indices;  /* [n_logits] token rows whose logits are wanted */
+    /* Optional extra rows (prompt logprobs): token rows whose next-token
+     * logits the caller reads on the host, besides the sampled rows. The
+     * forward pass runs the final norm + LM head over them in sub-batches of
+     * at most model_max_num_seqs rows, copies each sub-batch's raw logits
+     * into extra_buf and calls extra_fn(extra_user, first, n, extra_buf)
+     * for rows extra_rows[first, first + n) (logits [n, vocab], valid
+     * during the call); then it computes the sampled rows, so sampling and
+     * model_logits_to_host see those as without extra rows. A step with
+     * extra rows always runs eagerly (never a decode graph). n_extra = 0:
+     * none (the other fields are not read). */
+    int n_extra;
+    const int32_t *extra_rows;      /* [n_extra] token rows, each in [0, n_tokens) */
+    float *extra_buf;               /* host [model_max_num_seqs, vocab] scratch */
+    void (*extra_fn)(void *user, int first, int n, const float *logits);
+    void *extra_user;
 } model_batch;
 
 /* Run the forward pass; keeps logits [n_logits, vocab] (F32) on the device. */

@@ -188,6 +188,7 @@ void eng_sched_add(engine *e, eng_req *r)
         eng_finish(e, r, FINISH_ERROR, inferd_last_error());
         return;
     }
+    r->sr->no_prefix_hits = r->sp.prompt_logprobs >= 0;
     inferd_free(r->prompt);
     r->prompt = NULL;
 }
@@ -385,6 +386,9 @@ void engine_free(engine *e)
     inferd_free(e->b_sparams);
     inferd_free(e->b_sampled);
     inferd_free(e->h_logits);
+    inferd_free(e->b_extra_rows);
+    inferd_free(e->b_extra_item);
+    inferd_free(e->b_extra_lp);
     eng_penalty_free(e);
     inferd_free(e);
 }

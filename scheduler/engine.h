@@ -64,6 +64,10 @@ typedef struct {
     int n_stop;
     const char *stop[SAMPLING_MAX_STOP]; /* copied at submit */
     int logprobs;            /* top-N logprobs per sampled token, 0..20; -1 = off */
+    int prompt_logprobs;     /* top-N logprobs per prompt token, 0..20; -1 = off (not a table row:
+                                the server sets it for completions echo + logprobs). A request with
+                                it takes no prefix-cache hits (those prompt rows are never computed,
+                                vLLM's rule) and only sequence 0 of a group computes them */
     float presence_penalty;  /* OpenAI: minus this once for every token already generated; 0 = off */
     float frequency_penalty; /* OpenAI: minus this per earlier occurrence among generated tokens; 0 = off */
     float repetition_penalty;/* HF/vLLM: over prompt and generated tokens; 1 = off */
@@ -168,6 +172,12 @@ typedef struct {
     int cached_tokens;         /* prompt tokens served from the prefix cache */
     double cum_logprob;        /* sum of the generated tokens' logprobs so far (0 unless sp.logprobs >= 0) */
     engine_times times;
+    /* sp.prompt_logprobs >= 0: the prompt tokens' logprobs, in prompt order,
+     * computed in the prefill; the first output holding any starts at
+     * prompt token 1 (token 0 has no logprob), and all of them come before
+     * (or with) the first generated token. entry.token is the prompt token. */
+    int n_prompt_logprobs;
+    engine_logprob *prompt_logprobs; /* [n_prompt_logprobs] heap, NULL when none */
 } engine_output;
 
 void engine_output_free(engine_output *o);

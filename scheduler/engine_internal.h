@@ -41,6 +41,8 @@ struct engine_stream {
     int32_t *tok;       /* [n_tok] */
     engine_logprob *lp; /* [n_tok] when want_logprobs */
     int n_tok, cap_tok;
+    engine_logprob *plp; /* [n_plp] pending prompt logprobs */
+    int n_plp, cap_plp;
     inferd_buf text; /* pending text, moved out whole by take() */
     bool finished, finish_delivered;
     finish_reason finish;
@@ -70,6 +72,8 @@ typedef struct eng_req {
     int pen_slot;    /* penalty slot (engine_penalty.c) while running, -1 none */
     int pen_counted; /* tokens of sr->tokens already in the slot's counts */
     double cum_logprob; /* sum of the generated tokens' logprobs (when computed) */
+    int plp_done;       /* sp.prompt_logprobs: prompt tokens [1, plp_done] published (a
+                           preempted request recomputes them: those are not published again) */
     /* groups (engine_submit_n): the leader holds the other sequences until
      * its prompt KV is computed, then forks them (engine_fork_held) */
     struct eng_req **held; /* leader: [n_held] sequences waiting for the fork */
@@ -127,6 +131,10 @@ struct engine {
     kern_sample_params *b_sparams;      /* [max_num_seqs] */
     int32_t *b_sampled;                 /* [max_num_seqs] */
     float *h_logits;                    /* [max_num_seqs, vocab], allocated on first logprobs */
+    /* prompt logprobs (model_batch extra rows), allocated on first use */
+    int32_t *b_extra_rows, *b_extra_item; /* [max_num_batched_tokens] token row, step item */
+    engine_logprob *b_extra_lp;           /* [max_num_batched_tokens] */
+    const sched_output *cur_out;          /* the step being run (extra_fn's context) */
     eng_penalty pen;                    /* engine-thread only */
 };
 
@@ -134,6 +142,8 @@ struct engine {
 engine_stream *stream_new(uint64_t id, const engine_request *req);
 /* The cumulative logprob the next output reports. */
 void stream_set_cum_logprob(engine_stream *s, double v);
+/* Append prompt logprobs lp[0, n) and wake the consumer. */
+void stream_publish_prompt(engine_stream *s, const engine_logprob *lp, int n);
 /* Drop one reference (frees at zero). */
 void stream_unref(engine_stream *s);
 /* Append output (any part may be empty) and wake the consumer. The finish

@@ -17,6 +17,12 @@
  * logprob near 0, as the distribution it was drawn from says.
  * Penalty state lives on the device (engine_penalty.c); a row only names
  * its slot and the one token generated since its previous row.
+ *
+ * Prompt logprobs (sp.prompt_logprobs): the prefill chunk's rows whose next
+ * token is still a prompt token go to the model as extra rows
+ * (model_batch.extra_rows); their raw logits (no penalty or bias: they
+ * were never sampled from) become engine_logprob entries on the host, one
+ * sub-batch at a time, published before the step's sampled tokens.
  */
 #include <math.h>
 #include <string.h>
@@ -28,6 +34,33 @@
 #include "kvcache/kv_layout.h"
 #include "scheduler/engine_internal.h"
 
+static void extra_logits(void *user, int first, int n, const float *logits);
+
+/* The prompt-logprob rows of item i (tokens [start, start + n_new) at
+ * batch rows from `off`): a row at position pos predicts prompt token
+ * pos + 1; tokens [1, plp_done] were published before a preemption. */
+static int add_prompt_rows(engine *e, const sched_item *it, int i, int off, int n_extra)
+{
+    const eng_req *r = it->req->user;
+    if (r->sp.prompt_logprobs < 0)
+        return n_extra;
+    if (!e->b_extra_rows) {
+        size_t T = (size_t)e->opts.max_num_batched_tokens;
+        e->b_extra_rows = inferd_malloc(T * sizeof *e->b_extra_rows);
+        e->b_extra_item = inferd_malloc(T * sizeof *e->b_extra_item);
+        e->b_extra_lp = inferd_malloc(T * sizeof *e->b_extra_lp);
+    }
+    for (int j = 0; j < it->n_new; j++) {
+        int target = it->start + j + 1;
+        if (target < it->req->n_prompt && target > r->plp_done) {
+            e->b_extra_rows[n_extra] = off + j;
+            e->b_extra_item[n_extra] = i;
+            n_extra++;
+        }
+    }
+    return n_extra;
+}
+
 /* Fill the batch arrays from the step's items; returns n_logits. */
 static int build_batch(engine *e, const sched_output *out, model_batch *b)
 {
@@ -36,11 +69,12 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
     for (int i = 0; i < out->n_items; i++)
         width = INFERD_MAX(width, out->items[i].req->n_blocks);
     INFERD_CHECK(width <= e->max_blocks_per_seq);
-    int off = 0, n_logits = 0;
+    int off = 0, n_logits = 0, n_extra = 0;
     for (int i = 0; i < out->n_items; i++) {
         const sched_item *it = &out->items[i];
         const sched_req *r = it->req;
         e->b_qsl[i] = off;
+        n_extra = add_prompt_rows(e, it, i, off, n_extra);
         for (int j = 0; j < it->n_new; j++, off++) {
             int pos = it->start + j;
             e->b_tokens[off] = r->tokens[pos];
@@ -72,6 +106,15 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
     b->max_blocks_per_seq = width;
     b->n_logits = n_logits;
     b->logits_indices = e->b_logits_idx;
+    if (n_extra > 0) {
+        if (!e->h_logits)
+            e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
+        b->n_extra = n_extra;
+        b->extra_rows = e->b_extra_rows;
+        b->extra_buf = e->h_logits;
+        b->extra_fn = extra_logits;
+        b->extra_user = e;
+    }
     return n_logits;
 }
 
@@ -107,6 +150,37 @@ static void row_logprobs(const float *logits, int vocab, int32_t token, int n_to
     }
     for (int k = 0; k < lp->n_top; k++)
         lp->top_logprobs[k] -= lse;
+}
+
+/* model_batch.extra_fn: logprob entries of extra rows [first, first + n)
+ * from their raw logits; the target is the prompt token after the row. */
+static void extra_logits(void *user, int first, int n, const float *logits)
+{
+    engine *e = user;
+    const sched_output *out = e->cur_out;
+    for (int k = 0; k < n; k++) {
+        int x = first + k;
+        const sched_item *it = &out->items[e->b_extra_item[x]];
+        const eng_req *r = it->req->user;
+        int pos = it->start + (e->b_extra_rows[x] - e->b_qsl[e->b_extra_item[x]]);
+        row_logprobs(logits + (size_t)k * e->vocab, e->vocab, it->req->tokens[pos + 1], r->sp.prompt_logprobs,
+                     &e->b_extra_lp[x]);
+    }
+}
+
+/* Publish the step's prompt logprobs: each item's entries are contiguous
+ * and in prompt order. Before the step's tokens (and forks). */
+static void publish_prompt_logprobs(engine *e, const sched_output *out, int n_extra)
+{
+    for (int x = 0; x < n_extra;) {
+        int i = e->b_extra_item[x], y = x;
+        while (y < n_extra && e->b_extra_item[y] == i)
+            y++;
+        eng_req *r = out->items[i].req->user;
+        stream_publish_prompt(r->stream, &e->b_extra_lp[x], y - x);
+        r->plp_done += y - x;
+        x = y;
+    }
 }
 
 static void fill_sample_params(engine *e, const sched_output *out, int n_logits, bool *want_lp)
@@ -178,6 +252,7 @@ void eng_step(engine *e)
     mark_scheduled(&out, util_now_s());
     model_batch b;
     int n_logits = build_batch(e, &out, &b);
+    e->cur_out = &out;
     bool want_lp = false;
     inferd_status st;
     if (n_logits > 0) {
@@ -197,6 +272,7 @@ void eng_step(engine *e)
     }
     sched_commit(e->s, &out);
     mark_progress(e, &out, util_now_s());
+    publish_prompt_logprobs(e, &out, b.n_extra);
     /* a group leader's prompt KV is complete: its held sequences share it
      * from the next step on (engine_fork.c); before the tokens below, which
      * may finish the leader */

@@ -52,6 +52,7 @@ static void stream_destroy(engine_stream *s)
     pthread_cond_destroy(&s->cv);
     inferd_free(s->tok);
     inferd_free(s->lp);
+    inferd_free(s->plp);
     inferd_buf_free(&s->text);
     inferd_free(s);
 }
@@ -122,6 +123,27 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
         notify(user);
 }
 
+/* Engine thread only: prompt logprobs, computed in a prefill step, go
+ * before that step's tokens (eng_step publishes them first). */
+void stream_publish_prompt(engine_stream *s, const engine_logprob *lp, int n)
+{
+    if (n <= 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_plp + n > s->cap_plp) {
+        s->cap_plp = (s->n_plp + n) * 2;
+        s->plp = inferd_realloc(s->plp, (size_t)s->cap_plp * sizeof *s->plp);
+    }
+    memcpy(s->plp + s->n_plp, lp, (size_t)n * sizeof *lp);
+    s->n_plp += n;
+    pthread_cond_broadcast(&s->cv);
+    void (*notify)(void *) = s->notify;
+    void *user = s->notify_user;
+    pthread_mutex_unlock(&s->mu);
+    if (notify)
+        notify(user);
+}
+
 /* Set before the publish of the token it includes, so the output that
  * carries a token carries the sum up to it. */
 void stream_set_cum_logprob(engine_stream *s, double v)
@@ -134,7 +156,7 @@ void stream_set_cum_logprob(engine_stream *s, double v)
 /* Under s->mu: is there anything the consumer has not seen? */
 static bool has_news(const engine_stream *s)
 {
-    return s->n_tok > 0 || s->text.len > 0 || (s->finished && !s->finish_delivered);
+    return s->n_tok > 0 || s->n_plp > 0 || s->text.len > 0 || (s->finished && !s->finish_delivered);
 }
 
 /* Under s->mu: move the pending output into *out. */
@@ -153,6 +175,10 @@ static void take(engine_stream *s, engine_output *out)
     s->tok = NULL;
     s->lp = NULL;
     s->n_tok = s->cap_tok = 0;
+    out->n_prompt_logprobs = s->n_plp;
+    out->prompt_logprobs = s->plp;
+    s->plp = NULL;
+    s->n_plp = s->cap_plp = 0;
     out->text = inferd_buf_steal(&s->text, &out->text_len);
     out->finished = s->finished;
     out->finish = s->finished ? s->finish : FINISH_NONE;
@@ -190,6 +216,9 @@ void engine_output_free(engine_output *o)
     inferd_free(o->token_ids);
     inferd_free(o->logprobs);
     inferd_free(o->text);
+    inferd_free(o->prompt_logprobs);
+    o->prompt_logprobs = NULL;
+    o->n_prompt_logprobs = 0;
     o->token_ids = NULL;
     o->logprobs = NULL;
     o->text = NULL;

@@ -169,6 +169,8 @@ inferd_status engine_submit_n(engine *e, const engine_request *req, int n, engin
     for (int i = 0; i < n; i++) {
         s[i] = stream_new(id + (uint64_t)i, req);
         r[i] = make_req(req, s[i], e->tok, engine_seq_seed(seed, i));
+        if (i > 0) /* forked from sequence 0's prompt KV: only it computes the prompt's logprobs */
+            r[i]->sp.prompt_logprobs = -1;
     }
     link_group(r, n);
 

@@ -363,6 +363,12 @@ inferd_status sampling_params_validate(const sampling_params *sp, int vocab_size
                                            "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", sp->min_tokens,
                                            sp->max_tokens),
                           sampling_row_find("min_tokens"), param);
+    /* prompt_logprobs: the logprobs row's range (it is set from that field) */
+    if (sp->prompt_logprobs != -1 && (sp->prompt_logprobs < 0 || sp->prompt_logprobs > SAMPLING_MAX_LOGPROBS))
+        return fail_param(inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                           "'prompt_logprobs' must be -1 (off) or an integer in [0, %d], got %d",
+                                           SAMPLING_MAX_LOGPROBS, sp->prompt_logprobs),
+                          sampling_row_find("logprobs"), param);
     inferd_status st = check_lists(sp, vocab_size, param);
     return st != INFERD_OK ? st : check_logit_bias(sp, vocab_size, param);
 }
@@ -375,6 +381,7 @@ void sampling_params_default(sampling_params *sp)
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_rows); i++)
         if (k_rows[i].opt.kind != OPT_INT64 && !is_list(&k_rows[i]))
             store(&k_rows[i], sp, k_rows[i].opt.def, 0);
+    sp->prompt_logprobs = -1;
 }
 
 /* ---- n and best_of ----------------------------------------------------------

@@ -319,7 +319,7 @@ static int schedule_running(sched *s, sched_output *out, int budget)
 /* Take the longest cached prefix of a request that holds no blocks. */
 static void admit_prefix(sched *s, sched_req *r)
 {
-    if (!kv_pool_caching(s->pool) || r->n_blocks > 0)
+    if (!kv_pool_caching(s->pool) || r->n_blocks > 0 || r->no_prefix_hits)
         return;
     int max_hit_blocks = (r->n_total - 1) / s->block_size;
     int hits =

@@ -65,6 +65,8 @@ typedef struct sched_req {
     int cached_tokens;   /* prompt tokens served from the cache at first admission */
     int n_preemptions;
     bool admitted_once;
+    bool no_prefix_hits;   /* set by the owner after sched_add: admission takes no cache hits
+                              (prompt logprobs need every prompt row computed) */
     void *user;            /* the engine's per-request record */
     inferd_list_node link; /* queue link (waiting or running) */
 } sched_req;

@@ -63,6 +63,15 @@ typedef struct {
     inferd_buf text;
     cJSON *logprobs; /* non-stream: whole choice */
     size_t text_offset;
+    /* echo + logprobs: the prompt's entries go first, once they are all
+     * there (with the choice's first token or finish). A group's sequence 0
+     * receives them (plp); its other sequences copy them from it. */
+    engine_logprob *plp; /* [n_plp] prompt tokens 1.. (sequence 0 of a group) */
+    int n_plp;
+    int32_t prompt_tok0; /* the prompt's first token (its entry has no logprob) */
+    bool echo_pending;   /* prompt entries not placed yet */
+    char *echo;          /* streaming: the echo chunk's text, sent with the entries */
+    size_t echo_len;
     int prompt_tokens, completion_tokens, cached_tokens;
     double cum_logprob; /* of its generated tokens (best_of ranking) */
     engine_times times;
@@ -368,6 +377,7 @@ static bool submit_choices(srv_gen *g, void (*notify)(void *), void *user, srv_e
         c->prompt = i / g->per_prompt;
         c->max_tokens = max_tokens[c->prompt];
         c->prompt_tokens = n_ids[c->prompt];
+        c->prompt_tok0 = ids[c->prompt] && n_ids[c->prompt] > 0 ? ids[c->prompt][0] : 0;
     }
     for (int i = 0; ok && i < n; i++)
         ok = submit(g, &g->choices[i * g->per_prompt], ids[i], n_ids[i], notify, user, err);
@@ -402,12 +412,18 @@ static bool open_output(srv_gen *g, srv_error *err)
         size_t len;
         if (!echo_text(g, c->prompt, &text, &len, err))
             return false;
+        c->text_offset = len;
+        c->echo_len = len;
+        c->echo_pending = r->sp.prompt_logprobs >= 0;
+        if (!r->stream)
+            inferd_buf_append(&c->text, text, len);
+        if (r->stream && c->echo_pending) {
+            c->echo = text; /* sent with the prompt's logprobs (place_prompt_lp) */
+            continue;
+        }
         if (r->stream)
             sse_event(
                 g, srv_chunk_delta(r->api, &g->meta, i, NULL, text, len, NULL, NULL, r->include_usage, NULL));
-        else
-            inferd_buf_append(&c->text, text, len);
-        c->text_offset = len;
         inferd_free(text);
     }
     return true;
@@ -655,6 +671,35 @@ static void abort_choices(srv_gen *g)
             engine_stream_abort(g->choices[i].stream);
 }
 
+/* Echo + logprobs: keep the prompt entries choice i (a group's sequence
+ * 0) received; at its first token or finish (the engine sends every
+ * prompt entry before the first token, and sequence 0 of the group, polled
+ * first, has them by then) put the prompt's entries first in its logprobs,
+ * or, streaming, send the echo chunk with them. */
+static void place_prompt_lp(srv_gen *g, int i, const engine_output *o)
+{
+    gen_choice *c = &g->choices[i];
+    if (o->n_prompt_logprobs > 0) {
+        c->plp = inferd_realloc(c->plp, (size_t)(c->n_plp + o->n_prompt_logprobs) * sizeof *c->plp);
+        memcpy(c->plp + c->n_plp, o->prompt_logprobs, (size_t)o->n_prompt_logprobs * sizeof *c->plp);
+        c->n_plp += o->n_prompt_logprobs;
+    }
+    if (!c->echo_pending || (o->n_tokens == 0 && !o->finished))
+        return;
+    c->echo_pending = false;
+    const gen_choice *src = &g->choices[c->prompt * g->per_prompt];
+    cJSON *lp = srv_lp_new(g->req.api);
+    srv_lp_append_prompt(lp, c->prompt_tok0, src->plp, src->n_plp, token_text, g->s->tok, c->echo_len);
+    if (!g->req.stream) {
+        c->logprobs = lp;
+        return;
+    }
+    sse_event(g, srv_chunk_delta(g->req.api, &g->meta, i, NULL, c->echo, c->echo_len, NULL, lp,
+                                 g->req.include_usage, NULL));
+    inferd_free(c->echo);
+    c->echo = NULL;
+}
+
 /* One engine output of choice i. Streaming logprobs get their own object
  * per chunk; non-streaming ones accumulate in the choice. Counts are the
  * engine's running totals, not increments. A finish-only output (no
@@ -664,6 +709,7 @@ static void consume(srv_gen *g, int i, const engine_output *o)
     gen_choice *c = &g->choices[i];
     srv_api api = g->req.api;
     cJSON *lp = NULL;
+    place_prompt_lp(g, i, o);
     if (g->req.sp.logprobs >= 0 && o->logprobs && o->n_tokens > 0) {
         if (g->req.stream) {
             lp = srv_lp_new(api);
@@ -805,6 +851,8 @@ void srv_gen_free(srv_gen *g)
             engine_stream_release(c->stream);
         inferd_buf_free(&c->text);
         cJSON_Delete(c->logprobs);
+        inferd_free(c->plp);
+        inferd_free(c->echo);
     }
     inferd_free(g->choices);
     srv_request_free(&g->req);

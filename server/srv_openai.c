@@ -965,10 +965,9 @@ static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, sr
 }
 
 /* Completions "echo": each choice's text starts with its prompt. With
- * logprobs, OpenAI also returns the prompt tokens' logprobs, which need the
- * prefill to compute them; until the engine does, that pair is refused
- * rather than answered with the generated tokens' logprobs only. Runs after
- * parse_logprobs, whose result it reads. */
+ * logprobs, OpenAI also returns the prompt tokens' logprobs (the same
+ * top-N), which the engine computes in the prefill (sp.prompt_logprobs).
+ * Runs after parse_logprobs, whose result it reads. */
 static bool parse_echo(const cJSON *root, srv_request *r, srv_error *err)
 {
     bool present;
@@ -977,9 +976,7 @@ static bool parse_echo(const cJSON *root, srv_request *r, srv_error *err)
     if (!get_bool(root, "echo", &r->echo, &present, err))
         return false;
     if (r->echo && r->sp.logprobs >= 0)
-        return srv_error_set(err, SRV_ERR_INVALID, "echo",
-                             "'echo' with 'logprobs' is not supported yet: it needs the prompt tokens' "
-                             "logprobs, which the engine does not compute; drop one of the two");
+        r->sp.prompt_logprobs = r->sp.logprobs;
     return true;
 }
 

@@ -185,5 +185,13 @@ cJSON *srv_lp_new(srv_api api);
  * (completions) advances by each token's text length. */
 void srv_lp_append(srv_api api, cJSON *lp, const engine_logprob *lps, int n, srv_token_text_fn fn, void *user,
                    size_t *text_offset);
+/* Completions echo with logprobs: the prompt's entries, first0 (the first
+ * prompt token: null logprob and null top_logprobs, as OpenAI and vLLM
+ * answer) then lps[0, n) (prompt tokens 1..n). Offsets start at 0 and are
+ * clamped to echo_len, the echoed text's length (a token's rendered text,
+ * "<s>" for one, need not be in the echo), so they stay monotone and the
+ * generated tokens' offsets, from echo_len on, follow them. */
+void srv_lp_append_prompt(cJSON *lp, int32_t first0, const engine_logprob *lps, int n, srv_token_text_fn fn,
+                          void *user, size_t echo_len);
 
 #endif

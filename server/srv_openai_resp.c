@@ -18,6 +18,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/util.h"
 #include "server/srv_openai.h"
 #include "server/srv_openai_int.h"
 #include "server/srv_util.h"
@@ -293,6 +294,22 @@ void srv_lp_append(srv_api api, cJSON *lp, const engine_logprob *lps, int n, srv
             append_chat(lp, &lps[i], fn, user);
         else
             append_completion(lp, &lps[i], fn, user, text_offset);
+    }
+}
+
+void srv_lp_append_prompt(cJSON *lp, int32_t first0, const engine_logprob *lps, int n, srv_token_text_fn fn,
+                          void *user, size_t echo_len)
+{
+    char *tok = fn(user, first0);
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), cJSON_CreateString(tok));
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNull());
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), cJSON_CreateNull());
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"), cJSON_CreateNumber(0));
+    size_t off = INFERD_MIN(strlen(tok), echo_len);
+    inferd_free(tok);
+    for (int i = 0; i < n; i++) {
+        append_completion(lp, &lps[i], fn, user, &off);
+        off = INFERD_MIN(off, echo_len);
     }
 }
 

@@ -5,7 +5,8 @@
  * their index and rebuild the same texts; one bad prompt refuses the whole
  * request before the engine sees any; a batch the queue cannot take is a
  * 429 that leaves nothing running; a client that hangs up aborts every
- * choice), echo (the prompt, then the same continuation), and /v1/responses
+ * choice), echo (the prompt, then the same continuation; with logprobs the
+ * prompt tokens' entries first), and /v1/responses
  * (the chat template path: its text equals chat completions' for the same
  * messages; the stream's typed events rebuild the same text).
  */
@@ -423,6 +424,169 @@ START_TEST(test_responses)
 }
 END_TEST
 
+/* --- echo with logprobs ------------------------------------------------------ */
+
+/* Append the completions logprobs object src's four arrays to acc's. */
+static void lp_concat(cJSON *acc, const cJSON *src)
+{
+    const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int k = 0; k < 4; k++) {
+        cJSON *dst = item(acc, keys[k]);
+        const cJSON *x;
+        ck_assert_msg(cJSON_IsArray(item(src, keys[k])), "logprobs.%s missing", keys[k]);
+        cJSON_ArrayForEach(x, item(src, keys[k])) cJSON_AddItemToArray(dst, cJSON_Duplicate(x, true));
+    }
+}
+
+static cJSON *lp_empty(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddArrayToObject(o, "tokens");
+    cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON_AddArrayToObject(o, "text_offset");
+    return o;
+}
+
+/* The shape of one choice's echo + logprobs object: n_prompt + n_gen
+ * entries, the first with null logprob and null top, the others numbers
+ * <= 0 with at most n_top alternatives, offsets monotone, the generated
+ * part from echo_len on; the generated entries equal gen's (the same
+ * request without echo). */
+static void check_echo_lp(const cJSON *lp, int n_prompt, int n_gen, int n_top, size_t echo_len, const cJSON *gen)
+{
+    const cJSON *toks = item(lp, "tokens"), *lps = item(lp, "token_logprobs"), *top = item(lp, "top_logprobs"),
+                *off = item(lp, "text_offset");
+    ck_assert_int_eq(cJSON_GetArraySize(toks), n_prompt + n_gen);
+    ck_assert_int_eq(cJSON_GetArraySize(lps), n_prompt + n_gen);
+    ck_assert_int_eq(cJSON_GetArraySize(top), n_prompt + n_gen);
+    ck_assert_int_eq(cJSON_GetArraySize(off), n_prompt + n_gen);
+    ck_assert(cJSON_IsNull(cJSON_GetArrayItem(lps, 0)));
+    ck_assert(cJSON_IsNull(cJSON_GetArrayItem(top, 0)));
+    double prev = 0;
+    for (int k = 0; k < n_prompt + n_gen; k++) {
+        ck_assert(cJSON_IsString(cJSON_GetArrayItem(toks, k)));
+        double o = cJSON_GetArrayItem(off, k)->valuedouble;
+        ck_assert_msg(o >= prev, "text_offset[%d] %g < %g", k, o, prev);
+        prev = o;
+        if (k < n_prompt)
+            ck_assert_msg(o <= (double)echo_len, "prompt offset %g past the echo (%zu)", o, echo_len);
+        if (k == n_prompt)
+            ck_assert_int_eq((int)o, (int)echo_len);
+        if (k == 0)
+            continue;
+        const cJSON *v = cJSON_GetArrayItem(lps, k);
+        ck_assert(cJSON_IsNumber(v) && v->valuedouble <= 0);
+        ck_assert(cJSON_IsObject(cJSON_GetArrayItem(top, k)));
+        ck_assert_int_le(cJSON_GetArraySize(cJSON_GetArrayItem(top, k)), n_top);
+        ck_assert_int_ge(cJSON_GetArraySize(cJSON_GetArrayItem(top, k)), 1);
+    }
+    for (int k = 0; gen && k < n_gen; k++) {
+        ck_assert_str_eq(cJSON_GetArrayItem(toks, n_prompt + k)->valuestring,
+                         cJSON_GetArrayItem(item(gen, "tokens"), k)->valuestring);
+        ck_assert_double_eq_tol(cJSON_GetArrayItem(lps, n_prompt + k)->valuedouble,
+                                cJSON_GetArrayItem(item(gen, "token_logprobs"), k)->valuedouble, 1e-6);
+    }
+}
+
+/* The same entries, value for value (streamed vs non-streamed, choice k
+ * of a group vs choice 0 over the prompt part). */
+static void assert_lp_equal(const cJSON *a, const cJSON *b, int n)
+{
+    const char *keys[] = {"tokens", "token_logprobs", "text_offset"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n; i++) {
+            const cJSON *x = cJSON_GetArrayItem(item(a, keys[k]), i), *y = cJSON_GetArrayItem(item(b, keys[k]), i);
+            ck_assert_msg(x && y, "%s[%d] missing", keys[k], i);
+            if (cJSON_IsString(x))
+                ck_assert_str_eq(x->valuestring, y->valuestring);
+            else if (cJSON_IsNull(x))
+                ck_assert(cJSON_IsNull(y));
+            else
+                ck_assert_double_eq_tol(x->valuedouble, y->valuedouble, 1e-6);
+        }
+}
+
+/* echo + logprobs: the prompt tokens' entries (the first null), then the
+ * generated ones, equal to the plain request's; streamed, the echo chunk
+ * carries the prompt's entries and the chunks rebuild the same object;
+ * n = 2 over a batch: each choice carries its prompt's entries. */
+START_TEST(test_echo_logprobs)
+{
+    ts_server s;
+    ck_assert(ts_start(&s, NULL));
+    const char *echo = "Once upon a time";
+    cJSON *plain = post_ok(&s, "/v1/completions",
+                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":2}");
+    const cJSON *pc = cJSON_GetArrayItem(item(plain, "choices"), 0);
+    int n_prompt = usage_of(plain, "prompt_tokens"), n_gen = usage_of(plain, "completion_tokens");
+    ck_assert_int_gt(n_prompt, 2);
+#define ECHO_REQ "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":2,\"echo\":true%s}"
+    char body[512];
+    snprintf(body, sizeof body, ECHO_REQ, "");
+    cJSON *j = post_ok(&s, "/v1/completions", body);
+    const cJSON *c = cJSON_GetArrayItem(item(j, "choices"), 0);
+    char want[256];
+    snprintf(want, sizeof want, "%s%s", echo, item(pc, "text")->valuestring);
+    ck_assert_str_eq(item(c, "text")->valuestring, want);
+    const cJSON *lp = item(c, "logprobs");
+    check_echo_lp(lp, n_prompt, n_gen, 2, strlen(echo), item(pc, "logprobs"));
+
+    /* streamed: the first chunk is the echo with the prompt's entries */
+    snprintf(body, sizeof body, ECHO_REQ, ",\"stream\":true");
+    ts_resp r = ts_request(&s, "POST", "/v1/completions", body, -1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    cJSON *ev = sse_events(r.body);
+    cJSON *acc = lp_empty();
+    const cJSON *e;
+    int n = 0;
+    cJSON_ArrayForEach(e, ev)
+    {
+        const cJSON *sc = cJSON_GetArrayItem(item(e, "choices"), 0);
+        if (!sc)
+            continue;
+        if (n++ == 0) {
+            ck_assert_str_eq(item(sc, "text")->valuestring, echo);
+            ck_assert_int_eq(cJSON_GetArraySize(item(item(sc, "logprobs"), "tokens")), n_prompt);
+        }
+        if (cJSON_IsObject(item(sc, "logprobs")))
+            lp_concat(acc, item(sc, "logprobs"));
+    }
+    assert_lp_equal(acc, lp, n_prompt + n_gen);
+    ck_assert_int_eq(cJSON_GetArraySize(item(acc, "tokens")), n_prompt + n_gen);
+    cJSON_Delete(acc);
+    cJSON_Delete(ev);
+    ts_resp_free(&r);
+
+    /* a batch with n = 2: every choice has its prompt's entries, a group's
+     * second choice the same as its first */
+    batch_body(body, sizeof body, ",\"max_tokens\":6,\"temperature\":0,\"logprobs\":1,\"echo\":true,\"n\":2");
+    cJSON *b = post_ok(&s, "/v1/completions", body);
+    ck_assert_int_eq(cJSON_GetArraySize(item(b, "choices")), 2 * N_PROMPTS);
+    for (int p = 0; p < N_PROMPTS; p++) {
+        int np = 3; /* the token prompt [1,403,407] */
+        if (k_prompts[p][0] == '"') {
+            snprintf(body, sizeof body, "{\"prompt\":%s}", k_prompts[p]);
+            cJSON *t = post_ok(&s, "/tokenize", body);
+            np = cJSON_GetArraySize(item(t, "tokens"));
+            cJSON_Delete(t);
+        }
+        const cJSON *c0 = item(cJSON_GetArrayItem(item(b, "choices"), 2 * p), "logprobs");
+        const cJSON *c1 = item(cJSON_GetArrayItem(item(b, "choices"), 2 * p + 1), "logprobs");
+        int ng = cJSON_GetArraySize(item(c0, "tokens")) - np;
+        ck_assert_int_gt(ng, 0);
+        ck_assert_int_le(ng, 6);
+        ck_assert(cJSON_IsNull(cJSON_GetArrayItem(item(c0, "token_logprobs"), 0)));
+        assert_lp_equal(c0, c1, np + ng); /* greedy: the same continuation too */
+    }
+    cJSON_Delete(b);
+    cJSON_Delete(j);
+    cJSON_Delete(plain);
+    ck_assert(ts_wait_engine(&s, 0, 0, true, 5.0));
+    stop_ok(&s);
+}
+END_TEST
+
 int main(void)
 {
     char *model = test_fixture_path("models/stories260K/model.safetensors");
@@ -439,6 +603,7 @@ int main(void)
     tcase_add_test(tc, test_batch_refusal_and_disconnect);
     tcase_add_test(tc, test_batch_queue_full);
     tcase_add_test(tc, test_responses);
+    tcase_add_test(tc, test_echo_logprobs);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -127,7 +127,9 @@ static const parse_row k_parse[] = {
     {C, "{\"prompt\":[\"a\",\"b\"],\"n\":2,\"best_of\":16}", OK, NULL},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"best_of\":2}", INV, "best_of"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", INV, "n"},
-    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", INV, "echo"}, /* needs prompt logprobs */
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", OK, NULL}, /* prompt logprobs too */
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":20}", OK, NULL},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":21}", INV, "logprobs"},
     {C, "{\"prompt\":\"hi\",\"echo\":1}", INV, "echo"},
     {C, "{\"prompt\":\"hi\",\"echo\":\"true\"}", INV, "echo"},
     {C, "{\"prompt\":\"hi\",\"suffix\":5}", INV, "suffix"},
