@@ -259,7 +259,7 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
 
 /* --- output ------------------------------------------------------------------ */
 
-static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_latency_opts *o)
+void bench_print_device(FILE *f, model *m, const kern_ceilings *c)
 {
     const model_config *cfg = model_get_config(m);
     model_graph_info gi;
@@ -274,6 +274,11 @@ static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_
     else
         fprintf(f, "graphs: off (%s)\n",
                 kern_ctx_backend(model_kern(m)) == KERN_BACKEND_CUDA ? "--enforce-eager" : "CPU backend");
+}
+
+static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_latency_opts *o)
+{
+    bench_print_device(f, m, c);
     fprintf(f, "iterations: %d warm-up + %d timed; floor = max(bytes / copy BW, FLOPs / GEMM rate)\n\n",
             o->num_iters_warmup, o->num_iters);
     if (o->profile_ops)

@@ -57,6 +57,10 @@ bool bench_latency_parse_list(const char *text, int *out, int *n);
  * takes the device memory). */
 inferd_status bench_latency_ceilings(kern_backend be, int device_id, kern_ceilings *out);
 
+/* The lines every offline bench prints first: device and backend, model
+ * shape, the ceilings measured at start, whether decode graphs are on. */
+void bench_print_device(FILE *f, model *m, const kern_ceilings *c);
+
 /* Run every row on an engine made from m + eo (started and stopped here),
  * print the table to out, write the JSON when asked. Returns 0 when every
  * row ran, 1 otherwise (the failing row's error printed on stderr). */

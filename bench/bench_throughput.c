@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_latency.h"
 #include "common/alloc.h"
 #include "common/status.h"
 #include "common/util.h"
@@ -319,19 +320,7 @@ static const char *dataset_name(bench_data_kind k)
 static void print_header(FILE *f, model *m, const engine_opts *eo, const kern_ceilings *c,
                          const bench_throughput_opts *o, int n_req)
 {
-    const model_config *cfg = model_get_config(m);
-    model_graph_info gi;
-    model_graph_info_get(m, &gi);
-    fprintf(f, "device: %s (%s backend)\n", c->device, kern_backend_name(kern_ctx_backend(model_kern(m))));
-    fprintf(f, "model: %s, %d layers, d %d, vocab %d\n", cfg->arch, cfg->n_layers, cfg->hidden_size,
-            cfg->vocab_size);
-    fprintf(f, "ceilings (measured now): copy %.1f GB/s (%lld MiB d2d), GEMM %.4g TFLOP/s (%dx%dx%d)\n",
-            c->copy_gbps, (long long)(c->copy_bytes >> 20), c->gemm_tflops, c->gemm_m, c->gemm_n, c->gemm_k);
-    if (gi.enabled)
-        fprintf(f, "graphs: on, %d captured for batch 1..%d in %.2f s\n", gi.n_graphs, gi.max_batch, gi.capture_s);
-    else
-        fprintf(f, "graphs: off (%s)\n",
-                kern_ctx_backend(model_kern(m)) == KERN_BACKEND_CUDA ? "--enforce-eager" : "CPU backend");
+    bench_print_device(f, m, c);
     fprintf(f, "engine: max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d, prefix caching %s\n",
             eo->max_num_seqs, eo->max_num_batched_tokens, model_max_model_len(m),
             eo->enable_prefix_caching ? "on" : "off");

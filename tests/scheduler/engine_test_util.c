@@ -34,3 +34,29 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     inferd_free(dir);
     return m;
 }
+
+engine *etu_make_engine(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching)
+{
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.max_num_seqs = max_seqs;
+    eo.max_num_batched_tokens = max_tokens;
+    eo.enable_prefix_caching = caching;
+    engine *e = NULL;
+    ck_assert_msg(engine_create(&eo, m, tok, &e) == INFERD_OK, "engine_create: %s", inferd_last_error());
+    ck_assert_int_eq(engine_start(e), INFERD_OK);
+    return e;
+}
+
+void etu_finish_engine(engine *e, engine_stats *out)
+{
+    ck_assert_msg(engine_wait_idle(e, 60000), "engine not idle / blocks not all free");
+    ck_assert_msg(engine_check_invariants(e), "%s", inferd_last_error());
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.running + st.waiting, 0);
+    if (out)
+        *out = st;
+    engine_free(e);
+}

@@ -85,31 +85,6 @@ static prompt make_prompt(int i)
 }
 
 
-static engine *make_engine(model *m, int max_seqs, int max_tokens, bool caching)
-{
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.max_num_seqs = max_seqs;
-    eo.max_num_batched_tokens = max_tokens;
-    eo.enable_prefix_caching = caching;
-    engine *e = NULL;
-    ck_assert_msg(engine_create(&eo, m, NULL, &e) == INFERD_OK, "engine_create: %s", inferd_last_error());
-    ck_assert_int_eq(engine_start(e), INFERD_OK);
-    return e;
-}
-
-/* Idle, every block free, invariants hold; stats to *out; free. */
-static void finish_engine(engine *e, engine_stats *out)
-{
-    ck_assert_msg(engine_wait_idle(e, 60000), "engine not idle / blocks not all free");
-    ck_assert_msg(engine_check_invariants(e), "%s", inferd_last_error());
-    engine_stats st;
-    engine_get_stats(e, &st);
-    ck_assert_int_eq(st.kv_blocks_used, 0);
-    if (out)
-        *out = st;
-    engine_free(e);
-}
 
 /* Greedy, no stop token, exactly n tokens. */
 static void greedy(sampling_params *sp, int n)
@@ -162,9 +137,9 @@ static void collect(engine_stream *s, result *r)
 /* One request on a fresh roomy engine. */
 static void run_one(model *m, const prompt *p, const sampling_params *sp, result *r)
 {
-    engine *e = make_engine(m, 4, 256, false);
+    engine *e = etu_make_engine(m, NULL, 4, 256, false);
     collect(submit(e, p, sp), r);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
 }
 
 static int argmax(const float *x, int n)
@@ -363,14 +338,14 @@ enum { PI_N = 8 };
 static uint64_t run_penalty_batch(const prompt *p, const sampling_params *sp, result *out)
 {
     model *m = etu_load_stories(PI_N, 24, 12);
-    engine *e = make_engine(m, PI_N, 24, true);
+    engine *e = etu_make_engine(m, NULL, PI_N, 24, true);
     engine_stream *s[PI_N];
     for (int i = 0; i < PI_N; i++)
         s[i] = submit(e, &p[i], &sp[i]);
     for (int i = 0; i < PI_N; i++)
         collect(s[i], &out[i]);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     model_free(m);
     return st.preemptions;
 }
@@ -431,7 +406,7 @@ END_TEST
 START_TEST(test_penalty_bad_input)
 {
     model *m = etu_load_stories(4, 256, 0);
-    engine *e = make_engine(m, 4, 256, false);
+    engine *e = etu_make_engine(m, NULL, 4, 256, false);
     const int vocab = model_get_config(m)->vocab_size;
     prompt p = make_prompt(1);
     const struct {
@@ -483,7 +458,7 @@ START_TEST(test_penalty_bad_input)
     result r;
     collect(submit(e, &p, &sp), &r);
     ck_assert_int_eq(r.n, 4);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST
@@ -537,10 +512,10 @@ START_TEST(test_n_seeded_equals_single)
             sp.frequency_penalty = 0.5f;
         }
         result grp[4], again[4], single;
-        engine *e = make_engine(m, 8, 256, false);
+        engine *e = etu_make_engine(m, NULL, 8, 256, false);
         run_group(e, &p, &sp, 4, grp);
         run_group(e, &p, &sp, 4, again);
-        finish_engine(e, NULL);
+        etu_finish_engine(e, NULL);
         int differ = 0;
         for (int i = 0; i < 4; i++) {
             assert_same_tokens(&grp[i], &again[i], "rerun choice", i);
@@ -569,12 +544,12 @@ START_TEST(test_n_greedy_shares_prompt)
     greedy(&sp, 20);
     result single, grp[4];
     engine_stats s1, s4;
-    engine *e = make_engine(m, 8, 256, false);
+    engine *e = etu_make_engine(m, NULL, 8, 256, false);
     collect(submit(e, &p, &sp), &single);
-    finish_engine(e, &s1);
-    e = make_engine(m, 8, 256, false);
+    etu_finish_engine(e, &s1);
+    e = etu_make_engine(m, NULL, 8, 256, false);
     run_group(e, &p, &sp, 4, grp);
-    finish_engine(e, &s4);
+    etu_finish_engine(e, &s4);
     int total = 0;
     for (int i = 0; i < 4; i++) {
         assert_same_tokens(&grp[i], &single, "greedy choice", i);
@@ -605,7 +580,7 @@ START_TEST(test_best_of_cum_logprob)
     sp.seed = 77;
     sp.has_seed = true;
     sp.logprobs = 0;
-    engine *e = make_engine(m, 8, 256, false);
+    engine *e = etu_make_engine(m, NULL, 8, 256, false);
     engine_request rq = {.prompt_ids = p.ids, .n_prompt = p.n, .sp = sp};
     engine_stream *s[5];
     ck_assert_int_eq(engine_submit_n(e, &rq, 5, s), INFERD_OK);
@@ -630,7 +605,7 @@ START_TEST(test_best_of_cum_logprob)
         ck_assert_msg(fabs(cum[i] - sum) < 1e-9, "sequence %d: cum %.17g, sum %.17g", i, cum[i], sum);
         ck_assert(cum[i] < 0);
     }
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     int order[5];
     engine_rank_seqs(cum, 5, order);
     for (int i = 1; i < 5; i++)
@@ -670,7 +645,7 @@ START_TEST(test_n_pressure_and_abort)
         }
     model_free(m);
     m = etu_load_stories(8, 16, 14);
-    engine *e = make_engine(m, 8, 16, true);
+    engine *e = etu_make_engine(m, NULL, 8, 16, true);
     engine_stream *s[G][N];
     for (int g = 0; g < G; g++) {
         engine_request rq = {.prompt_ids = p[g].ids, .n_prompt = p[g].n, .sp = sp[g]};
@@ -688,7 +663,7 @@ START_TEST(test_n_pressure_and_abort)
     ck_assert_int_eq(engine_submit_n(e, &rq, SAMPLING_MAX_SEQS + 1, bad), INFERD_ERR_INVALID_ARG);
     ck_assert_int_eq(engine_submit_n(e, &rq, 0, bad), INFERD_ERR_INVALID_ARG);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("groups under pressure: %llu preemptions, %llu blocks shared\n", (unsigned long long)st.preemptions,
            (unsigned long long)st.kv_blocks_shared);
     ck_assert_uint_gt(st.preemptions, 0);
@@ -784,7 +759,7 @@ START_TEST(test_prompt_logprobs_match_host)
     const int budgets[] = {256, 7};
     for (int bi = 0; bi < 2; bi++) {
         model *m = etu_load_stories(4, budgets[bi], 0);
-        engine *e = make_engine(m, 4, budgets[bi], true);
+        engine *e = etu_make_engine(m, NULL, 4, budgets[bi], true);
         prompt p[4];
         prompt_result r[4];
         for (int i = 0; i < 4; i++) {
@@ -801,7 +776,7 @@ START_TEST(test_prompt_logprobs_match_host)
                 ck_assert_int_eq(r[i].gen.toks[k], plain.toks[k]);
         }
         engine_stats st;
-        finish_engine(e, &st);
+        etu_finish_engine(e, &st);
         ck_assert_uint_eq(st.prefix_hits, 0); /* the plain requests' prompts were cached, not reused */
         /* the host steps write KV over blocks the engine's cache named: after it is gone */
         for (int i = 0; i < 4; i++)
@@ -823,7 +798,7 @@ START_TEST(test_prompt_logprobs_preempted_and_groups)
     greedy(&sp, 60);
     sp.prompt_logprobs = 2;
     model *m = etu_load_stories(N, 24, 12);
-    engine *e = make_engine(m, N, 24, true);
+    engine *e = etu_make_engine(m, NULL, N, 24, true);
     engine_stream *s[N];
     for (int i = 0; i < N; i++) {
         p[i] = make_prompt(i + 20);
@@ -832,7 +807,7 @@ START_TEST(test_prompt_logprobs_preempted_and_groups)
     for (int i = 0; i < N; i++)
         collect_prompt(s[i], &r[i]);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("prompt logprobs: %llu preemptions\n", (unsigned long long)st.preemptions);
     ck_assert_uint_gt(st.preemptions, 0);
     for (int i = 0; i < N; i++) {
@@ -842,7 +817,7 @@ START_TEST(test_prompt_logprobs_preempted_and_groups)
     model_free(m);
 
     m = etu_load_stories(4, 256, 0);
-    e = make_engine(m, 4, 256, false);
+    e = etu_make_engine(m, NULL, 4, 256, false);
     prompt q = make_prompt(7);
     engine_request rq = {.prompt_ids = q.ids, .n_prompt = q.n, .sp = sp};
     rq.sp.max_tokens = 4;
@@ -851,7 +826,7 @@ START_TEST(test_prompt_logprobs_preempted_and_groups)
     prompt_result gr[3];
     for (int k = 0; k < 3; k++)
         collect_prompt(g[k], &gr[k]);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     check_prompt_against_host(m, &q, 2, &gr[0]);
     ck_assert_int_eq(gr[1].n, 0);
     ck_assert_int_eq(gr[2].n, 0);
@@ -864,7 +839,7 @@ END_TEST
 START_TEST(test_prompt_logprobs_bad_input)
 {
     model *m = etu_load_stories(4, 256, 0);
-    engine *e = make_engine(m, 4, 256, false);
+    engine *e = etu_make_engine(m, NULL, 4, 256, false);
     prompt p = make_prompt(1);
     const struct {
         int v;
@@ -889,7 +864,7 @@ START_TEST(test_prompt_logprobs_bad_input)
             ck_assert_ptr_nonnull(strstr(inferd_last_error(), "prompt_logprobs"));
         }
     }
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST

@@ -114,33 +114,6 @@ static tokenizer *load_tok(void)
     return t;
 }
 
-static engine *make_engine(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching)
-{
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.max_num_seqs = max_seqs;
-    eo.max_num_batched_tokens = max_tokens;
-    eo.enable_prefix_caching = caching;
-    engine *e = NULL;
-    ck_assert_msg(engine_create(&eo, m, tok, &e) == INFERD_OK, "engine_create: %s", inferd_last_error());
-    ck_assert_int_eq(engine_start(e), INFERD_OK);
-    return e;
-}
-
-/* Every block back in the free list, invariants hold; stats (final, taken
- * once idle) to *st when not NULL; then free. */
-static void finish_engine(engine *e, engine_stats *out)
-{
-    ck_assert_msg(engine_wait_idle(e, 60000), "engine not idle / blocks not all free");
-    ck_assert_msg(engine_check_invariants(e), "%s", inferd_last_error());
-    engine_stats st;
-    engine_get_stats(e, &st);
-    ck_assert_int_eq(st.kv_blocks_used, 0);
-    ck_assert_int_eq(st.running + st.waiting, 0);
-    if (out)
-        *out = st;
-    engine_free(e);
-}
 
 /* --- running requests ----------------------------------------------------- */
 
@@ -230,13 +203,13 @@ static void run_concurrent(engine *e, const prompt *p, const sampling_params *sp
 static void run_alone(const prompt *p, const sampling_params *sp, int n, result *res)
 {
     model *m = etu_load_stories(4, 512, 0);
-    engine *e = make_engine(m, NULL, 4, 512, false);
+    engine *e = etu_make_engine(m, NULL, 4, 512, false);
     memset(res, 0, sizeof(result) * (size_t)n);
     for (int i = 0; i < n; i++) {
         engine_stream *s = submit(e, &p[i], &sp[i]);
         collect(s, &res[i]);
     }
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 
@@ -263,7 +236,7 @@ START_TEST(test_golden_greedy)
 {
     load_golden();
     model *m = etu_load_stories(4, 512, 0);
-    engine *e = make_engine(m, NULL, 4, 512, true);
+    engine *e = etu_make_engine(m, NULL, 4, 512, true);
     prompt p = {.n = g_n_golden_prompt};
     memcpy(p.ids, g_golden_prompt, sizeof(int32_t) * (size_t)p.n);
     sampling_params sp;
@@ -274,7 +247,7 @@ START_TEST(test_golden_greedy)
     for (int k = 0; k < r.n; k++)
         ck_assert_msg(r.toks[k] == g_golden_gen[k], "token %d: %d, golden %d", k, r.toks[k], g_golden_gen[k]);
     ck_assert_int_eq(r.finish, FINISH_LENGTH);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST
@@ -288,10 +261,10 @@ START_TEST(test_concurrent_equals_alone)
     greedy_set(sp, N_PROMPTS, 48);
     run_alone(p, sp, N_PROMPTS, alone);
     model *m = etu_load_stories(32, 512, 0);
-    engine *e = make_engine(m, NULL, 32, 512, true);
+    engine *e = etu_make_engine(m, NULL, 32, 512, true);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("concurrent: %d prompts, %llu steps, %llu generated tokens\n", N_PROMPTS,
            (unsigned long long)st.steps, (unsigned long long)st.generation_tokens);
     assert_same(batched, alone, N_PROMPTS, "concurrent");
@@ -311,10 +284,10 @@ START_TEST(test_preemption_invariance)
     run_alone(p, sp, N_PROMPTS, alone);
     /* 16 blocks of 16 tokens (15 usable = 240 tokens) for 20 requests of up to 109 */
     model *m = etu_load_stories(16, 256, 16);
-    engine *e = make_engine(m, NULL, 16, 256, true);
+    engine *e = etu_make_engine(m, NULL, 16, 256, true);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("preemption: %llu preemptions, %llu steps, KV pool %d blocks\n",
            (unsigned long long)st.preemptions, (unsigned long long)st.steps, st.kv_blocks_total);
     ck_assert_int_gt((int)st.preemptions, 0);
@@ -335,10 +308,10 @@ START_TEST(test_chunked_prefill_invariance)
     for (int i = 0; i < N_PROMPTS; i++)
         longest = INFERD_MAX(longest, p[i].n);
     model *m = etu_load_stories(8, 7, 0);
-    engine *e = make_engine(m, NULL, 8, 7, false);
+    engine *e = etu_make_engine(m, NULL, 8, 7, false);
     run_concurrent(e, p, sp, N_PROMPTS, batched);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("chunked prefill: budget 7 tokens/step, longest prompt %d, %llu steps\n", longest,
            (unsigned long long)st.steps);
     ck_assert_int_gt(longest, 7);
@@ -358,7 +331,7 @@ START_TEST(test_prefix_cache_invariance)
     run_alone(p, sp, N, alone);
     /* small budget so later prompts are admitted after earlier ones cached */
     model *m = etu_load_stories(8, 64, 0);
-    engine *e = make_engine(m, NULL, 8, 64, true);
+    engine *e = etu_make_engine(m, NULL, 8, 64, true);
     run_concurrent(e, p, sp, N, batched);
     engine_stats st;
     ck_assert(engine_wait_idle(e, 60000));
@@ -380,7 +353,7 @@ START_TEST(test_prefix_cache_invariance)
     for (int i = 0; i < N; i++)
         ck_assert_int_ge(again[i].cached_tokens, 48);
     assert_same(again, alone, N, "prefix cache (repeat)");
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST
@@ -397,7 +370,7 @@ START_TEST(test_abort_half)
         sp[i].n_stop_token_ids = 0;
     run_alone(p, sp, N, alone);
     model *m = etu_load_stories(8, 64, 40);
-    engine *e = make_engine(m, NULL, 8, 64, true);
+    engine *e = etu_make_engine(m, NULL, 8, 64, true);
     engine_stream *s[N];
     memset(res, 0, sizeof res);
     for (int i = 0; i < N; i++)
@@ -428,7 +401,7 @@ START_TEST(test_abort_half)
             assert_same(&res[i], &alone[i], 1, "abort-half survivor");
     }
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("abort half: %d aborted, finished by reason: length %llu abort %llu, preemptions %llu\n",
            n_aborted, (unsigned long long)st.finished[FINISH_LENGTH],
            (unsigned long long)st.finished[FINISH_ABORT], (unsigned long long)st.preemptions);
@@ -457,16 +430,16 @@ START_TEST(test_seeded_sampling)
     }
     run_alone(p, sp, N, alone);
     model *m = etu_load_stories(16, 256, 0);
-    engine *e = make_engine(m, NULL, 16, 256, true);
+    engine *e = etu_make_engine(m, NULL, 16, 256, true);
     run_concurrent(e, p, sp, N, batched);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
     assert_same(batched, alone, N, "seeded batched");
     m = etu_load_stories(16, 32, 12);
-    e = make_engine(m, NULL, 16, 32, true);
+    e = etu_make_engine(m, NULL, 16, 32, true);
     run_concurrent(e, p, sp, N, preempted);
     engine_stats st;
-    finish_engine(e, &st);
+    etu_finish_engine(e, &st);
     printf("seeded sampling: batched ok; small pool: %llu preemptions\n", (unsigned long long)st.preemptions);
     ck_assert_int_gt((int)st.preemptions, 0);
     /* NOTE: recompute after preemption runs the generated tokens as one
@@ -598,7 +571,7 @@ START_TEST(test_stop_conditions)
     make_prompts(p, 1);
     tokenizer *tok = load_tok();
     model *m = etu_load_stories(8, 128, 0);
-    engine *e = make_engine(m, tok, 8, 128, true);
+    engine *e = etu_make_engine(m, tok, 8, 128, true);
     sampling_params sp;
     greedy_params(&sp, 60);
     sp.n_stop_token_ids = 0;
@@ -665,7 +638,7 @@ START_TEST(test_stop_conditions)
     } else {
         printf("stop strings: SKIPPED (no tokenizer)\n");
     }
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
     if (tok)
         tok_free(tok);
@@ -679,7 +652,7 @@ START_TEST(test_logprobs_every_count)
     static prompt p[1];
     make_prompts(p, 1);
     model *m = etu_load_stories(8, 128, 0);
-    engine *e = make_engine(m, NULL, 8, 128, true);
+    engine *e = etu_make_engine(m, NULL, 8, 128, true);
     for (int n = 0; n <= SAMPLING_MAX_LOGPROBS; n++) {
         sampling_params sp;
         greedy_params(&sp, 4);
@@ -698,7 +671,7 @@ START_TEST(test_logprobs_every_count)
                 ck_assert(lp->top_ids[j] >= 0 && isfinite(lp->top_logprobs[j]) && lp->top_logprobs[j] <= 0);
         }
     }
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST
@@ -708,7 +681,7 @@ START_TEST(test_logprobs_and_timeout)
     static prompt p[2];
     make_prompts(p, 2);
     model *m = etu_load_stories(8, 128, 0);
-    engine *e = make_engine(m, NULL, 8, 128, true);
+    engine *e = etu_make_engine(m, NULL, 8, 128, true);
     sampling_params sp;
     greedy_params(&sp, 20);
     sp.logprobs = 5;
@@ -740,7 +713,7 @@ START_TEST(test_logprobs_and_timeout)
     collect(s, &r);
     ck_assert_int_eq(r.finish, FINISH_ABORT);
     ck_assert_int_lt(r.n, 400);
-    finish_engine(e, NULL);
+    etu_finish_engine(e, NULL);
     model_free(m);
 }
 END_TEST

@@ -65,13 +65,6 @@ static const char *choice_text(const cJSON *j)
     return t->valuestring;
 }
 
-static void stop_ok(ts_server *s)
-{
-    int rc = ts_stop(s, 30.0);
-    if (rc != 0)
-        ts_dump_log(s);
-    ck_assert_msg(rc == 0, "server exit status %d after SIGTERM", rc);
-}
 
 START_TEST(test_completions_and_chat)
 {
@@ -156,7 +149,7 @@ START_TEST(test_completions_and_chat)
     cJSON_Delete(j);
     cJSON_Delete(j2);
     free(golden);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -214,7 +207,7 @@ START_TEST(test_logprobs_every_count)
         cJSON_ArrayForEach(e, content) check_lp_entry(e, n);
         cJSON_Delete(j);
     }
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -257,7 +250,7 @@ START_TEST(test_aux_endpoints)
     ck_assert_str_eq(cJSON_GetObjectItem(e, "code")->valuestring, "chat_template_missing");
     ck_assert(strstr(cJSON_GetObjectItem(e, "message")->valuestring, "--chat-template") != NULL);
     cJSON_Delete(j);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -330,7 +323,7 @@ START_TEST(test_stream_equals_nonstream)
     check_stream_equal(
         &s, "/v1/completions",
         "\"prompt\":\"The cat\",\"max_tokens\":40,\"temperature\":0.8,\"top_p\":0.9,\"seed\":7", false);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -436,7 +429,7 @@ START_TEST(test_concurrent_clients)
     ck_assert(ts_wait_engine(&s, 0, 0, true, 5.0));
     for (int i = 0; i < N_PROMPTS; i++)
         free(alone[i]);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -495,7 +488,7 @@ START_TEST(test_many_connections)
     for (int i = 0; i < n_idle; i++)
         close(idle[i]);
     free(idle);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -548,7 +541,7 @@ START_TEST(test_metrics_exposition)
         inferd_free(path);
     }
     free(m);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -578,7 +571,7 @@ START_TEST(test_config_file)
                      &st);
     ck_assert_int_eq(st, 200);
     cJSON_Delete(j);
-    stop_ok(&s);
+    ts_stop_ok(&s);
     /* usage errors exit 2 */
     const char *bin = test_inferd_bin();
     char *out, *errs;

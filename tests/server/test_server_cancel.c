@@ -50,13 +50,6 @@ static double metric(const ts_server *s, const char *series)
     return v;
 }
 
-static void stop_ok(ts_server *s)
-{
-    int rc = ts_stop(s, 30.0);
-    if (rc != 0)
-        ts_dump_log(s);
-    ck_assert_msg(rc == 0, "server exit status %d after SIGTERM", rc);
-}
 
 static void expect_freed(ts_server *s, int running, int waiting, bool kv_zero, const char *what)
 {
@@ -87,7 +80,7 @@ START_TEST(test_disconnect_mid_stream)
     ck_assert(ts_wait_metric(&s, "inferd:request_success_total{finished_reason=\"abort\"}", 1, 5.0));
     ck_assert_int_lt((int)metric(&s, "inferd:generation_tokens_total"), 1500);
     free(acc);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -122,7 +115,7 @@ START_TEST(test_disconnect_while_queued)
         ts_post_json(&s, "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"ignore_eos\":true}", &st);
     ck_assert_int_eq(st, 200);
     cJSON_Delete(j);
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -179,7 +172,7 @@ START_TEST(test_queue_full_429)
     for (int i = 0; i < n_fds; i++)
         close(fds[i]);
     expect_freed(&s, 0, 0, true, "after 429");
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 
@@ -202,7 +195,7 @@ START_TEST(test_request_timeout)
     ck_assert(strstr(r.body, "data: [DONE]\n\n") != NULL);
     ts_resp_free(&r);
     expect_freed(&s, 0, 0, true, "after timeouts");
-    stop_ok(&s);
+    ts_stop_ok(&s);
 }
 END_TEST
 

@@ -70,19 +70,9 @@ static void start(ts_server *s, const char *a0, const char *a1)
 static void stop_ok(ts_server *s)
 {
     ck_assert_msg(ts_wait_engine(s, 0, 0, true, 10.0), "requests still running or KV blocks held");
-    int rc = ts_stop(s, 30.0);
-    if (rc != 0)
-        ts_dump_log(s);
-    ck_assert_msg(rc == 0, "server exit status %d after SIGTERM", rc);
+    ts_stop_ok(s);
 }
 
-static cJSON *post_ok(const ts_server *s, const char *path, const char *body)
-{
-    long st;
-    cJSON *j = ts_post_json(s, path, body, &st);
-    ck_assert_msg(st == 200 && j, "%s: HTTP %ld for %s", path, st, body);
-    return j;
-}
 
 /* The text of a choice: completions "text", chat "message.content". */
 static const char *choice_text(const cJSON *c)
@@ -107,7 +97,7 @@ static const cJSON *choices(const cJSON *j, int want)
 /* The one choice's text of a single request (heap), and its usage. */
 static char *single_text(const ts_server *s, const char *path, const char *body, int *prompt, int *completion)
 {
-    cJSON *j = post_ok(s, path, body);
+    cJSON *j = ts_post_ok(s, path, body);
     char *t = strdup(choice_text(cJSON_GetArrayItem(choices(j, 1), 0)));
     if (prompt)
         *prompt = usage_of(j, "prompt_tokens");
@@ -124,8 +114,8 @@ START_TEST(test_n_seeded)
     const char *samp = "\"max_tokens\":24,\"temperature\":0.9,\"seed\":1234";
     char body[512];
     snprintf(body, sizeof body, "{\"prompt\":%s,\"n\":4,%s}", PROMPT, samp);
-    cJSON *a = post_ok(&s, "/v1/completions", body);
-    cJSON *b = post_ok(&s, "/v1/completions", body);
+    cJSON *a = ts_post_ok(&s, "/v1/completions", body);
+    cJSON *b = ts_post_ok(&s, "/v1/completions", body);
     const cJSON *ca = choices(a, 4), *cb = choices(b, 4);
     int differ = 0, sum_c = 0, p_tok = 0;
     for (int k = 0; k < 4; k++) {
@@ -149,7 +139,7 @@ START_TEST(test_n_seeded)
     /* a batched prompt array: choice p * n + k is prompt p with seed + k */
     const char *prompts[2] = {"\"The little dog\"", "[1,403,407]"};
     snprintf(body, sizeof body, "{\"prompt\":[%s,%s],\"n\":3,%s}", prompts[0], prompts[1], samp);
-    cJSON *j = post_ok(&s, "/v1/completions", body);
+    cJSON *j = ts_post_ok(&s, "/v1/completions", body);
     const cJSON *ch = choices(j, 6);
     int sum_p = 0;
     for (int p = 0; p < 2; p++)
@@ -177,7 +167,7 @@ static void kv_delta(const ts_server *s, const char *body, double *alloc, double
     double s0 = ts_metric(s, "inferd:kv_cache_blocks_shared_total");
     double p0 = ts_metric(s, "inferd:prompt_tokens_total");
     ck_assert_msg(!isnan(a0) && !isnan(s0), "KV block counters missing from /metrics");
-    cJSON_Delete(post_ok(s, "/v1/completions", body));
+    cJSON_Delete(ts_post_ok(s, "/v1/completions", body));
     ck_assert(ts_wait_engine(s, 0, 0, true, 10.0));
     *alloc = ts_metric(s, "inferd:kv_cache_blocks_allocated_total") - a0;
     *shared = ts_metric(s, "inferd:kv_cache_blocks_shared_total") - s0;
@@ -197,7 +187,7 @@ START_TEST(test_n_greedy_shares_prompt)
     char *one = single_text(&s, "/v1/completions", body, NULL, NULL);
     snprintf(body, sizeof body, "{\"prompt\":%s,\"n\":4,%s}", LONG_IDS, samp);
     kv_delta(&s, body, &a4, &s4, &p4);
-    cJSON *j = post_ok(&s, "/v1/completions", body);
+    cJSON *j = ts_post_ok(&s, "/v1/completions", body);
     const cJSON *ch = choices(j, 4);
     for (int k = 0; k < 4; k++)
         ck_assert_str_eq(choice_text(cJSON_GetArrayItem(ch, k)), one);
@@ -227,7 +217,7 @@ START_TEST(test_n_chat_greedy)
     int pt, ct;
     char *one = single_text(&s, "/v1/chat/completions", body, &pt, &ct);
     snprintf(body, sizeof body, "{%s,\"n\":3}", msgs);
-    cJSON *j = post_ok(&s, "/v1/chat/completions", body);
+    cJSON *j = ts_post_ok(&s, "/v1/chat/completions", body);
     const cJSON *ch = choices(j, 3);
     for (int k = 0; k < 3; k++)
         ck_assert_str_eq(choice_text(cJSON_GetArrayItem(ch, k)), one);
@@ -257,7 +247,7 @@ static cJSON *sse_events(const char *body)
 static int check_stream(const ts_server *s, const char *path, const char *body, const char *stream_body,
                         int n)
 {
-    cJSON *want = post_ok(s, path, body);
+    cJSON *want = ts_post_ok(s, path, body);
     const cJSON *wch = choices(want, n);
     ts_resp r = ts_request(s, "POST", path, stream_body, -1, NULL);
     ck_assert_int_eq(r.status, 200);
@@ -354,7 +344,7 @@ START_TEST(test_best_of)
     for (int b = 50; b < 250 && !base; b += 10) {
         for (int k = 0; k < 3; k++) {
             snprintf(body, sizeof body, "{\"prompt\":%s,%s,\"seed\":%d,\"logprobs\":0}", PROMPT, samp, b + k);
-            cJSON *j = post_ok(&s, "/v1/completions", body);
+            cJSON *j = ts_post_ok(&s, "/v1/completions", body);
             const cJSON *c = cJSON_GetArrayItem(choices(j, 1), 0);
             free(text[k]);
             text[k] = strdup(choice_text(c));
@@ -376,7 +366,7 @@ START_TEST(test_best_of)
     ck_assert_msg(base != 0, "no base seed in 50..240 gives three distinct sums");
     /* n = 1: the best of three, no logprobs unless asked */
     snprintf(body, sizeof body, "{\"prompt\":%s,%s,\"seed\":%d,\"best_of\":3}", PROMPT, samp, base);
-    cJSON *j = post_ok(&s, "/v1/completions", body);
+    cJSON *j = ts_post_ok(&s, "/v1/completions", body);
     const cJSON *c = cJSON_GetArrayItem(choices(j, 1), 0);
     ck_assert_str_eq(choice_text(c), text[order[0]]);
     ck_assert(cJSON_IsNull(item(c, "logprobs")));
@@ -385,7 +375,7 @@ START_TEST(test_best_of)
     /* n = 2: the two best, best first, with the logprobs of those two */
     snprintf(body, sizeof body, "{\"prompt\":%s,%s,\"seed\":%d,\"best_of\":3,\"n\":2,\"logprobs\":0}", PROMPT,
              samp, base);
-    j = post_ok(&s, "/v1/completions", body);
+    j = ts_post_ok(&s, "/v1/completions", body);
     const cJSON *ch = choices(j, 2);
     for (int i = 0; i < 2; i++) {
         c = cJSON_GetArrayItem(ch, i);
@@ -397,7 +387,7 @@ START_TEST(test_best_of)
     cJSON_Delete(j);
     /* best_of == n ranks nothing: choice k is seed + k */
     snprintf(body, sizeof body, "{\"prompt\":%s,%s,\"seed\":%d,\"best_of\":3,\"n\":3}", PROMPT, samp, base);
-    j = post_ok(&s, "/v1/completions", body);
+    j = ts_post_ok(&s, "/v1/completions", body);
     ch = choices(j, 3);
     for (int k = 0; k < 3; k++)
         ck_assert_str_eq(choice_text(cJSON_GetArrayItem(ch, k)), text[k]);

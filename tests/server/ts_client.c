@@ -9,6 +9,7 @@
 #include "ts_client.h"
 
 #include <arpa/inet.h>
+#include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -363,6 +364,22 @@ bool ts_sse_parse(const char *body, char **text, int *n_events, cJSON **last, cJ
         *last = cJSON_Duplicate(*first, true);
     }
     return done;
+}
+
+void ts_stop_ok(ts_server *s)
+{
+    int rc = ts_stop(s, 30.0);
+    if (rc != 0)
+        ts_dump_log(s);
+    ck_assert_msg(rc == 0, "server exit status %d after SIGTERM", rc);
+}
+
+cJSON *ts_post_ok(const ts_server *s, const char *path, const char *body)
+{
+    long st;
+    cJSON *j = ts_post_json(s, path, body, &st);
+    ck_assert_msg(st == 200 && j, "%s: HTTP %ld for %s", path, st, body);
+    return j;
 }
 
 cJSON *ts_sse_events(const char *body, const char **why)

@@ -30,6 +30,10 @@ bool ts_start(ts_server *s, const char *const *args);
  * killed by one, or -1 when it had to be SIGKILLed. The log file is removed
  * after a clean exit (0) and kept otherwise. */
 int ts_stop(ts_server *s, double timeout_s);
+/* ts_stop that fails the running Check test unless the exit status is 0
+ * (the log is printed first when it is not). */
+void ts_stop_ok(ts_server *s);
+
 /* Whether the server's log (stdout + stderr) contains needle. */
 bool ts_log_contains(const ts_server *s, const char *needle);
 /* Print the server log's tail (for failure diagnosis). */
@@ -54,6 +58,9 @@ void ts_resp_free(ts_resp *r);
 
 /* POST JSON and parse the response body (NULL when not JSON). */
 cJSON *ts_post_json(const ts_server *s, const char *path, const char *body, long *status);
+/* ts_post_json that fails the running Check test unless the answer is a
+ * 200 with a JSON body. */
+cJSON *ts_post_ok(const ts_server *s, const char *path, const char *body);
 
 /* Parse an SSE body: concatenated text of the choices (completions "text"
  * or chat "delta.content"), the number of events, and the last JSON event
