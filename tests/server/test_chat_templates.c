@@ -338,15 +338,6 @@ END_TEST
 
 static char *write_model_dir(const char *family)
 {
-    char *dir = test_make_temp_dir("chat-model");
-    char *src = test_fixture_path("models/stories260K");
-    static const char *const k_files[] = {"config.json", "model.safetensors", "tokenizer.json"};
-    for (size_t i = 0; i < INFERD_ARRAY_LEN(k_files); i++) {
-        char *from = util_path_join(src, k_files[i]), *to = util_path_join(dir, k_files[i]);
-        ck_assert_int_eq(symlink(from, to), 0);
-        inferd_free(from);
-        inferd_free(to);
-    }
     char rel[128];
     snprintf(rel, sizeof rel, "chat_templates/%s.json", family);
     cJSON *f = load_fixture_json(rel);
@@ -354,15 +345,9 @@ static char *write_model_dir(const char *family)
     cJSON_AddStringToObject(cfg, "bos_token", cJSON_GetStringValue(cJSON_GetObjectItem(f, "bos_token")));
     cJSON_AddStringToObject(cfg, "eos_token", cJSON_GetStringValue(cJSON_GetObjectItem(f, "eos_token")));
     cJSON_AddStringToObject(cfg, "chat_template", cJSON_GetStringValue(cJSON_GetObjectItem(f, "chat_template")));
-    char *text = cJSON_Print(cfg);
-    char *path = util_path_join(dir, "tokenizer_config.json");
-    FILE *fp = fopen(path, "w");
-    ck_assert(fp && fputs(text, fp) >= 0 && fclose(fp) == 0);
-    cJSON_free(text);
+    char *dir = ts_stories_dir("chat-model", cfg);
     cJSON_Delete(cfg);
     cJSON_Delete(f);
-    inferd_free(path);
-    inferd_free(src);
     return dir;
 }
 

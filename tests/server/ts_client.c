@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/alloc.h"
+#include "common/util.h"
 #include "prom_check.h"
 #include "test_util.h"
 
@@ -364,6 +366,28 @@ bool ts_sse_parse(const char *body, char **text, int *n_events, cJSON **last, cJ
         *last = cJSON_Duplicate(*first, true);
     }
     return done;
+}
+
+char *ts_stories_dir(const char *tag, const cJSON *tokenizer_config)
+{
+    char *dir = test_make_temp_dir(tag);
+    char *src = test_fixture_path("models/stories260K");
+    static const char *const k_files[] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (size_t i = 0; i < sizeof k_files / sizeof k_files[0]; i++) {
+        char *from = util_path_join(src, k_files[i]), *to = util_path_join(dir, k_files[i]);
+        ck_assert_msg(symlink(from, to) == 0, "symlink %s", to);
+        inferd_free(from);
+        inferd_free(to);
+    }
+    if (tokenizer_config) {
+        char *text = cJSON_Print(tokenizer_config);
+        char *path = util_path_join(dir, "tokenizer_config.json");
+        ck_assert_msg(util_write_text_file(path, text), "cannot write %s", path);
+        cJSON_free(text);
+        inferd_free(path);
+    }
+    inferd_free(src);
+    return dir;
 }
 
 void ts_stop_ok(ts_server *s)

@@ -108,6 +108,12 @@ int ts_raw_post(const ts_server *s, const char *path, const char *json);
  * passes or the peer closes; true when found. */
 bool ts_raw_read_until(int fd, const char *needle, int timeout_ms, char **acc, size_t *acc_len);
 
+/* A temporary HF directory (name tagged with tag) holding stories260K's
+ * config.json, model.safetensors and tokenizer.json (symlinks) and, when
+ * tokenizer_config is not NULL, that object as tokenizer_config.json
+ * (heap path). Fails the running Check test on an error. */
+char *ts_stories_dir(const char *tag, const cJSON *tokenizer_config);
+
 /* Monotonic seconds. */
 double ts_now(void);
 void ts_sleep_ms(int ms);
