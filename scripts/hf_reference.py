@@ -206,6 +206,38 @@ def cmd_compare(a):
     sys.exit(0 if ok and top_ok else 1)
 
 
+# Texts beyond the shared golden cases that exercise a byte-level BPE with
+# Qwen's pre-tokenizer: CJK, digits (split one by one), emoji, code, runs of
+# whitespace, ChatML control tokens.
+TOK_EXTRA_TEXTS = [
+    "你好，世界！今天天气很好。",
+    "日本語のテキストと한국어 텍스트",
+    "1234567890 3.14159 -42 1e-9",
+    "emoji: 🤖🚀👍🏽 and ZWJ 👨‍👩‍👧",
+    "def f(x):\n    return x ** 2  # square\n\n\n\tindented",
+    "   leading and trailing spaces   ",
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n",
+    "<think>\n\n</think>\n\nanswer",
+    "naïve café résumé Ångström",
+    "",
+]
+
+
+def cmd_tok_golden(a):
+    """HF tokenizers' ids for the shared golden texts plus TOK_EXTRA_TEXTS,
+    as a JSON file the repository keeps (tests/tokenizer/golden_qwen3.json)."""
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(os.path.join(a.tokenizer, "tokenizer.json"))
+    texts = [c["text"] for c in json.load(open(a.cases))["cases"]] + TOK_EXTRA_TEXTS
+    out = {"description": f"HF tokenizers {tokenizers.__version__} ids of {a.tokenizer}/tokenizer.json "
+                          "(encode, add_special_tokens=True, special tokens parsed); made by "
+                          "scripts/hf_reference.py tok-golden on the GPU machine",
+           "cases": [{"text": t, "ids": tok.encode(t, add_special_tokens=True).ids} for t in texts]}
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+    print(f"wrote {a.out}: {len(texts)} cases, {sum(len(c['ids']) for c in out['cases'])} ids")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -230,8 +262,12 @@ def main():
     c.add_argument("--dtype", default="bfloat16")
     c.add_argument("--atol", type=float, default=0.15)
     c.add_argument("--rtol", type=float, default=0.05)
+    t = sub.add_parser("tok-golden")
+    t.add_argument("--tokenizer", required=True, help="directory with tokenizer.json")
+    t.add_argument("--cases", required=True, help="fixtures golden/tokenizers.json (its texts)")
+    t.add_argument("--out", required=True)
     a = p.parse_args()
-    {"make-random": cmd_make_random, "dump": cmd_dump, "compare": cmd_compare}[a.cmd](a)
+    {"make-random": cmd_make_random, "dump": cmd_dump, "compare": cmd_compare, "tok-golden": cmd_tok_golden}[a.cmd](a)
 
 
 if __name__ == "__main__":

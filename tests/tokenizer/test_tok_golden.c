@@ -279,6 +279,44 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* The real Qwen3 tokenizer (../shared fixtures: byte-level BPE, 151,669
+ * ids, Qwen2.5's BPE too) against HF tokenizers' ids for the shared golden
+ * texts plus CJK, digits, emoji, code, whitespace runs and ChatML control
+ * tokens: tests/tokenizer/golden_qwen3.json, made on the GPU machine by
+ * `scripts/hf_reference.py tok-golden` (HF is installed there). */
+START_TEST(test_qwen3_golden)
+{
+    static const tok_fixture qwen3 = {"qwen3", "tokenizers/qwen3", NULL, false};
+    tokenizer *t = tt_load(&qwen3);
+    char *path = util_path_join(INFERD_TEST_SOURCE_DIR, "tests/tokenizer/golden_qwen3.json");
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_msg(util_read_file(path, (size_t)1 << 20, &text, &len) == INFERD_OK, "%s: %s", path, inferd_last_error());
+    cJSON *g = cJSON_ParseWithLength(text, len);
+    ck_assert(g != NULL);
+    int failed = 0, n_cases = 0, n_ids = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(g, "cases"))
+    {
+        int32_t *want = NULL;
+        const int n = tt_ids(cJSON_GetObjectItemCaseSensitive(c, "ids"), &want);
+        char what[64];
+        snprintf(what, sizeof what, "qwen3 case %d", n_cases);
+        failed += !tt_encode_eq(t, cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring, true, want, n, what);
+        n_ids += n;
+        n_cases++;
+        inferd_free(want);
+    }
+    printf("qwen3: %d golden cases, %d ids compared, %d failed\n", n_cases, n_ids, failed);
+    ck_assert_int_ge(n_cases, 30);
+    ck_assert_int_eq(failed, 0);
+    cJSON_Delete(g);
+    inferd_free(text);
+    inferd_free(path);
+    tok_free(t);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_fixtures_dir())
@@ -292,6 +330,7 @@ int main(void)
     tcase_add_test(tc, test_stories_prompts);
     tcase_add_test(tc, test_metadata);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_qwen3_golden);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
