@@ -23,9 +23,6 @@ int srv_http_port(const srv_http *h);
 /* Open HTTP requests (all routes). */
 int srv_http_open_requests(const srv_http *h);
 
-/* Stop accepting new connections (existing keep-alive ones get 503). */
-void srv_http_quiesce(srv_http *h);
-
 /* Abort every in-flight generation (s->aborting must be set first); each
  * finishes with an error body / error event. */
 void srv_http_abort_all(srv_http *h);

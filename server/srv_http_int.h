@@ -67,7 +67,6 @@ struct srv_http {
     srv_guard *guard;
     srv_limits *limits;
     int port;
-    int listen_fd;   /* after quiesce, closed after stop */
     atomic_int open; /* open requests */
     pthread_mutex_t mu;
     bool closing;      /* under mu: never suspend again */

@@ -1,4 +1,4 @@
-/* server/srv_http_life.c: the HTTP front end's lifecycle (start, quiesce,
+/* server/srv_http_life.c: the HTTP front end's lifecycle (start, drain,
  * stop, free), the libmicrohttpd connection notifications that drive the
  * slow-client deadlines (srv_http_limits.c), and the watchdog thread: every
  * 50 ms it polls suspended connections for hang-ups (probing a possible
@@ -127,6 +127,22 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* MHD's accept policy (any MHD thread): once the server drains, a new
+ * connection is accepted and closed at once, so a client sees it fail
+ * instead of waiting in the backlog for the grace period.
+ * NOTE: not MHD_quiesce_daemon: with a thread pool and epoll,
+ * libmicrohttpd 0.9.75's quiesce races each worker to take the listen
+ * socket out of the worker's epoll set and calls abort() when the worker
+ * wins (it tolerates ENOENT for the master daemon only); a SIGTERM could
+ * end the process with status 134. Closing at accept needs no such step. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    (void)addr;
+    (void)len;
+    const srv_http *h = cls;
+    return atomic_load(&h->s->draining) ? MHD_NO : MHD_YES;
+}
+
 /* MHD's error logger (any MHD thread). MHD reports routine client
  * misbehaviour here (resets, malformed requests), so it goes to debug
  * level only; the trailing newline MHD adds is stripped. */
@@ -184,13 +200,12 @@ inferd_status srv_http_start(srv_server *s)
     h->guard = srv_guard_new(o, (const struct sockaddr *)&addr);
     h->limits = srv_limits_new(o);
     inferd_list_init(&h->conns);
-    h->listen_fd = -1;
     pthread_mutex_init(&h->mu, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
     if (v6)
         flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, srv_http_on_request, h, MHD_OPTION_SOCK_ADDR,
+    h->d = MHD_start_daemon(flags, (uint16_t)o->port, accept_policy, h, srv_http_on_request, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_LISTEN_BACKLOG_SIZE,
@@ -226,21 +241,6 @@ int srv_http_open_requests(const srv_http *h)
     return atomic_load(&((srv_http *)h)->open);
 }
 
-/* Main thread (shutdown path); idempotent: listen_fd >= 0 marks done. */
-void srv_http_quiesce(srv_http *h)
-{
-    if (h->listen_fd < 0) {
-        MHD_socket fd = MHD_quiesce_daemon(h->d);
-        h->listen_fd = (int)fd;
-        /* Stop listening now, so that new connections are refused at once
-         * instead of waiting in the backlog for the whole grace period.
-         * NOTE: shutdown, not close: MHD's threads may still hold the
-         * descriptor for a moment; it is closed after MHD_stop_daemon. */
-        if (h->listen_fd >= 0)
-            shutdown(h->listen_fd, SHUT_RDWR);
-    }
-}
-
 /* Any thread. Wakes every generation request; each, on its event-loop
  * thread, sees s->aborting in begin_pump and aborts its engine stream. */
 void srv_http_abort_all(srv_http *h)
@@ -268,9 +268,6 @@ void srv_http_stop(srv_http *h)
     h->watchdog_started = false;
     MHD_stop_daemon(h->d);
     h->d = NULL;
-    if (h->listen_fd >= 0)
-        close(h->listen_fd);
-    h->listen_fd = -1;
 }
 
 /* Main thread, after the engine thread has stopped: until then the engine

@@ -13,7 +13,7 @@
  * last. SIGINT/SIGTERM are blocked in every thread and taken synchronously
  * by the main thread with sigtimedwait, which also paces the stats line.
  *
- * Shutdown: stop accepting connections and answer new requests on open ones
+ * Shutdown: close new connections as they are accepted, answer new requests on open ones
  * with 503; wait up to --shutdown-timeout for in-flight requests to finish;
  * then abort the rest (they get a 503 body / an error event) and wait a
  * little for those replies to go out; close every connection; stop the
@@ -173,14 +173,14 @@ static bool wait_drained(srv_server *s, const sigset_t *set, double timeout_s)
     return true;
 }
 
-/* The drain sequence of the file comment. draining is set before the
- * listener closes so a request admitted in between still gets a 503. */
+/* The drain sequence of the file comment. Once draining is set, new
+ * connections are closed as they are accepted (srv_http_life.c) and new
+ * requests on open ones get 503. */
 static void shutdown_server(srv_server *s, int sig, const sigset_t *set)
 {
     INFERD_LOG_INFO("received %s: no new requests; waiting up to %.1f s for %d in-flight request(s)",
              sig == SIGINT ? "SIGINT" : "SIGTERM", s->opts.shutdown_timeout_s, atomic_load(&s->active));
     atomic_store(&s->draining, true);
-    srv_http_quiesce(s->http);
     if (!wait_drained(s, set, s->opts.shutdown_timeout_s)) {
         INFERD_LOG_WARN("aborting %d in-flight request(s)", atomic_load(&s->active));
         atomic_store(&s->aborting, true);
