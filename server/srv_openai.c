@@ -5,9 +5,11 @@
  * Every failure names the offending field in `param` and in the message.
  * The JSON parser is cJSON with its nesting limit (CJSON_NESTING_LIMIT, 1000),
  * so deeply nested bodies fail as malformed JSON instead of recursing deep.
- * Response builders live in srv_openai_resp.c; /v1/responses bodies are
- * parsed by srv_responses.c with the field readers exported at the end of
- * this file (srv_openai_int.h).
+ * Chat messages and the other chat template inputs are parsed by
+ * srv_openai_chat.c, response builders live in srv_openai_resp.c, and
+ * /v1/responses bodies are parsed by srv_responses.c; all three read fields
+ * with the srv_oa_* readers at the top of this file (srv_openai_int.h), so
+ * a type or range error reads the same on every endpoint.
  *
  * Design choice: the adapter checks JSON types and API shapes only; every
  * sampling range lives in one table (scheduler/params.c) that the CLI and
@@ -27,14 +29,13 @@
 #include <string.h>
 
 #include "common/alloc.h"
-#include "common/buf.h"
 #include "common/util.h"
 #include "server/srv_util.h"
 
-/* ---- typed field access ---------------------------------------------------- */
+/* ---- typed field access (shared: srv_openai_int.h) -------------------------- */
 
 /* NULL when absent or JSON null. */
-static const cJSON *field(const cJSON *obj, const char *name)
+const cJSON *srv_oa_field(const cJSON *obj, const char *name)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
     return it && !cJSON_IsNull(it) ? it : NULL;
@@ -43,10 +44,10 @@ static const cJSON *field(const cJSON *obj, const char *name)
 /* An integer field in [lo, hi]. cJSON stores numbers as double, so
  * "integer" means a double with no fraction; the 9.2e18 bound keeps the
  * int64 cast below defined (casting an out-of-range double is UB). */
-static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
+bool srv_oa_get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
                     srv_error *err)
 {
-    const cJSON *it = field(obj, name);
+    const cJSON *it = srv_oa_field(obj, name);
     *present = it != NULL;
     if (!it)
         return true;
@@ -62,10 +63,9 @@ static bool get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, 
 
 /* A JSON boolean (0 and 1 are refused). *out untouched when absent, so the
  * caller's default stands. */
-static bool get_bool(const cJSON *obj, const char *name, bool *out, bool *present, srv_error *err)
+bool srv_oa_get_bool(const cJSON *obj, const char *name, bool *out, srv_error *err)
 {
-    const cJSON *it = field(obj, name);
-    *present = it != NULL;
+    const cJSON *it = srv_oa_field(obj, name);
     if (!it)
         return true;
     if (!cJSON_IsBool(it))
@@ -75,9 +75,9 @@ static bool get_bool(const cJSON *obj, const char *name, bool *out, bool *presen
 }
 
 /* A valid UTF-8 string field; *out borrowed from the JSON tree or NULL. */
-static bool get_str(const cJSON *obj, const char *name, const char **out, srv_error *err)
+bool srv_oa_get_str(const cJSON *obj, const char *name, const char **out, srv_error *err)
 {
-    const cJSON *it = field(obj, name);
+    const cJSON *it = srv_oa_field(obj, name);
     *out = NULL;
     if (!it)
         return true;
@@ -108,7 +108,7 @@ static bool has_nul_escape(const char *s, size_t n)
  * caller's to cJSON_Delete on success, NULL on failure. Trailing data
  * after the value is an error ("{}x"): cJSON's require_null_terminated
  * cannot be used on a body without a NUL, so the tail is checked by hand. */
-static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
+bool srv_oa_parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
 {
     *root = NULL;
     if (len == 0 || srv_is_blank(body, len))
@@ -141,10 +141,10 @@ static bool parse_root(const char *body, size_t len, cJSON **root, srv_error *er
 /* "model" is optional (clients of single-model servers often omit it);
  * when given it must name the served model: 404 model_not_found, OpenAI's
  * answer, not a silent substitution. */
-static bool check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
+bool srv_oa_check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
 {
     const char *name;
-    if (!get_str(root, "model", &name, err))
+    if (!srv_oa_get_str(root, "model", &name, err))
         return false;
     if (!name)
         return true;
@@ -241,7 +241,7 @@ static bool parse_prompt_item(const cJSON *it, int i, const srv_parse_limits *li
  * checked before any element is copied, so a huge array costs nothing. */
 static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = srv_oa_field(root, "prompt");
     if (!p)
         return srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' is required");
     if (!cJSON_IsString(p) && !cJSON_IsArray(p))
@@ -271,443 +271,14 @@ static bool parse_prompt(const cJSON *root, const srv_parse_limits *lim, srv_req
     return true;
 }
 
-/* ---- chat messages and template inputs ------------------------------------- */
-
-/* Depth of a JSON value: 0 for a scalar, 1 + the deepest member for an
- * array or object. Stops counting past limit, so a deep tree costs only
- * its first limit + 1 levels of recursion per branch. */
-static int json_depth(const cJSON *v, int limit)
-{
-    if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
-        return 0;
-    if (limit < 0)
-        return 1;
-    int d = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, v)
-    {
-        int c = json_depth(it, limit - 1);
-        if (c > d)
-            d = c;
-        if (d > limit)
-            break;
-    }
-    return d + 1;
-}
-
-/* Every string value and object key of v valid UTF-8 (cJSON does not
- * check; Python would refuse the hand-over); *bytes accumulates their
- * lengths (the prompt size bound of srv_gen). */
-static bool json_text_ok(const cJSON *v, size_t *bytes)
-{
-    const char *strs[2] = {v->string, cJSON_IsString(v) ? v->valuestring : NULL};
-    for (int k = 0; k < 2; k++) {
-        size_t n = strs[k] ? strlen(strs[k]) : 0;
-        if (strs[k] && !util_utf8_valid(strs[k], n))
-            return false;
-        *bytes += n;
-    }
-    const cJSON *it;
-    cJSON_ArrayForEach(it, (cJSON_IsArray(v) || cJSON_IsObject(v) ? v : NULL))
-    {
-        if (!json_text_ok(it, bytes))
-            return false;
-    }
-    return true;
-}
-
-/* A client value handed to the template as it is (a tool, a document, a
- * kwarg, tool-call arguments): nesting bounded, text valid. what names it
- * in messages ("'tools'[3]"), param is the request field. */
-static bool check_free_value(const cJSON *v, const char *param, const char *what, size_t *bytes, srv_error *err)
-{
-    if (json_depth(v, SRV_CHAT_MAX_DEPTH) > SRV_CHAT_MAX_DEPTH)
-        return srv_error_set(err, SRV_ERR_INVALID, param, "%s is nested deeper than %d levels", what,
-                             SRV_CHAT_MAX_DEPTH);
-    if (!json_text_ok(v, bytes))
-        return srv_error_set(err, SRV_ERR_INVALID, param, "%s is not valid UTF-8", what);
-    return true;
-}
-
-/* content: a string, an array of {"type": "text", "text": str} parts, or
- * null / absent (assistant only: a tool-call turn in OpenAI's schema).
- * *json gets a copy (parts kept as parts: srv_chat joins them or not,
- * depending on the template), *flat the text (parts joined by "\n", null
- * as ""), both heap on success. */
-static bool parse_content(const cJSON *c, int idx, srv_chat_role role, cJSON **json, char **flat, size_t *bytes,
-                          srv_error *err)
-{
-    if (!c || cJSON_IsNull(c)) {
-        if (role != SRV_ROLE_ASSISTANT)
-            return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is required", idx);
-        *json = cJSON_CreateNull();
-        *flat = inferd_strdup("");
-        return true;
-    }
-    if (!cJSON_IsString(c) && !cJSON_IsArray(c))
-        return srv_error_set(err, SRV_ERR_INVALID, "messages",
-                             "messages[%d].content must be a string or an array of text parts", idx);
-    if (cJSON_IsArray(c) && cJSON_GetArraySize(c) > SRV_CHAT_MAX_PARTS)
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content has more than %d parts",
-                             idx, SRV_CHAT_MAX_PARTS);
-    inferd_buf b = {0};
-    int k = 0;
-    const cJSON *part;
-    cJSON_ArrayForEach(part, (cJSON_IsArray(c) ? c : NULL))
-    {
-        const cJSON *type = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
-        const cJSON *text = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
-            inferd_buf_free(&b);
-            return srv_error_set(err, SRV_ERR_INVALID, "messages",
-                                 "messages[%d].content[%d]: only {\"type\": \"text\", \"text\": string} parts are "
-                                 "supported",
-                                 idx, k);
-        }
-        if (k++ > 0)
-            inferd_buf_append_str(&b, "\n");
-        inferd_buf_append_str(&b, text->valuestring);
-    }
-    if (cJSON_IsString(c))
-        inferd_buf_append_str(&b, c->valuestring);
-    char *s = inferd_buf_steal(&b, NULL);
-    if (!s)
-        s = inferd_strdup("");
-    if (!util_utf8_valid(s, strlen(s))) {
-        inferd_free(s);
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].content is not valid UTF-8", idx);
-    }
-    *bytes += strlen(s);
-    *json = cJSON_Duplicate(c, true);
-    *flat = s;
-    return true;
-}
-
-/* An optional string member of message idx copied into out under the
- * same key (absent or null: nothing). */
-static bool copy_msg_str(const cJSON *m, int idx, const char *key, cJSON *out, size_t *bytes, srv_error *err)
-{
-    const cJSON *v = field(m, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsString(v) || !util_utf8_valid(v->valuestring, strlen(v->valuestring)))
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].%s must be a string (valid UTF-8)",
-                             idx, key);
-    *bytes += strlen(v->valuestring);
-    cJSON_AddStringToObject(out, key, v->valuestring);
-    return true;
-}
-
-/* function.arguments as the template gets it (vLLM's rule): a JSON string
- * is parsed, so templates that expect an object (most) get one; a string
- * that is not JSON, null or absent becomes {} (vLLM does the same rather
- * than refuse a conversation whose earlier model output was malformed);
- * an object or array is kept. A new item, or NULL with *err set. */
-static cJSON *tool_call_arguments(const cJSON *a, int idx, int k, size_t *bytes, srv_error *err)
-{
-    cJSON *v = NULL;
-    if (cJSON_IsString(a))
-        v = cJSON_ParseWithOpts(a->valuestring, NULL, true); /* trailing text: not JSON, as for json.loads */
-    else if (cJSON_IsObject(a) || cJSON_IsArray(a))
-        v = cJSON_Duplicate(a, true);
-    else if (a && !cJSON_IsNull(a)) {
-        srv_error_set(err, SRV_ERR_INVALID, "messages",
-                      "messages[%d].tool_calls[%d].function.arguments must be a JSON string or an object", idx, k);
-        return NULL;
-    }
-    if (!v)
-        return cJSON_CreateObject();
-    char what[80];
-    snprintf(what, sizeof what, "messages[%d].tool_calls[%d].function.arguments", idx, k);
-    if (!check_free_value(v, "messages", what, bytes, err)) {
-        cJSON_Delete(v);
-        return NULL;
-    }
-    return v;
-}
-
-/* One tool call {"id", "type", "function": {"name", "arguments"}} into a
- * new item, or NULL with *err set. */
-static cJSON *parse_tool_call(const cJSON *tc, int idx, int k, size_t *bytes, srv_error *err)
-{
-    const cJSON *fn = cJSON_IsObject(tc) ? field(tc, "function") : NULL;
-    const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
-    if (!cJSON_IsString(name) || !util_utf8_valid(name->valuestring, strlen(name->valuestring))) {
-        srv_error_set(err, SRV_ERR_INVALID, "messages",
-                      "messages[%d].tool_calls[%d] must be an object with \"function\": {\"name\": string, "
-                      "\"arguments\": string}",
-                      idx, k);
-        return NULL;
-    }
-    cJSON *out = cJSON_CreateObject();
-    cJSON *ofn = cJSON_CreateObject();
-    bool ok = copy_msg_str(tc, idx, "id", out, bytes, err) && copy_msg_str(tc, idx, "type", out, bytes, err);
-    cJSON *args = ok ? tool_call_arguments(cJSON_GetObjectItemCaseSensitive(fn, "arguments"), idx, k, bytes, err)
-                     : NULL;
-    cJSON_AddItemToObject(out, "function", ofn);
-    cJSON_AddStringToObject(ofn, "name", name->valuestring);
-    *bytes += strlen(name->valuestring);
-    if (!args) {
-        cJSON_Delete(out);
-        return NULL;
-    }
-    cJSON_AddItemToObject(ofn, "arguments", args);
-    return out;
-}
-
-/* An assistant's tool_calls (absent, null or [] : none, as vLLM drops an
- * empty list so templates take their plain-assistant path). */
-static bool parse_tool_calls(const cJSON *m, int idx, cJSON *out, size_t *bytes, srv_error *err)
-{
-    const cJSON *tcs = field(m, "tool_calls");
-    if (!tcs)
-        return true;
-    if (!cJSON_IsArray(tcs))
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].tool_calls must be an array", idx);
-    int n = cJSON_GetArraySize(tcs);
-    if (n > SRV_CHAT_MAX_TOOL_CALLS)
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].tool_calls has %d entries; at most %d",
-                             idx, n, SRV_CHAT_MAX_TOOL_CALLS);
-    if (n == 0)
-        return true;
-    cJSON *arr = cJSON_AddArrayToObject(out, "tool_calls");
-    int k = 0;
-    const cJSON *tc;
-    cJSON_ArrayForEach(tc, tcs)
-    {
-        cJSON *c = parse_tool_call(tc, idx, k++, bytes, err);
-        if (!c)
-            return false;
-        cJSON_AddItemToArray(arr, c);
-    }
-    return true;
-}
-
-static bool parse_role(const cJSON *m, int idx, srv_chat_role *out, srv_error *err)
-{
-    const cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
-    if (!cJSON_IsString(role))
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d] must be an object with a string 'role'",
-                             idx);
-    for (int r = 0; r < SRV_ROLE_COUNT; r++) {
-        if (strcmp(role->valuestring, srv_chat_role_name((srv_chat_role)r)) == 0) {
-            *out = (srv_chat_role)r;
-            return true;
-        }
-    }
-    return srv_error_set(err, SRV_ERR_INVALID, "messages",
-                         "messages[%d].role must be 'system', 'developer', 'user', 'assistant' or 'tool'", idx);
-}
-
-/* One message as vLLM hands it to the template: role and content, name
- * when given, an assistant's tool_calls (arguments parsed) and reasoning
- * (passed as both "reasoning" and "reasoning_content", the two names
- * templates read), a tool message's tool_call_id. Other members are not
- * passed (vLLM builds its messages the same way). */
-static cJSON *parse_message(const cJSON *m, int idx, srv_chat_msg *flat, size_t *bytes, srv_error *err)
-{
-    if (!parse_role(m, idx, &flat->role, err))
-        return NULL;
-    cJSON *content = NULL;
-    if (!parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), idx, flat->role, &content, &flat->content,
-                       bytes, err))
-        return NULL;
-    cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "role", srv_chat_role_name(flat->role));
-    cJSON_AddItemToObject(out, "content", content);
-    bool ok = copy_msg_str(m, idx, "name", out, bytes, err);
-    if (ok && flat->role == SRV_ROLE_ASSISTANT) {
-        ok = parse_tool_calls(m, idx, out, bytes, err);
-        const char *key = field(m, "reasoning") ? "reasoning" : "reasoning_content";
-        const cJSON *rs = field(m, key);
-        if (ok && rs && (!cJSON_IsString(rs) || !util_utf8_valid(rs->valuestring, strlen(rs->valuestring))))
-            ok = srv_error_set(err, SRV_ERR_INVALID, "messages", "messages[%d].%s must be a string", idx, key);
-        else if (ok && rs) {
-            cJSON_AddStringToObject(out, "reasoning", rs->valuestring);
-            cJSON_AddStringToObject(out, "reasoning_content", rs->valuestring);
-            *bytes += strlen(rs->valuestring);
-        }
-    } else if (ok && flat->role == SRV_ROLE_TOOL) {
-        ok = copy_msg_str(m, idx, "tool_call_id", out, bytes, err);
-    }
-    if (!ok) {
-        cJSON_Delete(out);
-        return NULL;
-    }
-    return out;
-}
-
-static void msgs_free(srv_chat_msg *msgs, int n)
-{
-    for (int i = 0; i < n && msgs; i++)
-        inferd_free(msgs[i].content);
-    inferd_free(msgs);
-}
-
-/* "messages": c->messages (the template's view) and *msgs (the flat view,
- * heap, cnt entries) on success; nothing kept on failure. The count is
- * checked before any message is copied. */
-static bool parse_messages(const cJSON *root, srv_chat_req *c, srv_chat_msg **msgs, int *n_msgs, srv_error *err)
-{
-    const cJSON *m = field(root, "messages");
-    if (!m)
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' is required");
-    if (!cJSON_IsArray(m))
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' must be an array");
-    int cnt = cJSON_GetArraySize(m);
-    if (cnt == 0)
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' must not be empty");
-    if (cnt > SRV_CHAT_MAX_MESSAGES)
-        return srv_error_set(err, SRV_ERR_INVALID, "messages", "'messages' has %d entries; at most %d are allowed",
-                             cnt, SRV_CHAT_MAX_MESSAGES);
-    srv_chat_msg *v = inferd_calloc((size_t)cnt, sizeof *v);
-    cJSON *arr = cJSON_CreateArray();
-    int i = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, m)
-    {
-        cJSON *one = parse_message(it, i, &v[i], &c->text_bytes, err);
-        if (!one) {
-            msgs_free(v, cnt);
-            cJSON_Delete(arr);
-            return false;
-        }
-        cJSON_AddItemToArray(arr, one);
-        i++;
-    }
-    c->messages = arr;
-    *msgs = v;
-    *n_msgs = cnt;
-    return true;
-}
-
-/* "tools" / "documents": an array of at most SRV_CHAT_MAX_ITEMS objects,
- * each a bounded free value; *out a copy (NULL when absent or null). */
-static bool parse_item_list(const cJSON *root, const char *key, cJSON **out, size_t *bytes, srv_error *err)
-{
-    const cJSON *v = field(root, key);
-    if (!v)
-        return true;
-    if (!cJSON_IsArray(v))
-        return srv_error_set(err, SRV_ERR_INVALID, key, "'%s' must be an array of objects", key);
-    int n = cJSON_GetArraySize(v);
-    if (n > SRV_CHAT_MAX_ITEMS)
-        return srv_error_set(err, SRV_ERR_INVALID, key, "'%s' has %d entries; at most %d are allowed", key, n,
-                             SRV_CHAT_MAX_ITEMS);
-    int k = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, v)
-    {
-        char what[48];
-        snprintf(what, sizeof what, "'%s'[%d]", key, k++);
-        if (!cJSON_IsObject(it))
-            return srv_error_set(err, SRV_ERR_INVALID, key, "%s must be an object", what);
-        if (!check_free_value(it, key, what, bytes, err))
-            return false;
-    }
-    *out = cJSON_Duplicate(v, true);
-    return true;
-}
-
-/* "chat_template_kwargs": an object of extra template variables (e.g.
- * enable_thinking), bounded in members, nesting and size. The template's
- * own inputs cannot be set through it: they have request fields. */
-static bool parse_kwargs(const cJSON *root, srv_chat_req *c, srv_error *err)
-{
-    static const char *const k_reserved[] = {"messages", "tools", "documents", "add_generation_prompt",
-                                             "continue_final_message"};
-    const cJSON *kw = field(root, "chat_template_kwargs");
-    if (!kw)
-        return true;
-    if (!cJSON_IsObject(kw))
-        return srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    int n = cJSON_GetArraySize(kw);
-    if (n > SRV_CHAT_MAX_KWARGS)
-        return srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs",
-                             "'chat_template_kwargs' has %d members; at most %d are allowed", n, SRV_CHAT_MAX_KWARGS);
-    const cJSON *it;
-    cJSON_ArrayForEach(it, kw)
-    {
-        for (size_t k = 0; k < INFERD_ARRAY_LEN(k_reserved); k++)
-            if (strcmp(it->string, k_reserved[k]) == 0)
-                return srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs",
-                                     "'chat_template_kwargs' may not set '%s': it is a request field of its own",
-                                     k_reserved[k]);
-    }
-    size_t bytes = 0;
-    if (!check_free_value(kw, "chat_template_kwargs", "'chat_template_kwargs'", &bytes, err))
-        return false;
-    char *printed = cJSON_PrintUnformatted(kw);
-    size_t plen = printed ? strlen(printed) : SIZE_MAX;
-    cJSON_free(printed);
-    if (plen > SRV_CHAT_MAX_KWARGS_BYTES)
-        return srv_error_set(err, SRV_ERR_INVALID, "chat_template_kwargs",
-                             "'chat_template_kwargs' is %zu bytes as JSON; at most %d are allowed", plen,
-                             SRV_CHAT_MAX_KWARGS_BYTES);
-    c->text_bytes += bytes;
-    c->kwargs = cJSON_Duplicate(kw, true);
-    return true;
-}
-
-/* add_generation_prompt (default true) and continue_final_message (default
- * false). Both true is refused, as vLLM does; continue_final_message alone
- * turns the generation prompt off (the two exclude each other, so asking
- * for one implies the other's absence). */
-static bool parse_prompt_flags(const cJSON *root, srv_chat_req *c, srv_error *err)
-{
-    bool agp_given, cfm_given;
-    c->add_generation_prompt = true;
-    c->continue_final_message = false;
-    if (!get_bool(root, "continue_final_message", &c->continue_final_message, &cfm_given, err) ||
-        !get_bool(root, "add_generation_prompt", &c->add_generation_prompt, &agp_given, err))
-        return false;
-    if (c->continue_final_message && agp_given && c->add_generation_prompt)
-        return srv_error_set(err, SRV_ERR_INVALID, "continue_final_message",
-                             "'continue_final_message' and 'add_generation_prompt' cannot both be true: the first "
-                             "continues the final message, the second opens a new assistant turn");
-    if (c->continue_final_message)
-        c->add_generation_prompt = false;
-    return true;
-}
-
-/* Everything a chat request hands the template. with_tools: /tokenize
- * passes "tools" to the template; chat completions refuse a non-empty
- * "tools" earlier (check_unsupported) until tool-call parsing exists. */
-static bool parse_chat(const cJSON *root, bool with_tools, srv_chat_req *c, srv_chat_msg **msgs, int *n_msgs,
-                       srv_error *err)
-{
-    return parse_messages(root, c, msgs, n_msgs, err) && parse_prompt_flags(root, c, err) &&
-           parse_kwargs(root, c, err) && parse_item_list(root, "documents", &c->documents, &c->text_bytes, err) &&
-           (!with_tools || parse_item_list(root, "tools", &c->tools, &c->text_bytes, err));
-}
-
-void srv_chat_req_free(srv_chat_req *c)
-{
-    cJSON_Delete(c->messages);
-    cJSON_Delete(c->tools);
-    cJSON_Delete(c->documents);
-    cJSON_Delete(c->kwargs);
-    memset(c, 0, sizeof *c);
-}
-
-void srv_chat_req_inputs(const srv_chat_req *c, srv_chat_inputs *in)
-{
-    memset(in, 0, sizeof *in);
-    in->add_generation_prompt = c->add_generation_prompt;
-    in->continue_final_message = c->continue_final_message;
-    in->tools = c->tools;
-    in->documents = c->documents;
-    in->kwargs = c->kwargs;
-}
-
 /* A request field through its sampling row: the adapter checks only the
  * JSON type; range and integrality are the row's (scheduler/params.c).
  * json_name may be an alias of the row (max_completion_tokens). */
-static bool get_row(const cJSON *root, const char *json_name, const char *key, sampling_params *sp,
+bool srv_oa_get_row(const cJSON *root, const char *json_name, const char *key, sampling_params *sp,
                     bool *present, srv_error *err)
 {
     const sampling_row *row = sampling_row_find(key);
-    const cJSON *it = field(root, json_name);
+    const cJSON *it = srv_oa_field(root, json_name);
     *present = it != NULL;
     if (!it)
         return true;
@@ -733,7 +304,7 @@ static bool get_row(const cJSON *root, const char *json_name, const char *key, s
  * sp.stop points at the copies. */
 static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
 {
-    const cJSON *s = field(root, "stop");
+    const cJSON *s = srv_oa_field(root, "stop");
     if (!s)
         return true;
     if (!cJSON_IsString(s) && !cJSON_IsArray(s))
@@ -756,7 +327,7 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err)
  * it is copied; the ids then go into the fixed array in sp. */
 static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
-    const cJSON *s = field(root, "stop_token_ids");
+    const cJSON *s = srv_oa_field(root, "stop_token_ids");
     if (!s)
         return true;
     if (!cJSON_IsArray(s))
@@ -784,7 +355,7 @@ static bool parse_stop_ids(const cJSON *root, const srv_parse_limits *lim, srv_r
  * validate_sampling with the rest. */
 static bool parse_logit_bias(const cJSON *root, srv_request *r, srv_error *err)
 {
-    const cJSON *lb = field(root, "logit_bias");
+    const cJSON *lb = srv_oa_field(root, "logit_bias");
     if (!lb)
         return true;
     if (!cJSON_IsObject(lb))
@@ -820,19 +391,19 @@ static bool check_unsupported(const cJSON *root, srv_api api, srv_error *err)
         /* "" is what some SDKs send for "no suffix"; anything else asks for
          * fill-in-the-middle, which needs a model trained for it. */
         const char *suffix;
-        if (!get_str(root, "suffix", &suffix, err))
+        if (!srv_oa_get_str(root, "suffix", &suffix, err))
             return false;
         if (suffix && *suffix)
             return srv_error_set(
                 err, SRV_ERR_INVALID, "suffix",
                 "'suffix' is not supported: inferd does not do fill-in-the-middle insertion");
     } else {
-        const cJSON *tools = field(root, "tools");
+        const cJSON *tools = srv_oa_field(root, "tools");
         if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
             return srv_error_set(err, SRV_ERR_INVALID, "tools",
                                  "'tools' is not supported yet: inferd does not parse tool calls out of the "
                                  "model's output (POST /tokenize with 'tools' shows the prompt a template builds)");
-        const cJSON *rf = field(root, "response_format");
+        const cJSON *rf = srv_oa_field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
             if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
@@ -854,7 +425,7 @@ static bool parse_seqs(const cJSON *root, srv_request *r, srv_error *err)
     static const char *const k_keys[] = {"n", "best_of"};
     bool given[2] = {false, false};
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_keys); i++) {
-        const cJSON *it = field(root, k_keys[i]);
+        const cJSON *it = srv_oa_field(root, k_keys[i]);
         if (!it)
             continue;
         if (!cJSON_IsNumber(it))
@@ -894,8 +465,8 @@ static const char *max_tokens_name(const cJSON *root, srv_api api)
 {
     if (api == SRV_API_RESPONSES)
         return "max_output_tokens";
-    return api == SRV_API_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens"
-                                                                       : "max_tokens";
+    return api == SRV_API_CHAT && srv_oa_field(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                              : "max_tokens";
 }
 
 /* The sampling fields that are the same in both APIs. max_tokens stays in
@@ -908,12 +479,12 @@ static bool parse_sampling(const cJSON *root, srv_request *r, srv_error *err)
                                          "repetition_penalty"};
     bool present;
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_keys); i++)
-        if (!get_row(root, k_keys[i], k_keys[i], &r->sp, &present, err))
+        if (!srv_oa_get_row(root, k_keys[i], k_keys[i], &r->sp, &present, err))
             return false;
     /* Parsed into a scratch copy: the row stores into sp.max_tokens, which
      * must stay unset until srv_gen knows the prompt length. */
     sampling_params mt = r->sp;
-    if (!get_row(root, max_tokens_name(root, r->api), "max_tokens", &mt, &present, err))
+    if (!srv_oa_get_row(root, max_tokens_name(root, r->api), "max_tokens", &mt, &present, err))
         return false;
     if (present)
         r->max_tokens = mt.max_tokens;
@@ -926,19 +497,19 @@ static bool parse_logprobs(const cJSON *root, srv_request *r, srv_error *err)
 {
     bool present;
     if (r->api == SRV_API_COMPLETIONS) {
-        if (!get_row(root, "logprobs", "logprobs", &r->sp, &present, err))
+        if (!srv_oa_get_row(root, "logprobs", "logprobs", &r->sp, &present, err))
             return false;
         if (!present)
             r->sp.logprobs = -1;
         return true;
     }
     bool on = false;
-    const cJSON *lp = field(root, "logprobs");
+    const cJSON *lp = srv_oa_field(root, "logprobs");
     if (lp && !cJSON_IsBool(lp))
         return srv_error_set(err, SRV_ERR_INVALID, "logprobs", "'logprobs' must be a boolean");
     on = lp && cJSON_IsTrue(lp);
     sampling_params tmp = r->sp;
-    if (!get_row(root, "top_logprobs", "logprobs", &tmp, &present, err))
+    if (!srv_oa_get_row(root, "top_logprobs", "logprobs", &tmp, &present, err))
         return false;
     if (present && !on)
         return srv_error_set(err, SRV_ERR_INVALID, "top_logprobs",
@@ -952,7 +523,7 @@ static bool parse_logprobs(const cJSON *root, srv_request *r, srv_error *err)
  * Works on a copy whose max_tokens is the request's or INT32_MAX when not
  * given (so min_tokens is bounded only by what was asked); srv_gen checks
  * min_tokens again against the max_tokens it finally picks. */
-static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
+bool srv_oa_validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
 {
     sampling_params chk = r->sp;
     chk.max_tokens = r->max_tokens > 0 ? (int32_t)r->max_tokens : INT32_MAX;
@@ -970,10 +541,9 @@ static bool validate_sampling(const cJSON *root, const srv_parse_limits *lim, sr
  * Runs after parse_logprobs, whose result it reads. */
 static bool parse_echo(const cJSON *root, srv_request *r, srv_error *err)
 {
-    bool present;
     if (r->api != SRV_API_COMPLETIONS)
         return true;
-    if (!get_bool(root, "echo", &r->echo, &present, err))
+    if (!srv_oa_get_bool(root, "echo", &r->echo, err))
         return false;
     if (r->echo && r->sp.logprobs >= 0)
         r->sp.prompt_logprobs = r->sp.logprobs;
@@ -983,10 +553,9 @@ static bool parse_echo(const cJSON *root, srv_request *r, srv_error *err)
 /* stream_options without stream: true is an error, as in OpenAI's API. */
 static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
 {
-    bool present;
-    if (!get_bool(root, "stream", &r->stream, &present, err))
+    if (!srv_oa_get_bool(root, "stream", &r->stream, err))
         return false;
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = srv_oa_field(root, "stream_options");
     if (!so)
         return true;
     if (!cJSON_IsObject(so))
@@ -994,7 +563,7 @@ static bool parse_stream(const cJSON *root, srv_request *r, srv_error *err)
     if (!r->stream)
         return srv_error_set(err, SRV_ERR_INVALID, "stream_options",
                              "'stream_options' is only allowed when 'stream' is true");
-    const cJSON *iu = field(so, "include_usage");
+    const cJSON *iu = srv_oa_field(so, "include_usage");
     if (iu && !cJSON_IsBool(iu))
         return srv_error_set(err, SRV_ERR_INVALID, "stream_options",
                              "'stream_options.include_usage' must be a boolean");
@@ -1018,18 +587,17 @@ bool srv_request_parse(srv_api api, const char *body, size_t len, const srv_pars
     else
         sampling_params_default(&r->sp);
     cJSON *root;
-    if (!parse_root(body, len, &root, err))
+    if (!srv_oa_parse_root(body, len, &root, err))
         return false;
-    bool ok = check_model(root, lim, &r->model, err) && check_unsupported(root, api, err) &&
+    bool ok = srv_oa_check_model(root, lim, &r->model, err) && check_unsupported(root, api, err) &&
               parse_seqs(root, r, err) && parse_sampling(root, r, err) && parse_stop_ids(root, lim, r, err) &&
               parse_logprobs(root, r, err) && parse_echo(root, r, err) &&
-              validate_sampling(root, lim, r, err) && parse_stream(root, r, err);
+              srv_oa_validate_sampling(root, lim, r, err) && parse_stream(root, r, err);
     if (ok && api == SRV_API_COMPLETIONS) {
-        bool present;
-        ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err) &&
+        ok = srv_oa_get_bool(root, "add_special_tokens", &r->add_special_tokens, err) &&
              parse_prompt(root, lim, r, err);
     } else if (ok) {
-        ok = parse_chat(root, false, &r->chat, &r->msgs, &r->n_msgs, err);
+        ok = srv_oa_parse_chat(root, false, &r->chat, &r->msgs, &r->n_msgs, err);
     }
     ok = ok && check_seqs(r, err);
     cJSON_Delete(root);
@@ -1048,7 +616,7 @@ void srv_request_free(srv_request *r)
     }
     inferd_free(r->prompts);
     inferd_free(r->instructions);
-    msgs_free(r->msgs, r->n_msgs);
+    srv_oa_msgs_free(r->msgs, r->n_msgs);
     srv_chat_req_free(&r->chat);
     for (int i = 0; i < SAMPLING_MAX_STOP; i++)
         inferd_free(r->stops[i]);
@@ -1064,27 +632,26 @@ bool srv_tokenize_parse(const char *body, size_t len, const srv_parse_limits *li
 {
     memset(r, 0, sizeof *r);
     cJSON *root;
-    if (!parse_root(body, len, &root, err))
+    if (!srv_oa_parse_root(body, len, &root, err))
         return false;
-    bool ok = check_model(root, lim, &r->model, err);
-    const cJSON *p = field(root, "prompt");
-    if (ok && p && field(root, "messages"))
+    bool ok = srv_oa_check_model(root, lim, &r->model, err);
+    const cJSON *p = srv_oa_field(root, "prompt");
+    if (ok && p && srv_oa_field(root, "messages"))
         ok = srv_error_set(err, SRV_ERR_INVALID, "prompt", "give either 'prompt' or 'messages', not both");
     if (ok && p) {
         r->add_special_tokens = true;
         const char *text;
-        if ((ok = get_str(root, "prompt", &text, err))) {
+        if ((ok = srv_oa_get_str(root, "prompt", &text, err))) {
             r->prompt = inferd_strdup(text);
             r->prompt_len = strlen(r->prompt);
         }
     } else if (ok) {
-        ok = parse_chat(root, true, &r->chat, &r->msgs, &r->n_msgs, err);
-        if (!ok && !field(root, "messages"))
+        ok = srv_oa_parse_chat(root, true, &r->chat, &r->msgs, &r->n_msgs, err);
+        if (!ok && !srv_oa_field(root, "messages"))
             srv_error_set(err, SRV_ERR_INVALID, "prompt", "'prompt' (string) or 'messages' is required");
     }
-    bool present;
     if (ok)
-        ok = get_bool(root, "add_special_tokens", &r->add_special_tokens, &present, err);
+        ok = srv_oa_get_bool(root, "add_special_tokens", &r->add_special_tokens, err);
     cJSON_Delete(root);
     if (!ok)
         srv_tokenize_free(r);
@@ -1095,7 +662,7 @@ void srv_tokenize_free(srv_tokenize_req *r)
 {
     inferd_free(r->model);
     inferd_free(r->prompt);
-    msgs_free(r->msgs, r->n_msgs);
+    srv_oa_msgs_free(r->msgs, r->n_msgs);
     srv_chat_req_free(&r->chat);
     memset(r, 0, sizeof *r);
 }
@@ -1107,10 +674,10 @@ bool srv_detokenize_parse(const char *body, size_t len, const srv_parse_limits *
 {
     memset(r, 0, sizeof *r);
     cJSON *root;
-    if (!parse_root(body, len, &root, err))
+    if (!srv_oa_parse_root(body, len, &root, err))
         return false;
-    bool ok = check_model(root, lim, &r->model, err);
-    const cJSON *t = field(root, "tokens");
+    bool ok = srv_oa_check_model(root, lim, &r->model, err);
+    const cJSON *t = srv_oa_field(root, "tokens");
     if (ok && !t)
         ok = srv_error_set(err, SRV_ERR_INVALID, "tokens", "'tokens' is required");
     else if (ok && !cJSON_IsArray(t))
@@ -1130,49 +697,4 @@ void srv_detokenize_free(srv_detokenize_req *r)
     inferd_free(r->model);
     inferd_free(r->ids);
     memset(r, 0, sizeof *r);
-}
-
-/* ---- field readers shared with srv_responses.c (srv_openai_int.h) ---------- */
-
-const cJSON *srv_oa_field(const cJSON *obj, const char *name)
-{
-    return field(obj, name);
-}
-
-bool srv_oa_parse_root(const char *body, size_t len, cJSON **root, srv_error *err)
-{
-    return parse_root(body, len, root, err);
-}
-
-bool srv_oa_check_model(const cJSON *root, const srv_parse_limits *lim, char **model_out, srv_error *err)
-{
-    return check_model(root, lim, model_out, err);
-}
-
-bool srv_oa_get_str(const cJSON *obj, const char *name, const char **out, srv_error *err)
-{
-    return get_str(obj, name, out, err);
-}
-
-bool srv_oa_get_bool(const cJSON *obj, const char *name, bool *out, srv_error *err)
-{
-    bool present;
-    return get_bool(obj, name, out, &present, err);
-}
-
-bool srv_oa_get_int(const cJSON *obj, const char *name, int64_t lo, int64_t hi, int64_t *out, bool *present,
-                    srv_error *err)
-{
-    return get_int(obj, name, lo, hi, out, present, err);
-}
-
-bool srv_oa_get_row(const cJSON *root, const char *json_name, const char *key, sampling_params *sp,
-                    bool *present, srv_error *err)
-{
-    return get_row(root, json_name, key, sp, present, err);
-}
-
-bool srv_oa_validate_sampling(const cJSON *root, const srv_parse_limits *lim, srv_request *r, srv_error *err)
-{
-    return validate_sampling(root, lim, r, err);
 }
