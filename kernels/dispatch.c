@@ -73,7 +73,8 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
     kern_gemm_opts go = {.gemv_max_n = env_int("INFERD_GEMV_MAX_N", KCUDA_GEMV_DEFAULT_MAX_N),
                          .gemv_min_weight_bytes = env_int("INFERD_GEMV_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
                          .pdl = env_int("INFERD_GEMV_PDL", 1) != 0,
-                         .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1)};
+                         .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1),
+                         .fuse = env_int("INFERD_FUSE", 1) != 0};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -268,6 +269,29 @@ void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w,
 void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
 {
     DISPATCH(ctx, logits(ctx, logits, in, w, n));
+}
+
+bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return DISPATCH_RET(ctx, matmul_fusable(ctx, w, n));
+}
+
+void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
+{
+    INFERD_CHECK_MSG(f->epi != KERN_EPI_RESID || f->resid, "fused product: RESID needs resid");
+    INFERD_CHECK_MSG(f->epi != KERN_EPI_SILU_MUL || w->rows % 2 == 0, "fused product: SILU_MUL needs an even row count");
+    if (f->epi == KERN_EPI_ROPE_KV) {
+        const kern_rope_kv_params *r = f->rope;
+        INFERD_CHECK_MSG(r && r->head_dim > 0 && r->head_dim % 2 == 0 &&
+                             w->rows == (int64_t)(r->n_heads + 2 * r->n_kv_heads) * r->head_dim,
+                         "fused product: ROPE_KV needs rows = (n_heads + 2 n_kv_heads) * even head_dim");
+        INFERD_CHECK_MSG(!f->qkv_bias || f->qkv_bias->rows * f->qkv_bias->cols == w->rows, "qkv bias size != rows");
+    }
+    INFERD_CHECK_MSG(!f->norm || (f->norm->rows == 1 && f->norm->cols == w->cols && f->eps > 0.0f),
+                     "fused product: the norm weight must be [1, cols] with eps > 0");
+    if (n <= 0)
+        return;
+    DISPATCH(ctx, matmul_fused(ctx, out, in, w, n, f));
 }
 
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)

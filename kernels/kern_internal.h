@@ -22,6 +22,9 @@ struct kern_ctx {
  * the default of kern_ctx::gemv_max_n (INFERD_GEMV_MAX_N overrides it). */
 #define KCUDA_GEMV_MAX_N 16
 #define KCUDA_GEMV_DEFAULT_MAX_N 4
+/* The most tokens of a fused GEMV (kern_matmul_fused): decode batches of
+ * the graph ladder's first sizes; larger ones run the unfused ops. */
+#define KCUDA_FUSE_MAX_N 4
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */
 #define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
@@ -46,6 +49,9 @@ struct kern_timer {
                          const kern_weight *w, int n, float eps);                                 \
     void P##_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);       \
     void P##_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);   \
+    bool P##_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);                    \
+    void P##_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n,  \
+                          const kern_fuse *f);                                                    \
     void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \
                          int d);                                                                  \
     void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \

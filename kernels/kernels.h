@@ -164,8 +164,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * gemv_max_n 0 = cuBLASLt always; at most 16. pdl: launch the GEMV with
  * programmatic dependent launch (its first weight loads overlap the previous
  * kernel). Defaults: n <= 4, weights >= 1 MiB, PDL on; INFERD_GEMV_MAX_N,
- * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1) and INFERD_GEMV_VARIANT
- * override them at kern_ctx_create. The choice
+ * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT and
+ * INFERD_FUSE (0/1, kern_matmul_fusable) override them at kern_ctx_create. The choice
  * depends only on n and the weight, so a padded graph replay uses the same
  * kernel as the eager step when gemv_max_n is a size of the graph ladder
  * (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph is
@@ -175,6 +175,7 @@ typedef struct {
     int64_t gemv_min_weight_bytes;
     bool pdl;
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
+    bool fuse;        /* kern_matmul_fusable may say yes (default; INFERD_FUSE=0 turns it off) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
@@ -221,6 +222,44 @@ typedef struct {
  * members NULL: exactly kern_rope_kv_write). The k values written to the
  * cache are the biased, normed, roped ones; the v values the biased ones. */
 void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e);
+
+/* --- fused small-batch products (decode) ------------------------------------ */
+/* A product out = in @ w^T with the op before it and the op after it done
+ * in the same kernel, so a decode step launches three kernels per layer
+ * fewer (vLLM and TensorRT-LLM fuse the same pairs). Each epilogue is
+ * defined by the unfused ops it replaces, rounding for rounding:
+ *   STORE:    out[n, R] = bf16(product)                         (kern_matmul)
+ *   RESID:    resid[n, R] = bf16(resid + bf16(product)); out unused
+ *                                          (the add of kern_add_rmsnorm)
+ *   SILU_MUL: out[n, R/2] = bf16(silu(g) * u), g and u the bf16 products of
+ *             rows j and j + R/2                         (kern_silu_mul)
+ *   ROPE_KV:  out = the qkv rows (bf16, + qkv_bias), RoPE'd, k and v
+ *             written to the cache         (kern_rope_kv_write_ex, no q/k norm)
+ * and the optional prologue norm: the product's input is
+ * bf16(rmsnorm(in) * norm), in left as it is (kern_add_rmsnorm, add NULL). */
+typedef enum {
+    KERN_EPI_STORE = 0,
+    KERN_EPI_RESID,
+    KERN_EPI_SILU_MUL,
+    KERN_EPI_ROPE_KV,
+} kern_epilogue;
+typedef struct {
+    const kern_weight *norm;         /* [1, w->cols] or NULL: no prologue */
+    float eps;                       /* of the norm */
+    kern_epilogue epi;
+    void *resid;                     /* RESID: [n, w->rows] */
+    const kern_rope_kv_params *rope; /* ROPE_KV: positions, slots, cache, heads (qkv and n_tokens: out and n) */
+    const kern_weight *qkv_bias;     /* ROPE_KV: [w->rows] or NULL */
+} kern_fuse;
+/* Whether kern_matmul_fused runs as one kernel for n tokens of w on ctx:
+ * CUDA, fusion on (kern_gemm_opts.fuse), and the GEMV route of kern_matmul
+ * (n and the weight's size and alignment, see kern_gemm_opts). Never on the
+ * CPU. Callers run the unfused ops when it is false; the answer depends
+ * only on n and w, so a padded graph replay fuses as the eager step does. */
+bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
+/* The fused product (see above). in: [n, w->cols], 16-byte aligned, not
+ * overlapping out. The CPU backend composes the unfused ops (the twin). */
+void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f);
 
 /* Paged causal attention over the batch layout described at the top. Picks
  * the decode path (every q_len == 1, split-KV planned on the host) or the

@@ -10,6 +10,10 @@
  *   proj = attn @ Wo^T
  *   h = rmsnorm(x += proj)
  *   proj = (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
+ * Small decode batches on the GPU run the same layer as four fused GEMVs
+ * and the attention (use_fused_layers, fused_layer): the norms move into
+ * the QKV and gate/up products, RoPE + KV write and SiLU * up into their
+ * epilogues, and the O and down products add straight into x.
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -270,20 +274,15 @@ static void upload_batch(model *m, const model_batch *b, model_fwd_in *in)
     }
 }
 
-static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
+/* RoPE + K/V write parameters of layer L for batch b. */
+static kern_rope_kv_params rope_params(const model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->cfg;
-    model_acts *a = &m->a;
-    const int n = b->n_tokens;
-    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
-    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
-    PROF_MARK(m, MODEL_OP_ROPE_KV,
-              act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)));
-    kern_rope_kv_params rp = {
-        .qkv = a->qkv,
+    return (kern_rope_kv_params){
+        .qkv = m->a.qkv,
         .positions = b->positions,
         .slot_mapping = b->slots,
-        .inv_freq = a->inv_freq,
+        .inv_freq = m->a.inv_freq,
         .k_cache = L->k_cache,
         .v_cache = L->v_cache,
         .n_tokens = b->n_tokens,
@@ -293,13 +292,13 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .block_size = m->block_size,
         .mscale = c->rope_attn_factor, /* YaRN: cos, sin times its attention factor; else 1 */
     };
-    kern_qkv_epilogue ep = {
-        .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
-        .q_norm = L->q_norm.rows > 0 ? &L->q_norm : NULL,
-        .k_norm = L->k_norm.rows > 0 ? &L->k_norm : NULL,
-        .norm_eps = c->rms_norm_eps,
-    };
-    kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
+}
+
+/* a->attn = paged attention of a->qkv's q over layer L's cache. */
+static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
+{
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b));
     kern_attn_params ap = {
         .out = a->attn,
@@ -324,6 +323,26 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
         .scale = 1.0f / sqrtf((float)c->head_dim),
     };
     kern_attention(m->kc, &ap);
+}
+
+static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
+{
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
+    const int n = b->n_tokens;
+    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
+    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
+    PROF_MARK(m, MODEL_OP_ROPE_KV,
+              act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)));
+    const kern_rope_kv_params rp = rope_params(m, L, b);
+    kern_qkv_epilogue ep = {
+        .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
+        .q_norm = L->q_norm.rows > 0 ? &L->q_norm : NULL,
+        .k_norm = L->k_norm.rows > 0 ? &L->k_norm : NULL,
+        .norm_eps = c->rms_norm_eps,
+    };
+    kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
+    attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
     kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
 }
@@ -339,9 +358,54 @@ static void mlp_block(model *m, const model_layer *L, int n)
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
 }
 
+/* Whether a batch of n tokens runs the fused layers: every product of
+ * every layer is fusable (kern_matmul_fusable: CUDA, the GEMV route, small
+ * n) and the model has no per-head q/k norm (Qwen3's needs whole heads,
+ * which a GEMV warp does not hold). Depends only on n and the weights. */
+static bool use_fused_layers(const model *m, int n)
+{
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        if (L->q_norm.rows > 0 || !kern_matmul_fusable(m->kc, &L->wqkv, n) ||
+            !kern_matmul_fusable(m->kc, &L->wo, n) || !kern_matmul_fusable(m->kc, &L->w_gate_up, n) ||
+            !kern_matmul_fusable(m->kc, &L->w_down, n))
+            return false;
+    }
+    return true;
+}
+
+/* One layer as four fused GEMVs and the attention (kern_matmul_fused, the
+ * same arithmetic as the unfused ops but for the norm's summation order):
+ * the QKV and gate/up products norm the residual stream x on the fly, QKV
+ * ends with RoPE and the cache write, gate/up with SiLU * up, and the O and
+ * down products add straight into x (a->proj and a->h are not used). */
+static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
+{
+    const model_config *c = &m->cfg;
+    model_acts *a = &m->a;
+    const int n = b->n_tokens;
+    const kern_rope_kv_params rp = rope_params(m, L, b);
+    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
+    const kern_fuse fq = {.norm = &L->attn_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_ROPE_KV, .rope = &rp,
+                          .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL};
+    kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
+    attention_op(m, L, b);
+    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
+    const kern_fuse fo = {.epi = KERN_EPI_RESID, .resid = a->x};
+    kern_matmul_fused(m->kc, NULL, a->attn, &L->wo, n, &fo);
+    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
+    const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
+    kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
+    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
+    const kern_fuse fd = {.epi = KERN_EPI_RESID, .resid = a->x};
+    kern_matmul_fused(m->kc, NULL, a->act, &L->w_down, n, &fd);
+}
+
 /* Final add + norm and LM head over n token rows named by the device
- * index array idx ([n], n <= R): logits [n, vocab] in a->logits. */
-static void head_ops(model *m, const int32_t *idx, int n)
+ * index array idx ([n], n <= R): logits [n, vocab] in a->logits. folded:
+ * the last sub-block's output is already in x (fused layers), so there is
+ * nothing to add. */
+static void head_ops(model *m, const int32_t *idx, int n, bool folded)
 {
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
@@ -349,8 +413,9 @@ static void head_ops(model *m, const int32_t *idx, int n)
         return;
     PROF_MARK(m, MODEL_OP_FINAL_NORM, w_bytes(&m->final_norm) + act_bytes(m, 7.0 * n * (double)c->hidden_size));
     kern_gather_rows(m->kc, a->gx, a->x, idx, n, c->hidden_size);
-    kern_gather_rows(m->kc, a->gp, a->proj, idx, n, c->hidden_size);
-    kern_add_rmsnorm(m->kc, a->gn, a->gx, a->gp, &m->final_norm, n, c->rms_norm_eps);
+    if (!folded)
+        kern_gather_rows(m->kc, a->gp, a->proj, idx, n, c->hidden_size);
+    kern_add_rmsnorm(m->kc, a->gn, a->gx, folded ? NULL : a->gp, &m->final_norm, n, c->rms_norm_eps);
     PROF_MARK(m, MODEL_OP_LM_HEAD,
               w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)c->vocab_size);
     kern_logits(m->kc, a->logits, a->gn, &m->lm_head, n);
@@ -362,10 +427,15 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     model_acts *a = &m->a;
     int n = in->n_tokens;
     const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
+    const bool fused = use_fused_layers(m, n);
     PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd));
     kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
+        if (fused) {
+            fused_layer(m, L, in);
+            continue;
+        }
         PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (l == 0 ? 2.0 : 4.0) * nd));
         kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
         attention_block(m, L, in);
@@ -373,7 +443,7 @@ void model_forward_ops(model *m, const model_fwd_in *in)
         kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n);
     }
-    head_ops(m, in->logits_idx, in->n_logits);
+    head_ops(m, in->logits_idx, in->n_logits, fused);
 }
 
 /* Extra rows (model_batch.extra_rows) after the layers, before the sampled
@@ -385,10 +455,11 @@ static void extra_rows_ops(model *m, const model_batch *b)
 {
     model_acts *a = &m->a;
     const size_t vocab = (size_t)m->cfg.vocab_size;
+    const bool folded = use_fused_layers(m, b->n_tokens);
     for (int first = 0; first < b->n_extra; first += m->R) {
         int n = INFERD_MIN(m->R, b->n_extra - first);
         kern_memcpy_h2d(m->kc, a->logits_idx, b->extra_rows + first, (size_t)n * sizeof(int32_t));
-        head_ops(m, a->logits_idx, n);
+        head_ops(m, a->logits_idx, n, folded);
         kern_memcpy_d2h(m->kc, b->extra_buf, a->logits, (size_t)n * vocab * sizeof(float));
         b->extra_fn(b->extra_user, first, n, b->extra_buf);
     }
@@ -406,7 +477,7 @@ static void forward_checked(model *m, const model_batch *b)
         in.n_logits = 0;
         model_forward_ops(m, &in);
         extra_rows_ops(m, b);
-        head_ops(m, in.logits_idx, b->n_logits);
+        head_ops(m, in.logits_idx, b->n_logits, use_fused_layers(m, b->n_tokens));
     } else {
         model_forward_ops(m, &in);
     }

@@ -6,8 +6,8 @@
 # peer (HF transformers, scripts/bench_gpu.py) runs in the same call.
 W=$OUT/wave
 mkdir -p "$W"
-# WAVE_PARTS picks sections (default all): tests minchunk decode prefill peer startup ab profile tput serve
-PARTS=" ${WAVE_PARTS:-tests minchunk decode prefill peer startup ab profile tput serve} "
+# WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
+PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
 L31=configs/models/llama3.1-8b
@@ -33,12 +33,44 @@ for c in penalty sample; do
     then row "test_cuda_kernels $c cases $(el)" PASS
     else row "test_cuda_kernels $c (exit $?)" "FAIL (wave/$c-kernels.log)"; fi
 done
-for t in model/test_graphs_gpu scheduler/test_engine_stories scheduler/test_engine_sampling; do
+for t in model/test_graphs_gpu model/test_stories_gpu scheduler/test_engine_stories scheduler/test_engine_sampling; do
     if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
     then row "$(basename $t) (cuda, graphs on) $(el)" PASS
     else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
     grep -E "Checks|fail|Assert" "$W/$(basename $t).log" | head -4
 done
+fi
+
+# a2. the fused decode layers (kern_matmul_fused): every form vs its CPU twin
+#     (full sizes), compute-sanitizer on them, then A/B of INFERD_FUSE=1 / 0
+#     at batch 1/2/4 x 512 (graphs), alternating processes, and batch 1 x 32k
+if part fuse; then
+for c in fused dense; do
+    if INFERD_TEST_QUICK= CK_RUN_CASE=$c timeout 300 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/$c-kernels.log" 2>&1
+    then row "test_cuda_kernels $c cases (full) $(el)" PASS
+    else row "test_cuda_kernels $c (exit $?)" "FAIL (wave/$c-kernels.log)"; fi
+    grep -E "matmul|gemv|silu|rope|rmsnorm|FAIL" "$W/$c-kernels.log" | grep -vE "^GEMM_BENCH" | head -12
+done
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if INFERD_TEST_QUICK=1 CK_RUN_CASE=fused timeout 300 "$CS" --tool memcheck --error-exitcode 9 \
+      "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/fused-sanitizer.log" 2>&1
+then row "compute-sanitizer memcheck fused cases $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"
+else row "compute-sanitizer fused (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"; fi
+for rep in 1 2; do
+    for f in 1 0; do
+        if INFERD_FUSE=$f timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+              --batch-size 1,2,4 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+              --max-num-batched-tokens 8192 --output-json "$W/fuse-$f-$rep.json" >"$W/fuse-$f-$rep.txt" 2>&1
+        then row "A/B INFERD_FUSE=$f b1/2/4 x 512 (run $rep) $(el)" ok
+        else row "A/B INFERD_FUSE=$f (run $rep, exit $?)" FAILED; fi
+        grep -E "^\| [0-9]" "$W/fuse-$f-$rep.txt" | head -3
+    done
+done
+if timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1 --input-len 512 \
+      --output-len 32 --num-iters-warmup 1 --num-iters 1 --max-num-batched-tokens 8192 --profile-ops >"$W/fuse-profile.txt" 2>&1
+then row "bench latency --profile-ops b1 x 512 (fused) $(el)" ok
+else row "bench latency --profile-ops fused (exit $?)" FAILED; fi
+grep -vE "^\[|^$|INFO" "$W/fuse-profile.txt" | grep -E "^\||ops of" | head -30
 fi
 
 # b. decode: the shortest split (INFERD_ATTN_MIN_CHUNK) at batch 1/16/64 x 512

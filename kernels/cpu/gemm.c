@@ -14,6 +14,9 @@
  * dimension and no AVX (baseline x86-64 SSE); this is the reference backend,
  * not a BLAS.
  */
+#include <string.h>
+
+#include "common/alloc.h"
 #include "kernels/cpu/kcpu.h"
 
 #define MM_CHUNK 256    /* converted weight elements per step; multiple of 8 */
@@ -117,4 +120,50 @@ void kcpu_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w,
 void kcpu_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
 {
     mm_f32(ctx, logits, in, w, n);
+}
+
+/* Contract (kern_matmul_fusable): fusion is a CUDA launch saving; the CPU
+ * forward keeps the unfused ops. */
+bool kcpu_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    (void)ctx;
+    (void)w;
+    (void)n;
+    return false;
+}
+
+/* Contract (kern_matmul_fused): the composition of the unfused ops the fused
+ * product stands for (kernels.h), in fp32: the CPU twin of the fused CUDA
+ * GEMV (kernels/cuda/gemv.cu). Scratch comes from the heap: only tests call
+ * it on the CPU. */
+void kcpu_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    float *normed = NULL; /* [n, cols] */
+    const void *x = in;
+    if (f->norm) {
+        normed = inferd_malloc(sizeof(float) * (size_t)(n * cols));
+        /* with add NULL the residual argument is only read */
+        kcpu_add_rmsnorm(ctx, normed, (void *)in, NULL, f->norm, n, f->eps);
+        x = normed;
+    }
+    float *prod = f->epi == KERN_EPI_STORE ? out : inferd_malloc(sizeof(float) * (size_t)(n * rows)); /* [n, rows] */
+    kcpu_matmul(ctx, prod, x, w, n);
+    if (f->epi == KERN_EPI_RESID) {
+        float *r = f->resid; /* [n, rows] */
+        for (int64_t i = 0; i < n * rows; i++)
+            r[i] += prod[i];
+    } else if (f->epi == KERN_EPI_SILU_MUL) {
+        kcpu_silu_mul(ctx, out, prod, n, (int)(rows / 2));
+    } else if (f->epi == KERN_EPI_ROPE_KV) {
+        kern_rope_kv_params rp = *f->rope;
+        rp.qkv = prod;
+        rp.n_tokens = n;
+        const kern_qkv_epilogue e = {.qkv_bias = f->qkv_bias};
+        kcpu_rope_kv_write(ctx, &rp, f->qkv_bias ? &e : NULL);
+        memcpy(out, prod, sizeof(float) * (size_t)(n * rows));
+    }
+    if (prod != out)
+        inferd_free(prod);
+    inferd_free(normed);
 }

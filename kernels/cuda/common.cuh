@@ -157,6 +157,12 @@ __device__ __forceinline__ void kc_pdl_trigger(void)
 #endif
 }
 
+/* silu(g) * u in fp32 (kern_silu_mul and the fused GEMV's epilogue). */
+__device__ __forceinline__ float kc_silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
 __device__ __forceinline__ float kc_warp_sum(float v)
 {
 #pragma unroll

@@ -39,6 +39,20 @@
  *
  * Requirements (else gemm.cu uses cuBLASLt): C % 8 == 0, W and in 16-byte
  * aligned, 1 <= n <= KCUDA_GEMV_MAX_N, R < 2^31.
+ *
+ * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
+ * a prologue and an epilogue, so a decode layer runs four GEMVs, the
+ * attention and nothing else: the QKV GEMV normalizes the residual stream
+ * on the fly (each CTA computes the tokens' 1 / rms from the input rows,
+ * 8 KB each, from L2, while its first weight loads are in flight) and
+ * ends with RoPE and the K/V cache write; the O and down GEMVs add into the
+ * residual stream; the gate/up GEMV normalizes and ends with SiLU * up.
+ * The pair epilogues (SiLU, RoPE) map a warp's row slots onto pairs of rows
+ * whose results meet in one lane: (j, j + R/2) for gate and up, (j, j +
+ * head_dim/2) for RoPE. Every epilogue rounds where the unfused ops round
+ * (bf16 product, then the op in fp32 from bf16 values); only the prologue's
+ * sum of squares is summed in another order than kern_add_rmsnorm's. Lane t
+ * of a warp runs token t's epilogue.
  */
 #include "kernels/cuda/common.cuh"
 
@@ -81,25 +95,167 @@ __device__ __forceinline__ void gemv_load_w(uint4 (&wv)[RPW][U], const uint4 *co
         }
 }
 
-/* out[t, row] = in[t, :] . W[row, :] for t < NT and the warp's RPW rows.
- * out: [NT, R] bf16 or fp32; in: [NT, C] bf16; w: [R, C] bf16. */
-template <int NT, int RPW, int U, bool F32, int MINB>
-static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB)
-    gemv_kernel(void *__restrict__ out, const uint16_t *__restrict__ in, const uint16_t *__restrict__ w, int R,
-                int C)
+/* A launch's arguments: the product and what is fused around it
+ * (kern_fuse). Epilogue kinds as kern_epilogue; F32 output only with STORE. */
+struct gemv_args {
+    void *out;            /* STORE: [NT, R] bf16 or fp32; SILU_MUL: [NT, R/2]; ROPE_KV: [NT, R] qkv */
+    const uint16_t *in;   /* [NT, C] */
+    const uint16_t *w;    /* [R, C] */
+    int R, C;
+    const uint16_t *norm; /* [C]: prologue RMSNorm weight, or NULL */
+    float eps;
+    uint16_t *resid;      /* RESID: [NT, R] */
+    const uint16_t *bias; /* ROPE_KV: [R] or NULL */
+    kern_rope_kv_params rope;
+};
+
+/* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
+ * consecutive rows. The pair epilogues give a warp RPW / 2 pairs of rows
+ * whose results meet in one lane: SILU_MUL the pair (j, j + R/2) of gate
+ * and up, ROPE_KV the rotate_half pair (j, j + head_dim/2) of a head (v
+ * heads too, stored unrotated). *ok: the slot holds a real row (else its
+ * row is clamped into the matrix and never stored). */
+template <int EPI, int RPW>
+__device__ __forceinline__ int gemv_row(const gemv_args &a, int gwarp, int r, bool *ok)
 {
-    const int lane = threadIdx.x & 31;
-    const int row0 = (int)(blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * RPW;
-    const int nch = C >> 3; /* 16-byte chunks per row */
-    if (row0 >= R) {
-        gemv_wait_prior();
-        return;
+    if (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
+        const int row = gwarp * RPW + r;
+        *ok = row < a.R;
+        return min(row, a.R - 1);
     }
-    const uint4 *wr[RPW];
+    constexpr int P = RPW / 2;
+    const int half_rows = a.R / 2;
+    int pair = gwarp * P + r % P;
+    *ok = pair < half_rows;
+    pair = min(pair, half_rows - 1);
+    if (EPI == KERN_EPI_SILU_MUL)
+        return pair + (r >= P ? half_rows : 0);
+    const int half = a.rope.head_dim / 2, h = pair / half, j = pair - h * half;
+    return h * a.rope.head_dim + j + (r >= P ? half : 0);
+}
+
+/* The prologue's 1 / rms of each token's input row, into inv[t]: warp w
+ * takes tokens w, w + GEMV_WARPS, ...; every warp of the CTA must call it
+ * (it ends with a barrier). Same formula as kern_add_rmsnorm (fp32 sum of
+ * squares, rsqrt in double); the summation order is the warp's. */
+template <int NT>
+__device__ __forceinline__ void gemv_inv_rms(const gemv_args &a, float *inv)
+{
+    const int lane = threadIdx.x & 31, nch = a.C >> 3;
+    const uint4 *x = reinterpret_cast<const uint4 *>(a.in);
+    for (int t = (int)(threadIdx.x >> 5); t < NT; t += GEMV_WARPS) {
+        float ss = 0.0f;
+        for (int k = lane; k < nch; k += 32) {
+            float v[8];
+            kc_unpack8(__ldg(x + (size_t)t * nch + k), v);
 #pragma unroll
-    for (int r = 0; r < RPW; r++) /* rows past R read row R-1; never written */
-        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, R - 1) * (size_t)C);
-    const uint4 *x = reinterpret_cast<const uint4 *>(in);
+            for (int e = 0; e < 8; e++)
+                ss += v[e] * v[e];
+        }
+        ss = kc_warp_sum(ss);
+        if (lane == 0)
+            inv[t] = (float)(1.0 / sqrt((double)ss / (double)a.C + (double)a.eps));
+    }
+    __syncthreads();
+}
+
+/* RoPE + cache write of one pair of token t (ROPE_KV): x1, x2 are the bf16
+ * products of rows row1 = h * hd + j and row1 + hd/2, biased; q and k pairs
+ * are rotated (as rope_kv_kernel in ops.cu), v pairs stored as they are;
+ * k and v also go to the cache slot of the token. */
+__device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int row1, float x1, float x2)
+{
+    const kern_rope_kv_params &p = a.rope;
+    const int hd = p.head_dim, half = hd / 2, h = row1 / hd, j = row1 - h * hd;
+    if (a.bias) {
+        x1 = kc_bf2f(kc_f2bf(x1 + kc_bf2f(a.bias[row1])));
+        x2 = kc_bf2f(kc_f2bf(x2 + kc_bf2f(a.bias[row1 + half])));
+    }
+    uint16_t o1 = kc_f2bf(x1), o2 = kc_f2bf(x2);
+    if (h < p.n_heads + p.n_kv_heads) {
+        const float ms = p.mscale != 0.0f ? p.mscale : 1.0f;
+        const float angle = (float)p.positions[t] * p.inv_freq[j];
+        const float cs = cosf(angle) * ms, sn = sinf(angle) * ms;
+        o1 = kc_f2bf(x1 * cs - x2 * sn);
+        o2 = kc_f2bf(x2 * cs + x1 * sn);
+    }
+    uint16_t *qkv = static_cast<uint16_t *>(a.out) + (size_t)t * (size_t)a.R;
+    qkv[row1] = o1;
+    qkv[row1 + half] = o2;
+    const int64_t slot = p.slot_mapping[t];
+    if (h < p.n_heads || slot < 0)
+        return;
+    const bool is_k = h < p.n_heads + p.n_kv_heads;
+    const int kvh = h - p.n_heads - (is_k ? 0 : p.n_kv_heads);
+    const int64_t blk = slot / p.block_size, off = slot - blk * p.block_size;
+    uint16_t *cache = static_cast<uint16_t *>(is_k ? p.k_cache : p.v_cache);
+    const int64_t dst = ((blk * p.n_kv_heads + kvh) * p.block_size + off) * hd + j;
+    cache[dst] = o1;
+    cache[dst + half] = o2;
+}
+
+/* Token t's results of the warp's RPW slots (s[r], lane t holds them). */
+template <int EPI, int RPW, bool F32>
+__device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int t, const float *s)
+{
+    constexpr int P = RPW / 2;
+#pragma unroll
+    for (int r = 0; r < (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? RPW : P); r++) {
+        bool ok;
+        const int row = gemv_row<EPI, RPW>(a, gwarp, r, &ok);
+        if (!ok)
+            continue;
+        const size_t o = (size_t)t * (size_t)a.R + (size_t)row;
+        if (EPI == KERN_EPI_STORE) {
+            if (F32)
+                static_cast<float *>(a.out)[o] = s[r];
+            else
+                static_cast<uint16_t *>(a.out)[o] = kc_f2bf(s[r]);
+        } else if (EPI == KERN_EPI_RESID) {
+            a.resid[o] = kc_f2bf(kc_bf2f(a.resid[o]) + kc_bf2f(kc_f2bf(s[r])));
+        } else if (EPI == KERN_EPI_SILU_MUL) {
+            const float g = kc_bf2f(kc_f2bf(s[r])), u = kc_bf2f(kc_f2bf(s[r + P]));
+            static_cast<uint16_t *>(a.out)[(size_t)t * (size_t)(a.R / 2) + (size_t)row] = kc_f2bf(kc_silu_mul(g, u));
+        } else {
+            gemv_rope_pair(a, t, row, kc_bf2f(kc_f2bf(s[r])), kc_bf2f(kc_f2bf(s[r + P])));
+        }
+    }
+}
+
+/* The input chunk k of token t as 8 floats: the bf16 input, or with the
+ * prologue bf16((x * inv[t]) * norm) as kern_add_rmsnorm writes it. */
+template <bool NORM>
+__device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int k, const float *inv,
+                                            const float *g, float *xf)
+{
+    kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
+    if (NORM) {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            xf[e] = kc_bf2f(kc_f2bf((xf[e] * inv[t]) * g[e]));
+    }
+}
+
+/* For t < NT and the warp's RPW row slots: the dot product of input row t
+ * (normed with NORM) and the slot's weight row, then the epilogue EPI.
+ * Pipelining, PDL and the summation order as described at the top. */
+template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
+{
+    __shared__ float inv_rms[NT];
+    const int lane = threadIdx.x & 31;
+    const int gwarp = (int)(blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5));
+    const int nch = a.C >> 3; /* 16-byte chunks per row */
+    const uint4 *wr[RPW];
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        bool ok;
+        wr[r] = reinterpret_cast<const uint4 *>(a.w + (size_t)gemv_row<EPI, RPW>(a, gwarp, r, &ok) * (size_t)a.C);
+        any |= ok;
+    }
+    const uint4 *x = reinterpret_cast<const uint4 *>(a.in);
+    const uint4 *gn = reinterpret_cast<const uint4 *>(a.norm);
     float acc[RPW][NT];
 #pragma unroll
     for (int r = 0; r < RPW; r++)
@@ -107,8 +263,13 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB)
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
     uint4 wv[RPW][U];
-    gemv_load_w<RPW, U>(wv, wr, lane, nch);
+    if (any)
+        gemv_load_w<RPW, U>(wv, wr, lane, nch);
     gemv_wait_prior(); /* the input is the previous kernel's output */
+    if (NORM)
+        gemv_inv_rms<NT>(a, inv_rms);
+    if (!any)
+        return;
     for (int k0 = lane; k0 < nch; k0 += 32 * U) {
         uint4 cur[RPW][U];
 #pragma unroll
@@ -123,14 +284,16 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB)
             const int k = k0 + 32 * u;
             if (k >= nch)
                 break;
-            float wf[RPW][8];
+            float wf[RPW][8], g[8];
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 kc_unpack8(cur[r][u], wf[r]);
+            if (NORM)
+                kc_unpack8(__ldg(gn + k), g);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float xf[8];
-                kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
+                gemv_load_x<NORM>(x, nch, t, k, inv_rms, g, xf);
 #pragma unroll
                 for (int r = 0; r < RPW; r++)
 #pragma unroll
@@ -139,29 +302,29 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB)
             }
         }
     }
+    /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
 #pragma unroll
-    for (int r = 0; r < RPW; r++)
+    for (int t = 0; t < NT; t++) {
+        float s[RPW];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float s = kc_warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < R) {
-                const size_t o = (size_t)t * (size_t)R + (size_t)(row0 + r);
-                if (F32)
-                    static_cast<float *>(out)[o] = s;
-                else
-                    static_cast<uint16_t *>(out)[o] = kc_f2bf(s);
-            }
-        }
+        for (int r = 0; r < RPW; r++)
+            s[r] = kc_warp_sum(acc[r][t]);
+        if (lane == t)
+            gemv_epilogue<EPI, RPW, F32>(a, gwarp, t, s);
+    }
 }
 
-/* Launch one instantiation: grid = ceil(R / (RPW * GEMV_WARPS)) CTAs of
- * GEMV_WARPS warps; with PDL the launch may begin before the previous
- * kernel on the stream ends (the kernel waits before touching its input). */
-template <int NT, bool F32, int RPW, int U, int MINB>
-static void gemv_launch(cudaStream_t s, bool pdl, void *out, const uint16_t *in, const uint16_t *w, int R, int C)
+/* Launch one instantiation: one warp per RPW rows (STORE, RESID) or per
+ * RPW / 2 pairs of rows, GEMV_WARPS warps per CTA; with PDL the launch may
+ * begin before the previous kernel on the stream ends (the kernel waits
+ * before touching its input). */
+template <int NT, bool F32, int RPW, int U, int MINB, int EPI, bool NORM>
+static void gemv_launch(cudaStream_t s, bool pdl, const gemv_args &a)
 {
-    const unsigned grid = kcuda_cdiv(R, (int64_t)RPW * GEMV_WARPS);
-    void (*kern)(void *, const uint16_t *, const uint16_t *, int, int) = gemv_kernel<NT, RPW, U, F32, MINB>;
+    const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
+    const unsigned grid = kcuda_cdiv(units, (int64_t)(EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? RPW : RPW / 2) *
+                                                GEMV_WARPS);
+    void (*kern)(const gemv_args) = gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>;
 #ifndef KEMU_H
     if (pdl) {
         cudaLaunchConfig_t cfg = {};
@@ -174,45 +337,77 @@ static void gemv_launch(cudaStream_t s, bool pdl, void *out, const uint16_t *in,
         cfg.stream = s;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, out, in, w, R, C));
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a));
         return;
     }
 #else
     (void)pdl;
 #endif
-    kern<<<grid, GEMV_WARPS * 32, 0, s>>>(out, in, w, R, C);
+    kern<<<grid, GEMV_WARPS * 32, 0, s>>>(a);
 }
 
 /* Shapes per n: RPW rows per warp, U chunks per row in flight, MINB CTAs
  * per SM asked of the register allocator. Variant 1 (the default, n <= 2
  * only; INFERD_GEMV_VARIANT=0 turns it off): U 2 and 8 CTAs per SM, more
  * warps resident instead of more loads per warp. */
-template <int NT, bool F32>
-static void gemv_launch_n(cudaStream_t s, bool pdl, int variant, void *out, const uint16_t *in, const uint16_t *w,
-                          int R, int C)
+template <int NT, bool F32, int EPI, bool NORM>
+static void gemv_launch_n(cudaStream_t s, bool pdl, int variant, const gemv_args &a)
 {
     if constexpr (NT <= 2) {
+        /* the fused forms at n = 2 spill at 64 registers (8 CTAs) */
+        constexpr int minb = NT == 1 || (EPI == KERN_EPI_STORE && !NORM) ? 8 : 6;
         if (variant == 1)
-            gemv_launch<NT, F32, 2, 2, 8>(s, pdl, out, in, w, R, C);
+            gemv_launch<NT, F32, 2, 2, minb, EPI, NORM>(s, pdl, a);
         else
-            gemv_launch<NT, F32, 2, 4, 1>(s, pdl, out, in, w, R, C);
+            gemv_launch<NT, F32, 2, 4, 1, EPI, NORM>(s, pdl, a);
     } else if constexpr (NT <= 4) {
         (void)variant;
-        gemv_launch<NT, F32, 2, 4, 1>(s, pdl, out, in, w, R, C);
+        gemv_launch<NT, F32, 2, 4, 1, EPI, NORM>(s, pdl, a);
     } else {
         (void)variant;
-        gemv_launch<NT, F32, 4, 2, 1>(s, pdl, out, in, w, R, C);
+        gemv_launch<NT, F32, 4, 2, 1, EPI, NORM>(s, pdl, a);
     }
 }
 
-template <bool F32>
-static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, void *out, const uint16_t *in, const uint16_t *w,
-                          int R, int C, int n)
+/* The fused forms are instantiated for n <= KCUDA_FUSE_MAX_N only (code
+ * size: 7 forms x 16 sizes otherwise); kcuda_matmul_fusable says so. */
+template <int NT>
+static void gemv_launch_form(cudaStream_t s, bool pdl, int variant, bool f32, int epi, bool norm, const gemv_args &a)
+{
+    if (epi == KERN_EPI_STORE && !norm) {
+        if (f32)
+            gemv_launch_n<NT, true, KERN_EPI_STORE, false>(s, pdl, variant, a);
+        else
+            gemv_launch_n<NT, false, KERN_EPI_STORE, false>(s, pdl, variant, a);
+        return;
+    }
+    if constexpr (NT <= KCUDA_FUSE_MAX_N) {
+        if (epi == KERN_EPI_STORE)
+            gemv_launch_n<NT, false, KERN_EPI_STORE, true>(s, pdl, variant, a);
+        else if (epi == KERN_EPI_RESID && norm)
+            gemv_launch_n<NT, false, KERN_EPI_RESID, true>(s, pdl, variant, a);
+        else if (epi == KERN_EPI_RESID)
+            gemv_launch_n<NT, false, KERN_EPI_RESID, false>(s, pdl, variant, a);
+        else if (epi == KERN_EPI_SILU_MUL && norm)
+            gemv_launch_n<NT, false, KERN_EPI_SILU_MUL, true>(s, pdl, variant, a);
+        else if (epi == KERN_EPI_SILU_MUL)
+            gemv_launch_n<NT, false, KERN_EPI_SILU_MUL, false>(s, pdl, variant, a);
+        else if (norm)
+            gemv_launch_n<NT, false, KERN_EPI_ROPE_KV, true>(s, pdl, variant, a);
+        else
+            gemv_launch_n<NT, false, KERN_EPI_ROPE_KV, false>(s, pdl, variant, a);
+    } else {
+        INFERD_CHECK_MSG(false, "gemv: fused forms take n <= KCUDA_FUSE_MAX_N");
+    }
+}
+
+static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int epi, bool norm, const gemv_args &a,
+                          int n)
 {
     switch (n) {
 #define GEMV_CASE(N)                                                                                               \
     case N:                                                                                                        \
-        gemv_launch_n<N, F32>(s, pdl, variant, out, in, w, R, C);                                                  \
+        gemv_launch_form<N>(s, pdl, variant, f32, epi, norm, a);                                                   \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
@@ -250,10 +445,49 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
 {
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK(kcuda_gemv_fits(in, w, n));
-    const uint16_t *x = static_cast<const uint16_t *>(in), *wd = static_cast<const uint16_t *>(w->data);
-    if (out_f32)
-        gemv_dispatch<true>(st->stream, pdl, ctx->gemm.gemv_variant, out, x, wd, (int)w->rows, (int)w->cols, n);
-    else
-        gemv_dispatch<false>(st->stream, pdl, ctx->gemm.gemv_variant, out, x, wd, (int)w->rows, (int)w->cols, n);
+    gemv_args a = {};
+    a.out = out;
+    a.in = static_cast<const uint16_t *>(in);
+    a.w = static_cast<const uint16_t *>(w->data);
+    a.R = (int)w->rows;
+    a.C = (int)w->cols;
+    gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* Contract (kern_matmul_fusable): the GEMV route of kcuda_matmul (use_gemv
+ * in gemm.cu, less the input's alignment, which kcuda_matmul_fused checks)
+ * for n <= KCUDA_FUSE_MAX_N, with fusion on. */
+bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return ctx->gemm.fuse && n >= 1 && n <= KCUDA_FUSE_MAX_N && n <= ctx->gemm.gemv_max_n &&
+           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
+           kcuda_aligned(w->data, 16);
+}
+
+/* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
+ * whose prologue and epilogue are defined in kernels.h; kern_matmul_fused
+ * has checked the shapes. Aborts when the product is not fusable or a
+ * bf16 operand (norm, bias, cache) has another dtype. */
+void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    INFERD_CHECK_MSG(kcuda_matmul_fusable(ctx, w, n) && kcuda_aligned(in, 16), "fused product not fusable here");
+    INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
+    gemv_args a = {};
+    a.out = out;
+    a.in = static_cast<const uint16_t *>(in);
+    a.w = static_cast<const uint16_t *>(w->data);
+    a.R = (int)w->rows;
+    a.C = (int)w->cols;
+    a.norm = f->norm ? static_cast<const uint16_t *>(f->norm->data) : NULL;
+    a.eps = f->eps;
+    a.resid = static_cast<uint16_t *>(f->resid);
+    if (f->epi == KERN_EPI_ROPE_KV) {
+        a.rope = *f->rope;
+        a.bias = f->qkv_bias ? static_cast<const uint16_t *>(f->qkv_bias->data) : NULL;
+    }
+    gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
     KCUDA_LAUNCH_CHECK();
 }

@@ -169,11 +169,6 @@ void kcuda_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, c
 
 /* --- SiLU(gate) * up ---------------------------------------------------------- */
 
-__device__ __forceinline__ float silu_mul1(float g, float u)
-{
-    return g / (1.0f + expf(-g)) * u;
-}
-
 /* out[n, f] = silu(gu[:, :f]) * gu[:, f:]; VEC8 handles 8 columns per item. */
 template <bool VEC8>
 static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ gu,
@@ -195,10 +190,10 @@ static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_
             kc_unpack8(*(const uint4 *)(g + f), b);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                a[e] = silu_mul1(a[e], b[e]);
+                a[e] = kc_silu_mul(a[e], b[e]);
             *(uint4 *)o = kc_pack8(a);
         } else {
-            o[0] = kc_f2bf(silu_mul1(kc_bf2f(g[0]), kc_bf2f(g[f])));
+            o[0] = kc_f2bf(kc_silu_mul(kc_bf2f(g[0]), kc_bf2f(g[f])));
         }
     }
 }

@@ -75,5 +75,6 @@ TCase *kt_tcase_dense(void);
 TCase *kt_tcase_attention(void);
 TCase *kt_tcase_sample(void);
 TCase *kt_tcase_penalty(void);
+TCase *kt_tcase_fused(void);
 
 #endif

@@ -841,6 +841,7 @@ int main(void)
     suite_add_tcase(s, kt_tcase_attention());
     suite_add_tcase(s, kt_tcase_sample());
     suite_add_tcase(s, kt_tcase_penalty());
+    suite_add_tcase(s, kt_tcase_fused());
     int rc = test_run_suite(s);
     int failing = kt_print_summary();
     kern_ctx_free(kt_gpu);

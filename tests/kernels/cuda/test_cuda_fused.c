@@ -1,0 +1,314 @@
+/* tests/kernels/cuda/test_cuda_fused.c: the fused small-batch products
+ * (kern_matmul_fused: the decode GEMV with an RMSNorm prologue and a
+ * STORE / RESID / SILU_MUL / ROPE_KV epilogue) against the CPU twin, which
+ * composes the unfused ops (kcpu_matmul_fused), and the run-time choice
+ * kern_matmul_fusable as a table.
+ *
+ * Every form x n in 1..KCUDA_FUSE_MAX_N x odd shapes (rows not a multiple
+ * of a warp's rows, pairs of rows that straddle CTAs, head_dim 6..128, GQA,
+ * biases, padding tokens with slot -1), outputs in guarded buffers
+ * pre-filled 0xFF (an unwritten element or a stray write fails). The
+ * tolerances count the GPU's bf16 roundings that the fp32 twin does not
+ * have: the normed input (one rounding per element), the product, and the
+ * epilogue's result (rtol/atol 2e-2 for outputs of magnitude ~1).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/rng.h"
+#include "kernels/kern_internal.h"
+#include "kt_harness.h"
+
+/* One fused case's shape. For ROPE_KV, rows = (nh + 2 nkv) * hd. */
+typedef struct {
+    kern_epilogue epi;
+    bool norm, bias;
+    int n, rows, cols;
+    int nh, nkv, hd, bs; /* ROPE_KV */
+} fcase;
+
+/* The ROPE_KV inputs of a case (host arrays) and their device copies. */
+typedef struct {
+    int32_t *pos;
+    int64_t *slot;
+    float *inv;
+    int n_blocks;
+    size_t nc; /* elements of each cache */
+} rope_in;
+
+static void rope_in_make(rope_in *r, const fcase *c, uint64_t seed)
+{
+    r->n_blocks = c->n / c->bs + 2;
+    r->nc = (size_t)r->n_blocks * c->nkv * c->bs * c->hd;
+    r->pos = inferd_malloc(sizeof(int32_t) * (size_t)c->n);
+    r->slot = inferd_malloc(sizeof(int64_t) * (size_t)c->n);
+    r->inv = inferd_malloc(sizeof(float) * (size_t)(c->hd / 2));
+    for (int t = 0; t < c->n; t++) {
+        r->pos[t] = (int32_t)(rng_uniform(seed, (uint64_t)t) * 4000);
+        r->slot[t] = t == 2 ? -1 : (int64_t)(r->n_blocks * c->bs - 1 - 3 * t); /* distinct, backwards; 2: padding */
+    }
+    for (int j = 0; j < c->hd / 2; j++)
+        r->inv[j] = (float)(1.0 / pow(500000.0, 2.0 * j / c->hd));
+}
+
+static void rope_in_free(rope_in *r)
+{
+    inferd_free(r->pos);
+    inferd_free(r->slot);
+    inferd_free(r->inv);
+}
+
+/* Compare a bf16 GPU buffer of n values with the fp32 reference; NaN in
+ * the reference means "must be unwritten" (0xFFFF). */
+static int cmp_bf16(const char *what, const kt_gbuf *g, const float *ref, size_t n)
+{
+    uint16_t *h = inferd_malloc(n * 2);
+    float *got = inferd_malloc(n * sizeof(float));
+    kt_gbuf_read(g, h);
+    kt_from_bf16(h, got, n);
+    int bad = 0;
+    double max_abs = 0, max_rel = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool ok;
+        if (isnan(ref[i])) {
+            ok = h[i] == 0xFFFF;
+        } else {
+            const double d = fabs((double)got[i] - ref[i]);
+            ok = d <= 2e-2 + 2e-2 * fabs(ref[i]);
+            max_abs = fmax(max_abs, d);
+            max_rel = fmax(max_rel, d / fmax(fabs(ref[i]), 1e-6));
+        }
+        if (!ok && bad++ < 5)
+            printf("  fused %s [%zu]: got %g ref %g\n", what, i, got[i], ref[i]);
+    }
+    kt_record("matmul_fused", bad, max_abs, max_rel);
+    inferd_free(got);
+    inferd_free(h);
+    return bad;
+}
+
+static float *nan_filled(size_t n)
+{
+    float *p = inferd_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    return p;
+}
+
+static int fused_case(const fcase *c, uint64_t seed)
+{
+    const int n = c->n, R = c->rows, C = c->cols;
+    const size_t ni = (size_t)n * C, nw = (size_t)R * C, nr = (size_t)n * R;
+    const size_t nout = c->epi == KERN_EPI_SILU_MUL ? nr / 2 : nr;
+    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
+    float *g = inferd_malloc((size_t)C * sizeof(float)), *b = inferd_malloc((size_t)R * sizeof(float));
+    float *res = inferd_malloc(nr * sizeof(float));
+    kt_rand_bf16(in, ni, seed, c->norm ? -3.0f : -1.0f, c->norm ? 3.0f : 1.0f);
+    kt_rand_bf16(w, nw, seed + 1, -1.7f / sqrtf((float)C), 1.7f / sqrtf((float)C));
+    kt_rand_bf16(g, (size_t)C, seed + 2, 0.5f, 1.5f);
+    kt_rand_bf16(b, (size_t)R, seed + 3, -0.5f, 0.5f);
+    kt_rand_bf16(res, nr, seed + 4, -1.0f, 1.0f);
+    rope_in ri = {0};
+    if (c->epi == KERN_EPI_ROPE_KV)
+        rope_in_make(&ri, c, seed + 5);
+
+    /* CPU twin */
+    kern_weight wc = kt_weight_cpu(w, R, C), gc = kt_weight_cpu(g, 1, C), bc = kt_weight_cpu(b, R, 1);
+    float *cin = kt_cpu_f32(in, ni), *cres = kt_cpu_f32(res, nr), *cout = nan_filled(nr);
+    float *ckc = nan_filled(ri.nc), *cvc = nan_filled(ri.nc);
+    kern_rope_kv_params rc = {.positions = ri.pos, .slot_mapping = ri.slot, .inv_freq = ri.inv, .k_cache = ckc,
+                              .v_cache = cvc, .n_heads = c->nh, .n_kv_heads = c->nkv, .head_dim = c->hd,
+                              .block_size = c->bs};
+    kern_fuse fc = {.norm = c->norm ? &gc : NULL, .eps = 1e-5f, .epi = c->epi, .resid = cres, .rope = &rc,
+                    .qkv_bias = c->bias ? &bc : NULL};
+    kern_matmul_fused(kt_cpu, cout, cin, &wc, n, &fc);
+
+    /* GPU */
+    kern_weight wg = kt_weight_gpu(w, R, C), gg = kt_weight_gpu(g, 1, C), bg = kt_weight_gpu(b, R, 1);
+    void *gin = kt_gpu_bf16(in, ni);
+    kt_gbuf go, gr, gk, gv;
+    void *gout = c->epi == KERN_EPI_RESID ? NULL : kt_gbuf_alloc(&go, nout * 2, 0);
+    void *gres = kt_gbuf_alloc(&gr, nr * 2, 0);
+    uint16_t *hres = kt_to_bf16(res, nr);
+    kern_memcpy_h2d(kt_gpu, gres, hres, nr * 2);
+    void *dpos = NULL, *dslot = NULL, *dinv = NULL, *gkc = NULL, *gvc = NULL;
+    if (c->epi == KERN_EPI_ROPE_KV) {
+        dpos = kt_gpu_bytes(ri.pos, sizeof(int32_t) * (size_t)n);
+        dslot = kt_gpu_bytes(ri.slot, sizeof(int64_t) * (size_t)n);
+        dinv = kt_gpu_bytes(ri.inv, sizeof(float) * (size_t)(c->hd / 2));
+        gkc = kt_gbuf_alloc(&gk, ri.nc * 2, 0);
+        gvc = kt_gbuf_alloc(&gv, ri.nc * 2, 0);
+    }
+    kern_rope_kv_params rg = {.positions = dpos, .slot_mapping = dslot, .inv_freq = dinv, .k_cache = gkc,
+                              .v_cache = gvc, .n_heads = c->nh, .n_kv_heads = c->nkv, .head_dim = c->hd,
+                              .block_size = c->bs};
+    kern_fuse fg = {.norm = c->norm ? &gg : NULL, .eps = 1e-5f, .epi = c->epi, .resid = gres, .rope = &rg,
+                    .qkv_bias = c->bias ? &bg : NULL};
+    ck_assert(kern_matmul_fusable(kt_gpu, &wg, n));
+    kern_matmul_fused(kt_gpu, gout, gin, &wg, n, &fg);
+
+    char what[128];
+    snprintf(what, sizeof what, "epi=%d norm=%d bias=%d n=%d R=%d C=%d hd=%d", (int)c->epi, c->norm, c->bias, n, R,
+             C, c->hd);
+    int bad = 0;
+    if (c->epi == KERN_EPI_RESID) {
+        bad += cmp_bf16(what, &gr, cres, nr);
+    } else {
+        bad += cmp_bf16(what, &go, cout, nout) + kt_gbuf_guards_bad(&go, what);
+        kt_gbuf_free(&go);
+        /* the residual stream is an input here: it must be left as it was */
+        float *r0 = inferd_malloc(nr * sizeof(float));
+        kt_from_bf16(hres, r0, nr);
+        bad += cmp_bf16("resid untouched", &gr, r0, nr);
+        inferd_free(r0);
+    }
+    bad += kt_gbuf_guards_bad(&gr, "fused resid");
+    kt_gbuf_free(&gr);
+    if (c->epi == KERN_EPI_ROPE_KV) {
+        bad += cmp_bf16("k cache", &gk, ckc, ri.nc) + cmp_bf16("v cache", &gv, cvc, ri.nc);
+        bad += kt_gbuf_guards_bad(&gk, "fused k cache") + kt_gbuf_guards_bad(&gv, "fused v cache");
+        kt_gbuf_free(&gk);
+        kt_gbuf_free(&gv);
+        kern_free(kt_gpu, dpos);
+        kern_free(kt_gpu, dslot);
+        kern_free(kt_gpu, dinv);
+        rope_in_free(&ri);
+    }
+    kern_free(kt_gpu, gin);
+    kern_free(kt_gpu, wg.data);
+    kern_free(kt_gpu, gg.data);
+    kern_free(kt_gpu, bg.data);
+    kern_free(kt_cpu, wc.data);
+    kern_free(kt_cpu, gc.data);
+    kern_free(kt_cpu, bc.data);
+    kern_free(kt_cpu, cin);
+    kern_free(kt_cpu, cres);
+    inferd_free(cout);
+    inferd_free(ckc);
+    inferd_free(cvc);
+    inferd_free(hres);
+    inferd_free(res);
+    inferd_free(b);
+    inferd_free(g);
+    inferd_free(w);
+    inferd_free(in);
+    return bad;
+}
+
+/* GEMV route for every size: small test weights must take it too. */
+static void fuse_config(kern_gemm_opts *saved, bool fuse, int64_t min_bytes)
+{
+    kern_gemm_config_get(kt_gpu, saved);
+    const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = true,
+                              .gemv_variant = 1, .fuse = fuse};
+    kern_gemm_config(kt_gpu, &o);
+}
+
+START_TEST(test_fused_forms)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, true, 0);
+    const uint64_t seed = kt_seed() + 900;
+    printf("test_fused_forms: seed %llu\n", (unsigned long long)seed);
+    /* rows, cols of the dense forms: odd row counts, one row, pairs across CTAs */
+    static const int dense[][2] = {{1, 8}, {37, 264}, {258, 72}, {1000, 512}};
+    int bad = 0, k = 0;
+    for (int n = 1; n <= KCUDA_FUSE_MAX_N; n++) {
+        for (int epi = KERN_EPI_STORE; epi <= KERN_EPI_SILU_MUL; epi++)
+            for (int s = 0; s < 4; s++, k++) {
+                if (kt_quick && (s + n + epi) % 2)
+                    continue;
+                fcase c = {.epi = (kern_epilogue)epi, .norm = (k % 3) != 1, .n = n, .rows = dense[s][0],
+                           .cols = dense[s][1]};
+                if (epi == KERN_EPI_SILU_MUL && c.rows % 2)
+                    c.rows++;
+                if (epi == KERN_EPI_STORE)
+                    c.norm = true; /* the plain product is test_gemv's */
+                bad += fused_case(&c, seed + (uint64_t)k * 16);
+            }
+        /* ROPE_KV: Llama GQA hd 64, Qwen2 bias, odd hd 6 (3 pairs), MHA hd 34 with block size 1 */
+        static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
+        for (int s = 0; s < 4; s++, k++) {
+            fcase c = {.epi = KERN_EPI_ROPE_KV, .norm = (k % 2) == 0, .bias = rp[s][4] != 0, .n = n,
+                       .cols = 136, .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            bad += fused_case(&c, seed + (uint64_t)k * 16);
+        }
+    }
+    if (!kt_quick) { /* Llama-3-8B layer shapes at batch 1 */
+        const fcase big[] = {
+            {.epi = KERN_EPI_ROPE_KV, .norm = true, .n = 1, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
+             .hd = 128, .bs = 16},
+            {.epi = KERN_EPI_RESID, .n = 1, .rows = 4096, .cols = 4096},
+            {.epi = KERN_EPI_SILU_MUL, .norm = true, .n = 2, .rows = 28672, .cols = 4096},
+            {.epi = KERN_EPI_RESID, .n = 1, .rows = 4096, .cols = 14336},
+        };
+        for (int i = 0; i < 4; i++)
+            bad += fused_case(&big[i], seed + 5000 + (uint64_t)i);
+    }
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* kern_matmul_fusable: the run-time choice as a table. */
+START_TEST(test_fusable_table)
+{
+    kern_gemm_opts saved;
+    kern_gemm_config_get(kt_gpu, &saved);
+    float *w = inferd_malloc(sizeof(float) * 64 * 72);
+    kt_rand_bf16(w, 64 * 72, 3, -1.0f, 1.0f);
+    kern_weight wg = kt_weight_gpu(w, 64, 72), wc = kt_weight_cpu(w, 64, 72);
+    kern_weight odd = wg;
+    odd.cols = 36; /* cols % 8 != 0 */
+    odd.rows = 128;
+    const int64_t wbytes = 64 * 72 * 2;
+    const struct {
+        bool fuse;
+        int gemv_max_n;
+        int64_t min_bytes;
+        const kern_weight *w;
+        bool cpu;
+        int n;
+        bool want;
+    } rows[] = {
+        {true, 4, 0, &wg, false, 0, false},             /* n below 1 */
+        {true, 4, 0, &wg, false, 1, true},              /* batch 1 */
+        {true, 4, 0, &wg, false, KCUDA_FUSE_MAX_N, true},
+        {true, 16, 0, &wg, false, KCUDA_FUSE_MAX_N + 1, false}, /* past the fused sizes */
+        {true, 2, 0, &wg, false, 3, false},             /* past gemv_max_n: cuBLASLt route */
+        {true, 0, 0, &wg, false, 1, false},             /* GEMV off */
+        {false, 4, 0, &wg, false, 1, false},            /* fusion off (INFERD_FUSE=0) */
+        {true, 4, wbytes, &wg, false, 1, true},         /* weight at the size threshold */
+        {true, 4, wbytes + 1, &wg, false, 1, false},    /* weight below it */
+        {true, 4, 0, &odd, false, 1, false},            /* cols % 8 != 0 */
+        {true, 4, 0, &wc, true, 1, false},              /* never on the CPU */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const kern_gemm_opts o = {.gemv_max_n = rows[i].gemv_max_n, .gemv_min_weight_bytes = rows[i].min_bytes,
+                                  .pdl = true, .gemv_variant = 1, .fuse = rows[i].fuse};
+        kern_gemm_config(kt_gpu, &o);
+        const bool got = kern_matmul_fusable(rows[i].cpu ? kt_cpu : kt_gpu, rows[i].w, rows[i].n);
+        if (got != rows[i].want && bad++ < 20)
+            printf("  fusable row %zu: got %d want %d\n", i, got, rows[i].want);
+    }
+    kt_record("matmul_fusable", bad, 0, 0);
+    kern_gemm_config(kt_gpu, &saved);
+    kern_free(kt_gpu, wg.data);
+    kern_free(kt_cpu, wc.data);
+    inferd_free(w);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+TCase *kt_tcase_fused(void)
+{
+    TCase *tc = tcase_create("fused");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_fused_forms);
+    tcase_add_test(tc, test_fusable_table);
+    return tc;
+}
