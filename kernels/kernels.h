@@ -165,7 +165,7 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * programmatic dependent launch (its first weight loads overlap the previous
  * kernel). Defaults: n <= 4, weights >= 1 MiB, PDL on; INFERD_GEMV_MAX_N,
  * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT and
- * INFERD_FUSE (0/1, kern_matmul_fusable) override them at kern_ctx_create. The choice
+ * INFERD_FUSE (fuse_max_n: 0 = off) override them at kern_ctx_create. The choice
  * depends only on n and the weight, so a padded graph replay uses the same
  * kernel as the eager step when gemv_max_n is a size of the graph ladder
  * (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph is
@@ -175,7 +175,7 @@ typedef struct {
     int64_t gemv_min_weight_bytes;
     bool pdl;
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
-    bool fuse;        /* kern_matmul_fusable may say yes (default; INFERD_FUSE=0 turns it off) */
+    int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
@@ -235,8 +235,10 @@ void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const ke
  *             rows j and j + R/2                         (kern_silu_mul)
  *   ROPE_KV:  out = the qkv rows (bf16, + qkv_bias), RoPE'd, k and v
  *             written to the cache         (kern_rope_kv_write_ex, no q/k norm)
- * and the optional prologue norm: the product's input is
- * bf16(rmsnorm(in) * norm), in left as it is (kern_add_rmsnorm, add NULL). */
+ * and the optional norm: the product's input is rmsnorm(in) * norm, in
+ * left as it is (kern_add_rmsnorm with add NULL, but not rounded to bf16
+ * before the product: the CUDA kernel folds the norm into the dot product,
+ * see kernels/cuda/gemv.cu). */
 typedef enum {
     KERN_EPI_STORE = 0,
     KERN_EPI_RESID,
@@ -252,7 +254,7 @@ typedef struct {
     const kern_weight *qkv_bias;     /* ROPE_KV: [w->rows] or NULL */
 } kern_fuse;
 /* Whether kern_matmul_fused runs as one kernel for n tokens of w on ctx:
- * CUDA, fusion on (kern_gemm_opts.fuse), and the GEMV route of kern_matmul
+ * CUDA, n <= kern_gemm_opts.fuse_max_n, and the GEMV route of kern_matmul
  * (n and the weight's size and alignment, see kern_gemm_opts). Never on the
  * CPU. Callers run the unfused ops when it is false; the answer depends
  * only on n and w, so a padded graph replay fuses as the eager step does. */

@@ -56,14 +56,21 @@ if INFERD_TEST_QUICK=1 CK_RUN_CASE=fused timeout 300 "$CS" --tool memcheck --err
       "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/fused-sanitizer.log" 2>&1
 then row "compute-sanitizer memcheck fused cases $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"
 else row "compute-sanitizer fused (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"; fi
+# variants: INFERD_FUSE = 4 (default) / 2 / 0, and a build whose GEMVs
+# trigger their dependents at start (-DKC_GEMV_TRIGGER), alternating
+vbins=("fuse4:$BIN:4" "fuse2:$BIN:2" "fuse0:$BIN:0")
+if DEVICE_CUDA_FLAGS=-DKC_GEMV_TRIGGER device_build "$ROOT/build-gpu-trig" inferd >"$W/build-trig.log" 2>&1
+then vbins+=("trig4:$ROOT/build-gpu-trig/cli/inferd:4")
+else row "build with -DKC_GEMV_TRIGGER" "FAILED (wave/build-trig.log)"; fi
 for rep in 1 2; do
-    for f in 1 0; do
-        if INFERD_FUSE=$f timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+    for v in "${vbins[@]}"; do
+        IFS=: read -r name b f <<<"$v"
+        if INFERD_FUSE=$f timeout 120 "$b" bench latency --model $L8 --load-format dummy --device cuda \
               --batch-size 1,2,4 --input-len 512 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
-              --max-num-batched-tokens 8192 --output-json "$W/fuse-$f-$rep.json" >"$W/fuse-$f-$rep.txt" 2>&1
-        then row "A/B INFERD_FUSE=$f b1/2/4 x 512 (run $rep) $(el)" ok
-        else row "A/B INFERD_FUSE=$f (run $rep, exit $?)" FAILED; fi
-        grep -E "^\| [0-9]" "$W/fuse-$f-$rep.txt" | head -3
+              --max-num-batched-tokens 8192 --output-json "$W/fuse-$name-$rep.json" >"$W/fuse-$name-$rep.txt" 2>&1
+        then row "A/B $name b1/2/4 x 512 (run $rep) $(el)" ok
+        else row "A/B $name (run $rep, exit $?)" FAILED; fi
+        grep -E "^\| [0-9]" "$W/fuse-$name-$rep.txt" | head -3
     done
 done
 if timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1 --input-len 512 \

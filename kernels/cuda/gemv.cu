@@ -41,18 +41,21 @@
  * aligned, 1 <= n <= KCUDA_GEMV_MAX_N, R < 2^31.
  *
  * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
- * a prologue and an epilogue, so a decode layer runs four GEMVs, the
- * attention and nothing else: the QKV GEMV normalizes the residual stream
- * on the fly (each CTA computes the tokens' 1 / rms from the input rows,
- * 8 KB each, from L2, while its first weight loads are in flight) and
- * ends with RoPE and the K/V cache write; the O and down GEMVs add into the
- * residual stream; the gate/up GEMV normalizes and ends with SiLU * up.
- * The pair epilogues (SiLU, RoPE) map a warp's row slots onto pairs of rows
- * whose results meet in one lane: (j, j + R/2) for gate and up, (j, j +
- * head_dim/2) for RoPE. Every epilogue rounds where the unfused ops round
- * (bf16 product, then the op in fp32 from bf16 values); only the prologue's
- * sum of squares is summed in another order than kern_add_rmsnorm's. Lane t
- * of a warp runs token t's epilogue.
+ * a norm and an epilogue, so a decode layer runs four GEMVs, the attention
+ * and nothing else: the QKV GEMV normalizes the residual stream on the fly
+ * and ends with RoPE and the K/V cache write; the O and down GEMVs add into
+ * the residual stream; the gate/up GEMV normalizes and ends with SiLU * up.
+ * The norm costs no pass of its own: a warp's lanes read every chunk of
+ * the input row anyway, so they multiply x * g into the dot product and sum
+ * x^2 on the side; the warp's reduction gives the 1 / rms that scales the
+ * sum. (The unfused path rounds the normed row to bf16 first; this one
+ * does not, and sums the squares in another order: the results agree to
+ * bf16 noise, not bitwise.) The pair epilogues (SiLU, RoPE) map a warp's
+ * row slots onto pairs of rows whose results meet in one lane: (j, j + R/2)
+ * for gate and up, (j, j + head_dim/2) for RoPE. Every epilogue rounds
+ * where the unfused ops round (bf16 product, then the op in fp32 from bf16
+ * values). Lane t of a warp runs token t's epilogue; what it reads besides
+ * the sums (residual values, position, slot) it loads before the main loop.
  */
 #include "kernels/cuda/common.cuh"
 
@@ -134,36 +137,12 @@ __device__ __forceinline__ int gemv_row(const gemv_args &a, int gwarp, int r, bo
     return h * a.rope.head_dim + j + (r >= P ? half : 0);
 }
 
-/* The prologue's 1 / rms of each token's input row, into inv[t]: warp w
- * takes tokens w, w + GEMV_WARPS, ...; every warp of the CTA must call it
- * (it ends with a barrier). Same formula as kern_add_rmsnorm (fp32 sum of
- * squares, rsqrt in double); the summation order is the warp's. */
-template <int NT>
-__device__ __forceinline__ void gemv_inv_rms(const gemv_args &a, float *inv)
-{
-    const int lane = threadIdx.x & 31, nch = a.C >> 3;
-    const uint4 *x = reinterpret_cast<const uint4 *>(a.in);
-    for (int t = (int)(threadIdx.x >> 5); t < NT; t += GEMV_WARPS) {
-        float ss = 0.0f;
-        for (int k = lane; k < nch; k += 32) {
-            float v[8];
-            kc_unpack8(__ldg(x + (size_t)t * nch + k), v);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                ss += v[e] * v[e];
-        }
-        ss = kc_warp_sum(ss);
-        if (lane == 0)
-            inv[t] = (float)(1.0 / sqrt((double)ss / (double)a.C + (double)a.eps));
-    }
-    __syncthreads();
-}
-
 /* RoPE + cache write of one pair of token t (ROPE_KV): x1, x2 are the bf16
  * products of rows row1 = h * hd + j and row1 + hd/2, biased; q and k pairs
  * are rotated (as rope_kv_kernel in ops.cu), v pairs stored as they are;
  * k and v also go to the cache slot of the token. */
-__device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int row1, float x1, float x2)
+__device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int row1, float x1, float x2, int pos,
+                                               int64_t slot)
 {
     const kern_rope_kv_params &p = a.rope;
     const int hd = p.head_dim, half = hd / 2, h = row1 / hd, j = row1 - h * hd;
@@ -174,7 +153,7 @@ __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int ro
     uint16_t o1 = kc_f2bf(x1), o2 = kc_f2bf(x2);
     if (h < p.n_heads + p.n_kv_heads) {
         const float ms = p.mscale != 0.0f ? p.mscale : 1.0f;
-        const float angle = (float)p.positions[t] * p.inv_freq[j];
+        const float angle = (float)pos * p.inv_freq[j];
         const float cs = cosf(angle) * ms, sn = sinf(angle) * ms;
         o1 = kc_f2bf(x1 * cs - x2 * sn);
         o2 = kc_f2bf(x2 * cs + x1 * sn);
@@ -182,7 +161,6 @@ __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int ro
     uint16_t *qkv = static_cast<uint16_t *>(a.out) + (size_t)t * (size_t)a.R;
     qkv[row1] = o1;
     qkv[row1 + half] = o2;
-    const int64_t slot = p.slot_mapping[t];
     if (h < p.n_heads || slot < 0)
         return;
     const bool is_k = h < p.n_heads + p.n_kv_heads;
@@ -194,9 +172,36 @@ __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int ro
     cache[dst + half] = o2;
 }
 
+/* What lane t's epilogue reads besides the sums, loaded before the main
+ * loop so that the loads' latency hides behind it: the residual values of
+ * the warp's rows (RESID), the token's position and cache slot (ROPE_KV). */
+template <int RPW>
+struct gemv_pre {
+    float resid[RPW];
+    int pos;
+    int64_t slot;
+};
+
+template <int EPI, int RPW>
+__device__ __forceinline__ void gemv_prefetch(const gemv_args &a, int gwarp, int t, gemv_pre<RPW> &pre)
+{
+    if (EPI == KERN_EPI_RESID) {
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            bool ok;
+            const int row = gemv_row<EPI, RPW>(a, gwarp, r, &ok);
+            pre.resid[r] = kc_bf2f(a.resid[(size_t)t * (size_t)a.R + (size_t)row]);
+        }
+    } else if (EPI == KERN_EPI_ROPE_KV) {
+        pre.pos = a.rope.positions[t];
+        pre.slot = a.rope.slot_mapping[t];
+    }
+}
+
 /* Token t's results of the warp's RPW slots (s[r], lane t holds them). */
 template <int EPI, int RPW, bool F32>
-__device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int t, const float *s)
+__device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int t, const float *s,
+                                              const gemv_pre<RPW> &pre)
 {
     constexpr int P = RPW / 2;
 #pragma unroll
@@ -212,27 +217,29 @@ __device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int
             else
                 static_cast<uint16_t *>(a.out)[o] = kc_f2bf(s[r]);
         } else if (EPI == KERN_EPI_RESID) {
-            a.resid[o] = kc_f2bf(kc_bf2f(a.resid[o]) + kc_bf2f(kc_f2bf(s[r])));
+            a.resid[o] = kc_f2bf(pre.resid[r] + kc_bf2f(kc_f2bf(s[r])));
         } else if (EPI == KERN_EPI_SILU_MUL) {
             const float g = kc_bf2f(kc_f2bf(s[r])), u = kc_bf2f(kc_f2bf(s[r + P]));
             static_cast<uint16_t *>(a.out)[(size_t)t * (size_t)(a.R / 2) + (size_t)row] = kc_f2bf(kc_silu_mul(g, u));
         } else {
-            gemv_rope_pair(a, t, row, kc_bf2f(kc_f2bf(s[r])), kc_bf2f(kc_f2bf(s[r + P])));
+            gemv_rope_pair(a, t, row, kc_bf2f(kc_f2bf(s[r])), kc_bf2f(kc_f2bf(s[r + P])), pre.pos, pre.slot);
         }
     }
 }
 
-/* The input chunk k of token t as 8 floats: the bf16 input, or with the
- * prologue bf16((x * inv[t]) * norm) as kern_add_rmsnorm writes it. */
+/* The input chunk k of token t as 8 floats; with the norm, x * g in fp32
+ * and x's squares added to *ss (the 1 / rms is applied to the sum). */
 template <bool NORM>
-__device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int k, const float *inv,
-                                            const float *g, float *xf)
+__device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int k, const float *g, float *xf,
+                                            float *ss)
 {
     kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
     if (NORM) {
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            xf[e] = kc_bf2f(kc_f2bf((xf[e] * inv[t]) * g[e]));
+        for (int e = 0; e < 8; e++) {
+            *ss = fmaf(xf[e], xf[e], *ss);
+            xf[e] *= g[e];
+        }
     }
 }
 
@@ -242,7 +249,9 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
 template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
 {
-    __shared__ float inv_rms[NT];
+#ifdef KC_GEMV_TRIGGER /* measured as a variant: the next GEMV's CTAs stream weights during this one's tail */
+    kc_pdl_trigger();
+#endif
     const int lane = threadIdx.x & 31;
     const int gwarp = (int)(blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5));
     const int nch = a.C >> 3; /* 16-byte chunks per row */
@@ -256,20 +265,24 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     }
     const uint4 *x = reinterpret_cast<const uint4 *>(a.in);
     const uint4 *gn = reinterpret_cast<const uint4 *>(a.norm);
-    float acc[RPW][NT];
+    float acc[RPW][NT], ss[NT];
 #pragma unroll
-    for (int r = 0; r < RPW; r++)
+    for (int t = 0; t < NT; t++) {
+        ss[t] = 0.0f;
 #pragma unroll
-        for (int t = 0; t < NT; t++)
+        for (int r = 0; r < RPW; r++)
             acc[r][t] = 0.0f;
-    uint4 wv[RPW][U];
-    if (any)
-        gemv_load_w<RPW, U>(wv, wr, lane, nch);
-    gemv_wait_prior(); /* the input is the previous kernel's output */
-    if (NORM)
-        gemv_inv_rms<NT>(a, inv_rms);
-    if (!any)
+    }
+    if (!any) {
+        gemv_wait_prior();
         return;
+    }
+    uint4 wv[RPW][U];
+    gemv_load_w<RPW, U>(wv, wr, lane, nch);
+    gemv_wait_prior(); /* the input is the previous kernel's output */
+    gemv_pre<RPW> pre = {};
+    if (lane < NT)
+        gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre);
     for (int k0 = lane; k0 < nch; k0 += 32 * U) {
         uint4 cur[RPW][U];
 #pragma unroll
@@ -284,7 +297,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
             const int k = k0 + 32 * u;
             if (k >= nch)
                 break;
-            float wf[RPW][8], g[8];
+            float wf[RPW][8], g[8] = {};
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 kc_unpack8(cur[r][u], wf[r]);
@@ -293,7 +306,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float xf[8];
-                gemv_load_x<NORM>(x, nch, t, k, inv_rms, g, xf);
+                gemv_load_x<NORM>(x, nch, t, k, g, xf, &ss[t]);
 #pragma unroll
                 for (int r = 0; r < RPW; r++)
 #pragma unroll
@@ -305,12 +318,15 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
 #pragma unroll
     for (int t = 0; t < NT; t++) {
+        float inv = 1.0f;
+        if (NORM) /* kern_add_rmsnorm's formula; the warp saw the whole row */
+            inv = (float)(1.0 / sqrt((double)kc_warp_sum(ss[t]) / (double)a.C + (double)a.eps));
         float s[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
-            s[r] = kc_warp_sum(acc[r][t]);
+            s[r] = kc_warp_sum(acc[r][t]) * inv;
         if (lane == t)
-            gemv_epilogue<EPI, RPW, F32>(a, gwarp, t, s);
+            gemv_epilogue<EPI, RPW, F32>(a, gwarp, t, s, pre);
     }
 }
 
@@ -457,10 +473,10 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
 
 /* Contract (kern_matmul_fusable): the GEMV route of kcuda_matmul (use_gemv
  * in gemm.cu, less the input's alignment, which kcuda_matmul_fused checks)
- * for n <= KCUDA_FUSE_MAX_N, with fusion on. */
+ * for n <= fuse_max_n (kern_gemm_config keeps it <= KCUDA_FUSE_MAX_N). */
 bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return ctx->gemm.fuse && n >= 1 && n <= KCUDA_FUSE_MAX_N && n <= ctx->gemm.gemv_max_n &&
+    return n >= 1 && n <= ctx->gemm.fuse_max_n && n <= ctx->gemm.gemv_max_n &&
            w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
            w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
            kcuda_aligned(w->data, 16);
