@@ -22,9 +22,11 @@ struct kern_ctx {
  * the default of kern_ctx::gemv_max_n (INFERD_GEMV_MAX_N overrides it). */
 #define KCUDA_GEMV_MAX_N 16
 #define KCUDA_GEMV_DEFAULT_MAX_N 4
-/* The most tokens of a fused GEMV (kern_matmul_fused): decode batches of
- * the graph ladder's first sizes; larger ones run the unfused ops. */
-#define KCUDA_FUSE_MAX_N 4
+/* The most tokens of a fused GEMV (kern_matmul_fused), a size of the graph
+ * ladder; larger batches run the unfused ops. Measured on an H100
+ * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%
+ * at batch 4, where the GEMV's inner loop is no longer memory-bound. */
+#define KCUDA_FUSE_MAX_N 2
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */
 #define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)

@@ -56,12 +56,8 @@ if INFERD_TEST_QUICK=1 CK_RUN_CASE=fused timeout 300 "$CS" --tool memcheck --err
       "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/fused-sanitizer.log" 2>&1
 then row "compute-sanitizer memcheck fused cases $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"
 else row "compute-sanitizer fused (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$W/fused-sanitizer.log" | tail -1)"; fi
-# variants: INFERD_FUSE = 4 (default) / 2 / 0, and a build whose GEMVs
-# trigger their dependents at start (-DKC_GEMV_TRIGGER), alternating
-vbins=("fuse4:$BIN:4" "fuse2:$BIN:2" "fuse0:$BIN:0")
-if DEVICE_CUDA_FLAGS=-DKC_GEMV_TRIGGER device_build "$ROOT/build-gpu-trig" inferd >"$W/build-trig.log" 2>&1
-then vbins+=("trig4:$ROOT/build-gpu-trig/cli/inferd:4")
-else row "build with -DKC_GEMV_TRIGGER" "FAILED (wave/build-trig.log)"; fi
+# variants: INFERD_FUSE = 2 (default) / 1 / 0, alternating processes
+vbins=("fuse2:$BIN:2" "fuse1:$BIN:1" "fuse0:$BIN:0")
 for rep in 1 2; do
     for v in "${vbins[@]}"; do
         IFS=: read -r name b f <<<"$v"

@@ -249,9 +249,6 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
 template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
 {
-#ifdef KC_GEMV_TRIGGER /* measured as a variant: the next GEMV's CTAs stream weights during this one's tail */
-    kc_pdl_trigger();
-#endif
     const int lane = threadIdx.x & 31;
     const int gwarp = (int)(blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5));
     const int nch = a.C >> 3; /* 16-byte chunks per row */

@@ -280,7 +280,7 @@ START_TEST(test_fusable_table)
         {99, 16, 0, &wg, false, KCUDA_FUSE_MAX_N + 1, false}, /* past the fused sizes (clamped) */
         {2, 4, 0, &wg, false, 3, false},                  /* past fuse_max_n (INFERD_FUSE=2) */
         {2, 4, 0, &wg, false, 2, true},
-        {4, 2, 0, &wg, false, 3, false},                  /* past gemv_max_n: cuBLASLt route */
+        {4, 1, 0, &wg, false, 2, false},                  /* past gemv_max_n: cuBLASLt route */
         {4, 0, 0, &wg, false, 1, false},                  /* GEMV off */
         {0, 4, 0, &wg, false, 1, false},                  /* fusion off (INFERD_FUSE=0) */
         {4, 4, wbytes, &wg, false, 1, true},              /* weight at the size threshold */
