@@ -120,7 +120,7 @@ static void conn_drop(rdzv_master *m, rdzv_conn *c, const char *why)
     c->fd = -1;
     c->rank = -1;
     m->n_dropped++;
-    snprintf(m->dropped, sizeof m->dropped, "%s from %s", why, peer);
+    snprintf(m->dropped, sizeof m->dropped, "%.80s from %.70s", why, peer); /* fits: 80 + 6 + 70 < 160 */
 }
 
 /* Remove closed connections, keeping accept order. */

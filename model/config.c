@@ -442,7 +442,7 @@ static inferd_status cfg_parse_eos(const cJSON *obj, const char *name, int32_t v
  * Qwen2/3, the layers from max_window_layers on. */
 static inferd_status cfg_check_sliding(const cJSON *root, const char *name, const model_config *c)
 {
-    bool use_sw;
+    bool use_sw = true;
     inferd_status st = cfg_bool(root, name, "use_sliding_window", true, &use_sw);
     if (st != INFERD_OK)
         return st;
@@ -495,7 +495,7 @@ static inferd_status cfg_check_unsupported(const cJSON *root, const char *name, 
 {
     static const char *const no_bias[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < INFERD_ARRAY_LEN(no_bias); i++) {
-        bool b;
+        bool b = false;
         inferd_status st = cfg_bool(root, name, no_bias[i], false, &b);
         if (st != INFERD_OK)
             return st;
@@ -551,7 +551,7 @@ static inferd_status cfg_check_rope_table(const char *name, const model_config *
 /* Everything but the architecture and shape. */
 static inferd_status cfg_parse_rest(const cJSON *root, const char *name, model_config *c)
 {
-    double eps;
+    double eps = 0.0;
     int64_t bos;
     inferd_status st;
     if ((st = cfg_num_in(root, NULL, name, "rms_norm_eps", 0.0, 1.0, 1e-6, &eps)) ||

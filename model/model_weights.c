@@ -92,7 +92,7 @@ static void add_view(weight_pass *p, const kern_weight *w, int64_t row, const we
     }
     size_t off = (size_t)(row * w->cols) * kern_dtype_size(w->dtype);
     p->views[p->n_views] = (kern_weight){(char *)w->data + off, w->dtype, s->rows, w->cols};
-    snprintf(p->view_names[p->n_views], sizeof p->view_names[0], "%s", s->name);
+    snprintf(p->view_names[p->n_views], sizeof p->view_names[0], "%.*s", (int)sizeof p->view_names[0] - 1, s->name);
     p->n_views++;
 }
 

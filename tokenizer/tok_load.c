@@ -52,7 +52,7 @@ static inferd_status json_id(const cJSON *v, const char *what, const char *name,
  * be dense: holes get piece_len -1 (no text). */
 static inferd_status count_ids(const cJSON *vocab, const cJSON *added, int *n_ids)
 {
-    int32_t max_id = -1, id;
+    int32_t max_id = -1, id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab)
     {
