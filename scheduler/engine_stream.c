@@ -69,6 +69,18 @@ void stream_unref(engine_stream *s)
         stream_destroy(s);
 }
 
+/* Caller holds s->mu: wake the waiters, release the lock, then call the
+ * consumer's notify (outside the lock, see stream_publish). */
+static void wake_unlock(engine_stream *s)
+{
+    pthread_cond_broadcast(&s->cv);
+    void (*notify)(void *) = s->notify;
+    void *user = s->notify_user;
+    pthread_mutex_unlock(&s->mu);
+    if (notify)
+        notify(user);
+}
+
 /* Engine thread only. Tokens and their logprobs (zeroed when lp is NULL but
  * the consumer asked for them, so the two arrays stay parallel) are appended;
  * the counters and times replace the previous ones (they are totals). The
@@ -115,12 +127,7 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
         if (error)
             snprintf(s->error, sizeof s->error, "%s", error);
     }
-    pthread_cond_broadcast(&s->cv);
-    void (*notify)(void *) = s->notify;
-    void *user = s->notify_user;
-    pthread_mutex_unlock(&s->mu);
-    if (notify)
-        notify(user);
+    wake_unlock(s);
 }
 
 /* Engine thread only: prompt logprobs, computed in a prefill step, go
@@ -136,12 +143,7 @@ void stream_publish_prompt(engine_stream *s, const engine_logprob *lp, int n)
     }
     memcpy(s->plp + s->n_plp, lp, (size_t)n * sizeof *lp);
     s->n_plp += n;
-    pthread_cond_broadcast(&s->cv);
-    void (*notify)(void *) = s->notify;
-    void *user = s->notify_user;
-    pthread_mutex_unlock(&s->mu);
-    if (notify)
-        notify(user);
+    wake_unlock(s);
 }
 
 /* Set before the publish of the token it includes, so the output that

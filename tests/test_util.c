@@ -160,3 +160,18 @@ struct cJSON *test_golden_stories(void)
         test_skip("golden/stories260K.json is not JSON");
     return root;
 }
+
+int test_run_rc(char *const argv[], char **out, char **err)
+{
+    int rc = -1;
+    ck_assert_msg(test_run_cmd(argv, out, err, &rc), "cannot run %s", argv[0]);
+    return rc;
+}
+
+int test_count_char(const char *s, size_t n, char c)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == c;
+    return k;
+}

@@ -36,5 +36,10 @@ char *test_make_temp_dir(const char *prefix);
  * NUL-terminated) and the exit code (-signal when killed). Returns false when
  * the program could not be started. */
 bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code);
+/* test_run_cmd that fails the test when argv[0] cannot be started; returns
+ * the exit code. */
+int test_run_rc(char *const argv[], char **out, char **err);
+/* How many bytes of s[0..n) are c (columns of a printed table row). */
+int test_count_char(const char *s, size_t n, char c);
 
 #endif

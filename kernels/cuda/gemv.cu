@@ -443,30 +443,12 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
     }
 }
 
-/* The weight's half of the requirements at the top. */
-static bool gemv_weight_fits(const kern_weight *w)
-{
-    return w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
-           kcuda_aligned(w->data, 16);
-}
-
 /* Contract: true when the GEMV kernel can compute this product (see the
  * requirements at the top); the choice of using it is gemm.cu's. */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n)
 {
-    return n >= 1 && n <= KCUDA_GEMV_MAX_N && gemv_weight_fits(w) && kcuda_aligned(in, 16);
-}
-
-/* The product's part of a launch's arguments (no norm, no epilogue). */
-static gemv_args gemv_product_args(void *out, const void *in, const kern_weight *w)
-{
-    gemv_args a = {};
-    a.out = out;
-    a.in = static_cast<const uint16_t *>(in);
-    a.w = static_cast<const uint16_t *>(w->data);
-    a.R = (int)w->rows;
-    a.C = (int)w->cols;
-    return a;
+    return n >= 1 && n <= KCUDA_GEMV_MAX_N && w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 &&
+           w->rows <= INT32_MAX && w->cols <= INT32_MAX && kcuda_aligned(w->data, 16) && kcuda_aligned(in, 16);
 }
 
 /* Contract: out[n, w->rows] = in[n, w->cols] @ w^T (bf16 out, or fp32 when
@@ -476,7 +458,12 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
 {
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK(kcuda_gemv_fits(in, w, n));
-    const gemv_args a = gemv_product_args(out, in, w);
+    gemv_args a = {};
+    a.out = out;
+    a.in = static_cast<const uint16_t *>(in);
+    a.w = static_cast<const uint16_t *>(w->data);
+    a.R = (int)w->rows;
+    a.C = (int)w->cols;
     gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
 }
@@ -488,7 +475,8 @@ bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
     return n >= 1 && n <= ctx->gemm.fuse_max_n && n <= ctx->gemm.gemv_max_n &&
            w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
-           gemv_weight_fits(w);
+           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
+           kcuda_aligned(w->data, 16);
 }
 
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
@@ -499,9 +487,13 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
 {
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK_MSG(kcuda_matmul_fusable(ctx, w, n) && kcuda_aligned(in, 16), "fused product not fusable here");
-    INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) &&
-                 (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
-    gemv_args a = gemv_product_args(out, in, w);
+    INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
+    gemv_args a = {};
+    a.out = out;
+    a.in = static_cast<const uint16_t *>(in);
+    a.w = static_cast<const uint16_t *>(w->data);
+    a.R = (int)w->rows;
+    a.C = (int)w->cols;
     a.norm = f->norm ? static_cast<const uint16_t *>(f->norm->data) : NULL;
     a.eps = f->eps;
     a.resid = static_cast<uint16_t *>(f->resid);

@@ -19,21 +19,6 @@
 
 static char *g_model;
 
-static int run(char *const argv[], char **out, char **err)
-{
-    int rc = -1;
-    ck_assert_msg(test_run_cmd(argv, out, err, &rc), "cannot run %s", argv[0]);
-    return rc;
-}
-
-static int count_char(const char *s, size_t n, char c)
-{
-    int k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += s[i] == c;
-    return k;
-}
-
 START_TEST(test_cpu_table_and_json)
 {
     char *json = test_write_temp("bench-latency", "", 0);
@@ -41,7 +26,7 @@ START_TEST(test_cpu_table_and_json)
                     "--batch-size", "1,3", "--input-len", "8,20", "--output-len", "6", "--num-iters-warmup", "1",
                     "--num-iters", "2", "--output-json", json, "--log-level", "warn", NULL};
     char *out = NULL, *err = NULL;
-    int rc = run(argv, &out, &err);
+    int rc = test_run_rc(argv, &out, &err);
     ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
     ck_assert_msg(strstr(out, "ceilings (measured now): copy "), "%s", out);
     ck_assert_msg(strstr(out, "graphs: off (CPU backend)"), "%s", out);
@@ -53,7 +38,7 @@ START_TEST(test_cpu_table_and_json)
     for (int r = 0; r < 4; r++) {
         const char *eol = strchr(p, '\n');
         ck_assert_msg(eol, "row %d missing:\n%s", r, out);
-        ck_assert_int_eq(count_char(p, (size_t)(eol - p), '|'), 16); /* 15 columns */
+        ck_assert_int_eq(test_count_char(p, (size_t)(eol - p), '|'), 16); /* 15 columns */
         int b = 0, in = 0, o = 0;
         ck_assert_msg(sscanf(p, "| %d | %d | %d |", &b, &in, &o) == 3, "row %d: %.*s", r, (int)(eol - p), p);
         ck_assert_int_eq(b, want[r][0]);
@@ -110,7 +95,7 @@ START_TEST(test_bad_flags)
         char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
                         (char *)k_bad[k][0], (char *)k_bad[k][1], NULL};
         char *out = NULL, *err = NULL;
-        int rc = run(argv, &out, &err);
+        int rc = test_run_rc(argv, &out, &err);
         ck_assert_msg(rc == 2, "%s %s: exit %d (%s)", k_bad[k][0], k_bad[k][1], rc, err);
         ck_assert_msg(strstr(err, "error"), "%s %s: no message: %s", k_bad[k][0], k_bad[k][1], err);
         free(out);
@@ -118,7 +103,7 @@ START_TEST(test_bad_flags)
     }
     char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--device", "cpu", NULL};
     char *out = NULL, *err = NULL;
-    ck_assert_int_eq(run(argv, &out, &err), 2);
+    ck_assert_int_eq(test_run_rc(argv, &out, &err), 2);
     free(out);
     free(err);
 }

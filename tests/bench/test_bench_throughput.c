@@ -27,21 +27,6 @@
 static char *g_model;
 static const char *g_device; /* "cpu", or "cuda" with INFERD_TEST_DEVICE=cuda */
 
-static int run(char *const argv[], char **out, char **err)
-{
-    int rc = -1;
-    ck_assert_msg(test_run_cmd(argv, out, err, &rc), "cannot run %s", argv[0]);
-    return rc;
-}
-
-static int count_char(const char *s, size_t n, char c)
-{
-    int k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += s[i] == c;
-    return k;
-}
-
 static cJSON *read_json(const char *path)
 {
     char *text = NULL;
@@ -82,7 +67,7 @@ static void check_table(const char *out, int requests, long long prompt, long lo
     p = strchr(p, '\n') + 1;
     const char *eol = strchr(p, '\n');
     ck_assert_msg(eol, "no table row:\n%s", out);
-    ck_assert_int_eq(count_char(p, (size_t)(eol - p), '|'), 15);
+    ck_assert_int_eq(test_count_char(p, (size_t)(eol - p), '|'), 15);
     ck_assert_msg(!memmem(p, (size_t)(eol - p), "| |", 3), "empty cell: %.*s", (int)(eol - p), p);
     int n = 0;
     long long in = 0, o = 0;
@@ -129,7 +114,7 @@ START_TEST(test_cpu_random)
                     "--input-len", "16", "--output-len", "8", "--num-prompts", "10", "--output-json", json,
                     "--log-level", "warn", NULL};
     char *out = NULL, *err = NULL;
-    int rc = run(argv, &out, &err);
+    int rc = test_run_rc(argv, &out, &err);
     ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
     ck_assert_msg(strstr(out, "dataset: random, 10 requests, input 16, output 8"), "%s", out);
     ck_assert_msg(strstr(out, "engine: max-num-seqs 256, max-num-batched-tokens 8192, max-model-len 24"), "%s", out);
@@ -189,7 +174,7 @@ START_TEST(test_cpu_sharegpt)
                         "--output-json", json, "--log-level", "warn", "--max-num-seqs", "4",
                         fixed ? "--output-len" : NULL, "5", NULL};
         char *out = NULL, *err = NULL;
-        int rc = run(argv, &out, &err);
+        int rc = test_run_rc(argv, &out, &err);
         ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
         long long want_out = fixed ? 6 * 5 : output;
         check_table(out, 6, prompt, want_out);
@@ -333,7 +318,7 @@ START_TEST(test_bad_flags)
             argv[n++] = (char *)rows[k].a[j];
         argv[n] = NULL;
         char *out = NULL, *err = NULL;
-        int rc = run(argv, &out, &err);
+        int rc = test_run_rc(argv, &out, &err);
         ck_assert_msg(rc == rows[k].rc, "row %zu (%s): exit %d\n%s", k, rows[k].a[0], rc, err);
         ck_assert_msg(strstr(err, rows[k].in_err), "row %zu: stderr lacks \"%s\": %s", k, rows[k].in_err, err);
         free(out);
@@ -341,7 +326,7 @@ START_TEST(test_bad_flags)
     }
     char *argv[] = {(char *)test_inferd_bin(), "bench", "throughput", "--device", "cpu", NULL};
     char *out = NULL, *err = NULL;
-    ck_assert_int_eq(run(argv, &out, &err), 2);
+    ck_assert_int_eq(test_run_rc(argv, &out, &err), 2);
     ck_assert(strstr(err, "--model DIR is required"));
     free(out);
     free(err);

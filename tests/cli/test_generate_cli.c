@@ -197,16 +197,10 @@ END_TEST
 int main(void)
 {
     g_bin = test_inferd_bin();
-    char *gp = test_fixture_path("golden/stories260K.json");
     g_model = test_fixture_path("models/stories260K");
-    if (!g_bin || !gp || !util_file_exists(gp))
-        test_skip("inferd binary or fixtures not found");
-    char *text;
-    if (util_read_file(gp, 0, &text, NULL) != INFERD_OK)
-        test_skip("cannot read golden");
-    g_golden = cJSON_Parse(text);
-    inferd_free(text);
-    inferd_free(gp);
+    if (!g_bin)
+        test_skip("inferd binary not found (run through ctest)");
+    g_golden = test_golden_stories();
     Suite *s = suite_create("generate cli");
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 300);

@@ -44,13 +44,7 @@ static void load_corpus(void)
 {
     if (g_n_corpus > 0)
         return;
-    char *path = test_fixture_path("golden/stories260K.json");
-    char *buf = NULL;
-    size_t len = 0;
-    if (!path || util_read_file(path, 0, &buf, &len) != INFERD_OK)
-        test_skip("golden/stories260K.json not found");
-    cJSON *j = cJSON_Parse(buf);
-    ck_assert_ptr_nonnull(j);
+    cJSON *j = test_golden_stories();
     const cJSON *c2 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "cases"), 2);
     const char *keys[] = {"prompt_ids", "generated_ids"};
     for (int k = 0; k < 2; k++) {
@@ -62,8 +56,6 @@ static void load_corpus(void)
         }
     }
     cJSON_Delete(j);
-    inferd_free(buf);
-    inferd_free(path);
     ck_assert_int_gt(g_n_corpus, 300);
 }
 

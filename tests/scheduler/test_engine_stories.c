@@ -52,13 +52,7 @@ static void load_golden(void)
 {
     if (g_n_corpus > 0)
         return;
-    char *path = test_fixture_path("golden/stories260K.json");
-    char *buf = NULL;
-    size_t len = 0;
-    if (!path || util_read_file(path, 0, &buf, &len) != INFERD_OK)
-        test_skip("golden/stories260K.json not found");
-    cJSON *j = cJSON_Parse(buf);
-    ck_assert_ptr_nonnull(j);
+    cJSON *j = test_golden_stories();
     const cJSON *cases = cJSON_GetObjectItem(j, "cases");
     const cJSON *c0 = cJSON_GetArrayItem(cases, 0), *c2 = cJSON_GetArrayItem(cases, 2);
     g_n_golden_prompt = json_ids(cJSON_GetObjectItem(c0, "prompt_ids"), g_golden_prompt, 16);
@@ -67,8 +61,6 @@ static void load_golden(void)
     g_n_corpus +=
         json_ids(cJSON_GetObjectItem(c2, "generated_ids"), g_corpus + g_n_corpus, 1024 - g_n_corpus);
     cJSON_Delete(j);
-    inferd_free(buf);
-    inferd_free(path);
     ck_assert_int_gt(g_n_corpus, 300);
 }
 

@@ -958,8 +958,7 @@ int main(void)
         tcase_add_test(tr, test_qwen3_injection);
         suite_add_tcase(su, tr);
     }
-    char *stories = test_fixture_path("models/stories260K/model.safetensors");
-    if (test_inferd_bin() && stories && util_file_exists(stories)) {
+    if (ts_have_server()) {
         TCase *tb = tcase_create("blackbox");
         tcase_set_timeout(tb, 300);
         tcase_add_test(tb, test_http_qwen3);
@@ -968,6 +967,5 @@ int main(void)
     } else {
         fprintf(stderr, "test_chat_inputs: black-box rows skipped (no inferd binary or stories260K)\n");
     }
-    inferd_free(stories);
     return test_run_suite(su);
 }

@@ -449,8 +449,7 @@ int main(void)
     tcase_add_loop_test(tc, test_injection_table, 0, (int)INFERD_ARRAY_LEN(k_inj));
     tcase_add_test(tc, test_reserved_code_points);
     suite_add_tcase(su, tc);
-    char *stories = test_fixture_path("models/stories260K/model.safetensors");
-    if (test_inferd_bin() && stories && util_file_exists(stories)) {
+    if (ts_have_server()) {
         TCase *tb = tcase_create("blackbox");
         tcase_set_timeout(tb, 300);
         tcase_add_test(tb, test_tokenize_endpoint);
@@ -458,6 +457,5 @@ int main(void)
     } else {
         fprintf(stderr, "test_chat_templates: black-box rows skipped (no inferd binary or stories260K)\n");
     }
-    inferd_free(stories);
     return test_run_suite(su);
 }

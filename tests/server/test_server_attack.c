@@ -597,7 +597,6 @@ int main(void)
     tcase_add_test(tu, test_escape_table);
     tcase_add_test(tu, test_guard_table);
     suite_add_tcase(su, tu);
-    char *stories = test_fixture_path("models/stories260K/model.safetensors");
     char *tok = test_fixture_path("models/stories260K");
     const char *src = getenv("INFERD_SOURCE_DIR");
     if (src && tok) { /* the slow model of test_server_cancel.c */
@@ -605,7 +604,7 @@ int main(void)
         snprintf(g_tok_dir, sizeof g_tok_dir, "%s", tok);
     }
     inferd_free(tok);
-    if (test_inferd_bin() && stories && util_file_exists(stories)) {
+    if (ts_have_server()) {
         TCase *tc = tcase_create("blackbox");
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, test_log_injection);
@@ -620,6 +619,5 @@ int main(void)
     } else {
         fprintf(stderr, "test_server_attack: black-box rows skipped (no inferd binary or stories260K)\n");
     }
-    inferd_free(stories);
     return test_run_suite(su);
 }

@@ -442,12 +442,7 @@ END_TEST
 
 int main(void)
 {
-    char *model = test_fixture_path("models/stories260K/model.safetensors");
-    if (!test_inferd_bin())
-        test_skip("INFERD_BIN not set (run through ctest)");
-    if (!model || !util_file_exists(model))
-        test_skip("fixture models/stories260K not found");
-    inferd_free(model);
+    ts_require_server();
     Suite *s = suite_create("server_bad_input");
     TCase *tc = tcase_create("table");
     tcase_set_timeout(tc, 300);

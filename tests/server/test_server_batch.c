@@ -121,16 +121,6 @@ START_TEST(test_batch_equals_singles)
 }
 END_TEST
 
-/* An SSE body's data events (ts_sse_events), failing the test when the
- * stream is malformed. */
-static cJSON *sse_events(const char *body)
-{
-    const char *why = NULL;
-    cJSON *arr = ts_sse_events(body, &why);
-    ck_assert_msg(arr != NULL, "bad SSE stream: %s", why ? why : "?");
-    return arr;
-}
-
 /* Streamed batch: every chunk names its choice; per index the chunks
  * rebuild the non-streamed text, one finish chunk each, then one usage
  * chunk with the sums. With echo the first chunk of each choice is its
@@ -145,7 +135,7 @@ static void check_stream(const ts_server *s, bool echo, single one[N_PROMPTS])
                       "\"stream_options\":{\"include_usage\":true}");
     ts_resp r = ts_request(s, "POST", "/v1/completions", body, -1, NULL);
     ck_assert_int_eq(r.status, 200);
-    cJSON *ev = sse_events(r.body);
+    cJSON *ev = ts_sse_events_ok(r.body);
     inferd_buf text[N_PROMPTS] = {{0}};
     int finishes[N_PROMPTS] = {0}, chunks[N_PROMPTS] = {0}, usage_chunks = 0;
     const cJSON *e;
@@ -535,7 +525,7 @@ START_TEST(test_echo_logprobs)
     snprintf(body, sizeof body, ECHO_REQ, ",\"stream\":true");
     ts_resp r = ts_request(&s, "POST", "/v1/completions", body, -1, NULL);
     ck_assert_int_eq(r.status, 200);
-    cJSON *ev = sse_events(r.body);
+    cJSON *ev = ts_sse_events_ok(r.body);
     cJSON *acc = lp_empty();
     const cJSON *e;
     int n = 0;
@@ -588,12 +578,7 @@ END_TEST
 
 int main(void)
 {
-    char *model = test_fixture_path("models/stories260K/model.safetensors");
-    if (!test_inferd_bin())
-        test_skip("INFERD_BIN not set (run through ctest)");
-    if (!model || !util_file_exists(model))
-        test_skip("fixture models/stories260K not found");
-    inferd_free(model);
+    ts_require_server();
     Suite *s = suite_create("server_batch");
     TCase *tc = tcase_create("batch");
     tcase_set_timeout(tc, 300);

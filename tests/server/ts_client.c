@@ -40,6 +40,22 @@ double ts_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+bool ts_have_server(void)
+{
+    char *model = test_fixture_path("models/stories260K/model.safetensors");
+    const bool ok = test_inferd_bin() && model && util_file_exists(model);
+    inferd_free(model);
+    return ok;
+}
+
+void ts_require_server(void)
+{
+    if (!test_inferd_bin())
+        test_skip("INFERD_BIN not set (run through ctest)");
+    if (!ts_have_server())
+        test_skip("fixture models/stories260K not found");
+}
+
 void ts_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -439,6 +455,14 @@ cJSON *ts_sse_events(const char *body, const char **why)
     return arr;
 }
 
+cJSON *ts_sse_events_ok(const char *body)
+{
+    const char *why = NULL;
+    cJSON *arr = ts_sse_events(body, &why);
+    ck_assert_msg(arr != NULL, "bad SSE stream: %s", why ? why : "?");
+    return arr;
+}
+
 char *ts_metrics(const ts_server *s)
 {
     ts_resp r = ts_request(s, "GET", "/metrics", NULL, 0, "");
@@ -493,19 +517,7 @@ bool ts_wait_metric(const ts_server *s, const char *series, double want, double 
 
 char *ts_golden_text(void)
 {
-    char *path = test_fixture_path("golden/stories260K.json");
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    free(path);
-    if (!f)
-        test_skip("golden/stories260K.json not found");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    text[fread(text, 1, (size_t)n, f)] = '\0';
-    fclose(f);
-    cJSON *g = cJSON_Parse(text);
-    free(text);
+    cJSON *g = test_golden_stories();
     const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "cases"), 0);
     const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(c, "prompt"));
     const char *out = cJSON_GetStringValue(cJSON_GetObjectItem(c, "stdout_text"));

@@ -72,6 +72,8 @@ bool ts_sse_parse(const char *body, char **text, int *n_events, cJSON **last, cJ
  * [DONE]; NULL (and *why set) when an event is not JSON, data follows
  * [DONE] or [DONE] is missing. cJSON_Delete the array. */
 cJSON *ts_sse_events(const char *body, const char **why);
+/* The same, failing the test (Check) when the stream is malformed. */
+cJSON *ts_sse_events_ok(const char *body);
 
 /* GET /metrics text (heap). */
 char *ts_metrics(const ts_server *s);
@@ -117,5 +119,11 @@ char *ts_stories_dir(const char *tag, const cJSON *tokenizer_config);
 /* Monotonic seconds. */
 double ts_now(void);
 void ts_sleep_ms(int ms);
+
+/* Whether the black-box suites can run here: the inferd binary (INFERD_BIN,
+ * set by ctest) and the stories260K fixture. */
+bool ts_have_server(void);
+/* Skip the whole test program (exit 77, with the reason) unless they can. */
+void ts_require_server(void);
 
 #endif
