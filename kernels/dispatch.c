@@ -46,6 +46,15 @@ const char *kern_backend_name(kern_backend b)
     return b == KERN_BACKEND_CUDA ? "cuda" : "cpu";
 }
 
+int kern_cuda_device_count(void)
+{
+#ifdef INFERD_HAVE_CUDA
+    return kcuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 bool kern_cuda_available(void)
 {
 #ifdef INFERD_HAVE_CUDA
@@ -230,6 +239,22 @@ void kern_sync(kern_ctx *ctx)
     (void)ctx;
 }
 
+void kern_copy_2d(kern_ctx *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                  size_t height)
+{
+    if (width == 0 || height == 0)
+        return;
+    INFERD_CHECK_MSG(width <= dst_pitch && width <= src_pitch, "copy_2d: a row is wider than its pitch");
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_copy_2d(ctx, dst, dst_pitch, src, src_pitch, width, height);
+        return;
+    }
+#endif
+    for (size_t r = 0; r < height; r++)
+        memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+}
+
 void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,
                         kern_dtype src_dtype, int64_t n_rows)
 {
@@ -239,7 +264,16 @@ void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const
 
 void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
 {
-    DISPATCH(ctx, weight_fill_random(ctx, w, seed, scale));
+    kern_weight_fill_random_part(ctx, w, 0, w->rows, seed, scale, 0, 0, w->cols);
+}
+
+void kern_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, int64_t n_rows, uint64_t seed,
+                                  float scale, int64_t src_row, int64_t src_col, int64_t src_cols)
+{
+    INFERD_CHECK_MSG(row >= 0 && n_rows >= 0 && row + n_rows <= w->rows, "fill window rows outside the weight");
+    INFERD_CHECK_MSG(src_row >= 0 && src_col >= 0 && src_col + w->cols <= src_cols,
+                     "fill window columns outside the logical matrix");
+    DISPATCH(ctx, weight_fill_random_part(ctx, w, row, n_rows, seed, scale, src_row, src_col, src_cols));
 }
 
 inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts)
@@ -253,6 +287,15 @@ inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws,
 void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table)
 {
     DISPATCH(ctx, embed(ctx, out, tokens, n, table));
+}
+
+void kern_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table,
+                      int64_t vocab_begin)
+{
+    INFERD_CHECK(vocab_begin >= 0 && table->rows >= 0 && table->cols > 0);
+    if (n <= 0)
+        return;
+    DISPATCH(ctx, embed_shard(ctx, out, tokens, n, table, vocab_begin));
 }
 
 void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w, int n,

@@ -43,10 +43,14 @@ struct kern_timer {
 #define KERN_DECLARE_BACKEND(P)                                                                   \
     void P##_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const void *src,    \
                            kern_dtype src_dtype, int64_t n_rows);                                 \
-    void P##_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);       \
+    void P##_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, int64_t n_rows,  \
+                                     uint64_t seed, float scale, int64_t src_row, int64_t src_col, \
+                                     int64_t src_cols);                                           \
     inferd_status P##_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n,        \
                                               int64_t *counts);                                   \
     void P##_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t); \
+    void P##_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n,                  \
+                         const kern_weight *t, int64_t vocab_begin);                              \
     void P##_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add,                  \
                          const kern_weight *w, int n, float eps);                                 \
     void P##_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);       \
@@ -81,6 +85,7 @@ inferd_status kern_check_model_device(kern_backend b, const kern_model_shape *s,
 inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id);
 void kcuda_ctx_free(kern_ctx *ctx);
 bool kcuda_available(void);
+int kcuda_device_count(void);
 inferd_status kcuda_mem_info(kern_ctx *ctx, size_t *free_b, size_t *total_b);
 void *kcuda_alloc(kern_ctx *ctx, size_t bytes);
 void kcuda_free(kern_ctx *ctx, void *p);
@@ -88,6 +93,8 @@ void kcuda_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes);
 void kcuda_sync(kern_ctx *ctx);
+void kcuda_copy_2d(kern_ctx *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                   size_t height);
 /* Opt-in dynamic shared memory per block of the ctx's device, bytes. */
 size_t kcuda_smem_per_block(const kern_ctx *ctx);
 KERN_DECLARE_BACKEND(kcuda)
@@ -103,6 +110,27 @@ void *kcuda_host_alloc(kern_ctx *ctx, size_t bytes);
 void kcuda_host_free(kern_ctx *ctx, void *p);
 inferd_status kcuda_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
 inferd_status kcpu_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);
+
+/* Collectives (kern_comm_*; kernels/comm.c checks the arguments and
+ * dispatches). impl: the CPU backend's shared group (kernels/cpu/comm.c) or
+ * the CUDA backend's ncclComm_t (kernels/cuda/comm.cu). */
+struct kern_comm {
+    kern_backend backend;
+    int rank, size;
+    int device; /* CUDA: the device of the rank's ctx */
+    void *impl;
+};
+inferd_status kcpu_comm_create_local(kern_ctx *const *ctxs, int n, kern_comm **out);
+void kcpu_comm_free(kern_comm *c);
+void kcpu_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, kern_dtype dtype);
+void kcpu_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, size_t bytes);
+inferd_status kcuda_comm_create_local(kern_ctx *const *ctxs, int n, kern_comm **out);
+inferd_status kcuda_comm_make_id(unsigned char id[KERN_COMM_ID_BYTES]);
+inferd_status kcuda_comm_create_rank(kern_ctx *ctx, const unsigned char id[KERN_COMM_ID_BYTES], int n, int rank,
+                                     kern_comm **out);
+void kcuda_comm_free(kern_comm *c);
+void kcuda_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, kern_dtype dtype);
+void kcuda_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, size_t bytes);
 
 /* Small-batch GEMV (kernels/cuda/gemv.cu): kcuda_gemv_fits says whether the
  * kernel takes the product; kcuda_gemv runs it (out_f32: fp32 logits). */

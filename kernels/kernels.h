@@ -63,6 +63,8 @@ void kern_ctx_free(kern_ctx *ctx);
 kern_backend kern_ctx_backend(const kern_ctx *ctx);
 /* True when this build has the CUDA backend and a device is present. */
 bool kern_cuda_available(void);
+/* CUDA devices visible to this process (0 without CUDA). */
+int kern_cuda_device_count(void);
 /* Device memory (bytes free, total). The CPU backend reports host RAM:
  * total, and as free the kernel's MemAvailable (/proc/meminfo: free memory
  * plus what page cache and reclaimable slabs would give back; MemFree is
@@ -114,6 +116,11 @@ void kern_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kern_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes); /* synchronous */
 void kern_memset0(kern_ctx *ctx, void *dst, size_t bytes);
 void kern_sync(kern_ctx *ctx);
+/* Backend-to-backend copy of height rows of width bytes, rows dst_pitch and
+ * src_pitch bytes apart (cudaMemcpy2DAsync on the ctx's stream: capturable;
+ * memcpy per row on the CPU). Regions do not overlap. */
+void kern_copy_2d(kern_ctx *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                  size_t height);
 
 /* --- weights -------------------------------------------------------------- */
 /* A row-major matrix [rows, cols] in backend memory (HF Linear: [out, in]). */
@@ -130,6 +137,17 @@ void kern_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const
 /* Fill w with uniform values in [-scale, scale] from a seed, on the device
  * (--load-format dummy). */
 void kern_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale);
+/* Rows [row, row + n_rows) of w get a window of a logical random matrix
+ * with src_cols columns: w's element (row + i, j) becomes the logical
+ * element (src_row + i, src_col + j), whose value is the one
+ * kern_weight_fill_random(seed, scale) gives the flat index
+ * (src_row + i) * src_cols + src_col + j. So a tensor-parallel shard
+ * filled window by window holds exactly the values of the same rows and
+ * columns of the whole dummy matrix (kern_weight_fill_random(w) is the
+ * window row 0, n_rows w->rows, src (0, 0), src_cols w->cols). Requires
+ * src_col + w->cols <= src_cols. */
+void kern_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, int64_t n_rows, uint64_t seed,
+                                  float scale, int64_t src_row, int64_t src_col, int64_t src_cols);
 /* Contract: counts[i] (host) = the number of elements of ws[i] (rows * cols
  * values of ws[i].dtype at ws[i].data, backend memory) that are NaN or
  * +-Inf, for i < n. Decided on the bits (exponent all ones), so it holds
@@ -143,6 +161,13 @@ inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws,
 /* --- ops ------------------------------------------------------------------ */
 /* out[n, d] = table[tokens[i], :]. tokens: [n] int32 (backend memory). */
 void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table);
+/* The embedding of one tensor-parallel rank, which holds the vocabulary
+ * rows [vocab_begin, vocab_begin + table->rows): out row i = table row
+ * tokens[i] - vocab_begin when that is in [0, table->rows), else zeros (the
+ * sum over ranks, an all-reduce, is then exactly the full lookup).
+ * kern_embed is vocab_begin 0 with every token inside the table. */
+void kern_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table,
+                      int64_t vocab_begin);
 
 /* Fused residual add + RMSNorm (vLLM fused_add_rms_norm):
  *   if add != NULL: resid += add
@@ -348,6 +373,41 @@ void kern_penalty_init(kern_ctx *ctx, int32_t *counts, const int32_t *tokens, in
  * without penalties gives bitwise the logits it had. params: [r] backend
  * memory. */
 void kern_penalty_apply(kern_ctx *ctx, float *logits, const kern_sample_params *params, int r, int vocab);
+
+/* --- collectives (tensor parallelism) --------------------------------------- */
+/* A communicator: one rank of a group of n ranks, each with its own
+ * kern_ctx (on CUDA, each its own device), that run the same sequence of
+ * collectives. CUDA: NCCL, loaded at run time (dlopen of INFERD_NCCL_LIB,
+ * else libnccl.so.2), so builds and runs without tensor parallelism do not
+ * need it; NVLink multicast is kept off (NCCL_NVLS_ENABLE=0 unless the
+ * environment says otherwise). CPU: the ranks are threads of this process
+ * and meet in shared memory (the reference backend, so tensor parallelism
+ * is testable without GPUs).
+ * Collectives are ops: enqueued on the ctx's stream (CUDA: capturable in a
+ * graph), every rank calling the same collectives in the same order from
+ * its own thread. The CPU ones return when every rank has arrived. */
+typedef struct kern_comm kern_comm;
+#define KERN_COMM_ID_BYTES 128
+/* One communicator per context of this process: out[r] is rank r's, for
+ * ctxs[r] (all one backend; CUDA: distinct devices). n = 1 is valid (every
+ * collective is then a copy or nothing). INFERD_ERR_UNAVAILABLE naming the
+ * library when NCCL cannot be loaded. */
+inferd_status kern_comm_create_local(kern_ctx *const *ctxs, int n, kern_comm **out);
+/* Multi-process groups (CUDA only; INFERD_ERR_UNSUPPORTED on the CPU):
+ * rank 0 makes the id, every process gets it out of band (dist/), then each
+ * creates its rank (blocks until all n ranks have joined). */
+inferd_status kern_comm_make_id(kern_backend b, unsigned char id[KERN_COMM_ID_BYTES]);
+inferd_status kern_comm_create_rank(kern_ctx *ctx, const unsigned char id[KERN_COMM_ID_BYTES], int n, int rank,
+                                    kern_comm **out);
+void kern_comm_free(kern_comm *c);
+int kern_comm_size(const kern_comm *c);
+int kern_comm_rank(const kern_comm *c);
+/* buf[count] of dtype, in place = the sum over ranks of each rank's buf
+ * (the same bits on every rank; CPU: summed in rank order). */
+void kern_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, kern_dtype dtype);
+/* dst[n * bytes] = the concatenation of every rank's src[bytes] in rank
+ * order, on every rank. */
+void kern_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, size_t bytes);
 
 /* --- CUDA graphs (decode steps) -------------------------------------------- */
 /* A captured and instantiated sequence of ops on the ctx's stream. Capture

@@ -38,7 +38,8 @@
 
 static const char *const k_op_names[MODEL_OP_COUNT] = {
     "embedding", "add+rmsnorm (attn)", "QKV GEMM", "RoPE + KV write", "attention", "O GEMM",
-    "add+rmsnorm (mlp)", "gate/up GEMM", "SiLU * up", "down GEMM", "final gather+norm", "lm_head", "sampling",
+    "add+rmsnorm (mlp)", "gate/up GEMM", "SiLU * up", "down GEMM", "final gather+norm", "lm_head",
+    "all-reduce", "logits all-gather", "sampling",
 };
 
 const char *model_op_name(model_op op)
@@ -83,7 +84,7 @@ inferd_status model_prof_enable(model *m, unsigned what)
 {
     model_prof *p = &m->prof;
     if (what && !p->t) {
-        int marks = 10 * m->cfg.n_layers + 8;
+        int marks = 12 * m->cfg.n_layers + 10; /* 11 ops a layer with all-reduces, + head */
         kern_timer *t = kern_timer_create(m->kc, marks + 4);
         if (!t)
             return inferd_set_error(INFERD_ERR_NOMEM, "profile: cannot create %d timers", marks + 4);
@@ -192,7 +193,7 @@ static double gemm_bytes(const model *m, const kern_weight *w, int n)
 
 static double attn_bytes(const model *m, const model_fwd_in *in)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc;
     double ctx = 0;
     for (int i = 0; i < in->n_seqs; i++)
         ctx += m->h_seq_lens[i];
@@ -277,7 +278,7 @@ static void upload_batch(model *m, const model_batch *b, model_fwd_in *in)
 /* RoPE + K/V write parameters of layer L for batch b. */
 static kern_rope_kv_params rope_params(const model *m, const model_layer *L, const model_fwd_in *b)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc;
     return (kern_rope_kv_params){
         .qkv = m->a.qkv,
         .positions = b->positions,
@@ -297,7 +298,7 @@ static kern_rope_kv_params rope_params(const model *m, const model_layer *L, con
 /* a->attn = paged attention of a->qkv's q over layer L's cache. */
 static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc;
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b));
     kern_attn_params ap = {
@@ -325,9 +326,20 @@ static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
     kern_attention(m->kc, &ap);
 }
 
+/* With a communicator: buf[n, d] (a row-parallel product's partial sum,
+ * or the embedding's rows of this rank's vocabulary) = the sum over ranks. */
+static void all_reduce(model *m, void *buf, int n)
+{
+    if (!m->comm)
+        return;
+    const size_t count = (size_t)n * (size_t)m->cfg.hidden_size;
+    PROF_MARK(m, MODEL_OP_ALL_REDUCE, act_bytes(m, 2.0 * (double)count));
+    kern_all_reduce_sum(m->kc, m->comm, buf, count, m->act_dtype);
+}
+
 static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc;
     model_acts *a = &m->a;
     const int n = b->n_tokens;
     PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
@@ -345,6 +357,7 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
     kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
+    all_reduce(m, a->proj, n);
 }
 
 static void mlp_block(model *m, const model_layer *L, int n)
@@ -352,10 +365,11 @@ static void mlp_block(model *m, const model_layer *L, int n)
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
     kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
-    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->cfg.intermediate_size));
-    kern_silu_mul(m->kc, a->act, a->gate_up, n, m->cfg.intermediate_size);
+    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size));
+    kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
+    all_reduce(m, a->proj, n);
 }
 
 /* Whether a batch of n tokens runs the fused layers: every product of
@@ -374,11 +388,33 @@ static bool use_fused_layers(const model *m, int n)
     return true;
 }
 
+/* A row-parallel fused product: out = in @ w^T added into the residual
+ * stream x. Alone, the RESID epilogue does it in the product; with a
+ * communicator the partial product goes to a->proj, is summed over the
+ * ranks, and the add of kern_add_rmsnorm (whose normed output, a->h, is
+ * not used: the next fused product norms x itself) puts it into x with
+ * the same rounding as the epilogue, so tp 1 with a communicator gives
+ * the bits of tp 1 without. norm: any [1, d] weight for that add. */
+static void fused_resid(model *m, const void *in, const kern_weight *w, int n, const kern_weight *norm)
+{
+    model_acts *a = &m->a;
+    if (!m->comm) {
+        const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = a->x};
+        kern_matmul_fused(m->kc, NULL, in, w, n, &f);
+        return;
+    }
+    const kern_fuse f = {.epi = KERN_EPI_STORE};
+    kern_matmul_fused(m->kc, a->proj, in, w, n, &f);
+    all_reduce(m, a->proj, n);
+    kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, norm, n, m->cfg.rms_norm_eps);
+}
+
 /* One layer as four fused GEMVs and the attention (kern_matmul_fused, the
  * same arithmetic as the unfused ops but for the norm's summation order):
  * the QKV and gate/up products norm the residual stream x on the fly, QKV
  * ends with RoPE and the cache write, gate/up with SiLU * up, and the O and
- * down products add straight into x (a->proj and a->h are not used). */
+ * down products add straight into x (fused_resid; a->proj and a->h are not
+ * used without a communicator). */
 static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->cfg;
@@ -391,14 +427,36 @@ static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
     kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
-    const kern_fuse fo = {.epi = KERN_EPI_RESID, .resid = a->x};
-    kern_matmul_fused(m->kc, NULL, a->attn, &L->wo, n, &fo);
+    fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm);
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
     const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
     kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
-    const kern_fuse fd = {.epi = KERN_EPI_RESID, .resid = a->x};
-    kern_matmul_fused(m->kc, NULL, a->act, &L->w_down, n, &fd);
+    fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm);
+}
+
+/* logits [n, vocab] (F32) of the normed rows a->gn: this rank's vocabulary
+ * rows, then with a communicator every rank's gathered and, on rank 0,
+ * laid side by side (rank r's rows have its vocabulary count as stride). */
+static void logits_op(model *m, int n)
+{
+    model_acts *a = &m->a;
+    if (!m->comm) {
+        kern_logits(m->kc, a->logits, a->gn, &m->lm_head, n);
+        return;
+    }
+    const int64_t chunk = model_vocab_chunk(m), vocab = m->cfg.vocab_size;
+    kern_logits(m->kc, a->logits_part, a->gn, &m->lm_head, n);
+    PROF_MARK(m, MODEL_OP_GATHER, 4.0 * (double)n * (double)chunk * (m->sh.tp + 1));
+    kern_all_gather(m->kc, m->comm, a->logits_all, a->logits_part, (size_t)n * (size_t)chunk * sizeof(float));
+    if (m->follower)
+        return;
+    for (int r = 0; r < m->sh.tp; r++) {
+        const int64_t count = INFERD_MIN(chunk, vocab - r * chunk);
+        kern_copy_2d(m->kc, a->logits + r * chunk, (size_t)vocab * sizeof(float),
+                     a->logits_all + (size_t)r * (size_t)n * (size_t)chunk, (size_t)count * sizeof(float),
+                     (size_t)count * sizeof(float), (size_t)n);
+    }
 }
 
 /* Final add + norm and LM head over n token rows named by the device
@@ -417,8 +475,8 @@ static void head_ops(model *m, const int32_t *idx, int n, bool folded)
         kern_gather_rows(m->kc, a->gp, a->proj, idx, n, c->hidden_size);
     kern_add_rmsnorm(m->kc, a->gn, a->gx, folded ? NULL : a->gp, &m->final_norm, n, c->rms_norm_eps);
     PROF_MARK(m, MODEL_OP_LM_HEAD,
-              w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)c->vocab_size);
-    kern_logits(m->kc, a->logits, a->gn, &m->lm_head, n);
+              w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)m->lm_head.rows);
+    logits_op(m, n);
 }
 
 void model_forward_ops(model *m, const model_fwd_in *in)
@@ -429,7 +487,12 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
     const bool fused = use_fused_layers(m, n);
     PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd));
-    kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
+    if (m->comm) {
+        kern_embed_shard(m->kc, a->x, in->tokens, n, &m->embed, m->sh.vocab.begin);
+        all_reduce(m, a->x, n);
+    } else {
+        kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
+    }
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         if (fused) {
@@ -460,6 +523,8 @@ static void extra_rows_ops(model *m, const model_batch *b)
         int n = INFERD_MIN(m->R, b->n_extra - first);
         kern_memcpy_h2d(m->kc, a->logits_idx, b->extra_rows + first, (size_t)n * sizeof(int32_t));
         head_ops(m, a->logits_idx, n, folded);
+        if (m->follower) /* the rows' logits are rank 0's */
+            continue;
         kern_memcpy_d2h(m->kc, b->extra_buf, a->logits, (size_t)n * vocab * sizeof(float));
         b->extra_fn(b->extra_user, first, n, b->extra_buf);
     }
@@ -469,7 +534,7 @@ static void extra_rows_ops(model *m, const model_batch *b)
 
 /* With extra rows the layers run first (no head), then the extra rows'
  * heads, then the sampled rows' head, so a->logits ends with those. */
-static void forward_checked(model *m, const model_batch *b)
+void model_forward_checked(model *m, const model_batch *b)
 {
     model_fwd_in in;
     upload_batch(m, b, &in);
@@ -490,7 +555,9 @@ inferd_status model_forward(model *m, const model_batch *b)
     if (st != INFERD_OK)
         return st;
     m->prof.prev_valid = false; /* a step without sampling breaks the chain of decode gaps */
-    forward_checked(m, b);
+    model_tp_post(m, b, false);
+    model_forward_checked(m, b);
+    model_tp_wait(m);
     return INFERD_OK;
 }
 
@@ -561,12 +628,28 @@ inferd_status model_step(model *m, const model_batch *b, const kern_sample_param
     if (st != INFERD_OK)
         return st;
     prof_step_begin(m, b);
+    model_tp_post(m, b, true);
     /* an op profile needs its events between the ops: eager steps only */
-    if (!(m->prof.what & MODEL_PROF_OPS) && b->n_extra == 0 && model_graph_step(m, b, params, tokens))
+    if (!(m->prof.what & MODEL_PROF_OPS) && b->n_extra == 0 && model_graph_step(m, b, params, tokens)) {
+        model_tp_wait(m);
         return INFERD_OK;
+    }
     m->gr.eager_steps++;
-    forward_checked(m, b);
-    return model_sample(m, params, tokens);
+    model_forward_checked(m, b);
+    st = model_sample(m, params, tokens);
+    model_tp_wait(m);
+    return st;
+}
+
+/* A rank > 0 of a group: the step rank 0 runs, without sampling, finished
+ * before it returns (the batch's host arrays are the caller's). */
+void model_step_follower(model *m, const model_batch *b)
+{
+    if (b->n_extra > 0 || !model_graph_step(m, b, NULL, NULL)) {
+        m->gr.eager_steps++;
+        model_forward_checked(m, b);
+    }
+    kern_sync(m->kc);
 }
 
 static double weight_bytes(const kern_weight *w)
@@ -581,7 +664,7 @@ static double weight_elems(const kern_weight *w)
 
 void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_cost *out)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc; /* one rank's share under tensor parallelism */
     double toks = (double)n_seqs * n_new, lin = 0, wb = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];

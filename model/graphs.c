@@ -158,6 +158,8 @@ static void set_mirrors(model *m, int rows)
 static void enqueue_step(model *m, const model_fwd_in *in)
 {
     model_forward_ops(m, in);
+    if (m->follower) /* tensor parallelism: rank 0 samples */
+        return;
     kern_penalty_apply(m->kc, m->a.logits, DEV(&m->gr, kern_sample_params, sparams), in->n_logits,
                        m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, DEV(&m->gr, kern_sample_params, sparams), in->n_logits,
@@ -297,7 +299,8 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
     memcpy(HOST(g, int32_t, qsl), b->query_start_loc, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, seq_lens), b->seq_lens, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, logits_idx), b->logits_indices, (size_t)n * sizeof(int32_t));
-    memcpy(HOST(g, kern_sample_params, sparams), params, (size_t)n * sizeof(kern_sample_params));
+    if (params) /* NULL on the other ranks of a group, which do not sample */
+        memcpy(HOST(g, kern_sample_params, sparams), params, (size_t)n * sizeof(kern_sample_params));
     for (int i = 0; i < n; i++) /* only the blocks a row reads: ceil(seq_len / block_size) <= w */
         memcpy(HOST(g, int32_t, tables) + (size_t)i * w, b->block_tables + (size_t)i * b->max_blocks_per_seq,
                (size_t)INFERD_CEIL_DIV(b->seq_lens[i], bs) * sizeof(int32_t));
@@ -305,7 +308,8 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
     upload_region(m, rows, w);
     kern_graph_launch(m->kc, graph);
     model_prof_step_end(m);
-    kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)n * sizeof(int32_t));
+    if (tokens)
+        kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)n * sizeof(int32_t));
     model_prof_step_done(m);
     m->last_n_logits = n;
     g->replays++;

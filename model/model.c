@@ -47,7 +47,7 @@ static void *arena_take(arena *a, size_t bytes)
 /* Carve every activation buffer from `a` (measure when a->base == NULL). */
 static void plan_acts(model *m, arena *a)
 {
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc; /* this rank's heads and intermediate size */
     size_t T = (size_t)m->T, S = (size_t)m->S, R = (size_t)m->R;
     size_t es = kern_dtype_size(m->act_dtype);
     size_t d = (size_t)c->hidden_size, f = (size_t)c->intermediate_size;
@@ -65,6 +65,11 @@ static void plan_acts(model *m, arena *a)
     x->gp = arena_take(a, R * d * es);
     x->gn = arena_take(a, R * d * es);
     x->logits = arena_take(a, R * (size_t)c->vocab_size * sizeof(float));
+    if (model_has_comm_planned(m)) {
+        const size_t chunk = (size_t)model_vocab_chunk(m);
+        x->logits_part = arena_take(a, R * chunk * sizeof(float));
+        x->logits_all = arena_take(a, (size_t)m->sh.tp * R * chunk * sizeof(float));
+    }
     x->tokens = arena_take(a, T * sizeof(int32_t));
     x->positions = arena_take(a, T * sizeof(int32_t));
     x->slots = arena_take(a, T * sizeof(int64_t));
@@ -160,13 +165,14 @@ static void fit_max_model_len(model *m, int64_t n_blocks, bool auto_sized)
     m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
 }
 
-/* Decide the KV pool size and allocate it (one slab, per-layer K and V). */
-static inferd_status alloc_kv(model *m)
+/* How many KV blocks this rank's memory holds (>= 2, else NOMEM with the
+ * numbers); *auto_sized: decided from free memory, not --kv-cache-bytes. */
+static inferd_status kv_blocks_fit(model *m, int64_t *n_blocks, bool *auto_sized)
 {
     int64_t per_block = model_kv_bytes_per_block(m);
     int64_t budget = m->opts.kv_cache_bytes;
-    const bool auto_sized = budget <= 0;
-    if (auto_sized) {
+    *auto_sized = budget <= 0;
+    if (*auto_sized) {
         size_t free_b = 0, total_b = 0;
         inferd_status st = kern_mem_info(m->kc, &free_b, &total_b);
         if (st != INFERD_OK)
@@ -176,23 +182,30 @@ static inferd_status alloc_kv(model *m)
             budget = (int64_t)(allowed - (double)(total_b - free_b));
         } else {
             /* CPU: room for max_num_seqs sequences of max length plus the
-             * null block, at most 1/4 of available RAM */
+             * null block, at most 1/4 of available RAM (shared by the ranks) */
             int64_t want = kv_blocks_for_seqs(m->S, m->max_model_len, m->block_size) * per_block;
-            budget = INFERD_MIN(want, (int64_t)(free_b / 4));
+            budget = INFERD_MIN(want, (int64_t)(free_b / 4 / (size_t)m->sh.tp));
         }
     }
-    int64_t n_blocks = budget / per_block;
-    if (n_blocks < 2)
+    int64_t n = budget / per_block;
+    if (n < 2)
         return inferd_set_error(INFERD_ERR_NOMEM,
                                 "model does not fit: weights %.1f MiB, activations %.1f MiB, KV budget "
-                                "%.1f MiB holds %lld blocks of %.2f MiB (need >= 2)",
+                                "%.1f MiB holds %lld blocks of %.2f MiB (need >= 2)%s",
                                 m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, budget / 1048576.0,
-                                (long long)n_blocks, per_block / 1048576.0);
-    if (n_blocks > INT32_MAX / 2)
-        n_blocks = INT32_MAX / 2;
+                                (long long)n, per_block / 1048576.0, m->sh.tp > 1 ? " on one tensor-parallel rank" : "");
+    *n_blocks = INFERD_MIN(n, (int64_t)(INT32_MAX / 2));
+    return INFERD_OK;
+}
+
+/* Allocate the KV pool of n_blocks (one slab, per-layer K and V); every
+ * rank of a group gets the same count (the scheduler's block ids are
+ * shared). */
+static inferd_status alloc_kv(model *m, int64_t n_blocks, bool auto_sized)
+{
     fit_max_model_len(m, n_blocks, auto_sized);
     m->n_blocks = (int)n_blocks;
-    m->kv_bytes = (size_t)(n_blocks * per_block);
+    m->kv_bytes = (size_t)(n_blocks * model_kv_bytes_per_block(m));
     m->kv_slab = kern_alloc(m->kc, m->kv_bytes);
     if (!m->kv_slab)
         return inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate the KV cache: %.1f MiB",
@@ -211,14 +224,26 @@ static inferd_status alloc_kv(model *m)
 static void log_plan(const model *m)
 {
     int64_t kv_tokens = (int64_t)(m->n_blocks - 1) * m->block_size;
-    INFERD_LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)", m->cfg.arch,
-             m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim,
-             m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)), kern_dtype_name(m->embed.dtype));
-    INFERD_LOG_INFO("memory: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
-             "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
-             m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T, m->kv_bytes / 1048576.0,
-             m->n_blocks, m->block_size, (long long)kv_tokens, (double)kv_tokens / m->max_model_len,
-             m->max_model_len);
+    const model_shard *sh = &m->sh;
+    if (sh->rank == 0)
+        INFERD_LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)",
+                        m->cfg.arch, m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads,
+                        m->cfg.head_dim, m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)),
+                        kern_dtype_name(m->embed.dtype));
+    if (sh->tp > 1 || m->comm)
+        INFERD_LOG_INFO("tensor parallel rank %d/%d (device %d): q heads [%lld, %lld), kv heads [%lld, %lld)%s, "
+                        "intermediate [%lld, %lld), vocabulary [%lld, %lld)",
+                        sh->rank, sh->tp, m->opts.device_id + sh->rank, (long long)sh->q_heads.begin,
+                        (long long)(sh->q_heads.begin + sh->q_heads.count), (long long)sh->kv_heads.begin,
+                        (long long)(sh->kv_heads.begin + sh->kv_heads.count),
+                        sh->kv_replicas > 1 ? " (replicated)" : "", (long long)sh->inter.begin,
+                        (long long)(sh->inter.begin + sh->inter.count), (long long)sh->vocab.begin,
+                        (long long)(sh->vocab.begin + sh->vocab.count));
+    INFERD_LOG_INFO("memory%s: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
+                    "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
+                    sh->tp > 1 ? " of this rank" : "", m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T,
+                    m->kv_bytes / 1048576.0, m->n_blocks, m->block_size, (long long)kv_tokens,
+                    (double)kv_tokens / m->max_model_len, m->max_model_len);
 }
 
 /* The option rows' checks (model_opts.c), then the one bound that depends
@@ -277,17 +302,36 @@ static inferd_status model_warmup(model *m)
     return st;
 }
 
-static inferd_status load_all(model *m)
+/* This rank's split and the dims the forward pass computes with. */
+static inferd_status plan_shard(model *m, int rank)
+{
+    const int tp = m->opts.tensor_parallel_size > 0 ? m->opts.tensor_parallel_size : 1;
+    inferd_status st = model_shard_plan(&m->cfg, tp, rank, &m->sh);
+    if (st != INFERD_OK)
+        return st;
+    m->lc = m->cfg;
+    m->lc.n_heads = (int)m->sh.q_heads.count;
+    m->lc.n_kv_heads = (int)m->sh.kv_heads.count;
+    m->lc.intermediate_size = (int)m->sh.inter.count;
+    m->follower = rank > 0;
+    return INFERD_OK;
+}
+
+/* Load phase 1 of a rank: config, context (device device_id + rank),
+ * weights (this rank's slices), activations. */
+static inferd_status load_begin(model *m, int rank)
 {
     inferd_status st = model_config_load(m->opts.model_dir, &m->cfg);
     if (st != INFERD_OK)
         return st;
     if ((st = check_opts(&m->opts, &m->cfg)) != INFERD_OK || (st = load_gen_defaults(&m->opts, &m->cfg)))
         return st;
+    if ((st = plan_shard(m, rank)) != INFERD_OK)
+        return st;
     if (m->opts.device_auto)
         m->opts.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     kern_ctx_opts ko = {
-        .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id};
+        .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id + rank};
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
         return st;
     m->act_dtype = kern_act_dtype(m->kc);
@@ -299,7 +343,7 @@ static inferd_status load_all(model *m)
     m->R = m->S;
     /* A valid model that this backend's kernels cannot run (head_dim, GQA,
      * dtype, lengths) fails here, naming the field, not at the first request. */
-    const model_config *c = &m->cfg;
+    const model_config *c = &m->lc;
     kern_model_shape shape = {
         .hidden = c->hidden_size, .intermediate = c->intermediate_size, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .vocab = c->vocab_size,
@@ -317,10 +361,32 @@ static inferd_status load_all(model *m)
     m->h_null_table = inferd_calloc((size_t)m->max_blocks_per_seq, sizeof(int32_t));
     if ((st = model_weights_load(m)) != INFERD_OK)
         return st;
-    if ((st = alloc_acts(m)) != INFERD_OK)
-        return st;
-    if ((st = alloc_kv(m)) != INFERD_OK)
-        return st;
+    return alloc_acts(m);
+}
+
+inferd_status model_load_rank_begin(const model_opts *opts, int rank, model **out)
+{
+    model *m = inferd_calloc(1, sizeof *m);
+    m->opts = *opts;
+    *out = m;
+    return load_begin(m, rank);
+}
+
+inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized)
+{
+    return kv_blocks_fit(m, n_blocks, auto_sized);
+}
+
+inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_sized)
+{
+    return alloc_kv(m, n_blocks, auto_sized);
+}
+
+/* Load phase 3: warm-up and graph capture (with a communicator every rank
+ * runs them at once: both run collectives), then the plan is logged. */
+inferd_status model_load_rank_end(model *m)
+{
+    inferd_status st;
     if (kern_ctx_backend(m->kc) == KERN_BACKEND_CUDA && (st = model_warmup(m)) != INFERD_OK)
         return st;
     if ((st = model_graphs_init(m)) != INFERD_OK) /* decode CUDA graphs (graphs.c) */
@@ -329,10 +395,26 @@ static inferd_status load_all(model *m)
     return INFERD_OK;
 }
 
+static inferd_status load_all(model *m)
+{
+    inferd_status st = load_begin(m, 0);
+    int64_t n_blocks = 0;
+    bool auto_sized = false;
+    if (st == INFERD_OK)
+        st = kv_blocks_fit(m, &n_blocks, &auto_sized);
+    if (st == INFERD_OK)
+        st = alloc_kv(m, n_blocks, auto_sized);
+    if (st == INFERD_OK)
+        st = model_load_rank_end(m);
+    return st;
+}
+
 inferd_status model_load(const model_opts *opts, model **out)
 {
     if (!opts->model_dir)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "no model directory given");
+    if (model_has_comm_opts(opts))
+        return model_tp_load(opts, out); /* model_tp.c: every rank, then the group */
     model *m = inferd_calloc(1, sizeof *m);
     m->opts = *opts;
     inferd_status st = load_all(m);
@@ -348,6 +430,8 @@ void model_free(model *m)
 {
     if (!m)
         return;
+    if (m->tp)
+        model_tp_free(m); /* the other ranks, their workers and the communicators */
     if (m->kc) {
         kern_sync(m->kc);
         model_graphs_free(m);
@@ -401,6 +485,6 @@ int model_max_blocks_per_seq(const model *m)
 
 int64_t model_kv_bytes_per_block(const model *m)
 {
-    return kv_bytes_per_block(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->block_size,
+    return kv_bytes_per_block(m->cfg.n_layers, m->lc.n_kv_heads, m->cfg.head_dim, m->block_size,
                               (int)kern_dtype_size(m->act_dtype));
 }

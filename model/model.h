@@ -43,6 +43,14 @@ typedef struct {
     uint64_t dummy_seed;
     bool enforce_eager;            /* no CUDA graphs: every step runs op by op (vLLM's --enforce-eager) */
     const char *generation_config; /* sampling defaults: "auto" (model dir), "vllm" (none) or a DIR */
+    /* Tensor parallelism (model/model_tp.c): the model split over this many
+     * ranks, rank r on device device_id + r (CUDA) or a thread (CPU), in
+     * one process. 1 = none. */
+    int tensor_parallel_size;
+    /* A communicator (and every collective of the split forward pass) even
+     * at tensor_parallel_size 1, where each is a copy or nothing: the tests
+     * of the collective path against the plain one. Not a command-line flag. */
+    bool force_comm;
 } model_opts;
 
 /* The table's defaults (CPU backend, device_auto off: API users pick the

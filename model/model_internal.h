@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/model_prof.h"
+#include "model/model_shard.h"
 
 typedef struct {
     kern_weight attn_norm; /* [1, d] */
@@ -32,6 +33,8 @@ typedef struct {
     void *act;                   /* [T, ffn] */
     void *gx, *gp, *gn;          /* [R, d] gathered residual / add / normed rows */
     float *logits;               /* [R, vocab] */
+    float *logits_part;          /* [R, vocab_chunk] this rank's lm_head rows (with a communicator) */
+    float *logits_all;           /* [tp, R, vocab_chunk] every rank's, gathered (with a communicator) */
     int32_t *tokens;             /* [T] */
     int32_t *positions;          /* [T] */
     int64_t *slots;              /* [T] */
@@ -98,8 +101,22 @@ typedef struct {
     model_prof_stats st;
 } model_prof;
 
+typedef struct model_tp model_tp;
+
 struct model {
     model_config cfg;
+    /* Tensor parallelism (model_tp.c). sh: this rank's split (tp 1: the
+     * whole model); lc: cfg with this rank's n_heads, n_kv_heads and
+     * intermediate_size, the dims the forward pass computes with (the
+     * vocabulary stays whole: logits are gathered). comm: NULL without a
+     * communicator; else the forward pass all-reduces after the O and down
+     * products and the embedding, and gathers the logits (also at tp 1,
+     * where every collective is a copy or nothing). */
+    model_shard sh;
+    model_config lc;
+    kern_comm *comm;
+    model_tp *tp;  /* rank 0 of a group: the other ranks and their workers */
+    bool follower; /* rank > 0 of a group: runs the steps rank 0 is given, never samples */
     model_opts opts;
     kern_ctx *kc;
     kern_dtype act_dtype;
@@ -125,6 +142,46 @@ struct model {
     model_graphs gr; /* decode CUDA graphs (graphs.c) */
     model_prof prof; /* decode-step profile (forward.c), off by default */
 };
+
+/* Whether a model of these options runs the collective forward pass. */
+static inline bool model_has_comm_opts(const model_opts *o)
+{
+    return o->tensor_parallel_size > 1 || o->force_comm;
+}
+static inline bool model_has_comm_planned(const model *m)
+{
+    return model_has_comm_opts(&m->opts);
+}
+/* Vocabulary rows per rank (the last rank may hold fewer). */
+static inline int64_t model_vocab_chunk(const model *m)
+{
+    return ((int64_t)m->cfg.vocab_size + m->sh.tp - 1) / m->sh.tp;
+}
+
+/* model.c: the load of one rank in phases, so a group (model_tp.c) can
+ * agree on the KV pool between them and run the warm-up of every rank at
+ * once (it runs collectives): begin (config, context, weights,
+ * activations; *out is set even on failure, for model_free), kv (the
+ * blocks this rank's memory holds), alloc_kv (the pool the group agreed
+ * on), end (warm-up, decode graphs, the logged plan). */
+inferd_status model_load_rank_begin(const model_opts *opts, int rank, model **out);
+inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized);
+inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_sized);
+inferd_status model_load_rank_end(model *m);
+/* model_tp.c: load every rank of opts->tensor_parallel_size (worker
+ * threads, one communicator each) and return rank 0, which holds the group
+ * (m->tp); model_free of rank 0 calls model_tp_free. */
+inferd_status model_tp_load(const model_opts *opts, model **out);
+void model_tp_free(model *m);
+/* model_tp.c: hand a batch to the other ranks of rank 0's group before
+ * rank 0 runs it (step: model_step; else model_forward), and wait for
+ * them after. No-ops without a group. */
+void model_tp_post(model *m, const model_batch *b, bool step);
+void model_tp_wait(model *m);
+/* forward.c: model_forward / model_step without the batch checks and the
+ * group, for the rank workers. */
+void model_forward_checked(model *m, const model_batch *b);
+void model_step_follower(model *m, const model_batch *b);
 
 /* Plan and allocate the weight slab, then load weights (or fill dummy);
  * FORMAT naming the tensor when a loaded weight holds NaN or Inf. */

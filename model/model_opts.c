@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "model/model_shard.h"
 
 #define OFF(f) offsetof(model_opts, f)
 
@@ -82,6 +83,9 @@ static const opt_row k_rows[] = {
      .help = "context limit (0 = the model's)"},
     {.name = "enforce-eager", .kind = OPT_BOOL, .off = OFF(enforce_eager), .def = 0,
      .help = "CUDA: run every step op by op (no decode CUDA graphs)"},
+    {.name = "tensor-parallel-size", .kind = OPT_INT, .off = OFF(tensor_parallel_size), .min = 1,
+     .max = MODEL_MAX_TP, .def = 1,
+     .help = "split the model over this many GPUs of this host (devices --device-id and up; CPU: threads)"},
     {.name = "dummy-seed", .kind = OPT_INT64, .off = OFF(dummy_seed), .min = 0, .max = 9.2e18, .def = 0,
      .help = "seed of --load-format dummy weights"},
     /* no def_str: unset means auto, so model_opts_default allocates nothing

@@ -40,6 +40,8 @@ typedef enum {
     MODEL_OP_DOWN,       /* down GEMM */
     MODEL_OP_FINAL_NORM, /* gather of the sampled rows + final add + RMSNorm */
     MODEL_OP_LM_HEAD,
+    MODEL_OP_ALL_REDUCE, /* tensor parallelism: after the embedding, O and down */
+    MODEL_OP_GATHER,     /* tensor parallelism: every rank's logits to one row */
     MODEL_OP_SAMPLE,
     MODEL_OP_COUNT
 } model_op;

@@ -49,10 +49,14 @@ typedef struct {
     int n_views, cap_views;
 } weight_pass;
 
-/* One source tensor feeding rows [row_off, row_off + rows) of a weight. */
+/* One source tensor feeding rows [row_off, row_off + rows) of a weight:
+ * the window [row0, row0 + rows) x [col0, col0 + cols) of the file's
+ * [file_rows, file_cols] tensor (a tensor-parallel rank's slice; the whole
+ * tensor without tensor parallelism). */
 typedef struct {
     char name[128];
-    int64_t rows, cols;
+    int64_t file_rows, file_cols;
+    int64_t row0, rows, col0, cols;
     int n_dims; /* 1 for vectors (rows * cols values: norms [1, d], biases [n, 1]), 2 for matrices */
 } weight_src;
 
@@ -96,38 +100,76 @@ static void add_view(weight_pass *p, const kern_weight *w, int64_t row, const we
     p->n_views++;
 }
 
+/* Rows of a column window go through a host buffer of at most this many
+ * bytes (a rank's slice of O or down is not contiguous in the file). */
+#define COL_SLICE_CHUNK_BYTES ((size_t)64 << 20)
+
+/* Upload the column window of s (file tensor t) into w at row `row`, in
+ * chunks of whole rows gathered on the host. */
+static void upload_col_window(weight_pass *p, kern_weight *w, int64_t row, const weight_src *s, const st_tensor *t)
+{
+    const size_t es = kern_dtype_size(t->dtype), row_bytes = (size_t)s->cols * es;
+    const int64_t chunk = INFERD_MAX((int64_t)1, (int64_t)(COL_SLICE_CHUNK_BYTES / row_bytes));
+    char *buf = inferd_malloc((size_t)INFERD_MIN(chunk, s->rows) * row_bytes);
+    for (int64_t r0 = 0; r0 < s->rows; r0 += chunk) {
+        const int64_t n = INFERD_MIN(chunk, s->rows - r0);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(buf + (size_t)i * row_bytes,
+                   (const char *)t->data + ((size_t)(s->row0 + r0 + i) * (size_t)s->file_cols + (size_t)s->col0) * es,
+                   row_bytes);
+        kern_weight_upload(p->m->kc, w, row + r0, buf, t->dtype, n);
+    }
+    inferd_free(buf);
+}
+
 static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
 {
     int64_t row = 0;
     for (int i = 0; i < n_src; i++) {
-        int64_t shape[2] = {src[i].rows, src[i].cols}, len = src[i].rows * src[i].cols;
-        const int64_t *sh = src[i].n_dims == 1 ? &len : shape;
+        const weight_src *s = &src[i];
+        int64_t shape[2] = {s->file_rows, s->file_cols}, len = s->file_rows * s->file_cols;
+        const int64_t *sh = s->n_dims == 1 ? &len : shape;
         const st_tensor *t;
-        inferd_status st = st_expect(p->st, src[i].name, src[i].n_dims, sh, &t);
+        inferd_status st = st_expect(p->st, s->name, s->n_dims, sh, &t);
         if (st != INFERD_OK)
             return st;
-        kern_weight_upload(p->m->kc, w, row, t->data, t->dtype, src[i].rows);
-        row += src[i].rows;
-        progress(p, (int64_t)t->n_bytes);
+        const size_t es = kern_dtype_size(t->dtype);
+        if (s->col0 == 0 && s->cols == s->file_cols)
+            kern_weight_upload(p->m->kc, w, row, (const char *)t->data + (size_t)(s->row0 * s->file_cols) * es,
+                               t->dtype, s->rows);
+        else
+            upload_col_window(p, w, row, s, t);
+        row += s->rows;
+        progress(p, s->rows * s->cols * (int64_t)es);
     }
     return INFERD_OK;
 }
 
-static void fill_dummy(weight_pass *p, kern_weight *w, bool is_vec)
+/* Dummy values: norms 1; biases ([n, 1]) uniform(-0.5, 0.5), the size of a
+ * projection's output; matrices uniform(-s, s) with s = 1/sqrt(in
+ * features), which keeps activations O(1). Each source window is filled
+ * with its place in the whole (fused) matrix, one seed per weight, so a
+ * tensor-parallel rank holds the same values as those rows and columns of
+ * the unsplit model. */
+static void fill_dummy(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
 {
-    if (is_vec && w->cols == 1) {
-        /* biases [n, 1]: uniform(-0.5, 0.5), the size of a projection's output */
-        kern_weight_fill_random(p->m->kc, w, p->seed++, 0.5f);
-    } else if (is_vec) {
+    if (src[0].n_dims == 1 && src[0].cols > 1) {
         float *ones = inferd_malloc(sizeof(float) * (size_t)w->cols);
         for (int64_t i = 0; i < w->cols; i++)
             ones[i] = 1.0f;
         kern_weight_upload(p->m->kc, w, 0, ones, KERN_DTYPE_F32, 1);
         inferd_free(ones);
-    } else {
-        /* uniform(-s, s) with s = 1/sqrt(cols) keeps activations O(1) */
-        float scale = 1.0f / sqrtf((float)w->cols);
-        kern_weight_fill_random(p->m->kc, w, p->seed++, scale);
+        return;
+    }
+    const uint64_t seed = p->seed++;
+    int64_t row = 0, fused_row = 0;
+    for (int i = 0; i < n_src; i++) {
+        const weight_src *s = &src[i];
+        const float scale = s->n_dims == 1 ? 0.5f : 1.0f / sqrtf((float)s->file_cols);
+        kern_weight_fill_random_part(p->m->kc, w, row, s->rows, seed, scale, fused_row + s->row0, s->col0,
+                                     s->file_cols);
+        row += s->rows;
+        fused_row += s->file_rows;
     }
 }
 
@@ -153,39 +195,60 @@ static inferd_status do_weight(weight_pass *p, kern_weight *w, const weight_src 
         row += src[i].rows;
     }
     if (!p->st) {
-        fill_dummy(p, w, src[0].n_dims == 1);
+        fill_dummy(p, w, src, n_src);
         progress(p, w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype));
         return INFERD_OK;
     }
     return fill_from_file(p, w, src, n_src);
 }
 
+/* The whole tensor [rows, cols]. */
 static weight_src src1(const char *name, int64_t rows, int64_t cols, int n_dims)
 {
-    weight_src s;
+    weight_src s = {.file_rows = rows, .file_cols = cols, .rows = rows, .cols = cols, .n_dims = n_dims};
     snprintf(s.name, sizeof s.name, "%s", name);
-    s.rows = rows;
-    s.cols = cols;
-    s.n_dims = n_dims;
+    return s;
+}
+
+/* Rows [r.begin * unit, (r.begin + r.count) * unit) of a [rows, cols] tensor
+ * (column-parallel weights, biases, vocabulary rows). */
+static weight_src src_rows(const char *name, int64_t rows, int64_t cols, int n_dims, model_range r, int64_t unit)
+{
+    weight_src s = src1(name, rows, cols, n_dims);
+    s.row0 = r.begin * unit;
+    s.rows = r.count * unit;
+    return s;
+}
+
+/* Columns [r.begin * unit, ...) of a [rows, cols] matrix (row-parallel). */
+static weight_src src_cols(const char *name, int64_t rows, int64_t cols, model_range r, int64_t unit)
+{
+    weight_src s = src1(name, rows, cols, 2);
+    s.col0 = r.begin * unit;
+    s.cols = r.count * unit;
     return s;
 }
 
 static inferd_status do_layer(weight_pass *p, int l)
 {
     const model_config *c = &p->m->cfg;
+    const model_shard *sh = &p->m->sh;
     model_layer *L = &p->m->layers[l];
     int64_t d = c->hidden_size, hd = c->head_dim, f = c->intermediate_size;
+    int64_t nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
     char pre[64];
     snprintf(pre, sizeof pre, "model.layers.%d.", l);
-    char n[6][128];
-    static const char *names[6] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                   "self_attn.v_proj.weight", "mlp.gate_proj.weight",
-                                   "mlp.up_proj.weight",      "input_layernorm.weight"};
-    for (int i = 0; i < 6; i++)
+    char n[10][128];
+    static const char *names[10] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                    "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                                    "mlp.up_proj.weight",      "input_layernorm.weight",
+                                    "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                    "mlp.down_proj.weight",    ""};
+    for (int i = 0; i < 10; i++)
         snprintf(n[i], sizeof n[i], "%s%s", pre, names[i]);
-    weight_src qkv[3] = {src1(n[0], c->n_heads * hd, d, 2), src1(n[1], c->n_kv_heads * hd, d, 2),
-                         src1(n[2], c->n_kv_heads * hd, d, 2)};
-    weight_src gu[2] = {src1(n[3], f, d, 2), src1(n[4], f, d, 2)};
+    weight_src qkv[3] = {src_rows(n[0], nq, d, 2, sh->q_heads, hd), src_rows(n[1], nkv, d, 2, sh->kv_heads, hd),
+                         src_rows(n[2], nkv, d, 2, sh->kv_heads, hd)};
+    weight_src gu[2] = {src_rows(n[3], f, d, 2, sh->inter, 1), src_rows(n[4], f, d, 2, sh->inter, 1)};
     weight_src one;
     inferd_status st;
     one = src1(n[5], 1, d, 1);
@@ -193,18 +256,15 @@ static inferd_status do_layer(weight_pass *p, int l)
         return st;
     if ((st = do_weight(p, &L->wqkv, qkv, 3)) != INFERD_OK)
         return st;
-    snprintf(one.name, sizeof one.name, "%sself_attn.o_proj.weight", pre);
-    one = src1(one.name, d, c->n_heads * hd, 2);
+    one = src_cols(n[6], d, nq, sh->q_heads, hd);
     if ((st = do_weight(p, &L->wo, &one, 1)) != INFERD_OK)
         return st;
-    snprintf(one.name, sizeof one.name, "%spost_attention_layernorm.weight", pre);
-    one = src1(one.name, 1, d, 1);
+    one = src1(n[7], 1, d, 1);
     if ((st = do_weight(p, &L->mlp_norm, &one, 1)) != INFERD_OK)
         return st;
     if ((st = do_weight(p, &L->w_gate_up, gu, 2)) != INFERD_OK)
         return st;
-    snprintf(one.name, sizeof one.name, "%smlp.down_proj.weight", pre);
-    one = src1(one.name, d, f, 2);
+    one = src_cols(n[8], d, f, sh->inter, 1);
     if ((st = do_weight(p, &L->w_down, &one, 1)) != INFERD_OK)
         return st;
     if (c->qkv_bias) { /* Qwen2: q/k/v biases fused like wqkv, as one [q + k + v, 1] vector */
@@ -213,12 +273,12 @@ static inferd_status do_layer(weight_pass *p, int l)
                                               "self_attn.v_proj.bias"};
         for (int i = 0; i < 3; i++)
             snprintf(bn[i], sizeof bn[i], "%s%s", pre, bnames[i]);
-        weight_src b[3] = {src1(bn[0], c->n_heads * hd, 1, 1), src1(bn[1], c->n_kv_heads * hd, 1, 1),
-                           src1(bn[2], c->n_kv_heads * hd, 1, 1)};
+        weight_src b[3] = {src_rows(bn[0], nq, 1, 1, sh->q_heads, hd), src_rows(bn[1], nkv, 1, 1, sh->kv_heads, hd),
+                           src_rows(bn[2], nkv, 1, 1, sh->kv_heads, hd)};
         if ((st = do_weight(p, &L->qkv_bias, b, 3)) != INFERD_OK)
             return st;
     }
-    if (c->qk_norm) { /* Qwen3: per-head RMSNorm weights [head_dim] */
+    if (c->qk_norm) { /* Qwen3: per-head RMSNorm weights [head_dim], replicated */
         snprintf(one.name, sizeof one.name, "%sself_attn.q_norm.weight", pre);
         one = src1(one.name, 1, hd, 1);
         if ((st = do_weight(p, &L->q_norm, &one, 1)) != INFERD_OK)
@@ -236,7 +296,7 @@ static inferd_status do_all(weight_pass *p)
     model *m = p->m;
     const model_config *c = &m->cfg;
     inferd_status st;
-    weight_src s = src1("model.embed_tokens.weight", c->vocab_size, c->hidden_size, 2);
+    weight_src s = src_rows("model.embed_tokens.weight", c->vocab_size, c->hidden_size, 2, m->sh.vocab, 1);
     if ((st = do_weight(p, &m->embed, &s, 1)) != INFERD_OK)
         return st;
     for (int l = 0; l < c->n_layers; l++)
@@ -253,7 +313,7 @@ static inferd_status do_all(weight_pass *p)
         m->lm_head = m->embed;
         return INFERD_OK;
     }
-    s = src1("lm_head.weight", c->vocab_size, c->hidden_size, 2);
+    s = src_rows("lm_head.weight", c->vocab_size, c->hidden_size, 2, m->sh.vocab, 1);
     return do_weight(p, &m->lm_head, &s, 1);
 }
 

@@ -50,6 +50,13 @@ bool test_use_cuda(void)
     return d && strcmp(d, "cuda") == 0;
 }
 
+int test_tp_size(void)
+{
+    const char *t = getenv("INFERD_TEST_TP");
+    int n = t && *t ? atoi(t) : 1;
+    return n > 0 ? n : 1;
+}
+
 void test_skip(const char *why)
 {
     printf("SKIP: %s\n", why);

@@ -17,6 +17,9 @@ const char *test_inferd_bin(void);
 /* True when INFERD_TEST_DEVICE=cuda asks tests that support both backends to
  * run on the GPU (they skip when the build or machine has no CUDA device). */
 bool test_use_cuda(void);
+/* INFERD_TEST_TP=N: tests that load a model through their shared helper
+ * split it over N tensor-parallel ranks (default 1). */
+int test_tp_size(void);
 /* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
 void test_skip(const char *why) __attribute__((noreturn));
 /* The parsed golden/stories260K.json (llama2.c greedy cases; caller frees

@@ -1,6 +1,8 @@
 /* kernels/cpu/ops.c: the per-token ops of the CPU backend (twin:
  * kernels/cuda/ops.cu): embedding gather, fused residual add + RMSNorm, row
  * gather, SiLU(gate) * up, and RoPE fused with the paged K/V write.
+ * The tensor-parallel embedding (kern_embed_shard) is the same gather with
+ * zero rows for the ids another rank holds.
  * Activations and the KV cache are F32; weights (embedding table, norm
  * weights) are read in their file dtype, F32, F16 or BF16. Each row is
  * computed on its own (OpenMP over rows where the work is large enough), so
@@ -20,18 +22,39 @@
 #include "common/check.h"
 #include "kernels/cpu/kcpu.h"
 
+/* out[n, t->cols] (F32): row i = table row tokens[i] - begin when that is
+ * inside the table, else zeros. */
+static void embed_rows(kern_ctx *ctx, float *out, const int32_t *tokens, int n, const kern_weight *t,
+                       int64_t begin)
+{
+    const int64_t d = t->cols;
+    int nt = kcpu_threads(ctx, (int64_t)n * d);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < n; i++) {
+        const int64_t id = (int64_t)tokens[i] - begin;
+        float *o = out + (int64_t)i * d; /* [d] */
+        if (id >= 0 && id < t->rows)
+            kcpu_weight_to_f32(t, id * d, d, o);
+        else
+            memset(o, 0, (size_t)d * sizeof(float));
+    }
+}
+
 /* Contract (kern_embed): out[n, table->cols] (F32) = table row tokens[i].
  * Token ids outside [0, table->rows) are a caller bug (abort). */
 void kcpu_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
 {
-    float *o = out; /* [n, d] */
-    const int64_t d = t->cols;
     for (int i = 0; i < n; i++)
         INFERD_CHECK_MSG(tokens[i] >= 0 && tokens[i] < t->rows, "token id out of vocabulary");
-    int nt = kcpu_threads(ctx, (int64_t)n * d);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int i = 0; i < n; i++)
-        kcpu_weight_to_f32(t, (int64_t)tokens[i] * d, d, o + (int64_t)i * d);
+    embed_rows(ctx, out, tokens, n, t, 0);
+}
+
+/* Contract (kern_embed_shard): out[n, table->cols] (F32) = table row
+ * tokens[i] - vocab_begin, zeros for ids outside this rank's rows. */
+void kcpu_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t,
+                      int64_t vocab_begin)
+{
+    embed_rows(ctx, out, tokens, n, t, vocab_begin);
 }
 
 /* Contract (kern_add_rmsnorm): per row, resid += add (when add != NULL), then

@@ -10,6 +10,10 @@
  * through fp32 (bf16 rounding is round-to-nearest-even, see common/half.h).
  * Conversions run in parallel over rows: loading a multi-GB model through a
  * single core would take longer than the rest of start-up.
+ *
+ * Random weights are filled by window (kern_weight_fill_random_part), so a
+ * tensor-parallel shard gets exactly its rows and columns of the whole dummy
+ * matrix; the whole-matrix fill is the window that covers everything.
  */
 #include <string.h>
 
@@ -90,19 +94,35 @@ void kcpu_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const
             store_f32(w, base + r * cols + c, load_as_f32(src, src_dtype, r * cols + c));
 }
 
-/* Contract (kern_weight_fill_random): element e (flat row-major index over
- * the whole matrix) becomes (float)((2 * rng_uniform(seed, e) - 1) * scale)
- * in double, rounded to w->dtype. The CUDA twin uses the same formula, so
- * dummy weights agree across backends up to the dtype rounding. */
-void kcpu_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
+/* The dummy value of logical flat index e: (float)((2 * rng_uniform(seed, e)
+ * - 1) * scale) in double, rounded to fp32 (then to the weight's dtype). */
+static inline float random_value(uint64_t seed, int64_t e, float scale)
 {
-    const int64_t n = w->rows * w->cols;
+    return (float)((2.0 * rng_uniform(seed, (uint64_t)e) - 1.0) * (double)scale);
+}
+
+/* Contract (kern_weight_fill_random_part): element (row + i, j) of w becomes
+ * random_value of the logical flat index (src_row + i) * src_cols + src_col
+ * + j, rounded to w->dtype. kern_weight_fill_random is the whole-matrix
+ * window, so it gives every element e its random_value(e); the CUDA twin
+ * uses the same formula, so dummy weights agree across backends up to the
+ * dtype rounding. The dispatcher has checked the window. */
+void kcpu_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, int64_t n_rows, uint64_t seed,
+                                  float scale, int64_t src_row, int64_t src_col, int64_t src_cols)
+{
+    const int64_t cols = w->cols, n = n_rows * cols;
+    const int64_t dst0 = row * cols, src0 = src_row * src_cols + src_col;
     int nt = kcpu_threads(ctx, n);
+    if (cols == src_cols) { /* whole rows: one contiguous run (src_col is 0) */
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t e = 0; e < n; e++) {
-        double u = rng_uniform(seed, (uint64_t)e);
-        store_f32(w, e, (float)((2.0 * u - 1.0) * (double)scale));
+        for (int64_t e = 0; e < n; e++)
+            store_f32(w, dst0 + e, random_value(seed, src0 + e, scale));
+        return;
     }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n_rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            store_f32(w, dst0 + i * cols + j, random_value(seed, src0 + i * src_cols + j, scale));
 }
 
 /* Non-finite test on the bits: the exponent field all ones (Inf or NaN). */

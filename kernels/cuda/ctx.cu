@@ -20,6 +20,17 @@ extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func,
     inferd_fatal(stmt, detail, func, file, line);
 }
 
+/* Contract (kern_cuda_device_count): devices visible, 0 on any error. */
+int kcuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 /* Contract (kern_cuda_available): a CUDA device is visible to this process. */
 bool kcuda_available(void)
 {
@@ -187,6 +198,16 @@ void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes)
     kcuda_state *st = kcuda_st(ctx);
     if (bytes)
         CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, st->stream));
+}
+
+/* Contract (kern_copy_2d): height rows of width bytes, device to device, on
+ * the ctx's stream (capturable). The dispatcher has checked the pitches. */
+void kcuda_copy_2d(kern_ctx *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                   size_t height)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
+                                 st->stream));
 }
 
 void kcuda_sync(kern_ctx *ctx)

@@ -1,5 +1,6 @@
 /* kernels/cuda/ops.cu: the memory-bound per-token ops of the CUDA
- * backend: embedding gather, fused residual add + RMSNorm, row gather,
+ * backend: embedding gather (whole table or one tensor-parallel shard of
+ * the vocabulary), fused residual add + RMSNorm, row gather,
  * SiLU(gate) * up, and RoPE fused with the paged K/V write (and with the
  * QKV epilogue: Qwen2 q/k/v biases, Qwen3 per-head q/k RMSNorm).
  *
@@ -22,18 +23,19 @@ static int row_threads(int64_t items)
 
 /* --- embedding / row gather -------------------------------------------------- */
 
-/* out[j, :] = src[idx[j], :] for rows of d bf16; idx outside [0, n_src) gives
- * a zero row (n_src < 0: unchecked). VEC8: d % 8 == 0 and 16-byte aligned. */
+/* out[j, :] = src[idx[j] - base, :] for rows of d bf16; an id outside
+ * [0, n_src) after the offset gives a zero row (n_src < 0: only negative
+ * ids do). VEC8: d % 8 == 0 and 16-byte aligned. */
 template <bool VEC8>
 static __global__ void gather_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ src,
-                                     const int32_t *__restrict__ idx, int64_t n_src, int d)
+                                     const int32_t *__restrict__ idx, int64_t base, int64_t n_src, int d)
 {
     kc_pdl_trigger();
     const int64_t j = blockIdx.x;
-    const int32_t id = idx[j];
+    const int64_t id = (int64_t)idx[j] - base;
     const bool ok = id >= 0 && (n_src < 0 || id < n_src);
     uint16_t *o = out + j * d;
-    const uint16_t *s = src + (int64_t)(ok ? id : 0) * d;
+    const uint16_t *s = src + (ok ? id : 0) * d;
     if (VEC8) {
         for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8)
             *(uint4 *)(o + i) = ok ? *(const uint4 *)(s + i) : make_uint4(0, 0, 0, 0);
@@ -43,14 +45,14 @@ static __global__ void gather_kernel(uint16_t *__restrict__ out, const uint16_t 
     }
 }
 
-static void launch_gather(cudaStream_t s, uint16_t *out, const uint16_t *src, const int32_t *idx,
+static void launch_gather(cudaStream_t s, uint16_t *out, const uint16_t *src, const int32_t *idx, int64_t base,
                           int64_t n_src, int r, int d)
 {
     const bool vec = d % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(src, 16);
     if (vec)
-        gather_kernel<true><<<r, row_threads(d / 8), 0, s>>>(out, src, idx, n_src, d);
+        gather_kernel<true><<<r, row_threads(d / 8), 0, s>>>(out, src, idx, base, n_src, d);
     else
-        gather_kernel<false><<<r, row_threads(d), 0, s>>>(out, src, idx, n_src, d);
+        gather_kernel<false><<<r, row_threads(d), 0, s>>>(out, src, idx, base, n_src, d);
 }
 
 /* Contract (kern_embed): out[n, table->cols] = table rows tokens[i] (bf16).
@@ -58,11 +60,20 @@ static void launch_gather(cudaStream_t s, uint16_t *out, const uint16_t *src, co
  * yields a zero row instead of a device fault. */
 void kcuda_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t)
 {
+    kcuda_embed_shard(ctx, out, tokens, n, t, 0);
+}
+
+/* Contract (kern_embed_shard): out[n, table->cols] = table rows tokens[i] -
+ * vocab_begin (bf16), zero rows for ids outside this rank's rows. */
+void kcuda_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t,
+                       int64_t vocab_begin)
+{
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK(t->dtype == KERN_DTYPE_BF16 && t->cols > 0 && t->cols <= INT32_MAX);
     if (n <= 0)
         return;
-    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)t->data, tokens, t->rows, n, (int)t->cols);
+    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)t->data, tokens, vocab_begin, t->rows, n,
+                  (int)t->cols);
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -73,7 +84,7 @@ void kcuda_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *
     kcuda_state *st = kcuda_st(ctx);
     if (r <= 0 || d <= 0)
         return;
-    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)in, idx, -1, r, d);
+    launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)in, idx, 0, -1, r, d);
     KCUDA_LAUNCH_CHECK();
 }
 

@@ -8,7 +8,8 @@
  * converted to bf16 by a kernel in stream order; BF16 rows are copied
  * directly. Random weights are generated on the device with the same formula
  * as the CPU backend: (float)((2 * rng_uniform(seed, e) - 1) * scale), e the
- * flat element index.
+ * flat element index of the logical matrix (a window of it for a
+ * tensor-parallel shard, kern_weight_fill_random_part).
  *
  * The non-finite count (model load's check of the weight slab) reads each
  * weight once: 16-byte loads over the aligned body, scalar loads for the
@@ -70,34 +71,50 @@ void kcuda_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, cons
     }
 }
 
-static __global__ void fill_random_kernel(uint16_t *__restrict__ dst, int64_t n, uint64_t seed, float scale)
+/* A window of the logical random matrix: window element e (row-major over
+ * [n_rows, cols]) is dst[e] and takes the logical flat index src0 + (e /
+ * cols) * src_cols + e % cols. contiguous: cols == src_cols, so that index
+ * is src0 + e (no division). */
+typedef struct {
+    uint16_t *dst; /* [n_rows, cols], the window's first row */
+    int64_t n, cols, src0, src_cols;
+    uint64_t seed;
+    float scale;
+} fill_params;
+
+static __global__ void fill_random_kernel(fill_params p, bool contiguous)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) {
-        double u = rng_uniform(seed, (uint64_t)i);
-        dst[i] = kc_f2bf((float)((2.0 * u - 1.0) * (double)scale));
+    for (; e < p.n; e += stride) {
+        const int64_t src = contiguous ? p.src0 + e : p.src0 + e / p.cols * p.src_cols + e % p.cols;
+        const double u = rng_uniform(p.seed, (uint64_t)src);
+        p.dst[e] = kc_f2bf((float)((2.0 * u - 1.0) * (double)p.scale));
     }
 }
 
-static void launch_fill_random(const kcuda_state *st, uint16_t *dst, int64_t n, uint64_t seed, float scale)
+static void launch_fill_random(const kcuda_state *st, const fill_params *p)
 {
-    unsigned grid = kcuda_cdiv(n, 256);
+    unsigned grid = kcuda_cdiv(p->n, 256);
     if (grid > (unsigned)st->n_sms * 32u)
         grid = (unsigned)st->n_sms * 32u;
-    fill_random_kernel<<<grid, 256, 0, st->stream>>>(dst, n, seed, scale);
+    fill_random_kernel<<<grid, 256, 0, st->stream>>>(*p, p->cols == p->src_cols);
 }
 
-/* Contract (kern_weight_fill_random): element e of w (flat row-major) becomes
- * bf16((float)((2 * rng_uniform(seed, e) - 1) * scale)), as the CPU twin. */
-void kcuda_weight_fill_random(kern_ctx *ctx, kern_weight *w, uint64_t seed, float scale)
+/* Contract (kern_weight_fill_random_part): element (row + i, j) of w becomes
+ * bf16((float)((2 * rng_uniform(seed, e) - 1) * scale)) with e = (src_row +
+ * i) * src_cols + src_col + j, as the CPU twin; kern_weight_fill_random is
+ * the whole-matrix window. The dispatcher has checked the window. */
+void kcuda_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, int64_t n_rows, uint64_t seed,
+                                   float scale, int64_t src_row, int64_t src_col, int64_t src_cols)
 {
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
-    const int64_t n = w->rows * w->cols;
-    if (n == 0)
+    const fill_params p = {(uint16_t *)w->data + row * w->cols, n_rows * w->cols, w->cols,
+                           src_row * src_cols + src_col, src_cols, seed, scale};
+    if (p.n == 0)
         return;
-    launch_fill_random(st, (uint16_t *)w->data, n, seed, scale);
+    launch_fill_random(st, &p);
     KCUDA_LAUNCH_CHECK();
 }
 

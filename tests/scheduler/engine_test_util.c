@@ -17,6 +17,7 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     o.model_dir = dir;
     o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     o.n_threads = 1;
+    o.tensor_parallel_size = test_tp_size();
     o.max_num_seqs = max_seqs;
     o.max_num_batched_tokens = max_tokens;
     o.kv_cache_bytes = 0;

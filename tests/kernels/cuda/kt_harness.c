@@ -33,7 +33,8 @@ typedef struct {
     double max_abs, max_rel;
 } kt_stat;
 
-static kt_stat g_stats[32];
+#define KT_MAX_OPS 64
+static kt_stat g_stats[KT_MAX_OPS];
 static int g_nstats;
 
 static kt_stat *stat_get(const char *op)
@@ -41,7 +42,7 @@ static kt_stat *stat_get(const char *op)
     for (int i = 0; i < g_nstats; i++)
         if (strcmp(g_stats[i].op, op) == 0)
             return &g_stats[i];
-    ck_assert_int_lt(g_nstats, 32);
+    ck_assert_int_lt(g_nstats, KT_MAX_OPS);
     kt_stat *s = &g_stats[g_nstats++];
     memset(s, 0, sizeof *s);
     snprintf(s->op, sizeof s->op, "%s", op);

@@ -76,5 +76,6 @@ TCase *kt_tcase_attention(void);
 TCase *kt_tcase_sample(void);
 TCase *kt_tcase_penalty(void);
 TCase *kt_tcase_fused(void);
+TCase *kt_tcase_tp(void);
 
 #endif

@@ -5,7 +5,9 @@
  * This file holds main, memory, weights and the dense per-token ops
  * (embedding, add + RMSNorm, matmul, logits, gather, SiLU * up);
  * test_cuda_attention.c covers RoPE + KV write and attention,
- * test_cuda_sample.c the sampler. Check runs in-process (CK_FORK=no): the
+ * test_cuda_sample.c the sampler, test_cuda_tp.c the tensor-parallel pieces
+ * (vocabulary-shard embedding, windowed dummy weights, 2-D copies, NCCL
+ * communicators). Check runs in-process (CK_FORK=no): the
  * CUDA runtime cannot be used in a child forked after the parent touched it,
  * and compute-sanitizer follows one process more simply. Tolerances are
  * stated at each op: bf16 outputs are compared with rtol 1e-2..2e-2 (bf16
@@ -842,6 +844,7 @@ int main(void)
     suite_add_tcase(s, kt_tcase_sample());
     suite_add_tcase(s, kt_tcase_penalty());
     suite_add_tcase(s, kt_tcase_fused());
+    suite_add_tcase(s, kt_tcase_tp());
     int rc = test_run_suite(s);
     int failing = kt_print_summary();
     kern_ctx_free(kt_gpu);

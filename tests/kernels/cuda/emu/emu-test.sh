@@ -25,8 +25,10 @@ for f in "$ROOT"/kernels/cuda/*.cu; do
     python3 "$EMU/rewrite.py" "$f" "$out"
     jobs+=("g++ -std=c++17 ${CF[*]} -Wall -Wno-unused-function -Wno-unknown-pragmas -c $out -o $B/obj/$(basename "$out").o")
 done
+# objects named after the path (kernels/comm.c and kernels/cpu/comm.c differ)
 for f in "$ROOT"/common/*.c "$ROOT"/kernels/*.c "$ROOT"/kernels/cpu/*.c "$ROOT"/tests/test_util.c "$ROOT"/tests/kernels/cuda/*.c; do
-    jobs+=("gcc -std=c11 ${CF[*]} -Wall -c $f -o $B/obj/$(basename "$f").o")
+    rel=${f#"$ROOT"/}
+    jobs+=("gcc -std=c11 ${CF[*]} -Wall -c $f -o $B/obj/${rel//\//_}.o")
 done
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} sh -c '{}'
 # shellcheck disable=SC2046

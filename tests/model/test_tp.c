@@ -1,0 +1,292 @@
+/* tests/model/test_tp.c: tensor parallelism (model/model_tp.c, the split
+ * forward pass of forward.c) against the unsplit model, on the CPU backend
+ * (ranks are threads meeting in shared memory) or, with
+ * INFERD_TEST_DEVICE=cuda, on GPUs through NCCL (cases needing more GPUs
+ * than the machine has skip, saying so).
+ *
+ * Every case runs one sequence through model_step, the engine's entry (the
+ * decode CUDA graphs on the GPU): a prompt prefill, then greedy decode
+ * steps, keeping each step's logits and token.
+ *  - tp 1 through the collective path (force_comm: the sharded embedding,
+ *    every all-reduce and the logits all-gather, each a copy or nothing)
+ *    equals the plain model bitwise, logits and tokens: stories260K, and
+ *    the Llama-3-shaped dummy, whose decode steps take the fused layers on
+ *    the GPU (fused_resid's collective variant).
+ *  - tp 2 and 4 on stories260K (tied embeddings split by vocabulary, GQA
+ *    4 kv heads): greedy tokens equal to tp 1 for 32 steps, logits within
+ *    the backend's tolerance (fp32 summation order on the CPU, bf16 on the
+ *    GPU).
+ *  - dummy weights, filled shard by shard with the unsplit model's values
+ *    (kern_weight_fill_random_part): Llama-3-shaped at tp 2 and 8 (kv heads
+ *    replicated), Qwen2 (q/k/v biases, tied) at tp 2, Qwen3 (q/k norms) at
+ *    tp 2 and 8: the same comparison.
+ *  - refusals: a size the heads do not divide, named in the error.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/util.h"
+#include "kvcache/kv_layout.h"
+#include "model/model.h"
+#include "test_util.h"
+
+#define MAX_STEPS 33
+#define PROMPT_LEN 12
+#define BLOCK 16
+
+/* What one run produced: the token and the logits of every step. */
+typedef struct {
+    int steps, vocab;
+    int32_t tok[MAX_STEPS];
+    float *logits; /* [steps, vocab] */
+} run_out;
+
+static const char *g_preset_dir;
+
+static void opts_for(model_opts *o, const char *dir, bool dummy, int tp, bool force_comm)
+{
+    model_opts_default(o);
+    o->model_dir = dir;
+    o->load_format = dummy ? MODEL_LOAD_DUMMY : MODEL_LOAD_SAFETENSORS;
+    o->backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
+    o->n_threads = 1;
+    o->max_num_batched_tokens = 64;
+    o->max_num_seqs = 4;
+    o->max_model_len = 256;
+    o->kv_cache_bytes = 0;
+    o->gpu_memory_utilization = 0.3f;
+    o->tensor_parallel_size = tp;
+    o->force_comm = force_comm;
+}
+
+/* One step of sequence 0 over toks[0, n) at start; logits of the last row. */
+static void step(model *m, const int32_t *table, const int32_t *toks, int start, int n, int32_t *out_tok)
+{
+    int32_t pos[PROMPT_LEN], qsl[2] = {0, n}, len = start + n, idx = n - 1;
+    int64_t slots[PROMPT_LEN];
+    for (int i = 0; i < n; i++) {
+        pos[i] = start + i;
+        slots[i] = kv_slot(table, start + i, model_block_size(m));
+    }
+    model_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                     .query_start_loc = qsl, .seq_lens = &len, .block_tables = table,
+                     .max_blocks_per_seq = model_max_blocks_per_seq(m), .n_logits = 1, .logits_indices = &idx};
+    kern_sample_params sp = {.temperature = 0, .top_p = 1.0f};
+    ck_assert_msg(model_step(m, &b, &sp, out_tok) == INFERD_OK, "step: %s", inferd_last_error());
+}
+
+/* Load, prefill a fixed prompt, decode greedily; NULL-free *out. */
+static bool run(const model_opts *o, int steps, run_out *out)
+{
+    model *m = NULL;
+    if (model_load(o, &m) != INFERD_OK) {
+        printf("load (tp %d): %s\n", o->tensor_parallel_size, inferd_last_error());
+        return false;
+    }
+    const int vocab = model_get_config(m)->vocab_size, width = model_max_blocks_per_seq(m);
+    int32_t *table = inferd_calloc((size_t)width, sizeof(int32_t));
+    for (int i = 0; i < width; i++)
+        table[i] = 1 + i % (model_num_kv_blocks(m) - 1);
+    int32_t prompt[PROMPT_LEN];
+    for (int i = 0; i < PROMPT_LEN; i++)
+        prompt[i] = (int32_t)((i * 37 + 11) % vocab);
+    out->steps = steps;
+    out->vocab = vocab;
+    out->logits = inferd_malloc((size_t)steps * (size_t)vocab * sizeof(float));
+    int pos = 0;
+    for (int s = 0; s < steps; s++) {
+        const int32_t *toks = s == 0 ? prompt : &out->tok[s - 1];
+        int n = s == 0 ? PROMPT_LEN : 1;
+        step(m, table, toks, pos, n, &out->tok[s]);
+        model_logits_to_host(m, out->logits + (size_t)s * vocab);
+        pos += n;
+    }
+    inferd_free(table);
+    model_free(m);
+    return true;
+}
+
+/* Greedy tokens equal; logits bitwise (tol < 0) or within tol (abs). */
+static void compare(const char *what, const run_out *a, const run_out *b, double tol)
+{
+    double max_diff = 0;
+    size_t n = (size_t)a->steps * (size_t)a->vocab, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a->logits[i] - (double)b->logits[i]);
+        differ += memcmp(&a->logits[i], &b->logits[i], sizeof(float)) != 0;
+        max_diff = d > max_diff ? d : max_diff;
+    }
+    printf("%-44s %d steps: logits max |diff| %.3g, %zu of %zu values differ\n", what, a->steps, max_diff, differ, n);
+    for (int s = 0; s < a->steps; s++)
+        ck_assert_msg(a->tok[s] == b->tok[s], "%s: step %d token %d vs %d", what, s, a->tok[s], b->tok[s]);
+    if (tol < 0)
+        ck_assert_msg(differ == 0, "%s: %zu logits differ (max %.3g), expected bitwise", what, differ, max_diff);
+    else
+        ck_assert_msg(max_diff <= tol, "%s: logits max |diff| %.3g > %.3g", what, max_diff, tol);
+}
+
+static void free_run(run_out *r)
+{
+    inferd_free(r->logits);
+    r->logits = NULL;
+}
+
+/* Logit tolerance of tp > 1 against tp 1: fp32 summation order (CPU), or
+ * bf16 partial sums rounded before the all-reduce (GPU). */
+static double tp_tol(void)
+{
+    return test_use_cuda() ? 0.15 : 2e-4;
+}
+
+static int n_devices(void)
+{
+    return test_use_cuda() ? kern_cuda_device_count() : 1 << 20;
+}
+
+static char *stories_dir(void)
+{
+    char *dir = test_fixture_path("models/stories260K");
+    if (!dir || !util_file_exists(dir))
+        test_skip("models/stories260K not found");
+    return dir;
+}
+
+/* Dummy presets decode fewer steps on the CPU (seconds each there). */
+static int dummy_steps(void)
+{
+    return test_use_cuda() ? MAX_STEPS : 6;
+}
+
+static char *preset(const char *name)
+{
+    char *p = inferd_malloc(strlen(g_preset_dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", g_preset_dir, name);
+    return p;
+}
+
+/* The model at dir through the collective path at tp 1 against plain. */
+static void tp1_case(const char *name, const char *dir, bool dummy, int steps)
+{
+    model_opts o;
+    run_out plain = {0}, comm = {0};
+    opts_for(&o, dir, dummy, 1, false);
+    ck_assert(run(&o, steps, &plain));
+    opts_for(&o, dir, dummy, 1, true);
+    if (!run(&o, steps, &comm)) {
+        ck_assert_msg(!test_use_cuda() || !getenv("INFERD_REQUIRE_NCCL"), "no communicator: %s", inferd_last_error());
+        printf("%s tp 1 via collectives: skipped, no communicator (NCCL not loadable)\n", name);
+        free_run(&plain);
+        return;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s tp 1 via collectives vs plain", name);
+    compare(what, &plain, &comm, -1);
+    free_run(&plain);
+    free_run(&comm);
+}
+
+/* stories260K (unfused layers: its weights are below the GEMV threshold)
+ * and the Llama-3-shaped dummy (the fused decode layers on the GPU). */
+START_TEST(test_tp1_comm_bitwise)
+{
+    char *dir = stories_dir();
+    tp1_case("stories260K", dir, false, MAX_STEPS);
+    inferd_free(dir);
+    dir = preset("test-llama3-small");
+    tp1_case("test-llama3-small", dir, true, dummy_steps());
+    inferd_free(dir);
+}
+END_TEST
+
+/* tp ranks of the model at dir against tp 1. */
+static void tp_case(const char *name, const char *dir, bool dummy, int tp, int steps)
+{
+    if (tp > n_devices()) {
+        printf("%s tp %d: skipped, %d device(s)\n", name, tp, n_devices());
+        return;
+    }
+    model_opts o;
+    run_out one = {0}, split = {0};
+    opts_for(&o, dir, dummy, 1, false);
+    ck_assert(run(&o, steps, &one));
+    opts_for(&o, dir, dummy, tp, false);
+    ck_assert_msg(run(&o, steps, &split), "tp %d load failed", tp);
+    char what[128];
+    snprintf(what, sizeof what, "%s tp %d vs tp 1", name, tp);
+    compare(what, &one, &split, tp_tol());
+    free_run(&one);
+    free_run(&split);
+}
+
+START_TEST(test_tp_stories)
+{
+    char *dir = stories_dir();
+    tp_case("stories260K", dir, false, 2, MAX_STEPS);
+    tp_case("stories260K", dir, false, 4, MAX_STEPS);
+    inferd_free(dir);
+}
+END_TEST
+
+START_TEST(test_tp_dummy_presets)
+{
+    static const struct {
+        const char *name;
+        int tp;
+    } cases[] = {
+        {"test-llama3-small", 2}, {"test-llama3-small", 8}, /* 4 kv heads: replicated at 8 */
+        {"test-qwen2-small", 2},                            /* q/k/v biases, tied embeddings */
+        {"test-qwen3-small", 2},  {"test-qwen3-small", 8},  /* per-head q/k norms */
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(cases); i++) {
+        char *dir = preset(cases[i].name);
+        tp_case(cases[i].name, dir, true, cases[i].tp, dummy_steps());
+        inferd_free(dir);
+    }
+}
+END_TEST
+
+START_TEST(test_tp_refusals)
+{
+    char *dir = stories_dir();
+    static const struct {
+        int tp;
+        const char *needle;
+    } cases[] = {
+        {3, "attention heads"}, /* 8 heads */
+        {16, "attention heads"},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(cases); i++) {
+        model_opts o;
+        opts_for(&o, dir, false, cases[i].tp, false);
+        model *m = NULL;
+        inferd_status st = model_load(&o, &m);
+        ck_assert_msg(st == INFERD_ERR_INVALID_ARG && m == NULL, "tp %d: status %d", cases[i].tp, st);
+        ck_assert_msg(strstr(inferd_last_error(), "--tensor-parallel-size") &&
+                          strstr(inferd_last_error(), cases[i].needle),
+                      "tp %d: %s", cases[i].tp, inferd_last_error());
+    }
+    inferd_free(dir);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("tp");
+    TCase *tc = tcase_create("tp");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_tp1_comm_bitwise);
+    tcase_add_test(tc, test_tp_stories);
+    tcase_add_test(tc, test_tp_dummy_presets);
+    tcase_add_test(tc, test_tp_refusals);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    g_preset_dir = INFERD_TEST_SOURCE_DIR "/configs/models";
+    return test_run_suite(suite());
+}
