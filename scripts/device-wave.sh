@@ -191,6 +191,36 @@ for io in "512 128" "128 128"; do
 done
 fi
 
+# i2. offline throughput against the engine's batch limits (issue 13): the same
+#     1000 requests with --max-num-seqs 256 / 512 / 1024 and a 16k token budget
+if part tputsweep; then
+for io in "512 128" "128 128"; do
+    read -r il ol <<<"$io"
+    for lim in "256 8192" "512 16384" "1024 16384"; do
+        read -r ns bt <<<"$lim"
+        if timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy --device cuda --input-len $il \
+              --output-len $ol --num-prompts 1000 --max-num-seqs $ns --max-num-batched-tokens $bt \
+              --output-json "$W/tput-$il-$ol-$ns.json" >"$W/tput-$il-$ol-$ns.txt" 2>&1
+        then row "bench throughput 1000 x $il/$ol seqs $ns tokens $bt $(el)" ok
+        else row "bench throughput $il/$ol seqs $ns (exit $?)" FAILED; fi
+        grep -E "^\| [0-9]" "$W/tput-$il-$ol-$ns.txt" | tail -2
+    done
+done
+fi
+
+# i3. the two near-miss decode rows of issue 12, three iterations each
+if part decodelong; then
+for spec in "$L8 256 1024 160 256 2048" "$L31 1 32000 64 1 33000"; do
+    read -r cfg b in o ns mml <<<"$spec"
+    if timeout 200 "$BIN" bench latency --model $cfg --load-format dummy --device cuda --batch-size "$b" \
+          --input-len "$in" --output-len "$o" --num-iters-warmup 1 --num-iters 3 --max-num-seqs "$ns" \
+          --max-num-batched-tokens 8192 --max-model-len "$mml" >"$W/decodelong-b$b-$in.txt" 2>&1
+    then row "bench latency b$b x $in x3 $(el)" ok
+    else row "bench latency b$b x $in x3 (exit $?)" FAILED; fi
+    grep -E "^\| [0-9]|ceilings" "$W/decodelong-b$b-$in.txt"
+done
+fi
+
 # j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
 if part serve; then
