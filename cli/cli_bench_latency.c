@@ -137,6 +137,10 @@ int cli_bench_latency(int argc, char **argv)
     a.mo.max_num_seqs = a.eo.max_num_seqs = INFERD_MAX(a.mo.max_num_seqs, max_batch);
     if (a.mo.max_model_len == 0)
         a.mo.max_model_len = a.eo.max_model_len = max_len;
+    if ((rc = cli_follow_node(&a.mo)) >= 0) { /* --node-rank > 0: node 0 benchmarks */
+        cli_model_args_free(&a);
+        return rc;
+    }
     kern_ceilings ceil;
     cli_loaded l;
     if (cli_bench_load(&a, "bench latency", &ceil, &l) != 0)

@@ -81,6 +81,10 @@ int cli_bench_throughput(int argc, char **argv)
     }
     if (a.mo.max_model_len == 0)
         a.mo.max_model_len = a.eo.max_model_len = bench_throughput_max_len(&o);
+    if ((rc = cli_follow_node(&a.mo)) >= 0) { /* --node-rank > 0: node 0 benchmarks */
+        cli_model_args_free(&a);
+        return rc;
+    }
     kern_ceilings ceil;
     cli_loaded l;
     if (cli_bench_load(&a, "bench throughput", &ceil, &l) != 0)

@@ -57,6 +57,8 @@ void cli_shared_groups(model_opts *mo, engine_opts *eo, cli_glue_opts *g, opt_gr
     out[1].rows = engine_opts_rows(&out[1].n);
     out[1].base = eo;
     out[2] = (opt_group){k_glue_rows, INFERD_ARRAY_LEN(k_glue_rows), g};
+    out[3].rows = dist_rdzv_opts_rows(&out[3].n);
+    out[3].base = &mo->dist;
 }
 
 void cli_glue_default(cli_glue_opts *g)
@@ -77,6 +79,8 @@ void cli_shared_usage(FILE *f)
     const opt_row *t = model_opts_rows(&n);
     opt_usage(f, t, n);
     t = engine_opts_rows(&n);
+    opt_usage(f, t, n);
+    t = dist_rdzv_opts_rows(&n);
     opt_usage(f, t, n);
     opt_usage(f, k_glue_rows, INFERD_ARRAY_LEN(k_glue_rows));
 }
@@ -100,10 +104,25 @@ void cli_model_args_default(cli_model_args *a)
  * the engine and glue rows are plain values. */
 void cli_model_args_free(cli_model_args *a)
 {
-    size_t n;
-    const opt_row *t = model_opts_rows(&n);
-    opt_free(t, n, &a->mo);
+    model_opts_free(&a->mo);
     memset(a, 0, sizeof *a);
+}
+
+int cli_follow_node(model_opts *mo)
+{
+    if (mo->dist.nnodes <= 1 || mo->dist.node_rank == 0)
+        return -1;
+    model *m = NULL;
+    INFERD_LOG_INFO("node %d of %d: loading this node's tensor-parallel ranks, then following node 0 (%s:%d)",
+                    mo->dist.node_rank, mo->dist.nnodes, mo->dist.master_addr ? mo->dist.master_addr : "?",
+                    mo->dist.master_port);
+    inferd_status st = model_load(mo, &m);
+    if (st == INFERD_OK)
+        st = model_tp_follow(m);
+    if (st != INFERD_OK)
+        cli_fail("%s", inferd_last_error());
+    model_free(m);
+    return st == INFERD_OK ? 0 : 1;
 }
 
 void cli_model_usage(FILE *f)

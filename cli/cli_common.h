@@ -27,9 +27,13 @@ typedef struct {
 
 /* Model flags, engine flags and the glue rows bound to the structs they
  * fill: out[0] model rows -> mo, out[1] engine rows -> eo, out[2] glue
- * rows -> g. */
-#define CLI_SHARED_GROUPS 3
+ * rows -> g, out[3] the multi-node rows (dist/) -> mo->dist. */
+#define CLI_SHARED_GROUPS 4
 void cli_shared_groups(model_opts *mo, engine_opts *eo, cli_glue_opts *g, opt_group out[CLI_SHARED_GROUPS]);
+/* --nnodes > 1 and --node-rank > 0: this process holds only its
+ * tensor-parallel ranks and runs the steps node 0 sends (vLLM's headless
+ * nodes) until node 0 ends; the exit code, or -1 on node 0 (go on). */
+int cli_follow_node(model_opts *mo);
 /* Defaults of the glue rows (log level info). */
 void cli_glue_default(cli_glue_opts *g);
 /* Apply the glue options to the process (log level). */

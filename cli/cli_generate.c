@@ -334,6 +334,11 @@ int cli_generate(int argc, char **argv)
         cli_model_args_free(&g.ma);
         return pr == 3 ? 0 : 2;
     }
+    int fr = cli_follow_node(&g.ma.mo); /* --node-rank > 0: follow node 0, no generation here */
+    if (fr >= 0) {
+        cli_model_args_free(&g.ma);
+        return fr;
+    }
     cli_loaded L;
     if (cli_load(&g.ma, &L) != 0) {
         cli_model_args_free(&g.ma);

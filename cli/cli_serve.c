@@ -213,5 +213,9 @@ int cli_serve(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     }
     cli_glue_apply(&glue);
+    if ((rc = cli_follow_node(&o.model)) >= 0) { /* --node-rank > 0: node 0 serves */
+        srv_opts_free(&o);
+        return rc;
+    }
     return srv_run(&o); /* takes over o */
 }

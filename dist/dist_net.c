@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -138,9 +139,7 @@ inferd_status dist_net_connect(const char *host, int port, inferd_deadline d, in
         }
         st = connect_one(fd, a, d);
         if (st == INFERD_OK) {
-            /* hello and reply are single small messages: send them now */
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            dist_net_nodelay(fd); /* hello and reply are single small messages */
             *fd_out = fd;
             break;
         }
@@ -152,15 +151,19 @@ inferd_status dist_net_connect(const char *host, int port, inferd_deadline d, in
     return st;
 }
 
-inferd_status dist_net_read_full(int fd, void *buf, size_t n, inferd_deadline d, size_t *got)
+/* Read exactly n bytes; *got = bytes read, *eof = the peer closed (rather
+ * than an error or the deadline ending the read). */
+static inferd_status read_loop(int fd, void *buf, size_t n, inferd_deadline d, size_t *got, bool *eof)
 {
     size_t k = 0;
     inferd_status st = INFERD_OK;
+    *eof = false;
     while (k < n) {
         ssize_t r = recv(fd, (char *)buf + k, n - k, 0);
         if (r > 0) {
             k += (size_t)r;
         } else if (r == 0) {
+            *eof = true;
             st = inferd_set_error(INFERD_ERR_IO, "connection closed after %zu of %zu bytes", k, n);
             break;
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -171,8 +174,27 @@ inferd_status dist_net_read_full(int fd, void *buf, size_t n, inferd_deadline d,
             break;
         }
     }
+    *got = k;
+    return st;
+}
+
+inferd_status dist_net_read_full(int fd, void *buf, size_t n, inferd_deadline d, size_t *got)
+{
+    size_t k;
+    bool eof;
+    inferd_status st = read_loop(fd, buf, n, d, &k, &eof);
     if (got)
         *got = k;
+    return st;
+}
+
+inferd_status dist_net_read_next(int fd, void *buf, size_t n, inferd_deadline d)
+{
+    size_t k;
+    bool eof;
+    inferd_status st = read_loop(fd, buf, n, d, &k, &eof);
+    if (st != INFERD_OK && eof && k == 0)
+        return inferd_set_error(INFERD_ERR_UNAVAILABLE, "connection closed by the peer");
     return st;
 }
 
@@ -192,6 +214,19 @@ inferd_status dist_net_write_full(int fd, const void *buf, size_t n, inferd_dead
         }
     }
     return INFERD_OK;
+}
+
+bool dist_net_peer_gone(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+void dist_net_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 const char *dist_net_peer_str(int fd, char *buf, size_t len)
@@ -233,4 +268,24 @@ void dist_net_close(int fd)
     int saved = errno;
     close(fd); /* NOTE: never retried on EINTR: on Linux the fd is gone either way */
     errno = saved;
+}
+
+void dist_net_close_reset(int fd)
+{
+    if (fd < 0)
+        return;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    dist_net_close(fd);
+}
+
+inferd_status dist_net_with_context(inferd_status st, const char *fmt, ...)
+{
+    char why[1024], prefix[512];
+    snprintf(why, sizeof why, "%s", inferd_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return inferd_set_error(st, "%s: %s", prefix, why);
 }

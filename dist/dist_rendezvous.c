@@ -68,14 +68,6 @@ static void header_pack(uint8_t h[DIST_RDZV_HEADER_SIZE], uint32_t a, uint32_t b
     put_u32(h + 12, b);
 }
 
-/* Re-set the thread's error as "<prefix>: <current message>" with status st. */
-static inferd_status with_context(inferd_status st, const char *prefix)
-{
-    char why[1024];
-    snprintf(why, sizeof why, "%s", inferd_last_error());
-    return inferd_set_error(st, "%s: %s", prefix, why);
-}
-
 /* ---- master: connections ------------------------------------------------------ */
 
 typedef struct {
@@ -160,14 +152,6 @@ static int find_rank(const rdzv_master *m, int rank)
     return -1;
 }
 
-/* True when the peer on fd has hung up (EOF or an error pending). */
-static bool peer_gone(int fd)
-{
-    char b;
-    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* ---- master: hellos ------------------------------------------------------------ */
 
 /* A whole hello is in: join c, or refuse it (INVALID_ARG: the job is
@@ -190,7 +174,7 @@ static inferd_status on_hello(rdzv_master *m, rdzv_conn *c)
         snprintf(why, sizeof why, "--node-rank %u out of range [1, %d] (node 0 is the master)", rank, nn - 1);
     } else {
         int holder = find_rank(m, (int)rank);
-        if (holder >= 0 && peer_gone(m->c[holder].fd))
+        if (holder >= 0 && dist_net_peer_gone(m->c[holder].fd))
             conn_drop(m, &m->c[holder], "hung up after its hello (a node restarted?)");
         else if (holder >= 0) {
             code = DIST_RDZV_RANK_TAKEN;
@@ -301,7 +285,7 @@ static void accept_all(rdzv_master *m)
 static void drop_dead_joined(rdzv_master *m)
 {
     for (int i = 0; i < m->n; i++)
-        if (m->c[i].fd >= 0 && m->c[i].rank >= 0 && peer_gone(m->c[i].fd)) {
+        if (m->c[i].fd >= 0 && m->c[i].rank >= 0 && dist_net_peer_gone(m->c[i].fd)) {
             char why[64];
             snprintf(why, sizeof why, "node %d hung up", m->c[i].rank);
             conn_drop(m, &m->c[i], why);
@@ -340,8 +324,9 @@ static inferd_status master_wait(rdzv_master *m, struct pollfd *pfd)
     return INFERD_OK;
 }
 
-/* Send every joined node its reply and the blob, closing each after. */
-static inferd_status master_send(rdzv_master *m, const void *blob, size_t len)
+/* Send every joined node its reply and the blob, then close its
+ * connection, or hand it over as keep[rank - 1] when keep is set. */
+static inferd_status master_send(rdzv_master *m, const void *blob, size_t len, int *keep)
 {
     uint8_t msg[DIST_RDZV_HEADER_SIZE + DIST_RDZV_MAX_BLOB];
     header_pack(msg, DIST_RDZV_OK, (uint32_t)len);
@@ -351,12 +336,12 @@ static inferd_status master_send(rdzv_master *m, const void *blob, size_t len)
         rdzv_conn *c = &m->c[i];
         if (c->rank < 0)
             continue;
-        if (dist_net_write_full(c->fd, msg, DIST_RDZV_HEADER_SIZE + len, m->l->deadline) != INFERD_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "rendezvous: sending the blob to node %d", c->rank);
-            return with_context(INFERD_ERR_IO, what);
-        }
-        dist_net_close(c->fd);
+        if (dist_net_write_full(c->fd, msg, DIST_RDZV_HEADER_SIZE + len, m->l->deadline) != INFERD_OK)
+            return dist_net_with_context(INFERD_ERR_IO, "rendezvous: sending the blob to node %d", c->rank);
+        if (keep)
+            keep[c->rank - 1] = c->fd;
+        else
+            dist_net_close(c->fd);
         c->fd = -1;
         c->rank = -1;
     }
@@ -397,11 +382,10 @@ inferd_status dist_rdzv_listen(const dist_rdzv_opts *o, dist_rdzv_listener **out
         l->o.master_addr = l->addr;
         st = dist_net_listen(l->addr, o->master_port, RDZV_BACKLOG, &l->fd, &l->port);
         if (st != INFERD_OK) {
-            char what[128];
-            snprintf(what, sizeof what, "rendezvous: --master-addr %s --master-port %d", l->addr,
-                     o->master_port);
+            st = dist_net_with_context(st, "rendezvous: --master-addr %s --master-port %d", l->addr,
+                                       o->master_port);
             dist_rdzv_close(l);
-            return with_context(st, what);
+            return st;
         }
         INFERD_LOG_DEBUG("rendezvous: listening on %s port %d for %d peers", l->addr, l->port, o->nnodes - 1);
     }
@@ -413,8 +397,26 @@ int dist_rdzv_port(const dist_rdzv_listener *l)
 {
     return l ? l->port : 0;
 }
+int dist_rdzv_nnodes(const dist_rdzv_listener *l)
+{
+    return l ? l->o.nnodes : 0;
+}
 
-inferd_status dist_rdzv_serve(dist_rdzv_listener *l, const void *blob, size_t len)
+/* Empty the hand-over slots keep[0..n) (NULL: none), resetting the
+ * connections in them when reset is set. */
+static void set_kept(int *keep, int n, bool reset)
+{
+    for (int r = 0; keep && r < n; r++) {
+        if (reset)
+            dist_net_close_reset(keep[r]);
+        keep[r] = -1;
+    }
+}
+
+/* keep == NULL: dist_rdzv_serve. A failure after some connections were
+ * handed over resets them, so no node takes a failed rendezvous for a good
+ * one. */
+inferd_status dist_rdzv_serve_keep(dist_rdzv_listener *l, const void *blob, size_t len, int *keep)
 {
     if (!l)
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "rendezvous: no listener");
@@ -432,18 +434,26 @@ inferd_status dist_rdzv_serve(dist_rdzv_listener *l, const void *blob, size_t le
     rdzv_master m = {.l = l, .cap = l->o.nnodes - 1 + RDZV_MAX_STRAYS};
     m.c = inferd_calloc((size_t)m.cap, sizeof *m.c);
     struct pollfd *pfd = inferd_calloc((size_t)m.cap + 1, sizeof *pfd);
+    set_kept(keep, l->o.nnodes - 1, false);
     inferd_status st = master_wait(&m, pfd);
     if (st == INFERD_OK)
-        st = master_send(&m, blob, len);
-    if (st != INFERD_OK)
-        st = master_abort(&m, st);
-    else
+        st = master_send(&m, blob, len, keep);
+    if (st == INFERD_OK) {
         INFERD_LOG_DEBUG("rendezvous: sent %zu bytes to %d peers", len, l->o.nnodes - 1);
+    } else {
+        st = master_abort(&m, st);
+        set_kept(keep, l->o.nnodes - 1, true);
+    }
     for (int i = 0; i < m.n; i++)
         dist_net_close(m.c[i].fd);
     inferd_free(pfd);
     inferd_free(m.c);
     return st;
+}
+
+inferd_status dist_rdzv_serve(dist_rdzv_listener *l, const void *blob, size_t len)
+{
+    return dist_rdzv_serve_keep(l, blob, len, NULL);
 }
 
 void dist_rdzv_close(dist_rdzv_listener *l)
@@ -488,7 +498,7 @@ static inferd_status read_reply_body(int fd, const dist_rdzv_opts *o, inferd_dea
                                 o->master_addr, o->master_port, n, cap);
     inferd_status st = n ? dist_net_read_full(fd, buf, n, d, NULL) : INFERD_OK;
     if (st != INFERD_OK)
-        return with_context(st, "rendezvous: reading the blob");
+        return dist_net_with_context(st, "rendezvous: reading the blob");
     *len = n;
     return INFERD_OK;
 }
@@ -503,7 +513,7 @@ static inferd_status join_exchange(int fd, const dist_rdzv_opts *o, inferd_deadl
     inferd_status st = dist_net_write_full(fd, h, sizeof h, d);
     if (st != INFERD_OK) {
         *retry = st != INFERD_ERR_TIMEOUT;
-        return with_context(st, "sending the hello");
+        return dist_net_with_context(st, "sending the hello");
     }
     size_t got = 0;
     st = dist_net_read_full(fd, h, sizeof h, d, &got);
@@ -526,7 +536,8 @@ static inferd_status join_exchange(int fd, const dist_rdzv_opts *o, inferd_deadl
     return read_reply_body(fd, o, d, get_u32(h + 8), get_u32(h + 12), buf, cap, len);
 }
 
-inferd_status dist_rdzv_join(const dist_rdzv_opts *o, void *buf, size_t cap, size_t *len)
+/* keep == NULL: dist_rdzv_join. */
+inferd_status dist_rdzv_join_keep(const dist_rdzv_opts *o, void *buf, size_t cap, size_t *len, int *keep)
 {
     if (!o || !len || (cap && !buf))
         return inferd_set_error(INFERD_ERR_INVALID_ARG, "rendezvous: no options, buffer or length output");
@@ -546,7 +557,10 @@ inferd_status dist_rdzv_join(const dist_rdzv_opts *o, void *buf, size_t cap, siz
         if (st == INFERD_OK) {
             connected = true;
             st = join_exchange(fd, o, d, buf, cap, len, &retry);
-            dist_net_close(fd);
+            if (st == INFERD_OK && keep)
+                *keep = fd;
+            else
+                dist_net_close(fd);
         } else {
             retry = st != INFERD_ERR_TIMEOUT;
         }
@@ -570,4 +584,9 @@ inferd_status dist_rdzv_join(const dist_rdzv_opts *o, void *buf, size_t cap, siz
         INFERD_LOG_DEBUG("rendezvous: node %d retrying in %d ms: %s", o->node_rank, wait_ms, last);
         dist_net_sleep_ms(wait_ms, d);
     }
+}
+
+inferd_status dist_rdzv_join(const dist_rdzv_opts *o, void *buf, size_t cap, size_t *len)
+{
+    return dist_rdzv_join_keep(o, buf, cap, len, NULL);
 }

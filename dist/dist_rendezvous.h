@@ -11,7 +11,8 @@
  * Others:  dist_rdzv_join (connects, retrying until the deadline: the master
  *          may start later than its peers)
  * With nnodes == 1 nothing touches the network: listen opens no socket and
- * serve returns at once.
+ * serve returns at once. dist_chan.h runs this same rendezvous and keeps
+ * the connections open afterwards as the run's control channel.
  *
  * Wire format (all fields little-endian uint32):
  *   hello, joiner -> master: magic, version, nnodes, node_rank       (16 bytes)

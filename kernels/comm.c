@@ -3,12 +3,14 @@
  * (kernels/cpu/comm.c) meets its ranks, threads of this process, in shared
  * memory; the CUDA backend (kernels/cuda/comm.cu) wraps NCCL, loaded at run
  * time. Multi-process groups (an id made by rank 0 and passed out of band)
- * exist on CUDA only: CPU ranks are always threads of one process.
+ * exist on CUDA through NCCL; on the CPU a hosted communicator hands each
+ * collective to the caller's hooks (dist/'s transport, model/model_tp.c).
  *
  * As in dispatch.c, kcuda_* symbols are referenced only when
  * INFERD_HAVE_CUDA is defined: a build without CUDA rejects CUDA contexts
  * at kern_ctx_create, so no CUDA communicator can be asked for there.
  */
+#include "common/alloc.h"
 #include "common/check.h"
 #include "kernels/kern_internal.h"
 
@@ -74,10 +76,29 @@ inferd_status kern_comm_create_rank(kern_ctx *ctx, const unsigned char id[KERN_C
     return no_multi_process(ctx->backend);
 }
 
+inferd_status kern_comm_create_hosted(kern_ctx *ctx, int n, int rank, const kern_comm_hooks *h, kern_comm **out)
+{
+    *out = NULL;
+    if (n < 1 || rank < 0 || rank >= n || !h || !h->all_reduce_sum || !h->all_gather)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "hosted communicator: rank %d of %d ranks, hooks %s", rank, n,
+                                h && h->all_reduce_sum && h->all_gather ? "set" : "missing");
+    if (ctx->backend != KERN_BACKEND_CPU)
+        return inferd_set_error(INFERD_ERR_UNSUPPORTED,
+                                "hosted communicators are for the cpu backend (CUDA ranks use NCCL)");
+    kern_comm *c = inferd_calloc(1, sizeof *c);
+    *c = (kern_comm){.backend = ctx->backend, .rank = rank, .size = n, .device = -1, .hooks = *h, .hosted = true};
+    *out = c;
+    return INFERD_OK;
+}
+
 void kern_comm_free(kern_comm *c)
 {
     if (!c)
         return;
+    if (c->hosted) {
+        inferd_free(c);
+        return;
+    }
 #ifdef INFERD_HAVE_CUDA
     if (c->backend == KERN_BACKEND_CUDA) {
         kcuda_comm_free(c);
@@ -100,6 +121,10 @@ int kern_comm_rank(const kern_comm *c)
 void kern_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, kern_dtype dtype)
 {
     INFERD_CHECK_MSG(c && ctx->backend == c->backend, "all_reduce: the communicator is of another backend");
+    if (c->hosted) {
+        c->hooks.all_reduce_sum(c->hooks.user, buf, count, dtype);
+        return;
+    }
 #ifdef INFERD_HAVE_CUDA
     if (ctx->backend == KERN_BACKEND_CUDA) {
         kcuda_all_reduce_sum(ctx, c, buf, count, dtype);
@@ -112,6 +137,10 @@ void kern_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, k
 void kern_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, size_t bytes)
 {
     INFERD_CHECK_MSG(c && ctx->backend == c->backend, "all_gather: the communicator is of another backend");
+    if (c->hosted) {
+        c->hooks.all_gather(c->hooks.user, dst, src, bytes);
+        return;
+    }
 #ifdef INFERD_HAVE_CUDA
     if (ctx->backend == KERN_BACKEND_CUDA) {
         kcuda_all_gather(ctx, c, dst, src, bytes);

@@ -119,6 +119,8 @@ struct kern_comm {
     int rank, size;
     int device; /* CUDA: the device of the rank's ctx */
     void *impl;
+    kern_comm_hooks hooks; /* hosted (kern_comm_create_hosted): the caller's collectives; impl NULL */
+    bool hosted;
 };
 inferd_status kcpu_comm_create_local(kern_ctx *const *ctxs, int n, kern_comm **out);
 void kcpu_comm_free(kern_comm *c);

@@ -399,6 +399,20 @@ inferd_status kern_comm_create_local(kern_ctx *const *ctxs, int n, kern_comm **o
 inferd_status kern_comm_make_id(kern_backend b, unsigned char id[KERN_COMM_ID_BYTES]);
 inferd_status kern_comm_create_rank(kern_ctx *ctx, const unsigned char id[KERN_COMM_ID_BYTES], int n, int rank,
                                     kern_comm **out);
+/* A rank whose collectives the caller carries out (the CPU backend across
+ * processes: tensor parallelism over several hosts without GPUs, and the
+ * test of the multi-process path; the transport is dist/'s, which the
+ * kernel layer does not know). Each collective of this rank calls the hook
+ * with the same arguments and returns when it returns; the hook must give
+ * the results the contract below states (rank-ordered fp32 sums rounded
+ * once, as the CPU backend's own). CPU contexts only (UNSUPPORTED on CUDA,
+ * whose ops are asynchronous: NCCL there). */
+typedef struct {
+    void (*all_reduce_sum)(void *user, void *buf, size_t count, kern_dtype dtype);
+    void (*all_gather)(void *user, void *dst, const void *src, size_t bytes);
+    void *user;
+} kern_comm_hooks;
+inferd_status kern_comm_create_hosted(kern_ctx *ctx, int n, int rank, const kern_comm_hooks *h, kern_comm **out);
 void kern_comm_free(kern_comm *c);
 int kern_comm_size(const kern_comm *c);
 int kern_comm_rank(const kern_comm *c);

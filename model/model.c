@@ -233,7 +233,7 @@ static void log_plan(const model *m)
     if (sh->tp > 1 || m->comm)
         INFERD_LOG_INFO("tensor parallel rank %d/%d (device %d): q heads [%lld, %lld), kv heads [%lld, %lld)%s, "
                         "intermediate [%lld, %lld), vocabulary [%lld, %lld)",
-                        sh->rank, sh->tp, m->opts.device_id + sh->rank, (long long)sh->q_heads.begin,
+                        sh->rank, sh->tp, m->device, (long long)sh->q_heads.begin,
                         (long long)(sh->q_heads.begin + sh->q_heads.count), (long long)sh->kv_heads.begin,
                         (long long)(sh->kv_heads.begin + sh->kv_heads.count),
                         sh->kv_replicas > 1 ? " (replicated)" : "", (long long)sh->inter.begin,
@@ -319,7 +319,7 @@ static inferd_status plan_shard(model *m, int rank)
 
 /* Load phase 1 of a rank: config, context (device device_id + rank),
  * weights (this rank's slices), activations. */
-static inferd_status load_begin(model *m, int rank)
+static inferd_status load_begin(model *m, int rank, int local)
 {
     inferd_status st = model_config_load(m->opts.model_dir, &m->cfg);
     if (st != INFERD_OK)
@@ -330,8 +330,9 @@ static inferd_status load_begin(model *m, int rank)
         return st;
     if (m->opts.device_auto)
         m->opts.backend = kern_cuda_available() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
+    m->device = m->opts.device_id + local;
     kern_ctx_opts ko = {
-        .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id + rank};
+        .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id + local};
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
         return st;
     m->act_dtype = kern_act_dtype(m->kc);
@@ -364,12 +365,12 @@ static inferd_status load_begin(model *m, int rank)
     return alloc_acts(m);
 }
 
-inferd_status model_load_rank_begin(const model_opts *opts, int rank, model **out)
+inferd_status model_load_rank_begin(const model_opts *opts, int rank, int local, model **out)
 {
     model *m = inferd_calloc(1, sizeof *m);
     m->opts = *opts;
     *out = m;
-    return load_begin(m, rank);
+    return load_begin(m, rank, local);
 }
 
 inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized)
@@ -397,7 +398,7 @@ inferd_status model_load_rank_end(model *m)
 
 static inferd_status load_all(model *m)
 {
-    inferd_status st = load_begin(m, 0);
+    inferd_status st = load_begin(m, 0, 0);
     int64_t n_blocks = 0;
     bool auto_sized = false;
     if (st == INFERD_OK)

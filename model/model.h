@@ -15,6 +15,7 @@
 
 #include "common/opt.h"
 #include "common/status.h"
+#include "dist/dist_rendezvous.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
 
@@ -51,6 +52,13 @@ typedef struct {
      * at tensor_parallel_size 1, where each is a copy or nothing: the tests
      * of the collective path against the plain one. Not a command-line flag. */
     bool force_comm;
+    /* Several hosts (or processes): --nnodes, --node-rank, --master-addr,
+     * --master-port, --dist-timeout (dist/'s option rows). Node k holds
+     * ranks [k * L, (k + 1) * L) of tensor_parallel_size = nnodes * L, on
+     * devices device_id .. device_id + L - 1 (CPU backend: L = 1). Node 0
+     * drives (the engine, the server); the others follow its steps
+     * (model_tp_follow). nnodes 1: one process. */
+    dist_rdzv_opts dist;
 } model_opts;
 
 /* The table's defaults (CPU backend, device_auto off: API users pick the
@@ -58,8 +66,11 @@ typedef struct {
 void model_opts_default(model_opts *o);
 /* The model option rows (offsets into model_opts); *n = count. The
  * strings of a model_opts filled through them are owned: free with
- * opt_free(rows, n, o). */
+ * model_opts_free. The multi-node rows are dist/'s (dist_rdzv_opts_rows),
+ * filling o->dist. */
 const opt_row *model_opts_rows(size_t *n);
+/* Free the strings the model rows and the dist rows own (o->dist too). */
+void model_opts_free(model_opts *o);
 /* Check every field against its row: INVALID_ARG naming the field and the
  * accepted range. (model_load also checks max_model_len against the
  * config's max_position_embeddings, which no table knows.) */
@@ -67,6 +78,10 @@ inferd_status model_opts_validate(const model_opts *o);
 
 /* Load config + weights, size and allocate activations and KV storage. */
 inferd_status model_load(const model_opts *opts, model **out);
+/* A model loaded with dist.node_rank > 0 (a follower node of a multi-node
+ * group): run the steps node 0 sends until node 0 closes the group
+ * (INFERD_OK), or until the channel or a step fails (the status). */
+inferd_status model_tp_follow(model *m);
 void model_free(model *m);
 
 const model_config *model_get_config(const model *m);

@@ -117,6 +117,7 @@ struct model {
     kern_comm *comm;
     model_tp *tp;  /* rank 0 of a group: the other ranks and their workers */
     bool follower; /* rank > 0 of a group: runs the steps rank 0 is given, never samples */
+    int device;    /* CUDA device ordinal of this rank (device_id + its index on this node) */
     model_opts opts;
     kern_ctx *kc;
     kern_dtype act_dtype;
@@ -146,7 +147,7 @@ struct model {
 /* Whether a model of these options runs the collective forward pass. */
 static inline bool model_has_comm_opts(const model_opts *o)
 {
-    return o->tensor_parallel_size > 1 || o->force_comm;
+    return o->tensor_parallel_size > 1 || o->force_comm || o->dist.nnodes > 1;
 }
 static inline bool model_has_comm_planned(const model *m)
 {
@@ -164,7 +165,7 @@ static inline int64_t model_vocab_chunk(const model *m)
  * activations; *out is set even on failure, for model_free), kv (the
  * blocks this rank's memory holds), alloc_kv (the pool the group agreed
  * on), end (warm-up, decode graphs, the logged plan). */
-inferd_status model_load_rank_begin(const model_opts *opts, int rank, model **out);
+inferd_status model_load_rank_begin(const model_opts *opts, int rank, int local, model **out);
 inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized);
 inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_sized);
 inferd_status model_load_rank_end(model *m);
@@ -173,6 +174,21 @@ inferd_status model_load_rank_end(model *m);
  * (m->tp); model_free of rank 0 calls model_tp_free. */
 inferd_status model_tp_load(const model_opts *opts, model **out);
 void model_tp_free(model *m);
+/* model_tp_net.c: the multi-node parts of a group. A step as one message
+ * of the control channel (kind: step or forward, then the batch's arrays),
+ * and back: decode points b's arrays into msg (valid while it is) and
+ * checks the lengths against the header; the caller checks the values
+ * (model_check_batch). */
+enum { MODEL_TP_MSG_STEP = 1, MODEL_TP_MSG_FORWARD = 2 };
+size_t model_tp_msg_cap(const model *m);
+size_t model_tp_msg_encode(const model_batch *b, int kind, void *msg, size_t cap);
+inferd_status model_tp_msg_decode(const void *msg, size_t len, model_batch *b, int *kind);
+/* The CPU backend's collectives across nodes (one rank a node) over the
+ * channel: a star through node 0, which sums in rank order like the
+ * in-process CPU communicator, so the bits do not depend on the split
+ * into processes. user: the dist_chan. */
+kern_comm_hooks model_tp_star_hooks(void *chan);
+
 /* model_tp.c: hand a batch to the other ranks of rank 0's group before
  * rank 0 runs it (step: model_step; else model_forward), and wait for
  * them after. No-ops without a group. */

@@ -103,10 +103,19 @@ const opt_row *model_opts_rows(size_t *n)
     return k_rows;
 }
 
+void model_opts_free(model_opts *o)
+{
+    size_t n;
+    const opt_row *rows = dist_rdzv_opts_rows(&n);
+    opt_free(rows, n, &o->dist);
+    opt_free(k_rows, INFERD_ARRAY_LEN(k_rows), o);
+}
+
 void model_opts_default(model_opts *o)
 {
     memset(o, 0, sizeof *o);
     opt_defaults(k_rows, INFERD_ARRAY_LEN(k_rows), o);
+    dist_rdzv_opts_default(&o->dist);
     o->backend = KERN_BACKEND_CPU;
     o->device_auto = false;
 }
@@ -115,5 +124,12 @@ inferd_status model_opts_validate(const model_opts *o)
 {
     if (!opt_validate(k_rows, INFERD_ARRAY_LEN(k_rows), o, "model options"))
         return INFERD_ERR_INVALID_ARG;
-    return INFERD_OK;
+    if (o->dist.nnodes <= 1)
+        return INFERD_OK;
+    if (o->tensor_parallel_size % o->dist.nnodes != 0)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "--tensor-parallel-size %d must be a multiple of --nnodes %d (each node holds "
+                                "the same number of ranks)",
+                                o->tensor_parallel_size, o->dist.nnodes);
+    return dist_rdzv_opts_validate(&o->dist);
 }

@@ -17,17 +17,30 @@
  * blocks any rank holds, so block ids mean the same everywhere; end
  * (warm-up and decode-graph capture, which run collectives). A failure on
  * any rank stops the load before the next phase and names the rank.
+ *
+ * Several nodes (--nnodes, processes on one host or several hosts): node k
+ * runs this group for its ranks [k * L, (k + 1) * L). Before loading, node
+ * 0 makes the communicator id (NCCL's; nothing on the CPU) and hands it
+ * out in the rendezvous, whose connections stay open as the control
+ * channel (dist/dist_chan.h). Communicators are then one per rank across
+ * the processes (NCCL; on the CPU a hosted one that meets the other nodes
+ * through the channel, model_tp_net.c), the KV pool is the fewest blocks of
+ * any rank of any node, and every batch node 0's rank 0 is given goes to
+ * the other nodes as one channel message before its local ranks get it.
+ * The other nodes loop in model_tp_follow until node 0 closes the channel.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/check.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "dist/dist_chan.h"
 #include "model/model_internal.h"
 
-typedef enum { TP_BEGIN, TP_ALLOC_KV, TP_END, TP_STEP, TP_FORWARD, TP_EXIT } tp_cmd;
+typedef enum { TP_BEGIN, TP_COMM, TP_ALLOC_KV, TP_END, TP_STEP, TP_FORWARD, TP_EXIT } tp_cmd;
 
 typedef struct {
     model_tp *g;
@@ -35,7 +48,12 @@ typedef struct {
 } tp_worker;
 
 struct model_tp {
-    int n;
+    int n;              /* ranks on this node */
+    int tp, rank0;      /* ranks of the whole group; the global rank of ranks[0] */
+    dist_chan *chan;    /* several nodes: the control channel (NULL: one node) */
+    unsigned char id[KERN_COMM_ID_BYTES]; /* several nodes, CUDA: the communicator id */
+    void *msg;          /* several nodes: one step message (model_tp_msg_cap bytes) */
+    size_t msg_cap;
     model **ranks;      /* [n]; ranks[0] is the caller's model */
     kern_comm **comms;  /* [n] */
     pthread_t *threads; /* [n]; [0] unused */
@@ -60,7 +78,8 @@ static void run_cmd(model_tp *g, int r, tp_cmd cmd)
 {
     inferd_status st = INFERD_OK;
     switch (cmd) {
-    case TP_BEGIN: st = model_load_rank_begin(g->opts, r, &g->ranks[r]); break;
+    case TP_BEGIN: st = model_load_rank_begin(g->opts, g->rank0 + r, r, &g->ranks[r]); break;
+    case TP_COMM: st = kern_comm_create_rank(g->ranks[r]->kc, g->id, g->tp, g->rank0 + r, &g->comms[r]); break;
     case TP_ALLOC_KV: st = model_load_rank_alloc_kv(g->ranks[r], g->n_blocks, g->auto_sized); break;
     case TP_END: st = model_load_rank_end(g->ranks[r]); break;
     case TP_STEP: model_step_follower(g->ranks[r], g->b); break;
@@ -125,7 +144,7 @@ static inferd_status run_all(model_tp *g, tp_cmd cmd)
     wait_all(g);
     for (int r = 0; r < g->n; r++)
         if (g->st[r] != INFERD_OK)
-            return inferd_set_error(g->st[r], "tensor-parallel rank %d of %d: %s", r, g->n, g->err[r]);
+            return inferd_set_error(g->st[r], "tensor-parallel rank %d of %d: %s", g->rank0 + r, g->tp, g->err[r]);
     return INFERD_OK;
 }
 
@@ -144,6 +163,8 @@ static inferd_status start_workers(model_tp *g)
  * (rank 0 too when free_rank0: a failed load). */
 static void destroy(model_tp *g, bool free_rank0)
 {
+    dist_chan_close(g->chan); /* the other nodes' model_tp_follow return */
+    g->chan = NULL;
     if (g->n_started > 0) {
         post(g, TP_EXIT);
         for (int r = 1; r <= g->n_started; r++)
@@ -160,6 +181,8 @@ static void destroy(model_tp *g, bool free_rank0)
     }
     for (int r = free_rank0 ? 0 : 1; r < g->n; r++)
         model_free(g->ranks[r]);
+    dist_chan_close(g->chan);
+    inferd_free(g->msg);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->go);
     pthread_cond_destroy(&g->done);
@@ -172,14 +195,24 @@ static void destroy(model_tp *g, bool free_rank0)
     inferd_free(g);
 }
 
-/* One communicator per rank, over every rank's context. */
+/* One communicator per rank: over every rank's context (one node), NCCL
+ * ranks joined through the id (several nodes, CUDA), or hosted by the
+ * channel (several nodes, CPU: one rank a node). */
 static inferd_status make_comms(model_tp *g)
 {
-    kern_ctx **ctxs = inferd_calloc((size_t)g->n, sizeof *ctxs);
-    for (int r = 0; r < g->n; r++)
-        ctxs[r] = g->ranks[r]->kc;
-    inferd_status st = kern_comm_create_local(ctxs, g->n, g->comms);
-    inferd_free(ctxs);
+    inferd_status st = INFERD_OK;
+    if (!g->chan) {
+        kern_ctx **ctxs = inferd_calloc((size_t)g->n, sizeof *ctxs);
+        for (int r = 0; r < g->n; r++)
+            ctxs[r] = g->ranks[r]->kc;
+        st = kern_comm_create_local(ctxs, g->n, g->comms);
+        inferd_free(ctxs);
+    } else if (kern_ctx_backend(g->ranks[0]->kc) == KERN_BACKEND_CUDA) {
+        st = run_all(g, TP_COMM);
+    } else {
+        const kern_comm_hooks h = model_tp_star_hooks(g->chan);
+        st = kern_comm_create_hosted(g->ranks[0]->kc, g->tp, g->rank0, &h, &g->comms[0]);
+    }
     if (st != INFERD_OK)
         return st;
     for (int r = 0; r < g->n; r++)
@@ -187,7 +220,8 @@ static inferd_status make_comms(model_tp *g)
     return INFERD_OK;
 }
 
-/* The KV pool every rank allocates: the fewest blocks any rank holds. */
+/* The KV pool every rank allocates: the fewest blocks any rank of any
+ * node holds (node 0 gathers the nodes' minima and sends the result). */
 static inferd_status agree_kv(model_tp *g)
 {
     g->n_blocks = INT64_MAX;
@@ -195,16 +229,65 @@ static inferd_status agree_kv(model_tp *g)
         int64_t nb = 0;
         inferd_status st = model_load_rank_kv(g->ranks[r], &nb, &g->auto_sized);
         if (st != INFERD_OK)
-            return inferd_set_error(st, "tensor-parallel rank %d of %d: %s", r, g->n, inferd_last_error());
+            return inferd_set_error(st, "tensor-parallel rank %d of %d: %s", g->rank0 + r, g->tp, inferd_last_error());
         g->n_blocks = INFERD_MIN(g->n_blocks, nb);
     }
-    return INFERD_OK;
+    if (!g->chan)
+        return INFERD_OK;
+    const int nodes = dist_chan_nnodes(g->chan);
+    int64_t *all = inferd_calloc((size_t)nodes, sizeof *all);
+    inferd_status st = dist_chan_gather(g->chan, &g->n_blocks, sizeof g->n_blocks, all);
+    if (st == INFERD_OK && dist_chan_node_rank(g->chan) == 0) {
+        for (int k = 0; k < nodes; k++)
+            g->n_blocks = INFERD_MIN(g->n_blocks, all[k]);
+        st = dist_chan_bcast(g->chan, &g->n_blocks, sizeof g->n_blocks);
+    } else if (st == INFERD_OK) {
+        size_t len = 0;
+        st = dist_chan_recv(g->chan, &g->n_blocks, sizeof g->n_blocks, &len);
+        if (st == INFERD_OK && len != sizeof g->n_blocks)
+            st = inferd_set_error(INFERD_ERR_FORMAT, "the KV pool size from node 0 is %zu bytes, not 8", len);
+    }
+    inferd_free(all);
+    return st;
 }
 
-inferd_status model_tp_load(const model_opts *opts, model **out)
+/* Several nodes: the rendezvous (node 0 makes the communicator id and
+ * hands it out), keeping its connections as the control channel. */
+static inferd_status join_nodes(model_tp *g, const model_opts *o)
+{
+    if (o->dist.nnodes <= 1)
+        return INFERD_OK;
+    const bool cuda = o->device_auto ? kern_cuda_available() : o->backend == KERN_BACKEND_CUDA;
+    if (!cuda && g->n != 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "--nnodes %d on the cpu backend: one rank a node (--tensor-parallel-size %d)",
+                                o->dist.nnodes, o->dist.nnodes);
+    inferd_status st;
+    if (o->dist.node_rank == 0) {
+        dist_rdzv_listener *l = NULL;
+        st = dist_rdzv_listen(&o->dist, &l);
+        if (st == INFERD_OK && cuda)
+            st = kern_comm_make_id(KERN_BACKEND_CUDA, g->id);
+        if (st == INFERD_OK)
+            st = dist_chan_serve(l, g->id, sizeof g->id, &g->chan);
+        else
+            dist_rdzv_close(l);
+    } else {
+        size_t len = 0;
+        st = dist_chan_join(&o->dist, g->id, sizeof g->id, &len, &g->chan);
+        if (st == INFERD_OK && len != sizeof g->id)
+            st = inferd_set_error(INFERD_ERR_FORMAT, "the rendezvous blob is %zu bytes, not %zu", len, sizeof g->id);
+    }
+    return st;
+}
+
+static model_tp *group_new(const model_opts *opts)
 {
     model_tp *g = inferd_calloc(1, sizeof *g);
-    g->n = INFERD_MAX(opts->tensor_parallel_size, 1);
+    const int nodes = INFERD_MAX(opts->dist.nnodes, 1);
+    g->tp = INFERD_MAX(opts->tensor_parallel_size, 1);
+    g->n = g->tp / nodes;
+    g->rank0 = opts->dist.node_rank * g->n;
     g->ranks = inferd_calloc((size_t)g->n, sizeof *g->ranks);
     g->comms = inferd_calloc((size_t)g->n, sizeof *g->comms);
     g->threads = inferd_calloc((size_t)g->n, sizeof *g->threads);
@@ -215,8 +298,19 @@ inferd_status model_tp_load(const model_opts *opts, model **out)
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->go, NULL);
     pthread_cond_init(&g->done, NULL);
+    return g;
+}
+
+inferd_status model_tp_load(const model_opts *opts, model **out)
+{
+    inferd_status st = model_opts_validate(opts);
+    if (st != INFERD_OK)
+        return st;
+    model_tp *g = group_new(opts);
     double t0 = util_now_s();
-    inferd_status st = start_workers(g);
+    st = join_nodes(g, opts);
+    if (st == INFERD_OK)
+        st = start_workers(g);
     if (st == INFERD_OK)
         st = run_all(g, TP_BEGIN);
     if (st == INFERD_OK)
@@ -234,8 +328,12 @@ inferd_status model_tp_load(const model_opts *opts, model **out)
     g->opts = NULL; /* the caller's, gone after load */
     model *m = g->ranks[0];
     m->tp = g;
-    INFERD_LOG_INFO("tensor parallel: %d ranks loaded in %.1f s, %d KV blocks each", g->n, util_now_s() - t0,
-                    m->n_blocks);
+    if (g->chan) {
+        g->msg_cap = model_tp_msg_cap(m);
+        g->msg = inferd_malloc(g->msg_cap);
+    }
+    INFERD_LOG_INFO("tensor parallel: ranks %d..%d of %d loaded in %.1f s, %d KV blocks each", g->rank0,
+                    g->rank0 + g->n - 1, g->tp, util_now_s() - t0, m->n_blocks);
     *out = m;
     return INFERD_OK;
 }
@@ -249,14 +347,67 @@ void model_tp_free(model *m)
 
 void model_tp_post(model *m, const model_batch *b, bool step)
 {
-    if (!m->tp)
+    model_tp *g = m->tp;
+    if (!g)
         return;
-    m->tp->b = b;
-    post(m->tp, step ? TP_STEP : TP_FORWARD);
+    if (g->chan) { /* node 0: the other nodes first; a lost node is fatal (the collectives would hang) */
+        size_t len = model_tp_msg_encode(b, step ? MODEL_TP_MSG_STEP : MODEL_TP_MSG_FORWARD, g->msg, g->msg_cap);
+        inferd_status st = dist_chan_bcast(g->chan, g->msg, len);
+        INFERD_CHECK_MSG(st == INFERD_OK, "tensor parallel: cannot send a step to the other nodes");
+    }
+    g->b = b;
+    post(g, step ? TP_STEP : TP_FORWARD);
 }
 
 void model_tp_wait(model *m)
 {
     if (m->tp)
         wait_all(m->tp);
+}
+
+/* A follower node's step: its ranks run what node 0's rank 0 runs. */
+static void follow_one(model *m, const model_batch *b, int kind)
+{
+    model_tp *g = m->tp;
+    g->b = b;
+    post(g, kind == MODEL_TP_MSG_STEP ? TP_STEP : TP_FORWARD);
+    run_cmd(g, 0, kind == MODEL_TP_MSG_STEP ? TP_STEP : TP_FORWARD);
+    wait_all(g);
+}
+
+/* Called on an extra-rows batch by a follower's forward pass only when it
+ * is not a follower: never (model_check_batch wants a callback). */
+static void no_extra(void *user, int first, int n, const float *logits)
+{
+    (void)user, (void)first, (void)n, (void)logits;
+}
+
+inferd_status model_tp_follow(model *m)
+{
+    model_tp *g = m->tp;
+    if (!g || !g->chan || dist_chan_node_rank(g->chan) == 0)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "model_tp_follow: not a follower node of a multi-node group");
+    float extra_buf[1];
+    for (uint64_t steps = 0;; steps++) {
+        size_t len = 0;
+        inferd_status st = dist_chan_recv(g->chan, g->msg, g->msg_cap, &len);
+        if (st == INFERD_ERR_UNAVAILABLE) { /* node 0 closed the group */
+            INFERD_LOG_INFO("tensor parallel: node 0 closed the group after %llu steps", (unsigned long long)steps);
+            return INFERD_OK;
+        }
+        model_batch b;
+        int kind = 0;
+        if (st == INFERD_OK)
+            st = model_tp_msg_decode(g->msg, len, &b, &kind);
+        if (st == INFERD_OK && b.n_extra > 0) {
+            b.extra_buf = extra_buf;
+            b.extra_fn = no_extra;
+        }
+        if (st == INFERD_OK)
+            st = model_check_batch(m, &b);
+        if (st != INFERD_OK)
+            return inferd_set_error(st, "tensor parallel: step %llu from node 0: %s", (unsigned long long)steps,
+                                    inferd_last_error());
+        follow_one(m, &b, kind);
+    }
 }

@@ -72,6 +72,22 @@ if [[ " $PARTS " == *" tests "* ]]; then
         else row "$t (cuda, tp 2, exit $?)" "FAIL ($t-tp2.log)"; FAILED=1; fi
         grep -E "Checks|fail|Assert" "$OUT/$t-tp2.log" | head -5
     done
+    # the multi-host code path: two processes, one GPU each, against one process at tp 2
+    if ((NGPU >= 2)); then
+        GEN=(generate --model "$FIX/models/stories260K" --device cuda --tensor-parallel-size 2 --temperature 0
+             --max-tokens 96 --prompt "Once upon a time" --log-level warn)
+        "$BIN" "${GEN[@]}" 2>"$OUT/gen-tp2-one.err" | grep -v "prompt tokens:" >"$OUT/gen-tp2-one.txt" || true
+        DIST=(--nnodes 2 --master-addr 127.0.0.1 --master-port 29555 --dist-timeout 120)
+        "$BIN" "${GEN[@]}" "${DIST[@]}" --node-rank 1 --device-id 1 >"$OUT/gen-node1.txt" 2>&1 &
+        NODE1=$!
+        "$BIN" "${GEN[@]}" "${DIST[@]}" --node-rank 0 --device-id 0 2>"$OUT/gen-node0.err" \
+            | grep -v "prompt tokens:" >"$OUT/gen-tp2-two.txt" || true
+        wait $NODE1 && n1=0 || n1=$?
+        if ((n1 == 0)) && [[ -s $OUT/gen-tp2-one.txt ]] && cmp -s "$OUT/gen-tp2-one.txt" "$OUT/gen-tp2-two.txt"
+        then row "generate tp 2: two processes == one process $(el)" PASS
+        else row "generate tp 2 two processes (node 1 exit $n1)" "FAIL (gen-*.txt)"; FAILED=1; fi
+        head -c 300 "$OUT/gen-tp2-two.txt"; echo
+    fi
     CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     if INFERD_TEST_DEVICE=cuda timeout 300 "$CS" --tool memcheck --report-api-errors no --error-exitcode 99 \
           "$BUILD/tests/model/test_tp" >"$OUT/sanitizer-tp.log" 2>&1

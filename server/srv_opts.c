@@ -139,9 +139,7 @@ void srv_opts_default(srv_opts *o)
  * safe on a zeroed or partly filled o. Engine options own no strings. */
 void srv_opts_free(srv_opts *o)
 {
-    size_t nm;
-    const opt_row *mrows = model_opts_rows(&nm);
-    opt_free(mrows, nm, &o->model);
+    model_opts_free(&o->model);
     opt_free(k_rows, INFERD_ARRAY_LEN(k_rows), o);
     inferd_free(o->chat_template); /* CUSTOM row: opt_free leaves it */
     memset(o, 0, sizeof *o);

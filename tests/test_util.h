@@ -42,6 +42,9 @@ bool test_run_cmd(char *const argv[], char **out, char **err, int *exit_code);
 /* test_run_cmd that fails the test when argv[0] cannot be started; returns
  * the exit code. */
 int test_run_rc(char *const argv[], char **out, char **err);
+/* A TCP port free on loopback now (bind port 0, read it, close): for
+ * tests that start a listener in another process. */
+int test_free_port(void);
 /* How many bytes of s[0..n) are c (columns of a printed table row). */
 int test_count_char(const char *s, size_t n, char c);
 

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -181,6 +182,53 @@ START_TEST(test_bad_invocations)
 }
 END_TEST
 
+/* The multi-node flags end to end (CPU backend, one rank a process): node
+ * 1 started in the background with --node-rank 1 follows node 0, which
+ * prints exactly what one process at --tensor-parallel-size 2 prints, and
+ * both exit 0. The port comes from a probe bind on loopback. */
+START_TEST(test_two_nodes)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", test_free_port());
+    char *base[] = {(char *)g_bin, "generate", "--model", g_model, "--device", "cpu", "--prompt", "Once upon a time",
+                    "--temperature", "0", "--max-tokens", "48", "--tensor-parallel-size", "2", NULL};
+    char *out1, *err1;
+    int rc1;
+    run(base, &out1, &err1, &rc1);
+    ck_assert_msg(rc1 == 0, "one process: exit %d: %s", rc1, err1);
+    char *node[2][32];
+    for (int k = 0; k < 2; k++) {
+        int j = 0;
+        for (; base[j]; j++)
+            node[k][j] = base[j];
+        char *extra[] = {"--nnodes", "2", "--node-rank", k ? "1" : "0", "--master-addr", "127.0.0.1",
+                         "--master-port", port, "--dist-timeout", "60", NULL};
+        for (int e = 0; extra[e]; e++)
+            node[k][j++] = extra[e];
+        node[k][j] = NULL;
+    }
+    pid_t follower = fork();
+    ck_assert(follower >= 0);
+    if (follower == 0) {
+        execv(g_bin, node[1]);
+        _exit(127);
+    }
+    char *out0, *err0;
+    int rc0;
+    run(node[0], &out0, &err0, &rc0);
+    int status = 0;
+    ck_assert(waitpid(follower, &status, 0) == follower);
+    ck_assert_msg(rc0 == 0, "node 0: exit %d: %s", rc0, err0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "node 1: status %d", status);
+    ck_assert_msg(strlen(out1) > 20 && strcmp(out0, out1) == 0, "two nodes printed\n'%s'\none process\n'%s'", out0,
+                  out1);
+    inferd_free(out1);
+    inferd_free(err1);
+    inferd_free(out0);
+    inferd_free(err0);
+}
+END_TEST
+
 START_TEST(test_help)
 {
     char *argv[] = {(char *)g_bin, "generate", "--help", NULL};
@@ -209,6 +257,7 @@ int main(void)
     tcase_add_test(tc, test_stop_string_equals_prompts_file);
     tcase_add_test(tc, test_bad_invocations);
     tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_two_nodes);
     suite_add_tcase(s, tc);
     int rc = test_run_suite(s);
     cJSON_Delete(g_golden);

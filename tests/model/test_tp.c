@@ -20,12 +20,19 @@
  *    (kern_weight_fill_random_part): Llama-3-shaped at tp 2 and 8 (kv heads
  *    replicated), Qwen2 (q/k/v biases, tied) at tp 2, Qwen3 (q/k norms) at
  *    tp 2 and 8: the same comparison.
- *  - refusals: a size the heads do not divide, named in the error.
+ *  - two processes (the multi-host code path, CPU: node 1 a child process
+ *    following node 0's steps over the loopback control channel) equal one
+ *    process at tp 2, bitwise.
+ *  - refusals: a size the heads do not divide, named in the error; the
+ *    multi-node options (tp not a multiple of --nnodes, several CPU ranks a
+ *    node, a node rank out of range).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/util.h"
@@ -248,6 +255,90 @@ START_TEST(test_tp_dummy_presets)
 }
 END_TEST
 
+/* Node node_rank of 2 over loopback. */
+static void dist_opts(model_opts *o, int node_rank, int port)
+{
+    o->dist.nnodes = 2;
+    o->dist.node_rank = node_rank;
+    o->dist.master_addr = "127.0.0.1";
+    o->dist.master_port = port;
+    o->dist.timeout_s = 60;
+}
+
+/* The multi-host code path on one machine (CPU backend: one rank a
+ * process, collectives through the control channel): node 1 is a child
+ * process following node 0's steps; node 0's logits and tokens equal the
+ * one-process tp 2 run's bitwise (the same rank-ordered fp32 sums). */
+START_TEST(test_tp_two_processes)
+{
+    if (test_use_cuda()) {
+        printf("two processes: on the GPU in scripts/device-tp.sh (CUDA cannot be forked here)\n");
+        return;
+    }
+    char *dir = stories_dir();
+    model_opts o;
+    run_out one = {0}, two = {0};
+    opts_for(&o, dir, false, 2, false);
+    ck_assert(run(&o, MAX_STEPS, &one));
+    const int port = test_free_port();
+    pid_t child = fork();
+    ck_assert(child >= 0);
+    if (child == 0) {
+        opts_for(&o, dir, false, 2, false);
+        dist_opts(&o, 1, port);
+        model *m = NULL;
+        inferd_status st = model_load(&o, &m);
+        if (st == INFERD_OK)
+            st = model_tp_follow(m);
+        if (st != INFERD_OK)
+            fprintf(stderr, "node 1: %s\n", inferd_last_error());
+        model_free(m);
+        _exit(st == INFERD_OK ? 0 : 1);
+    }
+    opts_for(&o, dir, false, 2, false);
+    dist_opts(&o, 0, port);
+    bool ok = run(&o, MAX_STEPS, &two); /* model_free closes the group: the child returns */
+    int status = 0;
+    ck_assert(waitpid(child, &status, 0) == child);
+    ck_assert_msg(ok, "node 0 failed");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "node 1 exited with status %d", status);
+    compare("stories260K tp 2 as two processes vs one", &one, &two, -1);
+    free_run(&one);
+    free_run(&two);
+    inferd_free(dir);
+}
+END_TEST
+
+/* Option and split refusals of the multi-node path, before any network. */
+START_TEST(test_tp_dist_refusals)
+{
+    char *dir = stories_dir();
+    static const struct {
+        int tp, nnodes, node_rank;
+        const char *needle;
+    } cases[] = {
+        {2, 4, 0, "multiple of --nnodes"},
+        {3, 2, 0, "multiple of --nnodes"},
+        {4, 2, 0, "one rank a node"}, /* cpu: 2 ranks a node */
+        {2, 2, 2, "--node-rank"},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(cases); i++) {
+        if (test_use_cuda() && strstr(cases[i].needle, "one rank"))
+            continue;
+        model_opts o;
+        opts_for(&o, dir, false, cases[i].tp, false);
+        dist_opts(&o, cases[i].node_rank, 1);
+        o.dist.nnodes = cases[i].nnodes;
+        model *m = NULL;
+        inferd_status st = model_load(&o, &m);
+        ck_assert_msg(st == INFERD_ERR_INVALID_ARG && m == NULL, "case %zu: status %d (%s)", i, st,
+                      inferd_last_error());
+        ck_assert_msg(strstr(inferd_last_error(), cases[i].needle), "case %zu: %s", i, inferd_last_error());
+    }
+    inferd_free(dir);
+}
+END_TEST
+
 START_TEST(test_tp_refusals)
 {
     char *dir = stories_dir();
@@ -281,6 +372,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_tp_stories);
     tcase_add_test(tc, test_tp_dummy_presets);
     tcase_add_test(tc, test_tp_refusals);
+    tcase_add_test(tc, test_tp_two_processes);
+    tcase_add_test(tc, test_tp_dist_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
