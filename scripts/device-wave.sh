@@ -221,6 +221,29 @@ for spec in "$L8 256 1024 160 256 2048" "$L31 1 32000 64 1 33000"; do
 done
 fi
 
+# i4. decode attention build variants (unroll, CTAs a SM for GQA groups <= 4):
+#     batch 64 / 256 at 1k and batch 1 at 32k, graphs, each variant its own build
+if part attnab; then
+for v in "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" "u8c4 -DKC_DEC_UNROLL=8 -DKC_DEC_CTAS_SMALL_GROUP=4" \
+         "u2c6 -DKC_DEC_UNROLL=2 -DKC_DEC_CTAS_SMALL_GROUP=6" "u4c3 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=3"; do
+    read -r name flags <<<"$v"
+    VB=$ROOT/build-ab-$name
+    if DEVICE_CUDA_FLAGS="$flags" device_build "$VB" inferd >"$W/attnab-build-$name.log" 2>&1
+    then row "attnab build $name $(el)" ok
+    else row "attnab build $name" FAILED; continue; fi
+    timeout 120 "$VB/cli/inferd" bench latency --model $L8 --load-format dummy --device cuda --batch-size 64,256 \
+        --input-len 1024 --output-len 96 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+        --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/attnab-$name.txt" 2>&1 \
+        && row "attnab $name b64/b256 x 1k $(el)" ok || row "attnab $name b64/b256 (exit $?)" FAILED
+    timeout 120 "$VB/cli/inferd" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/attnab-$name-32k.txt" 2>&1 \
+        && row "attnab $name b1 x 32k $(el)" ok || row "attnab $name b1 x 32k (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/attnab-$name.txt" "$W/attnab-$name-32k.txt" | grep -v "GPU busy" | head -6
+    grep -c "spill" "$W/attnab-build-$name.log" || true
+done
+fi
+
 # j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
 if part serve; then

@@ -26,7 +26,10 @@
  * minimum: 128 registers a thread up to GMAX 4, as the kernel before the
  * split rework, so an unsplit batch of 64 x 8 kv heads is one wave on 132
  * SMs; 255 at GMAX 8) */
-#define KC_ATTN_DEC_CTAS_PER_SM(gmax) ((gmax) <= 4 ? 4 : 2)
+#ifndef KC_DEC_CTAS_SMALL_GROUP /* -D...=N: A/B builds (device-wave.sh attnab) */
+#define KC_DEC_CTAS_SMALL_GROUP 4
+#endif
+#define KC_ATTN_DEC_CTAS_PER_SM(gmax) ((gmax) <= 4 ? KC_DEC_CTAS_SMALL_GROUP : 2)
 #define KC_ATTN_TARGET_PER_SM 4   /* the largest of those (workspace bound) */
 
 /* Kernel arguments, passed by value. */

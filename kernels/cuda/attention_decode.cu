@@ -30,7 +30,11 @@
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
-#define DEC_UNROLL 4
+#ifndef KC_DEC_UNROLL
+#define DEC_UNROLL 4 /* -DKC_DEC_UNROLL=N: A/B builds of device-wave.sh's attnab part */
+#else
+#define DEC_UNROLL KC_DEC_UNROLL
+#endif
 #define MERGE_THREADS 128
 
 #if KC_ATTN_MAX_SPLITS > MERGE_THREADS
