@@ -36,6 +36,16 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     return m;
 }
 
+void etu_require_tp_devices(void)
+{
+    if (!test_use_cuda() || test_tp_size() <= kern_cuda_device_count())
+        return;
+    char why[96];
+    snprintf(why, sizeof why, "INFERD_TEST_TP=%d needs %d GPUs, this machine has %d", test_tp_size(), test_tp_size(),
+             kern_cuda_device_count());
+    test_skip(why);
+}
+
 engine *etu_make_engine(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching)
 {
     engine_opts eo;

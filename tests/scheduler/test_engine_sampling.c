@@ -864,6 +864,7 @@ END_TEST
 int main(void)
 {
     log_set_level(LOG_LEVEL_ERROR);
+    etu_require_tp_devices();
     Suite *s = suite_create("engine_sampling");
     TCase *tc = tcase_create("penalties");
     tcase_set_timeout(tc, 300);

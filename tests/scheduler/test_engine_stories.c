@@ -713,6 +713,7 @@ END_TEST
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
+    etu_require_tp_devices();
     char *dir = test_fixture_path("models/stories260K/model.safetensors");
     char *gold = test_fixture_path("golden/stories260K.json");
     if (!dir || !util_file_exists(dir) || !gold || !util_file_exists(gold))
