@@ -244,6 +244,29 @@ for v in "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" "u8c4 -DKC_DEC_UNR
 done
 fi
 
+# i5. HF transformers at long prompts (issue 13's acceptance): a random
+#     Llama-3.1-structured small model (llama3 rope scaling, original context
+#     4096), prompts of 2,048 and 16,384 ids (chunked prefill: 2,048 tokens a
+#     step), last-position logits and 16 greedy tokens, GPU and CPU backends
+if part hflong; then
+PY="env -u LD_LIBRARY_PATH python3"
+M=/tmp/rand-llama31
+if $PY scripts/hf_reference.py make-random --config configs/models/test-llama31-small/config.json --out $M \
+      >"$W/hflong-make.log" 2>&1; then
+    for n in 2048 16384; do
+        if $PY scripts/hf_reference.py compare --model $M --inferd "$BIN" --prompt-len $n >"$W/hflong-$n.log" 2>&1
+        then row "HF logits, random llama3.1-small, prompt $n (cuda) $(el)" PASS
+        else row "HF logits, random llama3.1-small, prompt $n (cuda)" "FAIL (hflong-$n.log)"; fi
+        tail -3 "$W/hflong-$n.log"
+    done
+    if $PY scripts/hf_reference.py compare --model $M --inferd "$BIN" --prompt-len 2048 --device cpu \
+          >"$W/hflong-cpu-2048.log" 2>&1
+    then row "HF logits, random llama3.1-small, prompt 2048 (cpu) $(el)" PASS
+    else row "HF logits, random llama3.1-small, prompt 2048 (cpu)" "FAIL (hflong-cpu-2048.log)"; fi
+    tail -3 "$W/hflong-cpu-2048.log"
+else row "hf_reference.py make-random llama3.1-small" "FAILED (hflong-make.log)"; fi
+fi
+
 # j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
 if part serve; then
