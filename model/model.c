@@ -231,9 +231,11 @@ static void log_plan(const model *m)
                         m->cfg.head_dim, m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)),
                         kern_dtype_name(m->embed.dtype));
     if (sh->tp > 1 || m->comm)
-        INFERD_LOG_INFO("tensor parallel rank %d/%d (device %d): q heads [%lld, %lld), kv heads [%lld, %lld)%s, "
+        INFERD_LOG_INFO("tensor parallel rank %d/%d (%s %d): q heads [%lld, %lld), kv heads [%lld, %lld)%s, "
                         "intermediate [%lld, %lld), vocabulary [%lld, %lld)",
-                        sh->rank, sh->tp, m->device, (long long)sh->q_heads.begin,
+                        sh->rank, sh->tp, kern_ctx_backend(m->kc) == KERN_BACKEND_CUDA ? "device" : "cpu thread",
+                        kern_ctx_backend(m->kc) == KERN_BACKEND_CUDA ? m->device : sh->rank,
+                        (long long)sh->q_heads.begin,
                         (long long)(sh->q_heads.begin + sh->q_heads.count), (long long)sh->kv_heads.begin,
                         (long long)(sh->kv_heads.begin + sh->kv_heads.count),
                         sh->kv_replicas > 1 ? " (replicated)" : "", (long long)sh->inter.begin,
