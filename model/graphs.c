@@ -36,6 +36,7 @@
  * step's token copy has synchronized the stream, so the asynchronous copy
  * never reads a half-written region.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -58,7 +59,7 @@ static size_t region_take(size_t *off, size_t bytes)
  * which is always included. */
 static void make_ladder(model_graphs *g, int max_batch)
 {
-    static const int k_ladder[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+    static const int k_ladder[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024};
     g->n_sizes = 0;
     for (size_t i = 0; i < INFERD_ARRAY_LEN(k_ladder) && k_ladder[i] < max_batch; i++)
         g->sizes[g->n_sizes++] = k_ladder[i];
@@ -217,13 +218,22 @@ static void capture_size(model *m, int si)
     }
 }
 
+/* The largest captured batch: MODEL_GRAPH_MAX_BATCH, or INFERD_GRAPH_MAX_BATCH
+ * in [1, MODEL_GRAPH_MAX_BATCH_ENV] (an A/B knob of device-wave.sh). */
+static int graph_max_batch(void)
+{
+    const char *v = getenv("INFERD_GRAPH_MAX_BATCH");
+    int n = v && *v ? atoi(v) : 0;
+    return n >= 1 && n <= MODEL_GRAPH_MAX_BATCH_ENV ? n : MODEL_GRAPH_MAX_BATCH;
+}
+
 inferd_status model_graphs_init(model *m)
 {
     model_graphs *g = &m->gr;
     if (g->enabled || m->opts.enforce_eager || !kern_graphs_supported(m->kc))
         return INFERD_OK;
     double t0 = util_now_s();
-    make_ladder(g, INFERD_MIN(m->S, MODEL_GRAPH_MAX_BATCH));
+    make_ladder(g, INFERD_MIN(m->S, graph_max_batch()));
     make_buckets(g, m->max_model_len);
     inferd_status st = alloc_region(m);
     if (st != INFERD_OK) {

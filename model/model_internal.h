@@ -65,7 +65,8 @@ typedef struct {
 
 #define MODEL_GRAPH_MAX_SIZES 24
 #define MODEL_GRAPH_MAX_BUCKETS 24
-#define MODEL_GRAPH_MAX_BATCH 512 /* larger decode batches run eagerly (vLLM's cap) */
+#define MODEL_GRAPH_MAX_BATCH 512 /* larger decode batches run eagerly (vLLM's cap); */
+#define MODEL_GRAPH_MAX_BATCH_ENV 1024 /* INFERD_GRAPH_MAX_BATCH may raise it up to this (A/B) */
 
 /* Decode graphs (graphs.c): one per (batch size, context bucket); the
  * bucket fixes the attention split plan and the block-table row width

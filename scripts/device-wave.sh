@@ -208,6 +208,22 @@ for io in "512 128" "128 128"; do
 done
 fi
 
+# i2b. the same at --max-num-seqs 1024 with decode graphs up to 1024 rows
+#      (INFERD_GRAPH_MAX_BATCH=1024) against the default cap of 512
+if part tputgraph; then
+for io in "512 128" "128 128"; do
+    read -r il ol <<<"$io"
+    for cap in 512 1024; do
+        if INFERD_GRAPH_MAX_BATCH=$cap timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy \
+              --device cuda --input-len $il --output-len $ol --num-prompts 1000 --max-num-seqs 1024 \
+              --max-num-batched-tokens 16384 >"$W/tputgraph-$il-$ol-$cap.txt" 2>&1
+        then row "bench throughput $il/$ol seqs 1024, graphs to $cap $(el)" ok
+        else row "bench throughput $il/$ol graphs to $cap (exit $?)" FAILED; fi
+        grep -E "^\| [0-9]|engine:" "$W/tputgraph-$il-$ol-$cap.txt" | tail -2
+    done
+done
+fi
+
 # i3. the two near-miss decode rows of issue 12, three iterations each
 if part decodelong; then
 for spec in "$L8 256 1024 160 256 2048" "$L31 1 32000 64 1 33000"; do
