@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -62,6 +63,17 @@ int test_free_port(void)
               getsockname(fd, (struct sockaddr *)&a, &len) == 0);
     close(fd);
     return ntohs(a.sin_port);
+}
+
+int test_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
 }
 
 int test_tp_size(void)

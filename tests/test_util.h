@@ -45,6 +45,9 @@ int test_run_rc(char *const argv[], char **out, char **err);
 /* A TCP port free on loopback now (bind port 0, read it, close): for
  * tests that start a listener in another process. */
 int test_free_port(void);
+/* Open descriptors of this process (/proc/self/fd entries): leak checks
+ * for sockets, which ASan does not see. */
+int test_open_fds(void);
 /* How many bytes of s[0..n) are c (columns of a printed table row). */
 int test_count_char(const char *s, size_t n, char c);
 

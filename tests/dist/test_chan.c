@@ -90,17 +90,6 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Open descriptors of this process. */
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    ck_assert_ptr_nonnull(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
 
 #define FD_SNAP 4096
 
@@ -309,7 +298,7 @@ static const int k_node_counts[] = {1, 2, 4};
 
 START_TEST(test_api_misuse)
 {
-    int fds0 = open_fds();
+    int fds0 = test_open_fds();
     dist_chan *c = (dist_chan *)&c;
     ck_assert_int_eq(dist_chan_serve(NULL, "x", 1, &c), INFERD_ERR_INVALID_ARG);
     ck_assert_ptr_null(c);
@@ -324,7 +313,7 @@ START_TEST(test_api_misuse)
     expect_error(dist_chan_serve(l, big, sizeof big, &c), INFERD_ERR_INVALID_ARG, "4097-byte blob exceeds",
                  "serve, blob too large");
     ck_assert_ptr_null(c);
-    ck_assert_int_eq(open_fds(), fds0);
+    ck_assert_int_eq(test_open_fds(), fds0);
 
     uint8_t buf[8];
     size_t len;
@@ -354,14 +343,14 @@ END_TEST
 /* One node: no socket, bcast is a no-op, gather copies node 0's record. */
 START_TEST(test_single_node)
 {
-    int fds0 = open_fds();
+    int fds0 = test_open_fds();
     dist_rdzv_opts o = {.master_addr = "bad..host", .master_port = 0, .nnodes = 1, .timeout_s = 5};
     dist_rdzv_listener *l = NULL;
     dist_chan *c = NULL;
     ck_assert_int_eq(dist_rdzv_listen(&o, &l), INFERD_OK);
     ck_assert_int_eq(dist_chan_serve(l, "id", 2, &c), INFERD_OK);
     ck_assert(dist_chan_nnodes(c) == 1 && dist_chan_node_rank(c) == 0);
-    ck_assert_int_eq(open_fds(), fds0);
+    ck_assert_int_eq(test_open_fds(), fds0);
     ck_assert_int_eq(dist_chan_bcast(c, "step", 4), INFERD_OK);
     uint8_t mine[24], all[24 + 8];
     fill_rand(mine, sizeof mine, 7);
@@ -414,7 +403,7 @@ START_TEST(test_bcast_table)
     static bool before[FD_SNAP];
     uint8_t *msg = malloc(BIG);
     for (size_t t = 0; t < INFERD_ARRAY_LEN(k_node_counts); t++) {
-        int nn = k_node_counts[t], fds0 = open_fds();
+        int nn = k_node_counts[t], fds0 = test_open_fds();
         fd_snapshot(before);
         dist_chan *c = star_up(peers, nn, script_bcast, NULL);
         bool nodelay;
@@ -435,7 +424,7 @@ START_TEST(test_bcast_table)
             node_finish(&peers[r]);
             ck_assert_int_eq(peers[r].count, N_SMALL);
         }
-        ck_assert_int_eq(open_fds(), fds0);
+        ck_assert_int_eq(test_open_fds(), fds0);
     }
     free(msg);
 }
@@ -474,7 +463,7 @@ START_TEST(test_gather_table)
     const size_t max = 100000;
     uint8_t *mine = malloc(max), *all = malloc(MAX_NODES * max + 64);
     for (size_t t = 0; t < INFERD_ARRAY_LEN(k_node_counts); t++) {
-        int nn = k_node_counts[t], fds0 = open_fds();
+        int nn = k_node_counts[t], fds0 = test_open_fds();
         dist_chan *c = star_up(peers, nn, script_gather, NULL);
         for (size_t s = 0; s < INFERD_ARRAY_LEN(k_gather_sizes); s++)
             for (int round = 0; round < GATHER_ROUNDS; round++) {
@@ -493,7 +482,7 @@ START_TEST(test_gather_table)
         dist_chan_close(c);
         for (int r = 1; r < nn; r++)
             node_finish(&peers[r]);
-        ck_assert_int_eq(open_fds(), fds0);
+        ck_assert_int_eq(test_open_fds(), fds0);
     }
     free(all);
     free(mine);
@@ -630,7 +619,7 @@ static void run_dead_case(const dead_case *dc)
     static bool before[FD_SNAP];
     uint8_t *msg = malloc(BIG), all[MAX_NODES * 8];
     memset(msg, 0, dc->len);
-    int fds0 = open_fds();
+    int fds0 = test_open_fds();
     fd_snapshot(before);
     dist_chan *c = star_up(peers, MAX_NODES, script_dead, dc);
     if (dc->dies_at_once) {
@@ -654,7 +643,7 @@ static void run_dead_case(const dead_case *dc)
         ck_assert_msg(peers[r].end_st == INFERD_ERR_IO, "%s: node %d ended with %s (%s), want IO", dc->name,
                       r, inferd_status_str(peers[r].end_st), peers[r].end_err);
     }
-    ck_assert_msg(open_fds() == fds0, "%s: a socket left open", dc->name);
+    ck_assert_msg(test_open_fds() == fds0, "%s: a socket left open", dc->name);
     free(msg);
 }
 

@@ -10,7 +10,6 @@
  * a deadline must be kept, not hit to the millisecond.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -68,17 +67,6 @@ static void header(uint8_t h[16], uint32_t magic, uint32_t version, uint32_t a, 
     put_u32(h + 12, b);
 }
 
-/* Open descriptors of this process: ASan sees leaked memory, not sockets. */
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    ck_assert_ptr_nonnull(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
 
 /* A loopback port nothing listens on (bound, read back, closed). */
 static int free_port(void)
@@ -345,7 +333,7 @@ START_TEST(test_happy_table)
     fill_blob(blob, sizeof blob);
     for (size_t a = 0; a < INFERD_ARRAY_LEN(nodes); a++)
         for (size_t b = 0; b < INFERD_ARRAY_LEN(sizes); b++) {
-            int port, nn = nodes[a], fds0 = open_fds();
+            int port, nn = nodes[a], fds0 = test_open_fds();
             dist_rdzv_listener *l = master_listen(nn, 30, &port);
             for (int r = 1; r < nn; r++)
                 joiner_start(&js[r - 1], opts_for(nn, r, port, 30), DIST_RDZV_MAX_BLOB);
@@ -354,7 +342,7 @@ START_TEST(test_happy_table)
             for (int r = 1; r < nn; r++)
                 joiner_expect_blob(&js[r - 1], blob, sizes[b]);
             dist_rdzv_close(l);
-            ck_assert_int_eq(open_fds(), fds0); /* every socket closed, both sides */
+            ck_assert_int_eq(test_open_fds(), fds0); /* every socket closed, both sides */
         }
 }
 END_TEST
@@ -464,7 +452,7 @@ static void run_attack(const attack_case *c)
     const double timeout = 1.0;
     static attacker pre, bad;
     uint8_t h[16];
-    int port, fds0 = open_fds();
+    int port, fds0 = test_open_fds();
     dist_rdzv_listener *l = master_listen(c->nnodes, timeout, &port);
     double t0 = util_now_s();
     if (c->pre_join_rank1) {
@@ -496,7 +484,7 @@ static void run_attack(const attack_case *c)
         ck_assert_int_eq(pre.code, DIST_RDZV_ABORTED);
         ck_assert_msg(strstr(pre.reason, "already joined"), "aborted with '%s'", pre.reason);
     }
-    ck_assert_msg(open_fds() == fds0, "%s: a socket left open", c->name);
+    ck_assert_msg(test_open_fds() == fds0, "%s: a socket left open", c->name);
 }
 
 START_TEST(test_attack_table)
@@ -671,7 +659,7 @@ static void *fake_master_main(void *arg)
 static void run_fake_master(const fake_master_case *c)
 {
     static fake_master f;
-    int fds0 = open_fds();
+    int fds0 = test_open_fds();
     memset(&f, 0, sizeof f);
     f.c = c;
     f.lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -691,7 +679,7 @@ static void run_fake_master(const fake_master_case *c)
     double elapsed = util_now_s() - t0;
     pthread_join(f.th, NULL);
     close(f.lfd);
-    ck_assert_msg(open_fds() == fds0, "%s: a socket left open", c->name);
+    ck_assert_msg(test_open_fds() == fds0, "%s: a socket left open", c->name);
 
     /* the hello on the wire, byte for byte */
     uint8_t want[16];
