@@ -167,7 +167,7 @@ static void fit_max_model_len(model *m, int64_t n_blocks, bool auto_sized)
 
 /* How many KV blocks this rank's memory holds (>= 2, else NOMEM with the
  * numbers); *auto_sized: decided from free memory, not --kv-cache-bytes. */
-static inferd_status kv_blocks_fit(model *m, int64_t *n_blocks, bool *auto_sized)
+inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized)
 {
     int64_t per_block = model_kv_bytes_per_block(m);
     int64_t budget = m->opts.kv_cache_bytes;
@@ -201,7 +201,7 @@ static inferd_status kv_blocks_fit(model *m, int64_t *n_blocks, bool *auto_sized
 /* Allocate the KV pool of n_blocks (one slab, per-layer K and V); every
  * rank of a group gets the same count (the scheduler's block ids are
  * shared). */
-static inferd_status alloc_kv(model *m, int64_t n_blocks, bool auto_sized)
+inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_sized)
 {
     fit_max_model_len(m, n_blocks, auto_sized);
     m->n_blocks = (int)n_blocks;
@@ -375,16 +375,6 @@ inferd_status model_load_rank_begin(const model_opts *opts, int rank, int local,
     return load_begin(m, rank, local);
 }
 
-inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized)
-{
-    return kv_blocks_fit(m, n_blocks, auto_sized);
-}
-
-inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_sized)
-{
-    return alloc_kv(m, n_blocks, auto_sized);
-}
-
 /* Load phase 3: warm-up and graph capture (with a communicator every rank
  * runs them at once: both run collectives), then the plan is logged. */
 inferd_status model_load_rank_end(model *m)
@@ -404,9 +394,9 @@ static inferd_status load_all(model *m)
     int64_t n_blocks = 0;
     bool auto_sized = false;
     if (st == INFERD_OK)
-        st = kv_blocks_fit(m, &n_blocks, &auto_sized);
+        st = model_load_rank_kv(m, &n_blocks, &auto_sized);
     if (st == INFERD_OK)
-        st = alloc_kv(m, n_blocks, auto_sized);
+        st = model_load_rank_alloc_kv(m, n_blocks, auto_sized);
     if (st == INFERD_OK)
         st = model_load_rank_end(m);
     return st;

@@ -365,16 +365,6 @@ void model_tp_wait(model *m)
         wait_all(m->tp);
 }
 
-/* A follower node's step: its ranks run what node 0's rank 0 runs. */
-static void follow_one(model *m, const model_batch *b, int kind)
-{
-    model_tp *g = m->tp;
-    g->b = b;
-    post(g, kind == MODEL_TP_MSG_STEP ? TP_STEP : TP_FORWARD);
-    run_cmd(g, 0, kind == MODEL_TP_MSG_STEP ? TP_STEP : TP_FORWARD);
-    wait_all(g);
-}
-
 /* Called on an extra-rows batch by a follower's forward pass only when it
  * is not a follower: never (model_check_batch wants a callback). */
 static void no_extra(void *user, int first, int n, const float *logits)
@@ -408,6 +398,7 @@ inferd_status model_tp_follow(model *m)
         if (st != INFERD_OK)
             return inferd_set_error(st, "tensor parallel: step %llu from node 0: %s", (unsigned long long)steps,
                                     inferd_last_error());
-        follow_one(m, &b, kind);
+        g->b = &b; /* this node's ranks run what node 0's rank 0 runs (steps do not fail) */
+        run_all(g, kind == MODEL_TP_MSG_STEP ? TP_STEP : TP_FORWARD);
     }
 }

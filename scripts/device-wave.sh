@@ -193,17 +193,23 @@ fi
 
 # i2. offline throughput against the engine's batch limits (issue 13): the same
 #     1000 requests with --max-num-seqs 256 / 512 / 1024 and a 16k token budget
+# tput_run NAME IN OUT SEQS TOKENS CAP: one 1000-request bench throughput
+# row (decode graphs up to CAP rows: INFERD_GRAPH_MAX_BATCH) into $W/NAME.txt
+tput_run() {
+    local name=$1 il=$2 ol=$3 ns=$4 bt=$5 cap=$6
+    if INFERD_GRAPH_MAX_BATCH=$cap timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy \
+          --device cuda --input-len $il --output-len $ol --num-prompts 1000 --max-num-seqs $ns \
+          --max-num-batched-tokens $bt --output-json "$W/$name.json" >"$W/$name.txt" 2>&1
+    then row "bench throughput $il/$ol seqs $ns tokens $bt graphs to $cap $(el)" ok
+    else row "bench throughput $il/$ol seqs $ns graphs to $cap (exit $?)" FAILED; fi
+    grep -E "^\| [0-9]|engine:" "$W/$name.txt" | tail -2
+}
 if part tputsweep; then
 for io in "512 128" "128 128"; do
     read -r il ol <<<"$io"
     for lim in "256 8192" "512 16384" "1024 16384"; do
         read -r ns bt <<<"$lim"
-        if timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy --device cuda --input-len $il \
-              --output-len $ol --num-prompts 1000 --max-num-seqs $ns --max-num-batched-tokens $bt \
-              --output-json "$W/tput-$il-$ol-$ns.json" >"$W/tput-$il-$ol-$ns.txt" 2>&1
-        then row "bench throughput 1000 x $il/$ol seqs $ns tokens $bt $(el)" ok
-        else row "bench throughput $il/$ol seqs $ns (exit $?)" FAILED; fi
-        grep -E "^\| [0-9]" "$W/tput-$il-$ol-$ns.txt" | tail -2
+        tput_run "tput-$il-$ol-$ns" $il $ol $ns $bt 512
     done
 done
 fi
@@ -214,12 +220,7 @@ if part tputgraph; then
 for io in "512 128" "128 128"; do
     read -r il ol <<<"$io"
     for cap in 512 1024; do
-        if INFERD_GRAPH_MAX_BATCH=$cap timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy \
-              --device cuda --input-len $il --output-len $ol --num-prompts 1000 --max-num-seqs 1024 \
-              --max-num-batched-tokens 16384 >"$W/tputgraph-$il-$ol-$cap.txt" 2>&1
-        then row "bench throughput $il/$ol seqs 1024, graphs to $cap $(el)" ok
-        else row "bench throughput $il/$ol graphs to $cap (exit $?)" FAILED; fi
-        grep -E "^\| [0-9]|engine:" "$W/tputgraph-$il-$ol-$cap.txt" | tail -2
+        tput_run "tputgraph-$il-$ol-$cap" $il $ol 1024 16384 $cap
     done
 done
 fi
