@@ -7,6 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -259,6 +260,74 @@ for v in "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" "u8c4 -DKC_DEC_UNR
     grep -E "^\| [0-9]" "$W/attnab-$name.txt" "$W/attnab-$name-32k.txt" | grep -v "GPU busy" | head -6
     grep -c "spill" "$W/attnab-build-$name.log" || true
 done
+fi
+
+# i4b. the decode kernel's cp.async ring (INFERD_ATTN_DEC_PIPE=1, default)
+#      against K/V straight to registers (=0): kernel cases (both bodies,
+#      bitwise equal), compute-sanitizer memcheck + racecheck on them, then
+#      bench latency rows with graphs, processes alternating, and
+#      bench throughput 512/128 at 512 sequences
+if part pipe; then
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if CK_RUN_CASE=attention timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pipe-kernels.log" 2>&1
+then row "test_cuda_kernels attention cases (both decode bodies) $(el)" PASS
+else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/pipe-kernels.log)"; fi
+grep -E "attention (pipe|decode).*(FAIL|ok)|differ|ran, forced" "$W/pipe-kernels.log" | head -24
+for tool in memcheck racecheck; do
+    if INFERD_TEST_QUICK=1 CK_RUN_CASE=attention timeout 400 "$CS" --tool $tool --error-exitcode 9           "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pipe-$tool.log" 2>&1
+    then row "compute-sanitizer $tool attention cases $(el)" "PASS $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/pipe-$tool.log" | tail -1)"
+    else row "compute-sanitizer $tool attention (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/pipe-$tool.log" | tail -1)"; fi
+done
+for rep in $(seq 1 "${WAVE_REPS:-1}"); do
+    for pv in 1 0; do
+        INFERD_ATTN_DEC_PIPE=$pv timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+            --batch-size 1,16,64,256 --input-len 1024 --output-len 64 --num-iters-warmup 1 --num-iters 1 \
+            --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/pipe$pv-$rep.txt" 2>&1 \
+            && row "pipe=$pv b1/16/64/256 x 1k (run $rep) $(el)" ok || row "pipe=$pv b1..256 (run $rep, exit $?)" FAILED
+        grep -E "^\| [0-9]" "$W/pipe$pv-$rep.txt" | grep -v "GPU busy" | head -4
+    done
+done
+for pv in 1 0; do
+    INFERD_ATTN_DEC_PIPE=$pv timeout 120 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+        --batch-size 1 --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/pipe$pv-32k.txt" 2>&1 \
+        && row "pipe=$pv b1 x 32k $(el)" ok || row "pipe=$pv b1 x 32k (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/pipe$pv-32k.txt" | grep -v "GPU busy" | head -2
+done
+fi
+# ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k
+if part pipeab; then
+for v in ${WAVE_PIPE_VARIANTS:-"s3u4 -DKC_DEC_STAGES=3" "s2u4 -DKC_DEC_STAGES=2" "s4u4 -DKC_DEC_STAGES=4" \
+         "s6u2 -DKC_DEC_STAGES=6 -DKC_DEC_UNROLL=2" "s4u2 -DKC_DEC_STAGES=4 -DKC_DEC_UNROLL=2"}; do
+    read -r name flags <<<"$v"
+    VB=$ROOT/build-pipe-$name
+    if DEVICE_CUDA_FLAGS="$flags" device_build "$VB" inferd >"$W/pipeab-build-$name.log" 2>&1
+    then row "pipeab build $name $(el)" ok
+    else row "pipeab build $name" FAILED; continue; fi
+    timeout 120 "$VB/cli/inferd" bench latency --model $L8 --load-format dummy --device cuda --batch-size 64,256 \
+        --input-len 1024 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+        --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/pipeab-$name.txt" 2>&1 \
+        && row "pipeab $name b64/b256 x 1k $(el)" ok || row "pipeab $name b64/b256 (exit $?)" FAILED
+    timeout 120 "$VB/cli/inferd" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/pipeab-$name-32k.txt" 2>&1 \
+        && row "pipeab $name b1 x 32k $(el)" ok || row "pipeab $name b1 x 32k (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/pipeab-$name.txt" "$W/pipeab-$name-32k.txt" | grep -v "GPU busy" | head -6
+    grep -c "spill" "$W/pipeab-build-$name.log" || true
+done
+fi
+if part pipeprof; then
+INFERD_ATTN_DEC_PIPE=1 timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+    --batch-size 256 --input-len 1024 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+    --max-num-batched-tokens 16384 --max-model-len 2048 --profile-ops >"$W/pipe1-profile.txt" 2>&1 \
+    && row "pipe=1 --profile-ops b256 x 1k $(el)" ok || row "pipe=1 profile (exit $?)" FAILED
+grep -E "attention|all ops|GEMM|gate|down" "$W/pipe1-profile.txt" | head -12
+fi
+if part pipetput; then
+for pv in 1 0; do
+    INFERD_ATTN_DEC_PIPE=$pv tput_run "pipe$pv-tput-512-128" 512 128 512 16384 512
+done
+INFERD_ATTN_DEC_PIPE=1 tput_run "pipe1-tput-128-128" 128 128 512 16384 512
 fi
 
 # i5. HF transformers at long prompts (issue 13's acceptance): a random

@@ -49,6 +49,9 @@
  * (head_dim + 1) floats over every plan those limits allow (a few MiB: only
  * batches below 2 CTAs per SM split), whatever the kv heads.
  *
+ * Decode kernel body: the cp.async ring unless INFERD_ATTN_DEC_PIPE=0
+ * (attention_decode.cu; bitwise the same output either way).
+ *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
@@ -69,6 +72,31 @@ extern "C" int kcuda_attn_prefill_force;
 extern "C" int kcuda_attn_last_prefill;
 int kcuda_attn_prefill_force = -1;
 int kcuda_attn_last_prefill = 0;
+
+/* Test hooks: kcuda_attn_decode_pipe_force picks the decode body (-1: as
+ * INFERD_ATTN_DEC_PIPE says, 0: registers, 1: the cp.async ring);
+ * kcuda_attn_last_decode_pipe tells which one the last decode launch ran. */
+extern "C" int kcuda_attn_decode_pipe_force;
+extern "C" int kcuda_attn_last_decode_pipe;
+int kcuda_attn_decode_pipe_force = -1;
+int kcuda_attn_last_decode_pipe = 0;
+
+/* INFERD_ATTN_DEC_PIPE=0 turns the decode kernel's cp.async ring off (read
+ * once per process; the two bodies give bitwise the same output). */
+static int decode_env_pipe(void)
+{
+    const char *e = getenv("INFERD_ATTN_DEC_PIPE");
+    const int off = e && strcmp(e, "0") == 0;
+    if (off)
+        INFERD_LOG_INFO("cuda: INFERD_ATTN_DEC_PIPE=0: decode attention loads to registers");
+    return !off;
+}
+
+static int decode_use_pipe(void)
+{
+    static const int env_pipe = decode_env_pipe(); /* thread-safe, once per process */
+    return kcuda_attn_decode_pipe_force >= 0 ? kcuda_attn_decode_pipe_force == 1 : env_pipe;
+}
 
 static bool prefill_env_simt(void)
 {
@@ -273,6 +301,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
             a.part_lse = a.part_o + (size_t)p->n_seqs * nh * max_splits * hd;
         }
         kcuda_attn_last_splits = max_splits;
+        a.pipe = decode_use_pipe();
+        kcuda_attn_last_decode_pipe = a.pipe;
         kcuda_attn_decode_launch(st, &a);
     }
     if (n_pre > 0) {

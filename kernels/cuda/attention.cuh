@@ -50,12 +50,55 @@ typedef struct {
                                    * of them; max_splits = grid z and workspace stride */
     int min_chunk;                /* shortest split (a multiple of KC_ATTN_CHUNK_ALIGN) */
     int tg;                       /* decode: lanes per key (4, 8, 16 or 32, tg * 8 >= hd) */
+    int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
     float scale;
 } kc_attn_args;
+
+/* Asynchronous 16-byte copies global -> shared (cp.async, sm_80+), used by
+ * the tensor-core prefill tiles and the decode kernel's pipeline:
+ * kc_cp_async16 zero-fills the 16 bytes without reading memory when !valid;
+ * kc_cp_commit closes this thread's group of copies; kc_cp_wait<N> returns
+ * once at most N of its groups are in flight (the others' bytes are then
+ * visible to this thread; other threads need a barrier). Under the host
+ * emulator (kemu.h) the copy is immediate. */
+#if defined(KEMU_H)
+static inline void kc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 16);
+    else
+        memset(smem, 0, 16);
+}
+static inline void kc_cp_commit(void)
+{
+}
+template <int N> static inline void kc_cp_wait(void)
+{
+}
+#else
+__device__ __forceinline__ void kc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void kc_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void kc_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
 
 /* Decode attention for every sequence with q_len == 1 (grid over all
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
+
+/* Per-device set-up of the decode kernels (shared-memory carveout of the
+ * pipelined ones); the kcuda context calls it on its device. */
+void kcuda_attn_decode_init(void);
 
 /* Prefill attention for every sequence with q_len > 1; max_q_len bounds the
  * query tiles. */

@@ -16,6 +16,14 @@
  * Lane states are merged across lane groups with shuffles, then across warps
  * through shared memory, all in fp32.
  *
+ * Two bodies, bitwise alike (same keys per lane, same arithmetic order):
+ * the K/V pieces go straight to registers (dec_fold_keys: a warp's loads
+ * are in flight only between its iterations' compute), or through a
+ * per-thread ring of DEC_STAGES iterations in shared memory filled by
+ * cp.async (dec_fold_keys_pipe: the next iterations' loads stay in flight
+ * while one is computed, and hold no registers). The dispatcher picks
+ * (kc_attn_args.pipe, attention.cu).
+ *
  * Split-KV (planned on the host, attention.cu): split s of a sequence of
  * length L covers keys [s * chunk, min(L, (s + 1) * chunk)) with chunk =
  * dec_chunk(L), computed here from the sequence's own length; its normalized
@@ -26,6 +34,8 @@
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
  */
+#include <type_traits>
+
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
@@ -35,6 +45,13 @@
 #else
 #define DEC_UNROLL KC_DEC_UNROLL
 #endif
+#ifndef KC_DEC_STAGES
+#define DEC_STAGES 3 /* iterations of the cp.async ring (-DKC_DEC_STAGES=N for A/B builds) */
+#else
+#define DEC_STAGES KC_DEC_STAGES
+#endif
+#define DEC_SLOT_VECS (2 * DEC_UNROLL)                              /* 16-byte K and V pieces a thread stages */
+#define DEC_RING_BYTES (DEC_STAGES * DEC_SLOT_VECS * DEC_THREADS * 16) /* 48 KiB: no opt-in needed */
 #define MERGE_THREADS 128
 
 #if KC_ATTN_MAX_SPLITS > MERGE_THREADS
@@ -87,20 +104,95 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
     }
 }
 
-/* Online softmax over keys [kv_begin, kv_end) of kv head kvh: this lane's
- * state over the keys of its slot (grp), for GMAX heads (8 dims each). */
+/* Element offset of key t (kv head 0) in the paged cache, through the
+ * block-table row bt (a few hot bytes, read through the read-only cache). */
+__device__ __forceinline__ int64_t dec_key_off(const kc_attn_args &a, const int32_t *bt, int64_t blk_elems, int t)
+{
+    return (int64_t)__ldg(bt + t / a.bs) * blk_elems + (int64_t)(t % a.bs) * a.hd;
+}
+
+/* One iteration of the online softmax: this lane's DEC_UNROLL keys (K and
+ * V pieces kr, vr; ok = inside the range) folded into (m, l, acc) for GMAX
+ * heads, with one rescale for the iteration. */
 template <int GMAX, int TG>
-__device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, int seq, int kvh, int kv_begin, int kv_end,
-                                              int sub, int grp, bool dim_ok, const float (&q)[GMAX][8],
+__device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], const uint4 (&vr)[DEC_UNROLL],
+                                              const bool (&ok)[DEC_UNROLL], const float (&q)[GMAX][8],
                                               float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8])
 {
+    float s[DEC_UNROLL][GMAX];
+#pragma unroll
+    for (int u = 0; u < DEC_UNROLL; u++) {
+        float k[8];
+        kc_unpack8(kr[u], k);
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                d += q[g][e] * k[e];
+#pragma unroll
+            for (int o = TG >> 1; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+            s[u][g] = ok[u] ? d : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; g++) {
+        float mx = m[g];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++)
+            mx = fmaxf(mx, s[u][g]);
+        const float corr = kc_exp_diff(m[g], mx);
+        l[g] *= corr;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc[g][e] *= corr;
+        m[g] = mx;
+    }
+#pragma unroll
+    for (int u = 0; u < DEC_UNROLL; u++) {
+        float v[8];
+        kc_unpack8(vr[u], v);
+#pragma unroll
+        for (int g = 0; g < GMAX; g++) {
+            const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
+            l[g] += p;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[g][e] += p * v[e];
+        }
+    }
+}
+
+/* This lane's view of a warp's keys: iteration tb covers keys tb + u * TPW
+ * + grp (u < DEC_UNROLL) of kv head kvh. */
+typedef struct {
+    const int32_t *bt;
+    const uint16_t *kbase, *vbase; /* the kv head's row, this lane's 8 dims */
+    int64_t blk_elems;
+} dec_lane;
+
+__device__ __forceinline__ dec_lane dec_lane_make(const kc_attn_args &a, int seq, int kvh, int sub)
+{
+    dec_lane d;
+    d.bt = a.block_tables + (int64_t)seq * a.max_blocks;
+    d.blk_elems = (int64_t)a.nkv * a.bs * a.hd;
+    d.kbase = a.k_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
+    d.vbase = a.v_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
+    return d;
+}
+
+/* Online softmax over keys [kv_begin, kv_end) of kv head kvh: this lane's
+ * state over the keys of its slot (grp), for GMAX heads (8 dims each). K/V
+ * pieces go straight to registers, all DEC_UNROLL loads issued before any
+ * is used. */
+template <int GMAX, int TG>
+__device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, const dec_lane &ln, int kv_begin, int kv_end,
+                                              int grp, bool dim_ok, const float (&q)[GMAX][8], float (&m)[GMAX],
+                                              float (&l)[GMAX], float (&acc)[GMAX][8])
+{
     constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW;
-    const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
-    const int warp = threadIdx.x >> 5, bs = a.bs;
-    const int64_t blk_elems = (int64_t)a.nkv * bs * a.hd;
-    const uint16_t *kbase = a.k_cache + (int64_t)kvh * bs * a.hd + sub * 8;
-    const uint16_t *vbase = a.v_cache + (int64_t)kvh * bs * a.hd + sub * 8;
-    const int first = kv_begin + warp * KPW;
+    const int first = kv_begin + (threadIdx.x >> 5) * KPW;
     /* NOTE: the loop bound is warp-uniform (tb), so all 32 lanes reach the
      * shuffles; lanes past kv_end carry ok = false. */
     for (int tb = first; tb < kv_end; tb += STEP) {
@@ -111,66 +203,98 @@ __device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, int seq, in
             const int t = tb + u * TPW + grp;
             ok[u] = t < kv_end;
             if (ok[u] && dim_ok) {
-                const int64_t off = (int64_t)__ldg(bt + t / bs) * blk_elems + (int64_t)(t % bs) * a.hd;
-                kr[u] = __ldg((const uint4 *)(kbase + off));
-                vr[u] = __ldg((const uint4 *)(vbase + off));
+                const int64_t off = dec_key_off(a, ln.bt, ln.blk_elems, t);
+                kr[u] = __ldg((const uint4 *)(ln.kbase + off));
+                vr[u] = __ldg((const uint4 *)(ln.vbase + off));
             } else {
                 kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
-        float s[DEC_UNROLL][GMAX];
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            float k[8];
-            kc_unpack8(kr[u], k);
-#pragma unroll
-            for (int g = 0; g < GMAX; g++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    d += q[g][e] * k[e];
-#pragma unroll
-                for (int o = TG >> 1; o > 0; o >>= 1)
-                    d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
-                s[u][g] = ok[u] ? d : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GMAX; g++) {
-            float mx = m[g];
-#pragma unroll
-            for (int u = 0; u < DEC_UNROLL; u++)
-                mx = fmaxf(mx, s[u][g]);
-            const float corr = kc_exp_diff(m[g], mx);
-            l[g] *= corr;
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                acc[g][e] *= corr;
-            m[g] = mx;
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_UNROLL; u++) {
-            float v[8];
-            kc_unpack8(vr[u], v);
-#pragma unroll
-            for (int g = 0; g < GMAX; g++) {
-                const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
-                l[g] += p;
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc[g][e] += p * v[e];
-            }
-        }
+        dec_fold_step<GMAX, TG>(kr, vr, ok, q, m, l, acc);
     }
 }
 
+/* Start the copies of iteration tb's K/V pieces into this thread's stage
+ * slot (piece j at slot[j * DEC_THREADS]: K of key u at j = 2u, V at
+ * 2u + 1); pieces outside the range are zero-filled without a read, an
+ * iteration past the range copies nothing. Always closes a group, so the
+ * group count per iteration stays fixed. */
+template <int TG>
+__device__ __forceinline__ void dec_issue(const kc_attn_args &a, const dec_lane &ln, int tb, int kv_end, int grp,
+                                          bool dim_ok, uint4 *slot)
+{
+    constexpr int TPW = 32 / TG;
+    if (tb < kv_end) {
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            const int t = tb + u * TPW + grp;
+            const bool ok = t < kv_end && dim_ok;
+            const int64_t off = ok ? dec_key_off(a, ln.bt, ln.blk_elems, t) : 0;
+            kc_cp_async16(slot + (2 * u) * DEC_THREADS, ln.kbase + off, ok);
+            kc_cp_async16(slot + (2 * u + 1) * DEC_THREADS, ln.vbase + off, ok);
+        }
+    }
+    kc_cp_commit();
+}
+
+/* dec_fold_keys with the K/V pieces staged through a per-thread ring of
+ * DEC_STAGES iterations in shared memory (cp.async): iterations it + 1 ..
+ * it + DEC_STAGES - 1 are in flight while iteration it is computed, and the
+ * loads hold no registers. A thread reads back only the pieces it copied
+ * itself, so no barrier is needed. The arithmetic is dec_fold_keys's, in the
+ * same order: the two give bitwise the same state. */
 template <int GMAX, int TG>
+__device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const dec_lane &ln, int kv_begin,
+                                                   int kv_end, int grp, bool dim_ok, const float (&q)[GMAX][8],
+                                                   float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8],
+                                                   uint4 *ring)
+{
+    constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW;
+    constexpr int STAGE = DEC_SLOT_VECS * DEC_THREADS; /* uint4 per stage */
+    const int first = kv_begin + (threadIdx.x >> 5) * KPW;
+    uint4 *mine = ring + threadIdx.x;
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES; s++)
+        dec_issue<TG>(a, ln, first + s * STEP, kv_end, grp, dim_ok, mine + s * STAGE);
+    int stage = 0;
+    for (int tb = first; tb < kv_end; tb += STEP) {
+        kc_cp_wait<DEC_STAGES - 1>(); /* iteration tb's group has landed */
+        uint4 *slot = mine + stage * STAGE;
+        uint4 kr[DEC_UNROLL], vr[DEC_UNROLL];
+        bool ok[DEC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            kr[u] = slot[(2 * u) * DEC_THREADS];
+            vr[u] = slot[(2 * u + 1) * DEC_THREADS];
+            ok[u] = tb + u * TPW + grp < kv_end;
+        }
+        dec_fold_step<GMAX, TG>(kr, vr, ok, q, m, l, acc);
+        dec_issue<TG>(a, ln, tb + DEC_STAGES * STEP, kv_end, grp, dim_ok, slot);
+        stage = stage + 1 == DEC_STAGES ? 0 : stage + 1;
+    }
+    kc_cp_wait<0>();
+}
+
+/* Cross-warp merge area of a decode CTA. */
+template <int GMAX> struct dec_red {
+    float acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
+    float m[DEC_WARPS][GMAX], l[DEC_WARPS][GMAX];
+};
+struct dec_no_red {
+};
+static_assert(sizeof(dec_red<8>) <= DEC_RING_BYTES, "the merge area reuses the ring");
+
+/* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
+ * shared memory, reused as the merge area once every warp is done), else
+ * straight to registers (static merge area). */
+template <int GMAX, int TG, bool PIPE>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
     kc_pdl_trigger();
-    __shared__ float sm_acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
-    __shared__ float sm_m[DEC_WARPS][GMAX], sm_l[DEC_WARPS][GMAX];
+    extern __shared__ uint4 dec_ring[];
+    __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
+    dec_red<GMAX> &red = *(PIPE ? (dec_red<GMAX> *)dec_ring : (dec_red<GMAX> *)&red_static);
     const int seq = blockIdx.x;
     const int q0 = a.qsl[seq];
     if (a.qsl[seq + 1] - q0 != 1)
@@ -207,7 +331,13 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
                 q[g][e] *= a.scale;
         }
     }
-    dec_fold_keys<GMAX, TG>(a, seq, kvh, kv_begin, kv_end, sub, grp, dim_ok, q, m, l, acc);
+    const dec_lane ln = dec_lane_make(a, seq, kvh, sub);
+    if (PIPE) {
+        dec_fold_keys_pipe<GMAX, TG>(a, ln, kv_begin, kv_end, grp, dim_ok, q, m, l, acc, dec_ring);
+        __syncthreads(); /* every warp is done with the ring: it becomes the merge area */
+    } else {
+        dec_fold_keys<GMAX, TG>(a, ln, kv_begin, kv_end, grp, dim_ok, q, m, l, acc);
+    }
 #pragma unroll
     for (int o = TG; o < 32; o <<= 1)
         dec_merge_lanes<GMAX>(m, l, acc, o);
@@ -217,11 +347,11 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             if (dim_ok) {
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    sm_acc[warp][g][sub * 8 + e] = acc[g][e];
+                    red.acc[warp][g][sub * 8 + e] = acc[g][e];
             }
             if (sub == 0) {
-                sm_m[warp][g] = m[g];
-                sm_l[warp][g] = l[g];
+                red.m[warp][g] = m[g];
+                red.l[warp][g] = l[g];
             }
         }
     }
@@ -232,13 +362,13 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         float mx = -INFINITY;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++)
-            mx = fmaxf(mx, sm_m[w][g]);
+            mx = fmaxf(mx, red.m[w][g]);
         float sum = 0.0f, o = 0.0f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = kc_exp_diff(sm_m[w][g], mx);
-            sum += sm_l[w][g] * f;
-            o += sm_acc[w][g][d] * f;
+            const float f = kc_exp_diff(red.m[w][g], mx);
+            sum += red.l[w][g] * f;
+            o += red.acc[w][g][d] * f;
         }
         const int h = h0 + g;
         const float res = sum > 0.0f ? o / sum : 0.0f;
@@ -304,14 +434,46 @@ static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const 
     }
 }
 
-template <int GMAX>
+template <int GMAX, bool PIPE>
 static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
-    void (*kern)(const kc_attn_args) = a->tg <= 4    ? attn_decode_kernel<GMAX, 4>
-                                       : a->tg <= 8  ? attn_decode_kernel<GMAX, 8>
-                                       : a->tg <= 16 ? attn_decode_kernel<GMAX, 16>
-                                                     : attn_decode_kernel<GMAX, 32>;
-    kern<<<grid, DEC_THREADS, 0, st->stream>>>(*a);
+    void (*kern)(const kc_attn_args) = a->tg <= 4    ? attn_decode_kernel<GMAX, 4, PIPE>
+                                       : a->tg <= 8  ? attn_decode_kernel<GMAX, 8, PIPE>
+                                       : a->tg <= 16 ? attn_decode_kernel<GMAX, 16, PIPE>
+                                                     : attn_decode_kernel<GMAX, 32, PIPE>;
+    kern<<<grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream>>>(*a);
+}
+
+template <int GMAX>
+static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
+{
+    if (a->pipe)
+        dec_launch_g<GMAX, true>(st, a, grid);
+    else
+        dec_launch_g<GMAX, false>(st, a, grid);
+}
+
+/* Once per device (kcuda context creation): the pipelined kernels' ring
+ * wants the largest shared-memory carveout, so KC_ATTN_DEC_CTAS_PER_SM CTAs
+ * of DEC_RING_BYTES each stay resident. */
+template <int GMAX> static void dec_carveout_g(void)
+{
+    void (*k[4])(const kc_attn_args) = {attn_decode_kernel<GMAX, 4, true>, attn_decode_kernel<GMAX, 8, true>,
+                                        attn_decode_kernel<GMAX, 16, true>, attn_decode_kernel<GMAX, 32, true>};
+    for (int i = 0; i < 4; i++) {
+        CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        (int)cudaSharedmemCarveoutMaxShared));
+        if (DEC_RING_BYTES > 48 * 1024) /* A/B builds with more stages */
+            CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_RING_BYTES));
+    }
+}
+
+void kcuda_attn_decode_init(void)
+{
+    dec_carveout_g<1>();
+    dec_carveout_g<2>();
+    dec_carveout_g<4>();
+    dec_carveout_g<8>();
 }
 
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
@@ -320,10 +482,10 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
     const int hchunks = (a->group + gmax - 1) / gmax;
     dim3 grid((unsigned)a->n_seqs, (unsigned)(a->nkv * hchunks), a->part_o ? (unsigned)a->max_splits : 1u);
     switch (gmax) {
-    case 1: dec_launch_g<1>(st, a, grid); break;
-    case 2: dec_launch_g<2>(st, a, grid); break;
-    case 4: dec_launch_g<4>(st, a, grid); break;
-    default: dec_launch_g<8>(st, a, grid); break;
+    case 1: dec_launch_p<1>(st, a, grid); break;
+    case 2: dec_launch_p<2>(st, a, grid); break;
+    case 4: dec_launch_p<4>(st, a, grid); break;
+    default: dec_launch_p<8>(st, a, grid); break;
     }
     KCUDA_LAUNCH_CHECK();
     if (a->part_o) {

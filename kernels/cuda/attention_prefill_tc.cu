@@ -39,9 +39,9 @@
  * the whole context; heads of one GQA group read the same K/V through L2
  * rather than sharing a shared-memory tile.
  *
- * Host emulator (tests/kernels/cuda/emu): the four warp-level primitives
- * below (cp.async, ldmatrix, ldmatrix.trans, mma) have a second body, used
- * when kemu.h is the CUDA stand-in, that reproduces the PTX fragment layouts
+ * Host emulator (tests/kernels/cuda/emu): the warp-level primitives below
+ * (ldmatrix, ldmatrix.trans, mma; cp.async is attention.cuh's) have a
+ * second body, used when kemu.h is the CUDA stand-in, that reproduces the PTX fragment layouts
  * exactly through a per-warp scratch and __syncwarp, so the emulator runs
  * this kernel's real tiling, fragment indexing and masking.
  */
@@ -82,20 +82,6 @@ static inline float tc_emu_lo(uint32_t u, int hi)
     return kc_bf2f((uint16_t)(hi ? u >> 16 : u & 0xFFFFu));
 }
 
-static inline void tc_cp_async16(void *smem, const void *gmem, bool valid)
-{
-    if (valid)
-        memcpy(smem, gmem, 16);
-    else
-        memset(smem, 0, 16);
-}
-static inline void tc_cp_commit(void)
-{
-}
-template <int N> static inline void tc_cp_wait(void)
-{
-}
-
 static inline void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
 {
     const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
@@ -133,23 +119,6 @@ static inline void tc_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t
     __syncwarp();
 }
 #else
-/* 16 bytes global -> shared, asynchronous; zero-filled when !valid (no read). */
-__device__ __forceinline__ void tc_cp_async16(void *smem, const void *gmem, bool valid)
-{
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void tc_cp_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Wait until at most N committed groups of this thread are still in flight. */
-template <int N> __device__ __forceinline__ void tc_cp_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
 {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
@@ -203,7 +172,7 @@ __device__ __forceinline__ void tc_load_q(const kc_attn_args &a, const tc_tile &
         const uint16_t *src = a.qkv; /* [n_tokens, qkv_stride] */
         if (ok)
             src += (int64_t)(t.q0 + t.qstart + r) * a.qkv_stride + (int64_t)t.h * D + ch * 8;
-        tc_cp_async16(sQ + r * LD + ch * 8, src, ok);
+        kc_cp_async16(sQ + r * LD + ch * 8, src, ok);
     }
 }
 
@@ -226,8 +195,8 @@ __device__ __forceinline__ void tc_load_kv(const kc_attn_args &a, const tc_tile 
             const int bi = t.bs_log >= 0 ? p >> t.bs_log : p / a.bs;
             off = (((int64_t)bt[bi] * a.nkv + t.kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
         }
-        tc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
-        tc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
+        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
+        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
     }
 }
 
@@ -365,10 +334,10 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(cons
     /* cp.async groups: Q, then K/V tile 0; Q fragments go to registers once,
      * while tile 0 is still in flight. */
     tc_load_q<D>(a, t, sQ);
-    tc_cp_commit();
+    kc_cp_commit();
     tc_load_kv<D>(a, t, bt, 0, sK, sV);
-    tc_cp_commit();
-    tc_cp_wait<1>();
+    kc_cp_commit();
+    kc_cp_wait<1>();
     __syncthreads();
     uint32_t qf[D / 16][4];
     {
@@ -390,10 +359,10 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(cons
             /* NOTE: stage ^ 1 was last read in iteration it - 1, which ended
              * with a barrier, so it is free to overwrite. */
             tc_load_kv<D>(a, t, bt, kt + TC_BK, sK + (stage ^ 1) * TC_BK * LD, sV + (stage ^ 1) * TC_BK * LD);
-            tc_cp_commit();
-            tc_cp_wait<1>(); /* this thread's copies of tile it landed */
+            kc_cp_commit();
+            kc_cp_wait<1>(); /* this thread's copies of tile it landed */
         } else {
-            tc_cp_wait<0>();
+            kc_cp_wait<0>();
         }
         __syncthreads(); /* ... and every other thread's */
         float s[TC_BK / 8][4];

@@ -7,7 +7,7 @@
  * a device fault and aborts through CUDA_CHECK. Weight upload and random
  * weights are in weights.cu (twin of cpu/weights.c).
  */
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/attention.cuh"
 
 extern "C" void kcuda_fatal(const char *stmt, const char *err, const char *func, const char *file,
                             int line)
@@ -112,6 +112,7 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
         rc = inferd_set_error(INFERD_ERR_DEVICE, "cuBLAS setup failed on device %d", device_id);
         goto fail;
     }
+    kcuda_attn_decode_init();
     ctx->cuda = st;
     INFERD_LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (double)(1u << 30));

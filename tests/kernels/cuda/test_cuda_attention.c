@@ -14,6 +14,11 @@
  * so the output counts keys exactly: a dropped or repeated key shifts a
  * value by >= 1/(pos+1) relative to ~1/head_dim.
  *
+ * Decode runs on one of two bodies (K/V to registers, or through a cp.async
+ * ring in shared memory); "decode pipe" runs decode cases on both, forced
+ * through kcuda_attn_decode_pipe_force, each against the CPU twin and the
+ * two bitwise against each other.
+ *
  * Prefill runs on one of two kernels (tensor cores for head_dim 64/128,
  * CUDA cores otherwise or with INFERD_PREFILL_ATTN=simt); the "tc" tests run
  * every case on both, forced through the kcuda_attn_prefill_force hook, and
@@ -39,7 +44,11 @@
 extern int kcuda_attn_last_splits; /* kernels/cuda/attention.cu test hooks */
 extern int kcuda_attn_prefill_force; /* -1 env, 0 CUDA cores, 1 tensor cores */
 extern int kcuda_attn_last_prefill;  /* 0 none, 1 CUDA cores, 2 tensor cores */
+extern int kcuda_attn_decode_pipe_force; /* -1 env, 0 registers, 1 cp.async ring */
+extern int kcuda_attn_last_decode_pipe;
 #else
+static int kcuda_attn_decode_pipe_force;
+static int kcuda_attn_last_decode_pipe;
 static int kcuda_attn_last_splits;
 static int kcuda_attn_prefill_force;
 static int kcuda_attn_last_prefill;
@@ -453,6 +462,73 @@ START_TEST(test_attention_decode_plan)
 }
 END_TEST
 
+/* Token rows of case c's scenario (scene_build): its queries plus padding. */
+static int case_tokens(const kt_attn_case *c)
+{
+    int n = c->pad_tokens;
+    for (int i = 0; i < c->n_seqs; i++)
+        n += c->seqs[i].q_len;
+    return n;
+}
+
+/* The decode kernel's two bodies (registers / cp.async ring): every case on
+ * both, each vs the CPU twin, the two outputs bitwise equal, and the hook
+ * says which one ran. Cases: GQA 1/2/4/8/12, head_dim 8..256 (lane groups
+ * 4..32), block sizes 1/16/32, split and unsplit, ranges shorter than one
+ * iteration, longer than the ring, and ending inside an iteration, padding
+ * rows, a batch of 40. */
+START_TEST(test_attention_decode_pipe)
+{
+    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
+    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
+    static const kt_seq gqa1[] = {{300, 1}, {7, 1}};
+    static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
+    static const kt_seq b1_544[] = {{544, 1}};
+    static const kt_seq odd[] = {{1001, 1}, {97, 1}, {2049, 1}};
+    kt_seq wide[40];
+    for (int i = 0; i < 40; i++)
+        wide[i] = (kt_seq){20 + (i * 53) % 900, 1};
+    const kt_attn_case cases[] = {
+        {"pipe short gqa4 hd64", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0, 0},
+        {"pipe split gqa8 hd128 bs32", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
+        {"pipe no-ws long uniform", 16, 2, 128, 32, long3, NSEQ(long3), 0, false, true, 0, 0},
+        {"pipe gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1, 0},
+        {"pipe gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"pipe gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"pipe gqa2 hd32 odd pad", 4, 2, 32, 8, odd, NSEQ(odd), 1, true, false, -1, 0},
+        {"pipe b1 544 llama3", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, false, 1, 0},
+        {"pipe b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
+    };
+    int bad = 0;
+    for (int i = 0; i < NSEQ(cases); i++) {
+        const kt_attn_case *c = &cases[i];
+        const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
+        float *o[2];
+        for (int f = 0; f < 2; f++) {
+            o[f] = inferd_malloc(n * sizeof(float));
+            g_keep_out = o[f];
+            kcuda_attn_decode_pipe_force = f;
+            bad += attn_case(c, 5000 + (uint64_t)i);
+            if (kcuda_attn_last_decode_pipe != f) {
+                printf("  attention %s: decode body %d ran, forced %d\n", c->name, kcuda_attn_last_decode_pipe, f);
+                kt_record("attention", 1, 0, 0);
+                bad++;
+            }
+        }
+        kcuda_attn_decode_pipe_force = -1;
+        g_keep_out = NULL;
+        if (memcmp(o[0], o[1], n * sizeof(float)) != 0) {
+            printf("  attention %s: the ring and register bodies differ\n", c->name);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+        inferd_free(o[1]);
+        inferd_free(o[0]);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_attention_prefill)
 {
     static const kt_seq one[] = {{77, 77}};
@@ -649,6 +725,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_rope_kv_write);
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_plan);
+    tcase_add_test(tc, test_attention_decode_pipe);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
     tcase_add_test(tc, test_attention_prefill_tc);

@@ -158,7 +158,8 @@ typedef int cudaError_t;
 typedef struct kemu_stream *cudaStream_t;
 #define cudaStreamNonBlocking 1
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+enum cudaSharedCarveout { cudaSharedmemCarveoutMaxShared = 100 };
 struct cudaDeviceProp {
     char name[256];
     int multiProcessorCount, major, minor;
