@@ -330,37 +330,70 @@ static void print_gpu_side(FILE *f, const row_result *rows, int n)
     }
 }
 
-/* Per-op table of one row (--profile-ops): per decode step, summed over
- * layers; GB/s = the op's bytes over its event time. */
+/* Per-op table of one kind of step (--profile-ops): per step, summed over
+ * layers; GB/s = the op's bytes over its event time, TFLOP/s its FLOPs
+ * over the same time (GEMMs, attention, lm_head), each against the
+ * ceilings measured at start. */
+static void print_ops_table(FILE *f, const model_prof_ops *o, const kern_ceilings *c)
+{
+    double steps = (double)o->steps, tot = 0, tot_b = 0, tot_f = 0;
+    for (int op = 0; op < MODEL_OP_COUNT; op++) {
+        tot += o->ms[op];
+        tot_b += o->bytes[op];
+        tot_f += o->flops[op];
+    }
+    fprintf(f, "| op | calls/step | us/step | %% of ops | MB/step | GB/s | %% copy BW | GFLOP/step | TFLOP/s | "
+               "%% GEMM peak |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int op = 0; op <= MODEL_OP_COUNT; op++) {
+        const bool all = op == MODEL_OP_COUNT;
+        if (!all && o->calls[op] == 0)
+            continue;
+        const double ms = (all ? tot : o->ms[op]) / steps, mb = (all ? tot_b : o->bytes[op]) / steps / 1e6;
+        const double gf = (all ? tot_f : o->flops[op]) / steps / 1e9;
+        const double gbs = ms > 0 ? mb / ms : 0, tfs = ms > 0 ? gf / ms : 0; /* MB/ms = GB/s, GFLOP/ms = TFLOP/s */
+        if (all)
+            fprintf(f, "| all ops | | %.1f | 100%% |", ms * 1e3);
+        else
+            fprintf(f, "| %s | %.0f | %.1f | %.1f%% |", model_op_name((model_op)op), (double)o->calls[op] / steps,
+                    ms * 1e3, tot > 0 ? 100.0 * o->ms[op] / tot : 0);
+        fprintf(f, " %.2f | %.0f | %.1f%% |", mb, gbs, c->copy_gbps > 0 ? 100.0 * gbs / c->copy_gbps : 0);
+        if (gf > 0)
+            fprintf(f, " %.4g | %.4g | %.1f%% |\n", gf, tfs, c->gemm_tflops > 0 ? 100.0 * tfs / c->gemm_tflops : 0);
+        else
+            fprintf(f, " | | |\n");
+    }
+}
+
+/* The per-op tables of one row: its decode steps (with the GPU busy time
+ * and host gap), then its steps with a prompt chunk. */
 static void print_ops(FILE *f, const row_result *r, const kern_ceilings *c)
 {
     const model_prof_stats *p = &r->prof;
-    if (r->error[0] || p->op_steps == 0)
+    if (r->error[0])
         return;
-    double steps = (double)p->op_steps, tot = 0, tot_b = 0;
-    for (int op = 0; op < MODEL_OP_COUNT; op++) {
-        tot += p->op_ms[op];
-        tot_b += p->op_bytes[op];
+    if (p->dec.steps > 0) {
+        fprintf(f, "\nops of a decode step: batch %d, context ~%.0f, %llu steps profiled (eager)\n\n", r->batch,
+                r->mean_ctx, (unsigned long long)p->dec.steps);
+        print_ops_table(f, &p->dec, c);
+        fprintf(f, "| GPU busy (step begin -> end) | | %.1f | | | | | | | |\n", busy_ms(r) * 1e3);
+        fprintf(f, "| host gap (GPU idle between steps) | | %.1f | | | | | | | |\n", gap_us(r));
+        fprintf(f, "| wall step (engine thread) | | %.1f | | | | | | | |\n", r->step_ms * 1e3);
     }
-    fprintf(f, "\nops of a decode step: batch %d, context ~%.0f, %llu steps profiled (eager)\n\n", r->batch,
-            r->mean_ctx, (unsigned long long)p->op_steps);
-    fprintf(f, "| op | calls/step | us/step | %% of ops | MB/step | GB/s | %% copy BW |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|\n");
-    for (int op = 0; op < MODEL_OP_COUNT; op++) {
-        if (p->op_calls[op] == 0)
-            continue;
-        double ms = p->op_ms[op] / steps, mb = p->op_bytes[op] / steps / 1e6;
-        double gbs = ms > 0 ? mb / ms : 0; /* MB/ms = GB/s */
-        fprintf(f, "| %s | %.0f | %.1f | %.1f%% | %.2f | %.0f | %.1f%% |\n", model_op_name((model_op)op),
-                (double)p->op_calls[op] / steps, ms * 1e3, tot > 0 ? 100.0 * p->op_ms[op] / tot : 0, mb, gbs,
-                c->copy_gbps > 0 ? 100.0 * gbs / c->copy_gbps : 0);
+    if (p->pf.steps > 0) {
+        fprintf(f, "\nops of a step with a prompt chunk: batch %d, input %d, %.0f new tokens a step, %llu steps "
+                   "profiled (eager)\n\n",
+                r->batch, r->input, p->pf.tokens / (double)p->pf.steps, (unsigned long long)p->pf.steps);
+        print_ops_table(f, &p->pf, c);
     }
-    double ms = tot / steps, mb = tot_b / steps / 1e6;
-    fprintf(f, "| all ops | | %.1f | 100%% | %.2f | %.0f | %.1f%% |\n", ms * 1e3, mb, ms > 0 ? mb / ms : 0,
-            c->copy_gbps > 0 && ms > 0 ? 100.0 * mb / ms / c->copy_gbps : 0);
-    fprintf(f, "| GPU busy (step begin -> end) | | %.1f | | | | |\n", busy_ms(r) * 1e3);
-    fprintf(f, "| host gap (GPU idle between steps) | | %.1f | | | | |\n", gap_us(r));
-    fprintf(f, "| wall step (engine thread) | | %.1f | | | | |\n", r->step_ms * 1e3);
+}
+
+/* "ops_us_per_step"-style object of o (op name -> us per step). */
+static void json_ops(cJSON *o, const char *key, const model_prof_ops *p)
+{
+    cJSON *ops = cJSON_AddObjectToObject(o, key);
+    for (int op = 0; op < MODEL_OP_COUNT; op++)
+        cJSON_AddNumberToObject(ops, model_op_name((model_op)op), 1e3 * p->ms[op] / (double)p->steps);
 }
 
 static int write_json(const char *path, model *m, const kern_ceilings *c, const row_result *rows, int n)
@@ -404,11 +437,12 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
             cJSON_AddNumberToObject(o, "gpu_busy_ms_per_step", busy_ms(r));
             cJSON_AddNumberToObject(o, "host_gap_us", gap_us(r));
             cJSON_AddNumberToObject(o, "host_gap_max_us", 1e3 * r->prof.gap_max_ms);
-            if (r->prof.op_steps > 0) {
-                cJSON *ops = cJSON_AddObjectToObject(o, "ops_us_per_step");
-                for (int op = 0; op < MODEL_OP_COUNT; op++)
-                    cJSON_AddNumberToObject(ops, model_op_name((model_op)op),
-                                            1e3 * r->prof.op_ms[op] / (double)r->prof.op_steps);
+            if (r->prof.dec.steps > 0)
+                json_ops(o, "ops_us_per_step", &r->prof.dec);
+            if (r->prof.pf.steps > 0) {
+                json_ops(o, "prefill_ops_us_per_step", &r->prof.pf);
+                cJSON_AddNumberToObject(o, "prefill_ops_steps", (double)r->prof.pf.steps);
+                cJSON_AddNumberToObject(o, "prefill_ops_tokens_per_step", r->prof.pf.tokens / (double)r->prof.pf.steps);
             }
             /* vLLM's field: one request's end-to-end latency, seconds */
             double lat = (r->prefill_ms + r->step_ms * (r->output - 1)) * 1e-3;

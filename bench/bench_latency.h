@@ -18,9 +18,10 @@
  * The GPU side of the decode steps is measured too (model_prof.h): the mean
  * GPU busy time of a step and the idle gap between consecutive steps (host
  * work the GPU waits for), from events around every decode step. With
- * --profile-ops every step runs eagerly with an event before each op, and a
- * per-op table follows the main one: time per step summed over layers,
- * bytes, achieved GB/s and % of the copy bandwidth.
+ * --profile-ops every step runs eagerly with an event before each op, and
+ * per-op tables follow the main one, for the decode steps and for the steps
+ * with a prompt chunk: time per step summed over layers, bytes, achieved
+ * GB/s and % of the copy bandwidth, FLOPs, TFLOP/s and % of the GEMM rate.
  */
 #ifndef INFERD_BENCH_LATENCY_H
 #define INFERD_BENCH_LATENCY_H

@@ -33,8 +33,9 @@ static void usage(FILE *f)
                "  --num-iters N               timed iterations per row (default 3)\n"
                "  --output-json PATH          write every row as JSON\n"
                "  --seed N                    prompt ids seed (default 1234)\n"
-               "  --profile-ops               run decode steps eagerly with an event before every op and print\n"
-               "                              a per-op table (time per step, bytes, GB/s, %% of copy bandwidth)\n\n");
+               "  --profile-ops               run every step eagerly with an event before every op and print\n"
+               "                              per-op tables of the decode steps and of the steps with a prompt\n"
+               "                              chunk (time per step, bytes, GB/s, FLOPs, TFLOP/s, %% of ceilings)\n\n");
     cli_model_usage(f);
 }
 

@@ -48,19 +48,21 @@ const char *model_op_name(model_op op)
 }
 
 #define PROF_ON(m, bit) ((m)->prof.open && ((m)->prof.what & (bit)))
-#define PROF_MARK(m, op, bytes)                    \
-    do {                                           \
-        if (PROF_ON(m, MODEL_PROF_OPS))            \
-            prof_mark(m, (int)(op), (bytes));      \
+/* An event before op `op`, which moves `bytes` and computes `flops`. */
+#define PROF_MARK(m, op, bytes, flops)                   \
+    do {                                                 \
+        if (PROF_ON(m, MODEL_PROF_OPS))                  \
+            prof_mark(m, (int)(op), (bytes), (flops));   \
     } while (0)
 
-static void prof_mark(model *m, int op, double bytes)
+static void prof_mark(model *m, int op, double bytes, double flops)
 {
     model_prof *p = &m->prof;
     if (p->n_marks >= p->max_marks)
         return;
     p->mark_op[p->n_marks] = (int8_t)op;
     p->mark_bytes[p->n_marks] = bytes;
+    p->mark_flops[p->n_marks] = flops;
     kern_timer_record(m->kc, p->t, p->n_marks++);
 }
 
@@ -92,11 +94,13 @@ inferd_status model_prof_enable(model *m, unsigned what)
         p->max_marks = marks;
         p->mark_op = inferd_calloc((size_t)marks, sizeof *p->mark_op);
         p->mark_bytes = inferd_calloc((size_t)marks, sizeof *p->mark_bytes);
+        p->mark_flops = inferd_calloc((size_t)marks, sizeof *p->mark_flops);
     } else if (!what && p->t) {
         kern_sync(m->kc);
         kern_timer_free(m->kc, p->t);
         inferd_free(p->mark_op);
         inferd_free(p->mark_bytes);
+        inferd_free(p->mark_flops);
         memset(p, 0, sizeof *p);
     }
     p->what = what;
@@ -110,16 +114,18 @@ void model_prof_get(const model *m, model_prof_stats *out)
     *out = m->prof.st;
 }
 
-/* model_step's start: open a record for a decode-only step (only those are
- * profiled); any other step breaks the chain of gaps. */
+/* model_step's start: open a record for a decode-only step, or with
+ * MODEL_PROF_OPS for any step; a step that is not decode-only breaks the
+ * chain of gaps. */
 static void prof_step_begin(model *m, const model_batch *b)
 {
     model_prof *p = &m->prof;
     if (!p->what)
         return;
     p->decode = b->n_tokens == b->n_seqs && b->n_logits == b->n_seqs;
-    p->open = p->decode;
+    p->open = p->decode || (p->what & MODEL_PROF_OPS);
     p->n_marks = 0;
+    p->n_new = b->n_tokens;
     if (!p->decode) {
         p->prev_valid = false;
         return;
@@ -133,8 +139,9 @@ void model_prof_step_end(model *m)
     if (!p->open)
         return;
     if (p->what & MODEL_PROF_OPS)
-        PROF_MARK(m, -1, 0);
-    kern_timer_record(m->kc, p->t, slot_end(p, p->cur));
+        PROF_MARK(m, -1, 0, 0);
+    if (p->decode)
+        kern_timer_record(m->kc, p->t, slot_end(p, p->cur));
 }
 
 void model_prof_step_done(model *m)
@@ -146,17 +153,22 @@ void model_prof_step_done(model *m)
     kern_ctx *kc = m->kc;
     model_prof_stats *st = &p->st;
     if ((p->what & MODEL_PROF_OPS) && p->n_marks > 1 && p->mark_op[p->n_marks - 1] < 0) {
+        model_prof_ops *o = p->decode ? &st->dec : &st->pf;
         for (int i = 0; i + 1 < p->n_marks; i++) {
             double ms = kern_timer_ms(kc, p->t, i, i + 1);
             int op = p->mark_op[i];
             if (ms < 0 || op < 0)
                 continue;
-            st->op_ms[op] += ms;
-            st->op_bytes[op] += p->mark_bytes[i];
-            st->op_calls[op]++;
+            o->ms[op] += ms;
+            o->bytes[op] += p->mark_bytes[i];
+            o->flops[op] += p->mark_flops[i];
+            o->calls[op]++;
         }
-        st->op_steps++;
+        o->steps++;
+        o->tokens += p->n_new;
     }
+    if (!p->decode)
+        return;
     double busy = kern_timer_ms(kc, p->t, slot_begin(p, p->cur), slot_end(p, p->cur));
     if (busy >= 0) {
         st->busy_ms += busy;
@@ -199,6 +211,24 @@ static double attn_bytes(const model *m, const model_fwd_in *in)
         ctx += m->h_seq_lens[i];
     double kv = ctx * 2.0 * c->n_kv_heads * c->head_dim, q = 2.0 * in->n_tokens * c->n_heads * c->head_dim;
     return act_bytes(m, kv + q);
+}
+
+static double gemm_flops(const kern_weight *w, int n)
+{
+    return 2.0 * (double)n * (double)w->rows * (double)w->cols;
+}
+
+/* QK^T and PV over the keys each new token attends (its earlier context
+ * and, causally, the chunk up to itself), from the host mirrors. */
+static double attn_flops(const model *m, const model_fwd_in *in)
+{
+    const model_config *c = &m->lc;
+    double keys = 0;
+    for (int i = 0; i < in->n_seqs; i++) {
+        const double q = (double)(m->h_qsl[i + 1] - m->h_qsl[i]), L = (double)m->h_seq_lens[i];
+        keys += q * (L - q) + q * (q + 1.0) / 2.0;
+    }
+    return 4.0 * (double)c->n_heads * (double)c->head_dim * keys;
 }
 
 inferd_status model_check_batch(const model *m, const model_batch *b)
@@ -300,7 +330,7 @@ static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
-    PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b));
+    PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b), attn_flops(m, b));
     kern_attn_params ap = {
         .out = a->attn,
         .qkv = a->qkv,
@@ -333,7 +363,7 @@ static void all_reduce(model *m, void *buf, int n)
     if (!m->comm)
         return;
     const size_t count = (size_t)n * (size_t)m->cfg.hidden_size;
-    PROF_MARK(m, MODEL_OP_ALL_REDUCE, act_bytes(m, 2.0 * (double)count));
+    PROF_MARK(m, MODEL_OP_ALL_REDUCE, act_bytes(m, 2.0 * (double)count), 0);
     kern_all_reduce_sum(m->kc, m->comm, buf, count, m->act_dtype);
 }
 
@@ -342,10 +372,10 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
     const int n = b->n_tokens;
-    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
+    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
     kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
     PROF_MARK(m, MODEL_OP_ROPE_KV,
-              act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)));
+              act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)), 0);
     const kern_rope_kv_params rp = rope_params(m, L, b);
     kern_qkv_epilogue ep = {
         .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
@@ -355,7 +385,7 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
     };
     kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
     attention_op(m, L, b);
-    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
+    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
     kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
     all_reduce(m, a->proj, n);
 }
@@ -363,11 +393,11 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
 static void mlp_block(model *m, const model_layer *L, int n)
 {
     model_acts *a = &m->a;
-    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
+    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
-    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size));
+    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
     kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
-    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
+    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
     kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
     all_reduce(m, a->proj, n);
 }
@@ -421,17 +451,17 @@ static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
     model_acts *a = &m->a;
     const int n = b->n_tokens;
     const kern_rope_kv_params rp = rope_params(m, L, b);
-    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n));
+    PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
     const kern_fuse fq = {.norm = &L->attn_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_ROPE_KV, .rope = &rp,
                           .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL};
     kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
     attention_op(m, L, b);
-    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n));
+    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
     fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm);
-    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n));
+    PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
     kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
-    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n));
+    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
     fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm);
 }
 
@@ -447,7 +477,7 @@ static void logits_op(model *m, int n)
     }
     const int64_t chunk = model_vocab_chunk(m), vocab = m->cfg.vocab_size;
     kern_logits(m->kc, a->logits_part, a->gn, &m->lm_head, n);
-    PROF_MARK(m, MODEL_OP_GATHER, 4.0 * (double)n * (double)chunk * (m->sh.tp + 1));
+    PROF_MARK(m, MODEL_OP_GATHER, 4.0 * (double)n * (double)chunk * (m->sh.tp + 1), 0);
     kern_all_gather(m->kc, m->comm, a->logits_all, a->logits_part, (size_t)n * (size_t)chunk * sizeof(float));
     if (m->follower)
         return;
@@ -469,13 +499,14 @@ static void head_ops(model *m, const int32_t *idx, int n, bool folded)
     model_acts *a = &m->a;
     if (n == 0)
         return;
-    PROF_MARK(m, MODEL_OP_FINAL_NORM, w_bytes(&m->final_norm) + act_bytes(m, 7.0 * n * (double)c->hidden_size));
+    PROF_MARK(m, MODEL_OP_FINAL_NORM, w_bytes(&m->final_norm) + act_bytes(m, 7.0 * n * (double)c->hidden_size), 0);
     kern_gather_rows(m->kc, a->gx, a->x, idx, n, c->hidden_size);
     if (!folded)
         kern_gather_rows(m->kc, a->gp, a->proj, idx, n, c->hidden_size);
     kern_add_rmsnorm(m->kc, a->gn, a->gx, folded ? NULL : a->gp, &m->final_norm, n, c->rms_norm_eps);
     PROF_MARK(m, MODEL_OP_LM_HEAD,
-              w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)m->lm_head.rows);
+              w_bytes(&m->lm_head) + act_bytes(m, (double)n * c->hidden_size) + 4.0 * n * (double)m->lm_head.rows,
+              gemm_flops(&m->lm_head, n));
     logits_op(m, n);
 }
 
@@ -486,7 +517,7 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     int n = in->n_tokens;
     const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
     const bool fused = use_fused_layers(m, n);
-    PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd));
+    PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd), 0);
     if (m->comm) {
         kern_embed_shard(m->kc, a->x, in->tokens, n, &m->embed, m->sh.vocab.begin);
         all_reduce(m, a->x, n);
@@ -499,10 +530,10 @@ void model_forward_ops(model *m, const model_fwd_in *in)
             fused_layer(m, L, in);
             continue;
         }
-        PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (l == 0 ? 2.0 : 4.0) * nd));
+        PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (l == 0 ? 2.0 : 4.0) * nd), 0);
         kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
         attention_block(m, L, in);
-        PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, 4.0 * nd));
+        PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, 4.0 * nd), 0);
         kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n);
     }
@@ -604,10 +635,16 @@ static bool any_penalty(const kern_sample_params *params, int r)
 inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
 {
     int r = m->last_n_logits;
-    if (r == 0)
+    if (r == 0) { /* a prompt chunk without a sampled row: close its profile record */
+        if (m->prof.open) {
+            model_prof_step_end(m);
+            kern_sync(m->kc);
+            model_prof_step_done(m);
+        }
         return INFERD_OK;
+    }
     kern_memcpy_h2d(m->kc, m->a.sparams, params, (size_t)r * sizeof(kern_sample_params));
-    PROF_MARK(m, MODEL_OP_SAMPLE, 4.0 * r * (double)m->cfg.vocab_size);
+    PROF_MARK(m, MODEL_OP_SAMPLE, 4.0 * r * (double)m->cfg.vocab_size, 0);
     if (any_penalty(params, r))
         kern_penalty_apply(m->kc, m->a.logits, m->a.sparams, r, m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, m->a.sparams, r, m->cfg.vocab_size, m->a.sample_ws);

@@ -96,6 +96,8 @@ typedef struct {
     int max_marks, n_marks;
     int8_t *mark_op;         /* [max_marks] op of the segment that starts at mark i, -1 = end */
     double *mark_bytes;      /* [max_marks] bytes of that op */
+    double *mark_flops;      /* [max_marks] its FLOPs */
+    int n_new;               /* new tokens of the current step */
     int cur;                 /* step slot of the current step */
     bool open, decode;       /* a step is being recorded; it is decode-only */
     bool prev_valid;         /* the previous step was decode-only and has its end event */
@@ -142,7 +144,7 @@ struct model {
     int32_t *h_pos, *h_idx, *h_null_table;
     int64_t *h_slots;
     model_graphs gr; /* decode CUDA graphs (graphs.c) */
-    model_prof prof; /* decode-step profile (forward.c), off by default */
+    model_prof prof; /* step profile (forward.c), off by default */
 };
 
 /* Whether a model of these options runs the collective forward pass. */

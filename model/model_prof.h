@@ -1,11 +1,10 @@
-/* model/model_prof.h: where a decode step's time goes (issue 12, `inferd
+/* model/model_prof.h: where a step's time goes (issues 12 and 13, `inferd
  * bench latency --profile-ops`).
  *
  * Two measurements, both off unless enabled, both timed with the backend's
- * timers (CUDA events on the model's stream; kern_timer_*), and both only
- * over decode-only steps (one new token per sequence) that go through
- * model_step:
- *  - MODEL_PROF_GAPS: each step gets an event before its input upload and
+ * timers (CUDA events on the model's stream; kern_timer_*), over steps that
+ * go through model_step:
+ *  - MODEL_PROF_GAPS (decode-only steps): each step gets an event before its input upload and
  *    one after its sampler (before the sampled tokens are copied back). The
  *    GPU busy time of a step is begin -> end; the host gap between two
  *    consecutive decode steps is end(N) -> begin(N+1): the time the GPU sat
@@ -16,6 +15,8 @@
  *    op must move. Events cannot sit inside a replayed graph, so while this
  *    is on model_step runs every step eagerly: the per-op times are those of
  *    the eager path (same kernels as the graph, launched one by one).
+ *    Decode-only steps and steps with a prompt chunk (prefill or mixed)
+ *    are summed apart, each op with its bytes and FLOPs.
  * The accumulators are read and reset by the thread that drives the model
  * while no step runs (bench: after engine_wait_idle).
  */
@@ -49,11 +50,19 @@ typedef enum {
 #define MODEL_PROF_OPS 1u
 #define MODEL_PROF_GAPS 2u
 
+/* Per-op sums over the steps of one kind. */
 typedef struct {
-    uint64_t op_steps;                /* decode steps profiled op by op */
-    double op_ms[MODEL_OP_COUNT];     /* summed over layers and op_steps */
-    double op_bytes[MODEL_OP_COUNT];  /* bytes each op must move, same sums */
-    uint64_t op_calls[MODEL_OP_COUNT];
+    uint64_t steps;                 /* steps profiled op by op */
+    double tokens;                  /* their new tokens */
+    double ms[MODEL_OP_COUNT];      /* summed over layers and steps */
+    double bytes[MODEL_OP_COUNT];   /* bytes each op must move, same sums */
+    double flops[MODEL_OP_COUNT];   /* FLOPs of the op (GEMMs, attention, lm_head; 0 elsewhere) */
+    uint64_t calls[MODEL_OP_COUNT];
+} model_prof_ops;
+
+typedef struct {
+    model_prof_ops dec;               /* decode-only steps */
+    model_prof_ops pf;                /* steps with a prompt chunk (prefill or mixed) */
     uint64_t busy_steps;              /* decode steps with begin/end events */
     double busy_ms;                   /* sum of begin -> end */
     uint64_t gaps;                    /* consecutive decode-step pairs */

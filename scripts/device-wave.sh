@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -260,6 +260,40 @@ for v in "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" "u8c4 -DKC_DEC_UNR
     grep -E "^\| [0-9]" "$W/attnab-$name.txt" "$W/attnab-$name-32k.txt" | grep -v "GPU busy" | head -6
     grep -c "spill" "$W/attnab-build-$name.log" || true
 done
+fi
+
+# i4a. where a prefill step goes (--profile-ops: the table of the steps
+#      with a prompt chunk): one 16k-token step (32 prompts of 512, as in
+#      bench throughput 512/128), a 2k prompt, and the 16k-token chunks of a
+#      128k prompt (Llama-3.1 config); then the 128k row with graphs
+if part attnfull; then
+if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/attnfull.log" 2>&1
+then row "test_cuda_kernels attention cases (full, 128k) $(el)" PASS
+else row "test_cuda_kernels attention full (exit $?)" "FAIL (wave/attnfull.log)"; fi
+grep -E "131|32768|FAIL|differ" "$W/attnfull.log" | head -8
+fi
+if part pfprof; then
+for spec in "$L8 32 512 1024" "$L8 1 2048 4096"; do
+    read -r cfg b in mml <<<"$spec"
+    timeout 150 "$BIN" bench latency --model $cfg --load-format dummy --device cuda --batch-size $b \
+        --input-len $in --output-len 4 --num-iters-warmup 1 --num-iters 1 --max-num-seqs 512 \
+        --max-num-batched-tokens 16384 --max-model-len $mml --profile-ops >"$W/pfprof-b$b-$in.txt" 2>&1 \
+        && row "bench latency --profile-ops b$b x $in $(el)" ok || row "profile b$b x $in (exit $?)" FAILED
+    grep -E "^\| [0-9]|ceilings" "$W/pfprof-b$b-$in.txt" | grep -v "GPU busy" | head -3
+    sed -n '/ops of a step with a prompt chunk/,$p' "$W/pfprof-b$b-$in.txt" | grep -E "^\||ops of" | head -20
+done
+fi
+if part long128k; then
+timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+    --input-len 131000 --output-len 32 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+    --max-num-batched-tokens 16384 --max-model-len 131072 --output-json "$W/long128k.json" >"$W/long128k.txt" 2>&1 \
+    && row "bench latency b1 x 131000 (llama3.1, graphs) $(el)" ok || row "bench latency 128k (exit $?)" FAILED
+grep -E "^\| [0-9]|ceilings|memory:|graphs:" "$W/long128k.txt" | grep -v "GPU busy" | head -6
+timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+    --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+    --max-num-batched-tokens 16384 --max-model-len 131072 --profile-ops >"$W/long128k-prof.txt" 2>&1 \
+    && row "bench latency --profile-ops b1 x 131000 $(el)" ok || row "profile 128k (exit $?)" FAILED
+sed -n '/ops of a step with a prompt chunk/,$p' "$W/long128k-prof.txt" | grep -E "^\||ops of" | head -20
 fi
 
 # i4b. the decode kernel's cp.async ring (INFERD_ATTN_DEC_PIPE=1, default)

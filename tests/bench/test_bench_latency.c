@@ -3,6 +3,9 @@
  * one row per (batch, input) combination in order, each with every column
  * filled, and the JSON has the same rows with positive timings, bytes,
  * FLOPs, floor and % of roofline, and the ceilings. Speed is not checked.
+ * With --profile-ops, a per-op table for the decode steps and one for the
+ * steps with a prompt chunk, each with every layer op once per layer, and
+ * the same per-op times in the JSON.
  * Bad flags (a zero or malformed list, an unknown flag, no --model) exit 2.
  * Skips (77) without the built binary or the fixtures.
  */
@@ -85,6 +88,67 @@ START_TEST(test_cpu_table_and_json)
 }
 END_TEST
 
+/* The op lines of the table that follows title in out: each op of `want`
+ * has calls/step == its count and a positive time; "all ops" closes it. */
+static void check_ops_table(const char *out, const char *title)
+{
+    static const struct {
+        const char *op;
+        int calls; /* stories260K: 5 layers */
+    } want[] = {{"QKV GEMM", 5}, {"attention", 5}, {"O GEMM", 5}, {"gate/up GEMM", 5}, {"SiLU * up", 5},
+                {"down GEMM", 5}, {"lm_head", 1}, {"sampling", 1}};
+    const char *t = strstr(out, title);
+    ck_assert_msg(t, "no \"%s\" table:\n%s", title, out);
+    const char *end = strstr(t, "| all ops | |");
+    ck_assert_msg(end, "\"%s\": no all-ops line:\n%s", title, t);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "| %s | ", want[i].op);
+        const char *l = strstr(t, key);
+        ck_assert_msg(l && l < end, "\"%s\": no %s line", title, want[i].op);
+        int calls = 0;
+        double us = 0;
+        ck_assert_int_eq(sscanf(l + strlen(key), "%d | %lf", &calls, &us), 2);
+        ck_assert_msg(calls == want[i].calls && us > 0, "\"%s\" %s: %d calls, %.1f us", title, want[i].op, calls, us);
+    }
+}
+
+START_TEST(test_cpu_profile_ops)
+{
+    char *json = test_write_temp("bench-latency-prof", "", 0);
+    char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
+                    "--batch-size", "3", "--input-len", "20", "--output-len", "6", "--num-iters-warmup", "0",
+                    "--num-iters", "1", "--profile-ops", "--output-json", json, "--log-level", "warn", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = test_run_rc(argv, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    check_ops_table(out, "ops of a decode step: batch 3");
+    /* the three 20-token prompts fit one step's token budget */
+    check_ops_table(out, "ops of a step with a prompt chunk: batch 3, input 20, 60 new tokens a step, 1 steps");
+    size_t len = 0;
+    char *text = NULL;
+    ck_assert(util_read_file(json, 1 << 20, &text, &len) == INFERD_OK);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert(root);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    static const char *k_ops[] = {"ops_us_per_step", "prefill_ops_us_per_step"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *ops = cJSON_GetObjectItem(row, k_ops[k]);
+        ck_assert_msg(ops, "no %s", k_ops[k]);
+        ck_assert_msg(cJSON_GetObjectItem(ops, "attention")->valuedouble > 0, "%s attention", k_ops[k]);
+        ck_assert_msg(cJSON_GetObjectItem(ops, "gate/up GEMM")->valuedouble > 0, "%s gate/up", k_ops[k]);
+    }
+    ck_assert_int_eq(cJSON_GetObjectItem(row, "prefill_ops_steps")->valueint, 1);
+    ck_assert_int_eq(cJSON_GetObjectItem(row, "prefill_ops_tokens_per_step")->valueint, 60);
+    cJSON_Delete(root);
+    inferd_free(text);
+    unlink(json);
+    inferd_free(json);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_bad_flags)
 {
     static const char *k_bad[][2] = {
@@ -120,6 +184,7 @@ int main(void)
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_cpu_table_and_json);
+    tcase_add_test(tc, test_cpu_profile_ops);
     tcase_add_test(tc, test_bad_flags);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

@@ -406,6 +406,15 @@ START_TEST(test_attention_decode_plan)
         const kt_attn_case big = {"plan b1 32768 llama3", 32, 8, 128, 16, b1_32k, NSEQ(b1_32k),
                                   0, true, false, 1, 0};
         bad += attn_case(&big, 4100);
+        /* Llama-3.1's 128k context: 64 splits of 2048 keys, on both decode bodies */
+        static const kt_seq b1_128k[] = {{131072, 1}};
+        const kt_attn_case huge = {"plan b1 131072 llama3", 32, 8, 128, 16, b1_128k, NSEQ(b1_128k),
+                                   0, true, false, 1, 0};
+        for (int f = 0; f < 2; f++) {
+            kcuda_attn_decode_pipe_force = f;
+            bad += attn_case(&huge, 4101);
+        }
+        kcuda_attn_decode_pipe_force = -1;
     }
     /* seq 0 (544) beside 600 vs beside 1000: another grid, the same chunks for seq 0 */
     static const kt_seq pa[] = {{544, 1}, {600, 1}}, pb[] = {{544, 1}, {1000, 1}};
@@ -628,6 +637,7 @@ START_TEST(test_attention_prefill_tc)
     static const kt_seq fb[] = {{150, 90}, {40, 1}};
     static const kt_seq big[] = {{1000, 300}};
     static const kt_seq full[] = {{700, 700}, {129, 128}};
+    static const kt_seq ctx128k[] = {{131072, 64}};
     const kt_attn_case cases[] = {
         {"tc prefill 200 gqa4 hd128", 8, 2, 128, 16, p200, NSEQ(p200), 0, true, false, -1, 0},
         {"tc odd lens gqa1 hd64 pad", 4, 4, 64, 16, odd3, NSEQ(odd3), 1, true, false, -1, 0},
@@ -650,6 +660,8 @@ START_TEST(test_attention_prefill_tc)
             {"tc chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1, 0},
             {"tc full 700 gqa4 hd64", 16, 4, 64, 16, full, NSEQ(full), 0, true, false, -1, 0},
             {"tc full 700 uniform hd128", 8, 8, 128, 32, full, NSEQ(full), 0, true, true, -1, 0},
+            /* a chunk at the end of a 128k context (Llama-3.1's limit) */
+            {"tc chunk 64 after 131008", 4, 1, 128, 16, ctx128k, NSEQ(ctx128k), 0, true, false, -1, 0},
         };
         for (int i = 0; i < NSEQ(large); i++)
             for (int force = 1; force >= 0; force--)
