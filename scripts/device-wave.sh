@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull tcmt)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -271,6 +271,39 @@ if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cu
 then row "test_cuda_kernels attention cases (full, 128k) $(el)" PASS
 else row "test_cuda_kernels attention full (exit $?)" "FAIL (wave/attnfull.log)"; fi
 grep -E "131|32768|FAIL|differ" "$W/attnfull.log" | head -8
+fi
+# i4c. tensor-core prefill attention with 1 or 2 m-tiles a warp
+#      (INFERD_PREFILL_TC_MT): kernel cases (both, bitwise equal) + memcheck,
+#      then prefill rows 512..16k and the 128k prompt, processes alternating
+if part tcmt; then
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/tcmt-kernels.log" 2>&1
+then row "test_cuda_kernels attention (full; tc 1 and 2 m-tiles) $(el)" PASS
+else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/tcmt-kernels.log)"; fi
+grep -E "m-tiles|FAIL|Checks" "$W/tcmt-kernels.log" | head -8
+if INFERD_TEST_QUICK=1 CK_RUN_CASE=attention timeout 400 "$CS" --tool memcheck --error-exitcode 9 \
+      "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/tcmt-memcheck.log" 2>&1
+then row "compute-sanitizer memcheck attention $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$W/tcmt-memcheck.log" | tail -1)"
+else row "compute-sanitizer memcheck attention (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$W/tcmt-memcheck.log" | tail -1)"; fi
+for mt in 2 1; do
+    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+        --batch-size 1 --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
+        --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/tcmt$mt-prefill.txt" 2>&1 \
+        && row "tc mt=$mt prefill 512..16k $(el)" ok || row "tc mt=$mt prefill (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/tcmt$mt-prefill.txt" | grep -v "GPU busy" | head -4
+    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+        --batch-size 32 --input-len 512 --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 \
+        --max-num-batched-tokens 16384 --max-model-len 1024 >"$W/tcmt$mt-b32.txt" 2>&1 \
+        && row "tc mt=$mt b32 x 512 $(el)" ok || row "tc mt=$mt b32 (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/tcmt$mt-b32.txt" | grep -v "GPU busy" | head -1
+done
+for mt in 2 1; do
+    INFERD_PREFILL_TC_MT=$mt timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+        --batch-size 1 --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+        --max-num-batched-tokens 16384 --max-model-len 131072 >"$W/tcmt$mt-128k.txt" 2>&1 \
+        && row "tc mt=$mt b1 x 131000 $(el)" ok || row "tc mt=$mt 128k (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/tcmt$mt-128k.txt" | grep -v "GPU busy" | head -1
+done
 fi
 if part pfprof; then
 for spec in "$L8 32 512 1024" "$L8 1 2048 4096"; do

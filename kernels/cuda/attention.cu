@@ -52,7 +52,8 @@
  * Decode kernel body: the cp.async ring unless INFERD_ATTN_DEC_PIPE=0
  * (attention_decode.cu; bitwise the same output either way).
  *
- * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu) where it
+ * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; two
+ * 16-row m-tiles a warp unless INFERD_PREFILL_TC_MT=1) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
  * kernel. The variable is read once per process, at the first call.
@@ -96,6 +97,31 @@ static int decode_use_pipe(void)
 {
     static const int env_pipe = decode_env_pipe(); /* thread-safe, once per process */
     return kcuda_attn_decode_pipe_force >= 0 ? kcuda_attn_decode_pipe_force == 1 : env_pipe;
+}
+
+/* Test hooks: kcuda_attn_prefill_tc_mt_force picks the tensor-core
+ * kernel's m-tiles a warp (0: as INFERD_PREFILL_TC_MT says, 1 or 2);
+ * kcuda_attn_last_prefill_mt tells what the last tensor-core launch used. */
+extern "C" int kcuda_attn_prefill_tc_mt_force;
+extern "C" int kcuda_attn_last_prefill_mt;
+int kcuda_attn_prefill_tc_mt_force = 0;
+int kcuda_attn_last_prefill_mt = 0;
+
+/* INFERD_PREFILL_TC_MT=1|2 (read once): 16-row m-tiles a warp of the
+ * tensor-core prefill kernel; default 2. */
+static int prefill_env_mt(void)
+{
+    const char *e = getenv("INFERD_PREFILL_TC_MT");
+    const int mt = e && strcmp(e, "1") == 0 ? 1 : 2;
+    if (e && mt == 1)
+        INFERD_LOG_INFO("cuda: INFERD_PREFILL_TC_MT=1: tensor-core prefill with 16 query rows a warp");
+    return mt;
+}
+
+static int prefill_tc_mt(void)
+{
+    static const int env_mt = prefill_env_mt(); /* thread-safe, once per process */
+    return kcuda_attn_prefill_tc_mt_force > 0 ? kcuda_attn_prefill_tc_mt_force : env_mt;
 }
 
 static bool prefill_env_simt(void)
@@ -309,7 +335,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         const bool tc = prefill_use_tc(st, hd);
         kcuda_attn_last_prefill = tc ? 2 : 1;
         if (tc)
-            kcuda_attn_prefill_tc_launch(st, &a, max_q);
+            kcuda_attn_last_prefill_mt = kcuda_attn_prefill_tc_launch(st, &a, max_q, prefill_tc_mt());
         else
             kcuda_attn_prefill_launch(st, &a, max_q);
     }

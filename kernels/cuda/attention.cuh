@@ -107,6 +107,6 @@ void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int
 /* The same on tensor cores (attention_prefill_tc.cu), for the head_dims and
  * devices where kcuda_attn_prefill_tc_supported holds (64 and 128). */
 bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
-void kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len);
+int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int mt);
 
 #endif

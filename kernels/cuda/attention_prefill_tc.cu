@@ -7,14 +7,20 @@
  * block table, fp32 online softmax, bf16 output, q_len == 1 sequences left
  * to the decode kernel.
  *
- * Tiling: one CTA of 4 warps per (sequence, query head, tile of 64 query
- * rows); warp w owns rows [16 w, 16 w + 16) for the whole key walk, so the
- * softmax state never leaves registers. Keys are walked in tiles of 64 up to
- * the last position the CTA's rows may see; tiles past the diagonal are never
+ * Tiling: one CTA of 4 warps per (sequence, query head, tile of 64 MT
+ * query rows); warp w owns MT m-tiles of 16 rows, [16 MT w, 16 MT (w + 1)),
+ * for the whole key walk, so the softmax state never leaves registers.
+ * MT = 2 (the default): every K and V fragment read from shared memory
+ * serves two m-tiles, which halves the shared-memory traffic per FLOP (with
+ * one m-tile the kernel is bound by ldmatrix bandwidth, 16 FLOP a byte);
+ * the Q fragments are then re-read from shared memory for each 16 dims
+ * instead of held in registers. Keys are walked in tiles of 64 up to the
+ * last position the CTA's rows may see; tiles past the diagonal are never
  * loaded, and the causal mask is applied only on tiles that reach past the
- * first row's position. Per key tile and warp: S = Q K^T (16 x 64) with
- * mma.sync m16n8k16 bf16 -> fp32 (Q fragments loaded once with ldmatrix and
- * kept in registers, K fragments with ldmatrix), the online softmax in the
+ * first row's position (rows whose keys a tile does not reach get p = 0
+ * there, exactly: both MT give bitwise the same output). Per key tile, warp
+ * and m-tile: S = Q K^T (16 x 64) with mma.sync m16n8k16 bf16 -> fp32 (Q
+ * and K fragments with ldmatrix), the online softmax in the
  * log2 domain (scale * log2 e folded into one multiply, exp2f), P rounded to
  * bf16 and reused straight from the accumulator registers as the A operand
  * of O += P V (V fragments with ldmatrix.trans). The row sum l accumulates
@@ -29,9 +35,10 @@
  * zero-filled by cp.async's src-size 0 and never read from memory, so
  * stale or NaN cache slots cannot leak in. Shared rows are padded by 8 bf16
  * (16 bytes): the 8 row addresses of each ldmatrix phase then fall on
- * distinct bank groups. Shared memory: (64 + 2 * 64 + 2 * 64) rows x
- * (hd + 8) bf16 = 45 KiB at hd 64, 85 KiB at hd 128 (two CTAs per SM).
- * Registers per thread at hd 128: O 64 + S 32 + Q 32 fp32/b32.
+ * distinct bank groups. Shared memory: (64 MT + 2 * 64 + 2 * 64) rows x
+ * (hd + 8) bf16 = 45 / 54 KiB at hd 64, 85 / 102 KiB at hd 128 (MT 1 / 2;
+ * two CTAs per SM). Registers per thread at hd 128: O 64 MT + S 32 MT
+ * (+ Q 32 at MT 1) fp32/b32.
  *
  * Trade-offs: mma.sync rather than wgmma (portable to sm_80, and the
  * register-resident softmax stays simple); no split over keys, so a short
@@ -47,18 +54,18 @@
  */
 #include "kernels/cuda/attention.cuh"
 
-#define TC_BQ 64 /* query rows per CTA (4 warps x 16) */
-#define TC_BK 64 /* keys per tile */
+#define TC_BQ1 64 /* query rows per CTA with one m-tile a warp (4 warps x 16) */
+#define TC_BK 64  /* keys per tile */
 #define TC_WARPS 4
 #define TC_THREADS (TC_WARPS * 32)
 #define TC_PAD 8 /* bf16 of padding per shared row (16 bytes) */
 #define TC_LOG2E 1.4426950408889634f
 
-/* Dynamic shared memory of the kernel for head_dim hd: Q tile plus two
- * stages of K and V. */
-static size_t tc_smem_bytes(int hd)
+/* Dynamic shared memory of the kernel for head_dim hd and mt m-tiles (of
+ * 16 query rows) a warp: Q tile plus two stages of K and V. */
+static size_t tc_smem_bytes(int hd, int mt)
 {
-    return (size_t)(TC_BQ + 4 * TC_BK) * (size_t)(hd + TC_PAD) * sizeof(uint16_t);
+    return (size_t)(TC_BQ1 * mt + 4 * TC_BK) * (size_t)(hd + TC_PAD) * sizeof(uint16_t);
 }
 
 /* --- warp-level primitives ------------------------------------------------------
@@ -158,15 +165,15 @@ typedef struct {
     int bs_log; /* log2(block_size) when it is a power of two, else -1 */
 } tc_tile;
 
-/* Q rows [qstart, qstart + 64) of head t.h into sQ [64][D + PAD]; rows past
- * the sequence's queries are zero. */
-template <int D>
+/* Q rows [qstart, qstart + BQ) of head t.h into sQ [BQ][D + PAD]; rows
+ * past the sequence's queries are zero. */
+template <int D, int BQ>
 __device__ __forceinline__ void tc_load_q(const kc_attn_args &a, const tc_tile &t, uint16_t *sQ)
 {
     constexpr int CH = D / 8, LD = D + TC_PAD; /* 16-byte chunks per row */
-    static_assert(TC_BQ * CH % TC_THREADS == 0, "Q tile chunks per thread");
+    static_assert(BQ * CH % TC_THREADS == 0, "Q tile chunks per thread");
 #pragma unroll
-    for (int j = 0; j < TC_BQ * CH / TC_THREADS; j++) {
+    for (int j = 0; j < BQ * CH / TC_THREADS; j++) {
         const int i = threadIdx.x + j * TC_THREADS, r = i / CH, ch = i % CH;
         const bool ok = r < t.nrows;
         const uint16_t *src = a.qkv; /* [n_tokens, qkv_stride] */
@@ -200,10 +207,24 @@ __device__ __forceinline__ void tc_load_kv(const kc_attn_args &a, const tc_tile 
     }
 }
 
-/* S (this warp's 16 rows x 64 keys, fp32 C fragments) = Q K^T over D. */
+/* Q fragments (ldmatrix.x4, A layout) of the 16 rows at sQw, dims
+ * [16 kk, +16). */
 template <int D>
-__device__ __forceinline__ void tc_qk(const uint32_t (&qf)[D / 16][4], const uint16_t *sK,
-                                      float (&s)[TC_BK / 8][4])
+__device__ __forceinline__ void tc_load_qf(uint32_t (&qf)[4], const uint16_t *sQw, int kk)
+{
+    constexpr int LD = D + TC_PAD;
+    const int lane = threadIdx.x & 31;
+    tc_ldsm_x4(qf, sQw + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + kk * 16, false);
+}
+
+/* S (this warp's MT m-tiles of 16 rows x 64 keys, fp32 C fragments) = Q K^T
+ * over D. MT == 1: the Q fragments come from registers (qreg, loaded once
+ * per CTA); else they are read from this warp's rows of shared memory
+ * (sQw) for each 16 dims, so the registers go to the second m-tile, whose
+ * rows reuse every K fragment. */
+template <int D, int MT>
+__device__ __forceinline__ void tc_qk(const uint32_t (&qreg)[D / 16][4], const uint16_t *sQw, const uint16_t *sK,
+                                      float (&s)[MT][TC_BK / 8][4])
 {
     constexpr int LD = D + TC_PAD;
     const int lane = threadIdx.x & 31;
@@ -212,24 +233,41 @@ __device__ __forceinline__ void tc_qk(const uint32_t (&qf)[D / 16][4], const uin
      * 2 np and b0, b1 of n-tile 2 np + 1. */
     const uint16_t *base = sK + ((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int n = 0; n < TC_BK / 8; n++)
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++)
+            s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t qf[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            if (MT == 1) {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    qf[mt][e] = qreg[kk][e];
+            } else {
+                tc_load_qf<D>(qf[mt], sQw + mt * 16 * LD, kk);
+            }
+        }
 #pragma unroll
         for (int np = 0; np < TC_BK / 16; np++) {
             uint32_t kb[4];
             tc_ldsm_x4(kb, base + np * 16 * LD + kk * 16, false);
-            tc_mma(s[2 * np], qf[kk], kb[0], kb[1]);
-            tc_mma(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                tc_mma(s[mt][2 * np], qf[mt], kb[0], kb[1]);
+                tc_mma(s[mt][2 * np + 1], qf[mt], kb[2], kb[3]);
+            }
         }
     }
 }
 
-/* O (16 rows x D, fp32 C fragments) += P V, P (16 x 64) as bf16 A fragments. */
-template <int D>
-__device__ __forceinline__ void tc_pv(const uint32_t (&pa)[TC_BK / 16][4], const uint16_t *sV,
-                                      float (&o)[D / 8][4])
+/* O (MT m-tiles of 16 rows x D, fp32 C fragments) += P V, P (16 x 64 per
+ * m-tile) as bf16 A fragments; each V fragment serves every m-tile. */
+template <int D, int MT>
+__device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], const uint16_t *sV,
+                                      float (&o)[MT][D / 8][4])
 {
     constexpr int LD = D + TC_PAD;
     const int lane = threadIdx.x & 31;
@@ -243,8 +281,11 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[TC_BK / 16][4], const
         for (int dp = 0; dp < D / 16; dp++) {
             uint32_t vb[4];
             tc_ldsm_x4(vb, base + kk * 16 * LD + dp * 16, true);
-            tc_mma(o[2 * dp], pa[kk], vb[0], vb[1]);
-            tc_mma(o[2 * dp + 1], pa[kk], vb[2], vb[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                tc_mma(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+                tc_mma(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+            }
         }
     }
 }
@@ -298,10 +339,12 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
     }
 }
 
-template <int D>
-static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(const kc_attn_args a)
+/* One CTA: BQ = 64 MT query rows of one head; warp w owns rows [16 MT w,
+ * +16 MT) as MT m-tiles. */
+template <int D, int MT>
+static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefill_tc_kernel(const kc_attn_args a)
 {
-    constexpr int LD = D + TC_PAD;
+    constexpr int LD = D + TC_PAD, BQ = TC_BQ1 * MT;
     extern __shared__ float4 tc_sm4[];
     const int seq = blockIdx.x;
     tc_tile t;
@@ -310,10 +353,10 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(cons
     if (q_len <= 1)
         return; /* decode sequences go to the decode kernel */
     /* the last (longest) query tiles get the lowest z: they start first */
-    t.qstart = (int)(gridDim.z - 1 - blockIdx.z) * TC_BQ;
+    t.qstart = (int)(gridDim.z - 1 - blockIdx.z) * BQ;
     if (t.qstart >= q_len)
         return;
-    t.nrows = min(TC_BQ, q_len - t.qstart);
+    t.nrows = min(BQ, q_len - t.qstart);
     t.pos0 = a.seq_lens[seq] - q_len + t.qstart;
     t.kv_end = t.pos0 + t.nrows;
     t.h = blockIdx.y;
@@ -324,34 +367,41 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(cons
     if ((1 << t.bs_log) != a.bs)
         t.bs_log = -1;
     uint16_t *sQ = (uint16_t *)tc_sm4;                                /* [BQ][LD] */
-    uint16_t *sK = sQ + TC_BQ * LD;                                   /* [2][BK][LD] */
+    uint16_t *sK = sQ + BQ * LD;                                      /* [2][BK][LD] */
     uint16_t *sV = sK + 2 * TC_BK * LD;                               /* [2][BK][LD] */
     const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks; /* [max_blocks] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wrow = warp * 16 + (lane >> 2); /* this thread's first row in the tile */
+    const int wrow = warp * 16 * MT + (lane >> 2); /* this thread's first row in the tile */
+    const uint16_t *sQw = sQ + warp * 16 * MT * LD; /* this warp's rows */
     const float scale_log2 = a.scale * TC_LOG2E;
 
-    /* cp.async groups: Q, then K/V tile 0; Q fragments go to registers once,
-     * while tile 0 is still in flight. */
-    tc_load_q<D>(a, t, sQ);
+    /* cp.async groups: Q, then K/V tile 0; with one m-tile the Q fragments
+     * go to registers once, while tile 0 is still in flight. */
+    tc_load_q<D, BQ>(a, t, sQ);
     kc_cp_commit();
     tc_load_kv<D>(a, t, bt, 0, sK, sV);
     kc_cp_commit();
     kc_cp_wait<1>();
     __syncthreads();
-    uint32_t qf[D / 16][4];
-    {
-        const uint16_t *qb = sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+    uint32_t qreg[D / 16][4];
+    if (MT == 1) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
-            tc_ldsm_x4(qf[kk], qb + kk * 16, false);
+            tc_load_qf<D>(qreg[kk], sQw, kk);
     }
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int dn = 0; dn < D / 8; dn++)
-        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++)
+            o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.0f;
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
     const int n_tiles = (t.kv_end + TC_BK - 1) / TC_BK;
     for (int it = 0; it < n_tiles; it++) {
         const int kt = it * TC_BK, stage = it & 1;
@@ -365,62 +415,73 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_prefill_tc_kernel(cons
             kc_cp_wait<0>();
         }
         __syncthreads(); /* ... and every other thread's */
-        float s[TC_BK / 8][4];
-        tc_qk<D>(qf, sK + stage * TC_BK * LD, s);
-        uint32_t pa[TC_BK / 16][4];
+        float s[MT][TC_BK / 8][4];
+        tc_qk<D, MT>(qreg, sQw, sK + stage * TC_BK * LD, s);
+        uint32_t pa[MT][TC_BK / 16][4];
         /* the mask matters only where the tile's last key passes row 0 */
         const bool diag = kt + TC_BK - 1 > t.pos0;
-        tc_softmax<D>(s, o, pa, m, l, scale_log2, diag, kt, t.pos0 + wrow);
-        tc_pv<D>(pa, sV + stage * TC_BK * LD, o);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            tc_softmax<D>(s[mt], o[mt], pa[mt], m[mt], l[mt], scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
+        tc_pv<D, MT>(pa, sV + stage * TC_BK * LD, o);
         __syncthreads(); /* stage consumed before iteration it + 1 refills it */
     }
 
     const int c = lane & 3;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 2);
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        const int r = wrow + 8 * i;
-        if (r < t.nrows) {
-            uint16_t *orow =
-                a.out + (int64_t)(t.q0 + t.qstart + r) * a.out_stride + (int64_t)t.h * D; /* [D] */
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++)
-                *(uint32_t *)(orow + dn * 8 + 2 * c) =
-                    tc_pack_bf16(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+        for (int i = 0; i < 2; i++) {
+            float li = l[mt][i];
+            li += __shfl_xor_sync(0xFFFFFFFFu, li, 1);
+            li += __shfl_xor_sync(0xFFFFFFFFu, li, 2);
+            const float inv = li > 0.0f ? 1.0f / li : 0.0f;
+            const int r = wrow + 16 * mt + 8 * i;
+            if (r < t.nrows) {
+                uint16_t *orow =
+                    a.out + (int64_t)(t.q0 + t.qstart + r) * a.out_stride + (int64_t)t.h * D; /* [D] */
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++)
+                    *(uint32_t *)(orow + dn * 8 + 2 * c) =
+                        tc_pack_bf16(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
+            }
         }
     }
 }
 
-template <int D> static void tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
-    const size_t smem = tc_smem_bytes(D);
+    const size_t smem = tc_smem_bytes(D, MT);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D, MT>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, TC_BQ));
-    attn_prefill_tc_kernel<D><<<grid, TC_THREADS, smem, st->stream>>>(*a);
+    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, TC_BQ1 * MT));
+    attn_prefill_tc_kernel<D, MT><<<grid, TC_THREADS, smem, st->stream>>>(*a);
     KCUDA_LAUNCH_CHECK();
 }
 
 /* Contract: true when the tensor-core prefill kernel handles head_dim hd on
- * this device (hd 64 or 128 and its shared memory within the opt-in limit). */
+ * this device (hd 64 or 128 and its shared memory, at one m-tile a warp,
+ * within the opt-in limit). */
 bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
 {
-    return (hd == 64 || hd == 128) && tc_smem_bytes(hd) <= st->smem_optin;
+    return (hd == 64 || hd == 128) && tc_smem_bytes(hd, 1) <= st->smem_optin;
 }
 
 /* Contract: prefill attention on tensor cores for every sequence with
- * q_len > 1; max_q_len bounds the query tiles. Needs
- * kcuda_attn_prefill_tc_supported(st, a->hd). */
-void kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+ * q_len > 1; max_q_len bounds the query tiles; mt m-tiles (1 or 2) of 16
+ * query rows a warp, 2 only where its shared memory fits (else 1). Needs
+ * kcuda_attn_prefill_tc_supported(st, a->hd). Returns the m-tiles used. */
+int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int mt)
 {
     INFERD_CHECK_MSG(kcuda_attn_prefill_tc_supported(st, a->hd),
                      "tensor-core prefill attention: head_dim 64 or 128");
     INFERD_CHECK(a->hd == 64 || a->hd == 128);
+    if (mt != 1 && tc_smem_bytes(a->hd, 2) > st->smem_optin)
+        mt = 1;
     if (a->hd == 64)
-        tc_launch<64>(st, a, max_q_len);
+        mt == 1 ? tc_launch<64, 1>(st, a, max_q_len) : tc_launch<64, 2>(st, a, max_q_len);
     else
-        tc_launch<128>(st, a, max_q_len);
+        mt == 1 ? tc_launch<128, 1>(st, a, max_q_len) : tc_launch<128, 2>(st, a, max_q_len);
+    return mt == 1 ? 1 : 2;
 }

@@ -22,7 +22,10 @@
  * Prefill runs on one of two kernels (tensor cores for head_dim 64/128,
  * CUDA cores otherwise or with INFERD_PREFILL_ATTN=simt); the "tc" tests run
  * every case on both, forced through the kcuda_attn_prefill_force hook, and
- * check which one ran (kcuda_attn_last_prefill). Their cases add odd and
+ * check which one ran (kcuda_attn_last_prefill); the tensor-core kernel
+ * runs each case with one and with two 16-row m-tiles a warp
+ * (kcuda_attn_prefill_tc_mt_force), and the two outputs must be bitwise
+ * equal. Their cases add odd and
  * tile-straddling lengths, chunks after cached context, block tables that
  * share prefix blocks between sequences (as prefix-cache hits do), GQA 1/4/8
  * and a head_dim the tensor-core kernel leaves to the fallback.
@@ -46,7 +49,11 @@ extern int kcuda_attn_prefill_force; /* -1 env, 0 CUDA cores, 1 tensor cores */
 extern int kcuda_attn_last_prefill;  /* 0 none, 1 CUDA cores, 2 tensor cores */
 extern int kcuda_attn_decode_pipe_force; /* -1 env, 0 registers, 1 cp.async ring */
 extern int kcuda_attn_last_decode_pipe;
+extern int kcuda_attn_prefill_tc_mt_force; /* 0 env, 1 or 2 m-tiles a warp */
+extern int kcuda_attn_last_prefill_mt;
 #else
+static int kcuda_attn_prefill_tc_mt_force;
+static int kcuda_attn_last_prefill_mt;
 static int kcuda_attn_decode_pipe_force;
 static int kcuda_attn_last_decode_pipe;
 static int kcuda_attn_last_splits;
@@ -624,6 +631,42 @@ static int attn_case_forced(const kt_attn_case *c, uint64_t seed, int force)
     return bad;
 }
 
+/* Case c on the tensor-core kernel with 1 and with 2 m-tiles a warp (each
+ * vs the CPU twin, the two bitwise equal, the hook saying which ran), then
+ * on the CUDA-core kernel. Returns violations. */
+static int attn_case_all_prefill(const kt_attn_case *c, uint64_t seed)
+{
+    const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
+    float *o[2];
+    int bad = 0;
+    bool prefill = false;
+    for (int i = 0; i < c->n_seqs; i++)
+        prefill |= c->seqs[i].q_len > 1;
+    const bool tc = prefill && (c->hd == 64 || c->hd == 128);
+    for (int mt = 1; mt <= 2; mt++) {
+        o[mt - 1] = inferd_malloc(n * sizeof(float));
+        g_keep_out = o[mt - 1];
+        kcuda_attn_prefill_tc_mt_force = mt;
+        bad += attn_case_forced(c, seed, 1);
+        if (tc && kcuda_attn_last_prefill_mt != mt) {
+            printf("  attention %s: tensor-core kernel ran %d m-tiles, forced %d\n", c->name,
+                   kcuda_attn_last_prefill_mt, mt);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+    }
+    kcuda_attn_prefill_tc_mt_force = 0;
+    g_keep_out = NULL;
+    if (memcmp(o[0], o[1], n * sizeof(float)) != 0) {
+        printf("  attention %s: 1 and 2 m-tiles a warp differ\n", c->name);
+        kt_record("attention", 1, 0, 0);
+        bad++;
+    }
+    inferd_free(o[1]);
+    inferd_free(o[0]);
+    return bad + attn_case_forced(c, seed, 0);
+}
+
 /* Tensor-core prefill and its fallback, each case on both kernels. */
 START_TEST(test_attention_prefill_tc)
 {
@@ -653,8 +696,7 @@ START_TEST(test_attention_prefill_tc)
     };
     int bad = 0;
     for (int i = 0; i < NSEQ(cases); i++)
-        for (int force = 1; force >= 0; force--)
-            bad += attn_case_forced(&cases[i], 3000 + (uint64_t)i, force);
+        bad += attn_case_all_prefill(&cases[i], 3000 + (uint64_t)i);
     if (!kt_quick) {
         const kt_attn_case large[] = {
             {"tc chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1, 0},
@@ -664,8 +706,7 @@ START_TEST(test_attention_prefill_tc)
             {"tc chunk 64 after 131008", 4, 1, 128, 16, ctx128k, NSEQ(ctx128k), 0, true, false, -1, 0},
         };
         for (int i = 0; i < NSEQ(large); i++)
-            for (int force = 1; force >= 0; force--)
-                bad += attn_case_forced(&large[i], 3100 + (uint64_t)i, force);
+            bad += attn_case_all_prefill(&large[i], 3100 + (uint64_t)i);
     }
     ck_assert_int_eq(bad, 0);
 }
@@ -701,8 +742,7 @@ START_TEST(test_attention_prefill_tc_random)
         const int share = RND(2) ? RND(8) : 0;
 #undef RND
         kt_attn_case ac = {"tc random", nh, nkv, hd, bs, seqs, ns, pad, true, uniform, -1, share};
-        for (int force = 1; force >= 0; force--)
-            bad += attn_case_forced(&ac, seed + (uint64_t)c, force);
+        bad += attn_case_all_prefill(&ac, seed + (uint64_t)c);
     }
     ck_assert_int_eq(bad, 0);
 }
