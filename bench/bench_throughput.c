@@ -365,6 +365,16 @@ static void print_result(FILE *f, model *m, const kern_ceilings *c, const bench_
             (unsigned long long)r->stats.steps, (unsigned long long)gi.replays,
             (unsigned long long)gi.eager_steps, (unsigned long long)r->stats.preemptions,
             (long long)r->cached_tokens, (long long)r->prompt_tokens);
+    const model_prof_stats *p = &r->prof;
+    if (p->busy_steps > 0) {
+        const double dec_s = p->busy_ms * 1e-3;
+        fprintf(f, "time: %llu decode-only steps %.3f s of device time (%.2f ms each, %.1f us idle between "
+                   "consecutive ones); the other %llu steps (with prompt chunks) and every gap %.3f s\n",
+                (unsigned long long)p->busy_steps, dec_s, p->busy_ms / (double)p->busy_steps,
+                p->gaps ? 1e3 * p->gap_ms / (double)p->gaps : 0.0,
+                (unsigned long long)(r->stats.steps > p->busy_steps ? r->stats.steps - p->busy_steps : 0),
+                r->elapsed_s - dec_s);
+    }
 }
 
 /* vLLM's keys first (elapsed_time, num_requests, total_num_tokens,
@@ -410,6 +420,8 @@ static int write_json(const char *path, model *m, const engine_opts *eo, const k
     cJSON_AddBoolToObject(ej, "graphs", gi.enabled);
     cJSON_AddNumberToObject(ej, "steps", (double)r->stats.steps);
     cJSON_AddNumberToObject(ej, "preemptions", (double)r->stats.preemptions);
+    cJSON_AddNumberToObject(ej, "decode_only_steps", (double)r->prof.busy_steps);
+    cJSON_AddNumberToObject(ej, "decode_only_gpu_s", r->prof.busy_ms * 1e-3);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     const bool ok = util_write_text_file(path, text);
@@ -447,11 +459,17 @@ int bench_throughput_run(model *m, const tokenizer *tok, const engine_opts *eo, 
     fflush(out);
     r.num_requests = rs.n;
     int rc = 0;
+    /* the engine is idle: no step runs while the profile is switched */
+    const bool prof = model_prof_enable(m, MODEL_PROF_GAPS) == INFERD_OK;
     if (run_all(e, &rs, o, &r) != INFERD_OK) {
         fprintf(stderr, "inferd bench throughput: %s\n", inferd_last_error());
         rc = 1;
     }
     engine_get_stats(e, &r.stats);
+    if (prof) { /* run_all waited for the engine to go idle */
+        model_prof_get(m, &r.prof);
+        model_prof_enable(m, 0);
+    }
     engine_free(e);
     count_flops(m, &rs, &r, ceil);
     print_result(out, m, ceil, &r);

@@ -16,6 +16,11 @@
  * the same process at start (kern_measure_ceilings); % roofline = that time
  * floor over the measured time. Work the engine redoes after a preemption
  * is not counted (it is not model work), so preemptions lower the %.
+ *
+ * Where the time went: the decode-only steps carry events around them
+ * (model_prof.h, MODEL_PROF_GAPS; graphs stay on), so the report splits the
+ * run into their GPU busy time and the rest (steps with prompt chunks, and
+ * the GPU's idle gaps).
  */
 #ifndef INFERD_BENCH_THROUGHPUT_H
 #define INFERD_BENCH_THROUGHPUT_H
@@ -28,6 +33,7 @@
 #include "common/opt.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/model_prof.h"
 #include "scheduler/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -80,6 +86,7 @@ typedef struct {
     double prefill_flops, decode_flops;
     double floor_s, achieved_tflops, pct_roofline;
     engine_stats stats;                /* the engine's counters after the run */
+    model_prof_stats prof;             /* GPU busy time of the decode-only steps (MODEL_PROF_GAPS) */
 } bench_throughput_result;
 
 /* Build the requests, run them on an engine made from m + eo (the queue is

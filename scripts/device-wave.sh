@@ -203,7 +203,7 @@ tput_run() {
           --max-num-batched-tokens $bt --output-json "$W/$name.json" >"$W/$name.txt" 2>&1
     then row "bench throughput $il/$ol seqs $ns tokens $bt graphs to $cap $(el)" ok
     else row "bench throughput $il/$ol seqs $ns graphs to $cap (exit $?)" FAILED; fi
-    grep -E "^\| [0-9]|engine:" "$W/$name.txt" | tail -2
+    grep -E "^\| [0-9]|engine:|^time:" "$W/$name.txt" | tail -3
 }
 if part tputsweep; then
 for io in "512 128" "128 128"; do

@@ -76,6 +76,10 @@ static void check_table(const char *out, int requests, long long prompt, long lo
     ck_assert_int_eq(in, prompt);
     ck_assert_int_eq(o, output);
     ck_assert_msg(strstr(eol, "\nengine: ") && strstr(eol, " preemptions, prefix cache served "), "%s", out);
+    /* the time split: every request decodes output - 1 > 0 times after its prefill */
+    const char *t = strstr(eol, "\ntime: ");
+    unsigned dec = 0;
+    ck_assert_msg(t && sscanf(t, "\ntime: %u decode-only steps ", &dec) == 1 && dec >= 1, "%s", out);
 }
 
 /* The keys every run writes, vLLM's five first; counts exact, rates and
@@ -105,6 +109,8 @@ static void check_json(cJSON *root, int requests, long long prompt, long long ou
     ck_assert_str_eq(cJSON_GetObjectItem(root, "backend")->valuestring, g_device);
     const cJSON *e = cJSON_GetObjectItem(root, "engine");
     ck_assert(num(e, "steps") >= 1 && num(e, "max_num_seqs") >= 1 && num(e, "preemptions") >= 0);
+    ck_assert(num(e, "decode_only_steps") >= 1 && num(e, "decode_only_steps") <= num(e, "steps"));
+    ck_assert(num(e, "decode_only_gpu_s") > 0 && num(e, "decode_only_gpu_s") <= el);
 }
 
 START_TEST(test_cpu_random)
