@@ -92,6 +92,7 @@ static void on_token(void *user)
 typedef struct {
     int batch, input, output;
     double prefill_ms;         /* median over iterations */
+    int64_t cached_tokens;     /* prompt tokens the prefix cache served in the timed iterations (0 expected) */
     double *steps_ms;          /* pure decode step durations, all iterations */
     int n_steps;
     double step_ms, p50_ms, p99_ms;
@@ -158,6 +159,8 @@ static inferd_status run_iter(row_ctx *x, row_result *r, uint64_t iter, bool kee
             memset(&o, 0, sizeof o);
             if (engine_stream_wait(x->strm[i], &o, 1000)) {
                 done = o.finished;
+                if (o.finished && keep)
+                    r->cached_tokens += o.cached_tokens;
                 if (o.finished && o.finish != FINISH_LENGTH && st == INFERD_OK)
                     st = inferd_set_error(INFERD_ERR_INTERNAL, "request %d finished with '%s' %s", i,
                                           finish_reason_str(o.finish), o.error);
@@ -211,7 +214,12 @@ static void row_roofline(model *m, const kern_ceilings *ceil, row_result *r)
 
 static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_latency_opts *o, row_result *r)
 {
-    row_ctx x = {.e = e, .vocab = model_get_config(m)->vocab_size, .seed = o->seed};
+    /* NOTE: prompts differ between rows too (the row's batch and input in
+     * the seed's high bits): with one seed for all, a longer row's prompts
+     * began with a shorter row's, and the prefix cache served those tokens,
+     * so its prefill was timed short. */
+    const uint64_t row_key = (uint64_t)r->batch * 65537u + (uint64_t)r->input;
+    row_ctx x = {.e = e, .vocab = model_get_config(m)->vocab_size, .seed = o->seed + (row_key << 32)};
     x.prompt = inferd_malloc(sizeof(int32_t) * (size_t)r->input);
     x.clk = inferd_calloc((size_t)r->batch, sizeof(req_clock));
     x.strm = inferd_calloc((size_t)r->batch, sizeof(engine_stream *));
@@ -421,6 +429,7 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
             cJSON_AddStringToObject(o, "error", r->error);
         } else {
             cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
+            cJSON_AddNumberToObject(o, "cached_prompt_tokens", (double)r->cached_tokens);
             cJSON_AddNumberToObject(o, "prefill_tok_s", r->batch * (double)r->input / (r->prefill_ms * 1e-3));
             cJSON_AddNumberToObject(o, "prefill_pct_gemm", r->pf_pct_gemm);
             cJSON_AddNumberToObject(o, "decode_ms_per_step", r->step_ms);
@@ -501,6 +510,11 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
     model_graph_info_get(m, &gi);
     fprintf(out, "\nsteps: %llu through graphs, %llu eager\n", (unsigned long long)gi.replays,
             (unsigned long long)gi.eager_steps);
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].cached_tokens > 0)
+            fprintf(out, "warning: batch %d, input %d: the prefix cache served %lld prompt tokens; its prefill "
+                         "column is short by that work\n",
+                    rows[i].batch, rows[i].input, (long long)rows[i].cached_tokens);
     print_gpu_side(out, rows, n_rows);
     for (int i = 0; i < n_rows && o->profile_ops; i++)
         print_ops(out, &rows[i], ceil);

@@ -2,7 +2,8 @@
  * backend with stories260K (the CI smoke run of issue 12): the table has
  * one row per (batch, input) combination in order, each with every column
  * filled, and the JSON has the same rows with positive timings, bytes,
- * FLOPs, floor and % of roofline, and the ceilings. Speed is not checked.
+ * FLOPs, floor and % of roofline, and the ceilings, and no row's prompts
+ * were served by the prefix cache. Speed is not checked.
  * With --profile-ops, a per-op table for the decode steps and one for the
  * steps with a prompt chunk, each with every layer op once per layer, and
  * the same per-op times in the JSON.
@@ -26,7 +27,7 @@ START_TEST(test_cpu_table_and_json)
 {
     char *json = test_write_temp("bench-latency", "", 0);
     char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
-                    "--batch-size", "1,3", "--input-len", "8,20", "--output-len", "6", "--num-iters-warmup", "1",
+                    "--batch-size", "1,3", "--input-len", "20,40", "--output-len", "6", "--num-iters-warmup", "1",
                     "--num-iters", "2", "--output-json", json, "--log-level", "warn", NULL};
     char *out = NULL, *err = NULL;
     int rc = test_run_rc(argv, &out, &err);
@@ -35,7 +36,7 @@ START_TEST(test_cpu_table_and_json)
     ck_assert_msg(strstr(out, "graphs: off (CPU backend)"), "%s", out);
     const char *hdr = strstr(out, "| batch | in | out | prefill ms |");
     ck_assert_msg(hdr, "no table header:\n%s", out);
-    const int want[4][2] = {{1, 8}, {1, 20}, {3, 8}, {3, 20}};
+    const int want[4][2] = {{1, 20}, {1, 40}, {3, 20}, {3, 40}};
     const char *p = strchr(hdr, '\n') + 1; /* the |---| line */
     p = strchr(p, '\n') + 1;
     for (int r = 0; r < 4; r++) {
@@ -73,6 +74,9 @@ START_TEST(test_cpu_table_and_json)
             const cJSON *v = cJSON_GetObjectItem(row, k_pos[k]);
             ck_assert_msg(v && cJSON_IsNumber(v) && v->valuedouble > 0, "row %d: %s missing or <= 0", r, k_pos[k]);
         }
+        /* every row's prompts are its own: a 40-token row does not start with a
+         * 20-token row's prompt, so the prefix cache (16-token blocks) serves none */
+        ck_assert_int_eq(cJSON_GetObjectItem(row, "cached_prompt_tokens")->valueint, 0);
         /* every request decodes output - 1 steps; the ones after all prefills are counted */
         int steps = cJSON_GetObjectItem(row, "decode_steps")->valueint;
         ck_assert_msg(steps >= 1 && steps <= 2 * 5, "row %d: %d decode steps", r, steps);
