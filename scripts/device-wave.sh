@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull tcmt)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc pfquick)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -215,6 +215,12 @@ for io in "512 128" "128 128"; do
 done
 fi
 
+# i2a. the two throughput rows of issue 13 at --max-num-seqs 512 (16k budget)
+if part tput512; then
+tput_run "tput512-512-128" 512 128 512 16384 512
+tput_run "tput512-128-128" 128 128 512 16384 512
+fi
+
 # i2b. the same at --max-num-seqs 1024 with decode graphs up to 1024 rows
 #      (INFERD_GRAPH_MAX_BATCH=1024) against the default cap of 512
 if part tputgraph; then
@@ -304,6 +310,42 @@ for mt in 2 1; do
         && row "tc mt=$mt b1 x 131000 $(el)" ok || row "tc mt=$mt 128k (exit $?)" FAILED
     grep -E "^\| [0-9]" "$W/tcmt$mt-128k.txt" | grep -v "GPU busy" | head -1
 done
+fi
+# i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
+#      of a 16k prompt): speed of light, pipes, stalls, occupancy
+if part ncutc; then
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for in in ${WAVE_NCU_LENS:-16384}; do
+    if timeout 300 "$NCU" --clock-control none --kernel-name regex:attn_prefill_tc_kernel --launch-skip ${WAVE_NCU_SKIP:-48} \
+          --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+          --section Occupancy --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis \
+          --section SchedulerStats --section WarpStateStats --metrics smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+          --batch-size 1 --input-len $in --output-len 2 --num-iters-warmup 0 --num-iters 1 --enforce-eager \
+          --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/ncu-tc-$in.txt" 2>&1
+    then row "ncu attn_prefill_tc_kernel prompt $in $(el)" ok
+    else row "ncu attn_prefill_tc_kernel prompt $in (exit $?)" FAILED; fi
+    grep -vE "^\[|^ +-+|^$|^==PROF==|INFO|^\|" "$W/ncu-tc-$in.txt" | grep -E "[0-9]" | head -120
+done
+fi
+# i4e. quick prefill check: attention kernel cases (full), then the
+#      prefill rows with 2 and 1 m-tiles and the 128k prompt
+if part pfquick; then
+if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pfquick-kernels.log" 2>&1
+then row "test_cuda_kernels attention (full) $(el)" PASS
+else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/pfquick-kernels.log)"; fi
+grep -E "m-tiles|FAIL|Checks" "$W/pfquick-kernels.log" | head -8
+for mt in 2 1; do
+    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+        --batch-size 1 --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
+        --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/pfquick$mt.txt" 2>&1 \
+        && row "prefill 512..16k mt=$mt $(el)" ok || row "prefill mt=$mt (exit $?)" FAILED
+    grep -E "^\| [0-9]" "$W/pfquick$mt.txt" | grep -v "GPU busy" | head -4
+done
+timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
+    --batch-size 1 --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+    --max-num-batched-tokens 16384 --max-model-len 131072 >"$W/pfquick-128k.txt" 2>&1 \
+    && row "b1 x 131000 $(el)" ok || row "128k (exit $?)" FAILED
+grep -E "^\| [0-9]" "$W/pfquick-128k.txt" | grep -v "GPU busy" | head -1
 fi
 if part pfprof; then
 for spec in "$L8 32 512 1024" "$L8 1 2048 4096"; do

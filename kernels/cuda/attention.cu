@@ -133,12 +133,13 @@ static bool prefill_env_simt(void)
     return simt;
 }
 
-/* True when the prefill part of this launch runs on tensor cores. */
-static bool prefill_use_tc(const kcuda_state *st, int hd)
+/* True when the prefill part of this launch runs on tensor cores (its
+ * softmax keeps the max of the unscaled scores: the scale must be > 0). */
+static bool prefill_use_tc(const kcuda_state *st, int hd, float scale)
 {
     static const bool env_simt = prefill_env_simt(); /* thread-safe, once per process */
     const bool want = kcuda_attn_prefill_force >= 0 ? kcuda_attn_prefill_force == 1 : !env_simt;
-    return want && kcuda_attn_prefill_tc_supported(st, hd);
+    return want && scale > 0.0f && kcuda_attn_prefill_tc_supported(st, hd);
 }
 
 static int64_t pow2_at_least(int64_t x)
@@ -332,7 +333,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_decode_launch(st, &a);
     }
     if (n_pre > 0) {
-        const bool tc = prefill_use_tc(st, hd);
+        const bool tc = prefill_use_tc(st, hd, p->scale);
         kcuda_attn_last_prefill = tc ? 2 : 1;
         if (tc)
             kcuda_attn_last_prefill_mt = kcuda_attn_prefill_tc_launch(st, &a, max_q, prefill_tc_mt());

@@ -21,11 +21,11 @@
  * there, exactly: both MT give bitwise the same output). Per key tile, warp
  * and m-tile: S = Q K^T (16 x 64) with mma.sync m16n8k16 bf16 -> fp32 (Q
  * and K fragments with ldmatrix), the online softmax in the
- * log2 domain (scale * log2 e folded into one multiply, exp2f), P rounded to
+ * log2 domain (scale * log2 e folded into one FFMA, exp2f), P rounded to
  * bf16 and reused straight from the accumulator registers as the A operand
  * of O += P V (V fragments with ldmatrix.trans). The row sum l accumulates
- * the bf16-rounded P, so the output is an exact weighted mean of V with
- * weights that sum to one; l stays a per-thread partial (the rescale factor
+ * the fp32 P (as FlashAttention does; the bf16 rounding of the weights is
+ * within the tolerance); l stays a per-thread partial (the rescale factor
  * is uniform across the 4 lanes of a row) and is reduced once at the end.
  *
  * Memory: K/V tiles are gathered from the paged cache ([n_blocks, nkv, bs,
@@ -149,10 +149,16 @@ __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t
 }
 #endif
 
-/* Two floats -> packed bf16 pair (x in the low half), round to nearest even. */
+/* Two floats -> packed bf16 pair (x in the low half), round to nearest even
+ * (on the device one F2FP instruction; the same bits as two kc_f2bf). */
 __device__ __forceinline__ uint32_t tc_pack_bf16(float x, float y)
 {
+#if defined(KEMU_H)
     return (uint32_t)kc_f2bf(x) | ((uint32_t)kc_f2bf(y) << 16);
+#else
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *(const uint32_t *)&v;
+#endif
 }
 
 /* --- tiles ------------------------------------------------------------------------ */
@@ -291,33 +297,37 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
 }
 
 /* Online softmax of one key tile for this thread's two rows (i = 0: row g,
- * i = 1: row g + 8 of the warp): scores in the log2 domain, causal mask when
- * `diag`, running max m and partial sum l, O rescaled, P returned as bf16 A
- * fragments (pa[kk] covers keys [16 kk, +16)). */
+ * i = 1: row g + 8 of the warp), on the raw scores: keys past a row's
+ * position masked to -inf when `diag`; the running max m is kept in the
+ * log2 domain (m = max(s) * scale log2 e, the scale being positive), so a
+ * probability is one FFMA and one exp2, exp2(s * scale_log2 - m); partial
+ * sum l of the fp32 probabilities; O rescaled; P returned as bf16 A
+ * fragments (pa[kk] covers keys [16 kk, +16)). Per score: FFMA, MUFU, FADD,
+ * half an F2FP and a max (the form before, a scale pass and the bf16 P
+ * unpacked again for the sum, took 2-6% longer: docs/PERF.md). */
 template <int D>
 __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[D / 8][4],
                                            uint32_t (&pa)[TC_BK / 16][4], float (&m)[2], float (&l)[2],
                                            float scale_log2, bool diag, int key0, int qpos0)
 {
     const int c = threadIdx.x & 3;
+    if (diag) {
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (key0 + 8 * n + 2 * c + (r & 1) > qpos0 + 8 * (r >> 1))
+                    s[n][r] = -INFINITY;
+    }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int qpos = qpos0 + 8 * i; /* this row's position */
         float mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < TC_BK / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float v = s[n][2 * i + e] * scale_log2;
-                if (diag && key0 + 8 * n + 2 * c + e > qpos)
-                    v = -INFINITY;
-                s[n][2 * i + e] = v;
-                mx = fmaxf(mx, v);
-            }
-        }
+        for (int n = 0; n < TC_BK / 8; n++)
+            mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-        const float m_new = fmaxf(m[i], mx);
+        const float m_new = fmaxf(m[i], mx * scale_log2);
         /* NOTE: a row whose keys are all masked so far keeps m = -inf; use 0
          * as the base so that exp2(-inf - base) = 0 instead of NaN. */
         const float base = m_new == -INFINITY ? 0.0f : m_new;
@@ -326,9 +336,10 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
         float rs = 0.0f;
 #pragma unroll
         for (int n = 0; n < TC_BK / 8; n++) {
-            const uint32_t pp = tc_pack_bf16(exp2f(s[n][2 * i] - base), exp2f(s[n][2 * i + 1] - base));
-            rs += kc_bf2f((uint16_t)(pp & 0xFFFFu)) + kc_bf2f((uint16_t)(pp >> 16));
-            pa[n / 2][(n & 1) * 2 + i] = pp;
+            const float p0 = exp2f(fmaf(s[n][2 * i], scale_log2, -base));
+            const float p1 = exp2f(fmaf(s[n][2 * i + 1], scale_log2, -base));
+            rs += p0 + p1;
+            pa[n / 2][(n & 1) * 2 + i] = tc_pack_bf16(p0, p1);
         }
         l[i] = l[i] * corr + rs;
 #pragma unroll

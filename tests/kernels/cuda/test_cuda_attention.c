@@ -184,6 +184,9 @@ typedef struct {
     int share_blocks; /* sequences i > 0 map their first full blocks (at most this many) to sequence 0's */
 } kt_attn_case;
 
+/* When non-zero, the attention scale of the next cases (else 1 / sqrt(hd)). */
+static float g_scale;
+
 /* The host side of one attention scenario (CPU layout, F32). */
 typedef struct {
     int32_t *qsl, *lens, *bt; /* [ns + 1], [ns], [ns, max_blocks] */
@@ -284,7 +287,7 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     const int nh = c->nh, nkv = c->nkv, hd = c->hd, bs = c->bs, ns = c->n_seqs;
     kt_scene sc;
     scene_build(c, seed, &sc);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = g_scale != 0.0f ? g_scale : 1.0f / sqrtf((float)hd);
 
     /* CPU reference */
     float *ref = inferd_malloc(sc.no * sizeof(float));
@@ -621,7 +624,8 @@ static int attn_case_forced(const kt_attn_case *c, uint64_t seed, int force)
     bool prefill = false;
     for (int i = 0; i < c->n_seqs; i++)
         prefill |= c->seqs[i].q_len > 1;
-    const int expect = !prefill ? 0 : force == 1 && (c->hd == 64 || c->hd == 128) ? 2 : 1;
+    /* the tensor-core kernel takes head_dim 64 / 128 and a positive scale */
+    const int expect = !prefill ? 0 : force == 1 && (c->hd == 64 || c->hd == 128) && g_scale >= 0.0f ? 2 : 1;
     if (kcuda_attn_last_prefill != expect) {
         printf("  attention %s: prefill kernel %d ran, expected %d (force %d)\n", c->name,
                kcuda_attn_last_prefill, expect, force);
@@ -697,6 +701,12 @@ START_TEST(test_attention_prefill_tc)
     int bad = 0;
     for (int i = 0; i < NSEQ(cases); i++)
         bad += attn_case_all_prefill(&cases[i], 3000 + (uint64_t)i);
+    /* a negative scale: the tensor-core softmax keeps the max of the raw
+     * scores, so the dispatcher leaves it to the CUDA-core kernel */
+    const kt_attn_case neg = {"tc fallback scale < 0", 8, 2, 128, 16, chunk3, NSEQ(chunk3), 0, true, false, -1, 0};
+    g_scale = -0.05f;
+    bad += attn_case_forced(&neg, 3050, 1);
+    g_scale = 0.0f;
     if (!kt_quick) {
         const kt_attn_case large[] = {
             {"tc chunk 300 after 700", 32, 8, 128, 16, big, NSEQ(big), 0, true, false, -1, 0},
