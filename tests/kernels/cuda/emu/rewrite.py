@@ -9,7 +9,7 @@ import sys
 
 src = open(sys.argv[1]).read()
 src = re.sub(r'extern __shared__ (\w+) (\w+)\[\];', r'\1 *\2 = (\1 *)kemu_dyn_smem;', src)
-src = re.sub(r'(\w+(?:<\w+>)?)<<<(.*?)>>>\(', r'kemu_launch(\1, \2, ', src)
+src = re.sub(r'(\w+(?:<[\w, ]+>)?)<<<(.*?)>>>\(', r'kemu_launch(\1, \2, ', src)
 if '<<<' in src:
     sys.exit(f'{sys.argv[1]}: a launch the rewrite did not understand')
 open(sys.argv[2], 'w').write(src)
