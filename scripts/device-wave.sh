@@ -247,26 +247,32 @@ fi
 
 # i4. decode attention build variants (unroll, CTAs a SM for GQA groups <= 4):
 #     batch 64 / 256 at 1k and batch 1 at 32k, graphs, each variant its own build
-if part attnab; then
-for v in "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" "u8c4 -DKC_DEC_UNROLL=8 -DKC_DEC_CTAS_SMALL_GROUP=4" \
-         "u2c6 -DKC_DEC_UNROLL=2 -DKC_DEC_CTAS_SMALL_GROUP=6" "u4c3 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=3"; do
-    read -r name flags <<<"$v"
-    VB=$ROOT/build-ab-$name
-    if DEVICE_CUDA_FLAGS="$flags" device_build "$VB" inferd >"$W/attnab-build-$name.log" 2>&1
-    then row "attnab build $name $(el)" ok
-    else row "attnab build $name" FAILED; continue; fi
-    timeout 120 "$VB/cli/inferd" bench latency --model $L8 --load-format dummy --device cuda --batch-size 64,256 \
-        --input-len 1024 --output-len 96 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
-        --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/attnab-$name.txt" 2>&1 \
-        && row "attnab $name b64/b256 x 1k $(el)" ok || row "attnab $name b64/b256 (exit $?)" FAILED
-    timeout 120 "$VB/cli/inferd" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
-        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 \
-        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/attnab-$name-32k.txt" 2>&1 \
-        && row "attnab $name b1 x 32k $(el)" ok || row "attnab $name b1 x 32k (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/attnab-$name.txt" "$W/attnab-$name-32k.txt" | grep -v "GPU busy" | head -6
-    grep -c "spill" "$W/attnab-build-$name.log" || true
-done
-fi
+# ab_variants PREFIX "NAME FLAGS" ...: each variant its own build (nvcc
+# FLAGS), then batch 64 / 256 at 1k and batch 1 at 32k, graphs
+ab_variants() {
+    local prefix=$1 v name flags VB
+    shift
+    for v in "$@"; do
+        read -r name flags <<<"$v"
+        VB=$ROOT/build-$prefix-$name
+        if DEVICE_CUDA_FLAGS="$flags" device_build "$VB" inferd >"$W/$prefix-build-$name.log" 2>&1
+        then row "$prefix build $name $(el)" ok
+        else row "$prefix build $name" FAILED; continue; fi
+        timeout 120 "$VB/cli/inferd" bench latency --model $L8 --load-format dummy --device cuda --batch-size 64,256 \
+            --input-len 1024 --output-len 96 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+            --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/$prefix-$name.txt" 2>&1 \
+            && row "$prefix $name b64/b256 x 1k $(el)" ok || row "$prefix $name b64/b256 (exit $?)" FAILED
+        timeout 120 "$VB/cli/inferd" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+            --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 \
+            --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/$prefix-$name-32k.txt" 2>&1 \
+            && row "$prefix $name b1 x 32k $(el)" ok || row "$prefix $name b1 x 32k (exit $?)" FAILED
+        grep -E "^\| [0-9]" "$W/$prefix-$name.txt" "$W/$prefix-$name-32k.txt" | grep -v "GPU busy" | head -6
+        grep -c "spill" "$W/$prefix-build-$name.log" || true
+    done
+}
+part attnab && ab_variants attnab "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=4" \
+    "u8c4 -DKC_DEC_UNROLL=8 -DKC_DEC_CTAS_SMALL_GROUP=4" "u2c6 -DKC_DEC_UNROLL=2 -DKC_DEC_CTAS_SMALL_GROUP=6" \
+    "u4c3 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=3"
 
 # i4a. where a prefill step goes (--profile-ops: the table of the steps
 #      with a prompt chunk): one 16k-token step (32 prompts of 512, as in
@@ -405,26 +411,9 @@ for pv in 1 0; do
 done
 fi
 # ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k
-if part pipeab; then
-for v in ${WAVE_PIPE_VARIANTS:-"s3u4 -DKC_DEC_STAGES=3" "s2u4 -DKC_DEC_STAGES=2" "s4u4 -DKC_DEC_STAGES=4" \
-         "s6u2 -DKC_DEC_STAGES=6 -DKC_DEC_UNROLL=2" "s4u2 -DKC_DEC_STAGES=4 -DKC_DEC_UNROLL=2"}; do
-    read -r name flags <<<"$v"
-    VB=$ROOT/build-pipe-$name
-    if DEVICE_CUDA_FLAGS="$flags" device_build "$VB" inferd >"$W/pipeab-build-$name.log" 2>&1
-    then row "pipeab build $name $(el)" ok
-    else row "pipeab build $name" FAILED; continue; fi
-    timeout 120 "$VB/cli/inferd" bench latency --model $L8 --load-format dummy --device cuda --batch-size 64,256 \
-        --input-len 1024 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
-        --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/pipeab-$name.txt" 2>&1 \
-        && row "pipeab $name b64/b256 x 1k $(el)" ok || row "pipeab $name b64/b256 (exit $?)" FAILED
-    timeout 120 "$VB/cli/inferd" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
-        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 \
-        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/pipeab-$name-32k.txt" 2>&1 \
-        && row "pipeab $name b1 x 32k $(el)" ok || row "pipeab $name b1 x 32k (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/pipeab-$name.txt" "$W/pipeab-$name-32k.txt" | grep -v "GPU busy" | head -6
-    grep -c "spill" "$W/pipeab-build-$name.log" || true
-done
-fi
+#      (rings under 33 KiB do not build: the merge area of 8 heads a CTA reuses the ring)
+part pipeab && ab_variants pipeab "s3u4 -DKC_DEC_STAGES=3" "s4u4 -DKC_DEC_STAGES=4" \
+    "s6u2 -DKC_DEC_STAGES=6 -DKC_DEC_UNROLL=2"
 if part pipeprof; then
 INFERD_ATTN_DEC_PIPE=1 timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
     --batch-size 256 --input-len 1024 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
