@@ -243,6 +243,12 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
     return (size_t)worst * (size_t)n_heads * ((size_t)head_dim + 1) * sizeof(float);
 }
 
+void kcuda_attn_init(const kcuda_state *st)
+{
+    kcuda_attn_decode_init();
+    kcuda_attn_prefill_tc_init(st);
+}
+
 /* Zero the output rows [t0, t1). */
 static void zero_rows(const kcuda_state *st, const kern_attn_params *p, int t0, int t1)
 {

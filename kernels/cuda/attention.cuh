@@ -96,9 +96,13 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
 
-/* Per-device set-up of the decode kernels (shared-memory carveout of the
- * pipelined ones); the kcuda context calls it on its device. */
+/* Per-device set-up of the attention kernels' function attributes, so no
+ * launch sets any: the decode ring's shared-memory carveout, the
+ * tensor-core prefill's shared-memory opt-in. kcuda_attn_init (attention.cu)
+ * runs both; the kcuda context calls it on its device at creation. */
 void kcuda_attn_decode_init(void);
+void kcuda_attn_prefill_tc_init(const kcuda_state *st);
+void kcuda_attn_init(const kcuda_state *st);
 
 /* Prefill attention for every sequence with q_len > 1; max_q_len bounds the
  * query tiles. */

@@ -453,9 +453,8 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
         dec_launch_g<GMAX, false>(st, a, grid);
 }
 
-/* Once per device (kcuda context creation): the pipelined kernels' ring
- * wants the largest shared-memory carveout, so KC_ATTN_DEC_CTAS_PER_SM CTAs
- * of DEC_RING_BYTES each stay resident. */
+/* The pipelined kernels' ring wants the largest shared-memory carveout, so
+ * KC_ATTN_DEC_CTAS_PER_SM CTAs of DEC_RING_BYTES each stay resident. */
 template <int GMAX> static void dec_carveout_g(void)
 {
     void (*k[4])(const kc_attn_args) = {attn_decode_kernel<GMAX, 4, true>, attn_decode_kernel<GMAX, 8, true>,

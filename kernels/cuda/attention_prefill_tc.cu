@@ -462,13 +462,30 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
 
 template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
-    const size_t smem = tc_smem_bytes(D, MT);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D, MT>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = tc_smem_bytes(D, MT); /* the opt-in was set at start-up (kcuda_attn_prefill_tc_init) */
     dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, TC_BQ1 * MT));
     attn_prefill_tc_kernel<D, MT><<<grid, TC_THREADS, smem, st->stream>>>(*a);
     KCUDA_LAUNCH_CHECK();
+}
+
+/* Raise the dynamic shared-memory limit of one instantiation where it
+ * needs more than the default 48 KiB and the device can give it. */
+template <int D, int MT> static void tc_optin(const kcuda_state *st)
+{
+    const size_t smem = tc_smem_bytes(D, MT);
+    if (smem > 48 * 1024 && smem <= st->smem_optin)
+        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D, MT>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+/* Contract: once per device (kcuda_attn_init): the shared-memory opt-in of
+ * every instantiation, so a launch sets nothing. */
+void kcuda_attn_prefill_tc_init(const kcuda_state *st)
+{
+    tc_optin<64, 1>(st);
+    tc_optin<64, 2>(st);
+    tc_optin<128, 1>(st);
+    tc_optin<128, 2>(st);
 }
 
 /* Contract: true when the tensor-core prefill kernel handles head_dim hd on

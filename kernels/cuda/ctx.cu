@@ -112,7 +112,7 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
         rc = inferd_set_error(INFERD_ERR_DEVICE, "cuBLAS setup failed on device %d", device_id);
         goto fail;
     }
-    kcuda_attn_decode_init();
+    kcuda_attn_init(st);
     ctx->cuda = st;
     INFERD_LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (double)(1u << 30));
