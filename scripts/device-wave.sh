@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc pfquick)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -274,47 +274,84 @@ part attnab && ab_variants attnab "u4c4 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GR
     "u8c4 -DKC_DEC_UNROLL=8 -DKC_DEC_CTAS_SMALL_GROUP=4" "u2c6 -DKC_DEC_UNROLL=2 -DKC_DEC_CTAS_SMALL_GROUP=6" \
     "u4c3 -DKC_DEC_UNROLL=4 -DKC_DEC_CTAS_SMALL_GROUP=3"
 
-# i4a. where a prefill step goes (--profile-ops: the table of the steps
-#      with a prompt chunk): one 16k-token step (32 prompts of 512, as in
-#      bench throughput 512/128), a 2k prompt, and the 16k-token chunks of a
-#      128k prompt (Llama-3.1 config); then the 128k row with graphs
-if part attnfull; then
-if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/attnfull.log" 2>&1
-then row "test_cuda_kernels attention cases (full, 128k) $(el)" PASS
-else row "test_cuda_kernels attention full (exit $?)" "FAIL (wave/attnfull.log)"; fi
-grep -E "131|32768|FAIL|differ" "$W/attnfull.log" | head -8
+# lat NAME TIMEOUT LABEL ARGS...: one `inferd bench latency --load-format
+# dummy --device cuda ARGS` into $W/NAME.txt (variables assigned before the
+# call reach it), its row in the summary, its table rows printed
+lat() {
+    local name=$1 t=$2 label=$3
+    shift 3
+    if timeout "$t" "$BIN" bench latency --load-format dummy --device cuda "$@" >"$W/$name.txt" 2>&1
+    then row "$label $(el)" ok
+    else row "$label (exit $?)" FAILED; fi
+    grep -E "^\| [0-9]" "$W/$name.txt" | grep -v "GPU busy" | head -6
+}
+# kcase NAME QUICK CASE [TOOL]: test_cuda_kernels CK_RUN_CASE=CASE (QUICK=1:
+# quick sizes, else full), under compute-sanitizer TOOL when one is named
+kcase() {
+    local name=$1 quick=$2 case=$3 tool=${4:-} cs=()
+    [[ -n $tool ]] && cs=("$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
+        --tool "$tool" --error-exitcode 9)
+    if INFERD_TEST_QUICK=$([[ $quick == 1 ]] && echo 1) CK_RUN_CASE=$case timeout 400 "${cs[@]}" \
+          "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/$name.log" 2>&1
+    then row "test_cuda_kernels $case${tool:+ ($tool)} $(el)" "PASS $(grep -E 'SUMMARY' "$W/$name.log" | tail -1)"
+    else row "test_cuda_kernels $case${tool:+ ($tool)} (exit $?)" "FAIL (wave/$name.log)"; fi
+    grep -E "FAIL|differ|ran, forced|m-tiles|Checks" "$W/$name.log" | head -8
+}
+
+# i4a. the attention kernel cases at full sizes (128k context among them)
+part attnfull && kcase attnfull 0 attention
+
+# i4b. the decode kernel's cp.async ring (INFERD_ATTN_DEC_PIPE=1, default)
+#      against K/V straight to registers (=0): kernel cases (both bodies,
+#      bitwise equal), compute-sanitizer memcheck + racecheck on them, then
+#      bench latency rows with graphs, processes alternating
+if part pipe; then
+kcase pipe 0 attention
+kcase pipe-memcheck 1 attention memcheck
+kcase pipe-racecheck 1 attention racecheck
+for rep in $(seq 1 "${WAVE_REPS:-1}"); do
+    for pv in 1 0; do
+        INFERD_ATTN_DEC_PIPE=$pv lat "pipe$pv-$rep" 150 "pipe=$pv b1/16/64/256 x 1k (run $rep)" --model $L8 \
+            --batch-size 1,16,64,256 --input-len 1024 --output-len 64 --num-iters-warmup 1 --num-iters 1 \
+            --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2048
+    done
+done
+for pv in 1 0; do
+    INFERD_ATTN_DEC_PIPE=$pv lat "pipe$pv-32k" 120 "pipe=$pv b1 x 32k" --model $L31 --batch-size 1 \
+        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000
+done
 fi
+# ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k
+#      (rings under 33 KiB do not build: the merge area of 8 heads a CTA reuses the ring)
+part pipeab && ab_variants pipeab "s3u4 -DKC_DEC_STAGES=3" "s4u4 -DKC_DEC_STAGES=4" \
+    "s6u2 -DKC_DEC_STAGES=6 -DKC_DEC_UNROLL=2"
+if part pipeprof; then
+lat pipe1-profile 120 "--profile-ops b256 x 1k" --model $L8 --batch-size 256 --input-len 1024 --output-len 16 \
+    --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2048 \
+    --profile-ops
+grep -E "attention|all ops|GEMM|gate|down" "$W/pipe1-profile.txt" | head -12
+fi
+
 # i4c. tensor-core prefill attention with 1 or 2 m-tiles a warp
 #      (INFERD_PREFILL_TC_MT): kernel cases (both, bitwise equal) + memcheck,
-#      then prefill rows 512..16k and the 128k prompt, processes alternating
+#      then prefill rows 512..16k, a 16k-token step of 32 x 512 and the 128k
+#      prompt, processes alternating
 if part tcmt; then
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/tcmt-kernels.log" 2>&1
-then row "test_cuda_kernels attention (full; tc 1 and 2 m-tiles) $(el)" PASS
-else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/tcmt-kernels.log)"; fi
-grep -E "m-tiles|FAIL|Checks" "$W/tcmt-kernels.log" | head -8
-if INFERD_TEST_QUICK=1 CK_RUN_CASE=attention timeout 400 "$CS" --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/tcmt-memcheck.log" 2>&1
-then row "compute-sanitizer memcheck attention $(el)" "PASS $(grep -E 'ERROR SUMMARY' "$W/tcmt-memcheck.log" | tail -1)"
-else row "compute-sanitizer memcheck attention (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY' "$W/tcmt-memcheck.log" | tail -1)"; fi
+kcase tcmt 0 attention
+kcase tcmt-memcheck 1 attention memcheck
 for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
-        --batch-size 1 --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
-        --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/tcmt$mt-prefill.txt" 2>&1 \
-        && row "tc mt=$mt prefill 512..16k $(el)" ok || row "tc mt=$mt prefill (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/tcmt$mt-prefill.txt" | grep -v "GPU busy" | head -4
-    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
-        --batch-size 32 --input-len 512 --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 \
-        --max-num-batched-tokens 16384 --max-model-len 1024 >"$W/tcmt$mt-b32.txt" 2>&1 \
-        && row "tc mt=$mt b32 x 512 $(el)" ok || row "tc mt=$mt b32 (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/tcmt$mt-b32.txt" | grep -v "GPU busy" | head -1
+    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-prefill" 150 "tc mt=$mt prefill 512..16k" --model $L31 --batch-size 1 \
+        --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
+        --max-num-batched-tokens 16384 --max-model-len 16400
+    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-b32" 150 "tc mt=$mt b32 x 512" --model $L8 --batch-size 32 --input-len 512 \
+        --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 --max-num-batched-tokens 16384 \
+        --max-model-len 1024
 done
 for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
-        --batch-size 1 --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
-        --max-num-batched-tokens 16384 --max-model-len 131072 >"$W/tcmt$mt-128k.txt" 2>&1 \
-        && row "tc mt=$mt b1 x 131000 $(el)" ok || row "tc mt=$mt 128k (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/tcmt$mt-128k.txt" | grep -v "GPU busy" | head -1
+    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-128k" 200 "tc mt=$mt b1 x 131000" --model $L31 --batch-size 1 \
+        --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+        --max-num-batched-tokens 16384 --max-model-len 131072
 done
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
@@ -333,94 +370,31 @@ for in in ${WAVE_NCU_LENS:-16384}; do
     grep -vE "^\[|^ +-+|^$|^==PROF==|INFO|^\|" "$W/ncu-tc-$in.txt" | grep -E "[0-9]" | head -120
 done
 fi
-# i4e. quick prefill check: attention kernel cases (full), then the
-#      prefill rows with 2 and 1 m-tiles and the 128k prompt
-if part pfquick; then
-if INFERD_TEST_QUICK= CK_RUN_CASE=attention timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pfquick-kernels.log" 2>&1
-then row "test_cuda_kernels attention (full) $(el)" PASS
-else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/pfquick-kernels.log)"; fi
-grep -E "m-tiles|FAIL|Checks" "$W/pfquick-kernels.log" | head -8
-for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt timeout 150 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
-        --batch-size 1 --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
-        --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/pfquick$mt.txt" 2>&1 \
-        && row "prefill 512..16k mt=$mt $(el)" ok || row "prefill mt=$mt (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/pfquick$mt.txt" | grep -v "GPU busy" | head -4
-done
-timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
-    --batch-size 1 --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
-    --max-num-batched-tokens 16384 --max-model-len 131072 >"$W/pfquick-128k.txt" 2>&1 \
-    && row "b1 x 131000 $(el)" ok || row "128k (exit $?)" FAILED
-grep -E "^\| [0-9]" "$W/pfquick-128k.txt" | grep -v "GPU busy" | head -1
-fi
+
+# i4e. where a prefill step goes (--profile-ops: the table of the steps
+#      with a prompt chunk): one 16k-token step (32 prompts of 512, as in
+#      bench throughput 512/128) and a 2k prompt; then the 128k prompt with
+#      graphs and the profile of its 16k-token chunks (Llama-3.1 config)
 if part pfprof; then
 for spec in "$L8 32 512 1024" "$L8 1 2048 4096"; do
     read -r cfg b in mml <<<"$spec"
-    timeout 150 "$BIN" bench latency --model $cfg --load-format dummy --device cuda --batch-size $b \
-        --input-len $in --output-len 4 --num-iters-warmup 1 --num-iters 1 --max-num-seqs 512 \
-        --max-num-batched-tokens 16384 --max-model-len $mml --profile-ops >"$W/pfprof-b$b-$in.txt" 2>&1 \
-        && row "bench latency --profile-ops b$b x $in $(el)" ok || row "profile b$b x $in (exit $?)" FAILED
-    grep -E "^\| [0-9]|ceilings" "$W/pfprof-b$b-$in.txt" | grep -v "GPU busy" | head -3
+    lat "pfprof-b$b-$in" 150 "--profile-ops b$b x $in" --model $cfg --batch-size $b --input-len $in --output-len 4 \
+        --num-iters-warmup 1 --num-iters 1 --max-num-seqs 512 --max-num-batched-tokens 16384 --max-model-len $mml \
+        --profile-ops
     sed -n '/ops of a step with a prompt chunk/,$p' "$W/pfprof-b$b-$in.txt" | grep -E "^\||ops of" | head -20
 done
 fi
 if part long128k; then
-timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
-    --input-len 131000 --output-len 32 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
-    --max-num-batched-tokens 16384 --max-model-len 131072 --output-json "$W/long128k.json" >"$W/long128k.txt" 2>&1 \
-    && row "bench latency b1 x 131000 (llama3.1, graphs) $(el)" ok || row "bench latency 128k (exit $?)" FAILED
-grep -E "^\| [0-9]|ceilings|memory:|graphs:" "$W/long128k.txt" | grep -v "GPU busy" | head -6
-timeout 200 "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
-    --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
-    --max-num-batched-tokens 16384 --max-model-len 131072 --profile-ops >"$W/long128k-prof.txt" 2>&1 \
-    && row "bench latency --profile-ops b1 x 131000 $(el)" ok || row "profile 128k (exit $?)" FAILED
+lat long128k 200 "b1 x 131000 (llama3.1, graphs)" --model $L31 --batch-size 1 --input-len 131000 --output-len 32 \
+    --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 --max-num-batched-tokens 16384 --max-model-len 131072 \
+    --output-json "$W/long128k.json"
+grep -E "memory:|graphs:" "$W/long128k.txt" | head -3
+lat long128k-prof 200 "--profile-ops b1 x 131000" --model $L31 --batch-size 1 --input-len 131000 --output-len 8 \
+    --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 --max-num-batched-tokens 16384 --max-model-len 131072 \
+    --profile-ops
 sed -n '/ops of a step with a prompt chunk/,$p' "$W/long128k-prof.txt" | grep -E "^\||ops of" | head -20
 fi
 
-# i4b. the decode kernel's cp.async ring (INFERD_ATTN_DEC_PIPE=1, default)
-#      against K/V straight to registers (=0): kernel cases (both bodies,
-#      bitwise equal), compute-sanitizer memcheck + racecheck on them, then
-#      bench latency rows with graphs, processes alternating, and
-#      bench throughput 512/128 at 512 sequences
-if part pipe; then
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if CK_RUN_CASE=attention timeout 200 "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pipe-kernels.log" 2>&1
-then row "test_cuda_kernels attention cases (both decode bodies) $(el)" PASS
-else row "test_cuda_kernels attention (exit $?)" "FAIL (wave/pipe-kernels.log)"; fi
-grep -E "attention (pipe|decode).*(FAIL|ok)|differ|ran, forced" "$W/pipe-kernels.log" | head -24
-for tool in memcheck racecheck; do
-    if INFERD_TEST_QUICK=1 CK_RUN_CASE=attention timeout 400 "$CS" --tool $tool --error-exitcode 9           "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/pipe-$tool.log" 2>&1
-    then row "compute-sanitizer $tool attention cases $(el)" "PASS $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/pipe-$tool.log" | tail -1)"
-    else row "compute-sanitizer $tool attention (exit $?)" "FAIL $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/pipe-$tool.log" | tail -1)"; fi
-done
-for rep in $(seq 1 "${WAVE_REPS:-1}"); do
-    for pv in 1 0; do
-        INFERD_ATTN_DEC_PIPE=$pv timeout 150 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
-            --batch-size 1,16,64,256 --input-len 1024 --output-len 64 --num-iters-warmup 1 --num-iters 1 \
-            --max-num-seqs 256 --max-num-batched-tokens 16384 --max-model-len 2048 >"$W/pipe$pv-$rep.txt" 2>&1 \
-            && row "pipe=$pv b1/16/64/256 x 1k (run $rep) $(el)" ok || row "pipe=$pv b1..256 (run $rep, exit $?)" FAILED
-        grep -E "^\| [0-9]" "$W/pipe$pv-$rep.txt" | grep -v "GPU busy" | head -4
-    done
-done
-for pv in 1 0; do
-    INFERD_ATTN_DEC_PIPE=$pv timeout 120 "$BIN" bench latency --model $L31 --load-format dummy --device cuda \
-        --batch-size 1 --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
-        --max-num-batched-tokens 8192 --max-model-len 33000 >"$W/pipe$pv-32k.txt" 2>&1 \
-        && row "pipe=$pv b1 x 32k $(el)" ok || row "pipe=$pv b1 x 32k (exit $?)" FAILED
-    grep -E "^\| [0-9]" "$W/pipe$pv-32k.txt" | grep -v "GPU busy" | head -2
-done
-fi
-# ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k
-#      (rings under 33 KiB do not build: the merge area of 8 heads a CTA reuses the ring)
-part pipeab && ab_variants pipeab "s3u4 -DKC_DEC_STAGES=3" "s4u4 -DKC_DEC_STAGES=4" \
-    "s6u2 -DKC_DEC_STAGES=6 -DKC_DEC_UNROLL=2"
-if part pipeprof; then
-INFERD_ATTN_DEC_PIPE=1 timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
-    --batch-size 256 --input-len 1024 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
-    --max-num-batched-tokens 16384 --max-model-len 2048 --profile-ops >"$W/pipe1-profile.txt" 2>&1 \
-    && row "pipe=1 --profile-ops b256 x 1k $(el)" ok || row "pipe=1 profile (exit $?)" FAILED
-grep -E "attention|all ops|GEMM|gate|down" "$W/pipe1-profile.txt" | head -12
-fi
 if part pipetput; then
 for pv in 1 0; do
     INFERD_ATTN_DEC_PIPE=$pv tput_run "pipe$pv-tput-512-128" 512 128 512 16384 512

@@ -23,15 +23,53 @@
 
 static char *g_model;
 
+/* One `inferd bench latency` run on the CPU backend with stories260K and
+ * the given flags (NULL-terminated; model, device, JSON path and log level
+ * are added), checked for exit 0: its stdout and parsed JSON. */
+typedef struct {
+    char *json, *out, *err, *text;
+    cJSON *root;
+} bl_run;
+
+static void bl_start(bl_run *r, const char *const *flags)
+{
+    memset(r, 0, sizeof *r);
+    r->json = test_write_temp("bench-latency", "", 0);
+    const char *argv[40] = {test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu"};
+    int n = 7;
+    while (*flags && n < 34)
+        argv[n++] = *flags++;
+    ck_assert(*flags == NULL);
+    argv[n++] = "--output-json";
+    argv[n++] = r->json;
+    argv[n++] = "--log-level";
+    argv[n++] = "warn";
+    argv[n] = NULL;
+    int rc = test_run_rc((char **)argv, &r->out, &r->err);
+    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, r->out, r->err);
+    size_t len = 0;
+    ck_assert_msg(util_read_file(r->json, 1 << 20, &r->text, &len) == INFERD_OK, "no JSON at %s", r->json);
+    r->root = cJSON_Parse(r->text);
+    ck_assert_msg(r->root, "bad JSON: %s", r->text);
+}
+
+static void bl_done(bl_run *r)
+{
+    cJSON_Delete(r->root);
+    inferd_free(r->text);
+    unlink(r->json);
+    inferd_free(r->json);
+    free(r->out);
+    free(r->err);
+}
+
 START_TEST(test_cpu_table_and_json)
 {
-    char *json = test_write_temp("bench-latency", "", 0);
-    char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
-                    "--batch-size", "1,3", "--input-len", "20,40", "--output-len", "6", "--num-iters-warmup", "1",
-                    "--num-iters", "2", "--output-json", json, "--log-level", "warn", NULL};
-    char *out = NULL, *err = NULL;
-    int rc = test_run_rc(argv, &out, &err);
-    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    static const char *const flags[] = {"--batch-size", "1,3", "--input-len", "20,40", "--output-len", "6",
+                                        "--num-iters-warmup", "1", "--num-iters", "2", NULL};
+    bl_run run;
+    bl_start(&run, flags);
+    const char *out = run.out;
     ck_assert_msg(strstr(out, "ceilings (measured now): copy "), "%s", out);
     ck_assert_msg(strstr(out, "graphs: off (CPU backend)"), "%s", out);
     const char *hdr = strstr(out, "| batch | in | out | prefill ms |");
@@ -51,11 +89,7 @@ START_TEST(test_cpu_table_and_json)
         ck_assert_msg(!memmem(p, (size_t)(eol - p), "error", 5), "row %d: %.*s", r, (int)(eol - p), p);
         p = eol + 1;
     }
-    size_t len = 0;
-    char *text = NULL;
-    ck_assert_msg(util_read_file(json, 1 << 20, &text, &len) == INFERD_OK, "no JSON at %s", json);
-    cJSON *root = cJSON_Parse(text);
-    ck_assert_msg(root, "bad JSON: %s", text);
+    const cJSON *root = run.root;
     ck_assert_str_eq(cJSON_GetObjectItem(root, "backend")->valuestring, "cpu");
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(root, "graphs")));
     const cJSON *c = cJSON_GetObjectItem(root, "ceilings");
@@ -83,12 +117,7 @@ START_TEST(test_cpu_table_and_json)
         ck_assert(cJSON_GetObjectItem(row, "decode_p50_ms")->valuedouble <=
                   cJSON_GetObjectItem(row, "decode_p99_ms")->valuedouble);
     }
-    cJSON_Delete(root);
-    inferd_free(text);
-    unlink(json);
-    inferd_free(json);
-    free(out);
-    free(err);
+    bl_done(&run);
 }
 END_TEST
 
@@ -119,22 +148,14 @@ static void check_ops_table(const char *out, const char *title)
 
 START_TEST(test_cpu_profile_ops)
 {
-    char *json = test_write_temp("bench-latency-prof", "", 0);
-    char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
-                    "--batch-size", "3", "--input-len", "20", "--output-len", "6", "--num-iters-warmup", "0",
-                    "--num-iters", "1", "--profile-ops", "--output-json", json, "--log-level", "warn", NULL};
-    char *out = NULL, *err = NULL;
-    int rc = test_run_rc(argv, &out, &err);
-    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
-    check_ops_table(out, "ops of a decode step: batch 3");
+    static const char *const flags[] = {"--batch-size", "3", "--input-len", "20", "--output-len", "6",
+                                        "--num-iters-warmup", "0", "--num-iters", "1", "--profile-ops", NULL};
+    bl_run run;
+    bl_start(&run, flags);
+    check_ops_table(run.out, "ops of a decode step: batch 3");
     /* the three 20-token prompts fit one step's token budget */
-    check_ops_table(out, "ops of a step with a prompt chunk: batch 3, input 20, 60 new tokens a step, 1 steps");
-    size_t len = 0;
-    char *text = NULL;
-    ck_assert(util_read_file(json, 1 << 20, &text, &len) == INFERD_OK);
-    cJSON *root = cJSON_Parse(text);
-    ck_assert(root);
-    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    check_ops_table(run.out, "ops of a step with a prompt chunk: batch 3, input 20, 60 new tokens a step, 1 steps");
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(run.root, "rows"), 0);
     static const char *k_ops[] = {"ops_us_per_step", "prefill_ops_us_per_step"};
     for (int k = 0; k < 2; k++) {
         const cJSON *ops = cJSON_GetObjectItem(row, k_ops[k]);
@@ -144,12 +165,7 @@ START_TEST(test_cpu_profile_ops)
     }
     ck_assert_int_eq(cJSON_GetObjectItem(row, "prefill_ops_steps")->valueint, 1);
     ck_assert_int_eq(cJSON_GetObjectItem(row, "prefill_ops_tokens_per_step")->valueint, 60);
-    cJSON_Delete(root);
-    inferd_free(text);
-    unlink(json);
-    inferd_free(json);
-    free(out);
-    free(err);
+    bl_done(&run);
 }
 END_TEST
 
