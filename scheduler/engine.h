@@ -298,6 +298,12 @@ void engine_rank_seqs(const double *cum_logprob, int n, int *order);
 uint64_t engine_stream_id(const engine_stream *s);
 /* Non-blocking: move pending output into *out; false when nothing new. */
 bool engine_stream_poll(engine_stream *s, engine_output *out);
+/* Non-blocking, one engine step at a time: the oldest pending publish
+ * (its tokens, logprobs and text, with the totals as of it), the finish with
+ * the last. An event loop that serves several streams polls each in turn
+ * this way, so their outputs interleave step by step however late it
+ * wakes. */
+bool engine_stream_poll_step(engine_stream *s, engine_output *out);
 /* Block up to timeout_ms (< 0 forever) for output; false on timeout. */
 bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms);
 /* Ask the engine to abort (idempotent). */

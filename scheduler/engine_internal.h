@@ -28,6 +28,15 @@
 #include "scheduler/engine.h"
 #include "scheduler/sched.h"
 
+/* Where one publish with tokens or text ends in the stream's buffers, and
+ * the running totals it carried. */
+typedef struct {
+    int tok_end;
+    size_t text_end;
+    int completion_tokens;
+    double cum_logprob;
+} stream_seg;
+
 struct engine_stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -37,13 +46,17 @@ struct engine_stream {
     bool want_logprobs;
     void (*notify)(void *user);
     void *notify_user;
-    /* pending output, moved out by poll/wait */
-    int32_t *tok;       /* [n_tok] */
+    /* pending output, moved out by poll/wait (all of it) or poll_step (one
+     * publish at a time, from the heads) */
+    int32_t *tok;       /* [n_tok], pending from tok_head */
     engine_logprob *lp; /* [n_tok] when want_logprobs */
-    int n_tok, cap_tok;
+    int n_tok, cap_tok, tok_head;
     engine_logprob *plp; /* [n_plp] pending prompt logprobs */
     int n_plp, cap_plp;
-    inferd_buf text; /* pending text, moved out whole by take() */
+    inferd_buf text;  /* pending text from text_head */
+    size_t text_head;
+    stream_seg *seg; /* [n_seg] the publishes with tokens or text, pending from seg_head */
+    int n_seg, cap_seg, seg_head;
     bool finished, finish_delivered;
     finish_reason finish;
     char error[256];

@@ -53,6 +53,7 @@ static void stream_destroy(engine_stream *s)
     inferd_free(s->tok);
     inferd_free(s->lp);
     inferd_free(s->plp);
+    inferd_free(s->seg);
     inferd_buf_free(&s->text);
     inferd_free(s);
 }
@@ -79,6 +80,20 @@ static void wake_unlock(engine_stream *s)
     pthread_mutex_unlock(&s->mu);
     if (notify)
         notify(user);
+}
+
+/* Under s->mu: record the end of the publish just appended (its tokens and
+ * text end the buffers) with the totals it carries, for poll_step. */
+static void push_seg(engine_stream *s)
+{
+    if (s->n_seg == s->cap_seg) {
+        s->cap_seg = s->cap_seg ? 2 * s->cap_seg : 8;
+        s->seg = inferd_realloc(s->seg, (size_t)s->cap_seg * sizeof *s->seg);
+    }
+    s->seg[s->n_seg++] = (stream_seg){.tok_end = s->n_tok,
+                                      .text_end = s->text.len,
+                                      .completion_tokens = s->completion_tokens,
+                                      .cum_logprob = s->cum_logprob};
 }
 
 /* Engine thread only. Tokens and their logprobs (zeroed when lp is NULL but
@@ -120,6 +135,8 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
     if (times)
         s->times = *times;
     s->completion_tokens = completion_tokens;
+    if (n_tok > 0 || text_len > 0)
+        push_seg(s);
     s->cached_tokens = cached_tokens;
     if (finish != FINISH_NONE && !s->finished) {
         s->finished = true;
@@ -158,7 +175,31 @@ void stream_set_cum_logprob(engine_stream *s, double v)
 /* Under s->mu: is there anything the consumer has not seen? */
 static bool has_news(const engine_stream *s)
 {
-    return s->n_tok > 0 || s->n_plp > 0 || s->text.len > 0 || (s->finished && !s->finish_delivered);
+    return s->n_tok > s->tok_head || s->n_plp > 0 || s->text.len > s->text_head ||
+           (s->finished && !s->finish_delivered);
+}
+
+/* Under s->mu: drop what poll_step already handed out (the buffers'
+ * fronts up to the heads), so the pending output starts at 0 again. */
+static void compact(engine_stream *s)
+{
+    const int nt = s->n_tok - s->tok_head;
+    if (s->tok_head > 0 && nt > 0) {
+        memmove(s->tok, s->tok + s->tok_head, (size_t)nt * sizeof *s->tok);
+        if (s->want_logprobs)
+            memmove(s->lp, s->lp + s->tok_head, (size_t)nt * sizeof *s->lp);
+    }
+    s->n_tok = nt;
+    inferd_buf_consume(&s->text, s->text_head);
+    for (int i = s->seg_head; i < s->n_seg; i++) {
+        s->seg[i].tok_end -= s->tok_head;
+        s->seg[i].text_end -= s->text_head;
+    }
+    if (s->seg_head > 0 && s->n_seg > s->seg_head)
+        memmove(s->seg, s->seg + s->seg_head, (size_t)(s->n_seg - s->seg_head) * sizeof *s->seg);
+    s->n_seg -= s->seg_head;
+    s->tok_head = s->seg_head = 0;
+    s->text_head = 0;
 }
 
 /* Under s->mu: move the pending output into *out. */
@@ -168,6 +209,8 @@ static bool has_news(const engine_stream *s)
  * finish_delivered makes the next has_news() false. */
 static void take(engine_stream *s, engine_output *out)
 {
+    compact(s);
+    s->n_seg = 0;
     memset(out, 0, sizeof *out);
     out->n_tokens = s->n_tok;
     out->token_ids = s->tok;
@@ -192,6 +235,47 @@ static void take(engine_stream *s, engine_output *out)
     out->completion_tokens = s->completion_tokens;
     out->cached_tokens = s->cached_tokens;
     out->cum_logprob = s->cum_logprob;
+    out->times = s->times;
+}
+
+/* Under s->mu, with a pending publish: hand out the oldest one (copies of
+ * its tokens, logprobs and text, with the totals it carried) and every
+ * pending prompt logprob (they precede it); the finish comes with the last
+ * publish. Once everything is out the buffers start again from 0, so
+ * step-wise polling costs what the publishes copied in, however far the
+ * consumer lags. */
+static void take_step(engine_stream *s, engine_output *out)
+{
+    const stream_seg g = s->seg[s->seg_head++];
+    if (s->seg_head == s->n_seg) {
+        take(s, out); /* the last one: everything pending, finish included */
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    const int nt = g.tok_end - s->tok_head;
+    if (nt > 0) {
+        out->token_ids = inferd_malloc((size_t)nt * sizeof *out->token_ids);
+        memcpy(out->token_ids, s->tok + s->tok_head, (size_t)nt * sizeof *out->token_ids);
+        if (s->want_logprobs) {
+            out->logprobs = inferd_malloc((size_t)nt * sizeof *out->logprobs);
+            memcpy(out->logprobs, s->lp + s->tok_head, (size_t)nt * sizeof *out->logprobs);
+        }
+    }
+    out->n_tokens = nt;
+    out->text_len = g.text_end - s->text_head;
+    out->text = inferd_malloc(out->text_len + 1);
+    memcpy(out->text, s->text.data + s->text_head, out->text_len);
+    out->text[out->text_len] = '\0';
+    s->tok_head = g.tok_end;
+    s->text_head = g.text_end;
+    out->n_prompt_logprobs = s->n_plp;
+    out->prompt_logprobs = s->plp;
+    s->plp = NULL;
+    s->n_plp = s->cap_plp = 0;
+    out->prompt_tokens = s->prompt_tokens;
+    out->completion_tokens = g.completion_tokens;
+    out->cached_tokens = s->cached_tokens;
+    out->cum_logprob = g.cum_logprob;
     out->times = s->times;
 }
 
@@ -259,6 +343,22 @@ bool engine_stream_wait(engine_stream *s, engine_output *out, int timeout_ms)
         take(s, out);
     else
         empty_output(s, out);
+    pthread_mutex_unlock(&s->mu);
+    return news;
+}
+
+/* Like engine_stream_poll, but one publish (one engine step's tokens and
+ * text) at a time; see take_step. */
+bool engine_stream_poll_step(engine_stream *s, engine_output *out)
+{
+    pthread_mutex_lock(&s->mu);
+    const bool news = has_news(s);
+    if (!news)
+        empty_output(s, out);
+    else if (s->seg_head < s->n_seg)
+        take_step(s, out);
+    else
+        take(s, out);
     pthread_mutex_unlock(&s->mu);
     return news;
 }

@@ -744,17 +744,24 @@ static void consume(srv_gen *g, int i, const engine_output *o)
         stream_finish(g);
 }
 
-/* Event-loop thread; never blocks. Choices are polled in index order; each
- * stops at its final output even when more are queued (there are none
- * after a finished one by contract). */
+/* Event-loop thread; never blocks. Passes over the choices in index
+ * order, taking one engine step of each per pass, until none has output:
+ * the choices' chunks interleave step by step as they were generated, even
+ * when the loop wakes after several steps (and sequence 0 of a group, which
+ * carries the prompt logprobs, is still polled first). A choice stops at
+ * its final output. */
 bool srv_gen_pump(srv_gen *g)
 {
     engine_output o;
-    for (int i = 0; i < g->n_choices; i++) {
-        gen_choice *c = &g->choices[i];
-        while (!c->finished && c->stream && engine_stream_poll(c->stream, &o)) {
+    for (bool any = true; any;) {
+        any = false;
+        for (int i = 0; i < g->n_choices; i++) {
+            gen_choice *c = &g->choices[i];
+            if (c->finished || !c->stream || !engine_stream_poll_step(c->stream, &o))
+                continue;
             consume(g, i, &o);
             engine_output_free(&o);
+            any = true;
         }
     }
     return g->finished;
