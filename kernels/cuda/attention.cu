@@ -50,7 +50,10 @@
  * batches below 2 CTAs per SM split), whatever the kv heads.
  *
  * Decode kernel body: the cp.async ring unless INFERD_ATTN_DEC_PIPE=0
- * (attention_decode.cu; bitwise the same output either way).
+ * (attention_decode.cu; bitwise the same output either way). Split
+ * partials: merged by a second launch, or with INFERD_ATTN_MERGE=fused by
+ * the last split CTA of each group through the context's counters (no
+ * launch; bitwise the same output).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; two
  * 16-row m-tiles a warp unless INFERD_PREFILL_TC_MT=1) where it
@@ -97,6 +100,34 @@ static int decode_use_pipe(void)
 {
     static const int env_pipe = decode_env_pipe(); /* thread-safe, once per process */
     return kcuda_attn_decode_pipe_force >= 0 ? kcuda_attn_decode_pipe_force == 1 : env_pipe;
+}
+
+/* Test hooks: kcuda_attn_merge_fused_force picks how split partials are
+ * merged (-1: as INFERD_ATTN_MERGE says, 0: the merge kernel, 1: fused into
+ * the decode kernel's last split); kcuda_attn_last_merge_fused tells which
+ * the last split launch used. */
+extern "C" int kcuda_attn_merge_fused_force;
+extern "C" int kcuda_attn_last_merge_fused;
+int kcuda_attn_merge_fused_force = -1;
+int kcuda_attn_last_merge_fused = 0;
+
+/* INFERD_ATTN_MERGE=fused (read once): the last split CTA of each
+ * (sequence, CTA group) merges, no merge launch; anything else: the merge
+ * kernel (the default until the fused form is measured on a GPU; the two
+ * give bitwise the same output). */
+static int merge_env_fused(void)
+{
+    const char *e = getenv("INFERD_ATTN_MERGE");
+    const int fused = e && strcmp(e, "fused") == 0;
+    if (fused)
+        INFERD_LOG_INFO("cuda: INFERD_ATTN_MERGE=fused: split-KV partials merged by the last split CTA");
+    return fused;
+}
+
+static bool merge_use_fused(void)
+{
+    static const int env_fused = merge_env_fused(); /* thread-safe, once per process */
+    return kcuda_attn_merge_fused_force >= 0 ? kcuda_attn_merge_fused_force == 1 : env_fused;
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_mt_force picks the tensor-core
@@ -243,10 +274,19 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
     return (size_t)worst * (size_t)n_heads * ((size_t)head_dim + 1) * sizeof(float);
 }
 
-void kcuda_attn_init(const kcuda_state *st)
+bool kcuda_attn_init(kcuda_state *st)
 {
     kcuda_attn_decode_init();
     kcuda_attn_prefill_tc_init(st);
+    const size_t bytes = KC_ATTN_MERGE_COUNTERS(st->n_sms) * sizeof(int);
+    if (cudaMalloc(&st->attn_merge_cnt, bytes) != cudaSuccess) {
+        st->attn_merge_cnt = NULL;
+        (void)cudaGetLastError();
+        return false;
+    }
+    CUDA_CHECK(cudaMemsetAsync(st->attn_merge_cnt, 0, bytes, st->stream));
+    CUDA_CHECK(cudaStreamSynchronize(st->stream));
+    return true;
 }
 
 /* Zero the output rows [t0, t1). */
@@ -277,6 +317,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
           kcuda_aligned(p->v_cache, 16));
     kcuda_attn_last_splits = 0;
     kcuda_attn_last_prefill = 0;
+    kcuda_attn_last_merge_fused = 0;
     if (p->n_seqs == 0) {
         zero_rows(st, p, 0, p->n_tokens);
         return;
@@ -332,6 +373,12 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
             a.max_splits = max_splits;
             a.part_o = (float *)p->workspace;
             a.part_lse = a.part_o + (size_t)p->n_seqs * nh * max_splits * hd;
+            if (merge_use_fused()) {
+                /* splits happen below KC_ATTN_SPLIT_BELOW unsplit CTAs a SM (plan_make) */
+                INFERD_CHECK((size_t)p->n_seqs * ctas_per_seq(nh, nkv) <= KC_ATTN_MERGE_COUNTERS(st->n_sms));
+                a.merge_cnt = st->attn_merge_cnt;
+            }
+            kcuda_attn_last_merge_fused = a.merge_cnt != NULL;
         }
         kcuda_attn_last_splits = max_splits;
         a.pipe = decode_use_pipe();

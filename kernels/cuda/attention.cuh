@@ -31,6 +31,10 @@
 #endif
 #define KC_ATTN_DEC_CTAS_PER_SM(gmax) ((gmax) <= 4 ? KC_DEC_CTAS_SMALL_GROUP : 2)
 #define KC_ATTN_TARGET_PER_SM 4   /* the largest of those (workspace bound) */
+/* Fused-merge counters a device holds: a launch splits only below
+ * KC_ATTN_SPLIT_BELOW CTAs a SM unsplit, so its (sequence, CTA group)
+ * pairs number fewer than this. */
+#define KC_ATTN_MERGE_COUNTERS(n_sms) ((size_t)KC_ATTN_SPLIT_BELOW * (size_t)(n_sms))
 
 /* Kernel arguments, passed by value. */
 typedef struct {
@@ -43,6 +47,8 @@ typedef struct {
     const int32_t *block_tables;  /* [n_seqs, max_blocks] */
     float *part_o;                /* decode split: [n_seqs, nh, max_splits, hd], NULL = no split */
     float *part_lse;              /* decode split: [n_seqs, nh, max_splits] */
+    int *merge_cnt;               /* decode split, fused merge: [n_seqs, nkv * head chunks] arrival
+                                   * counters, 0 between launches (kcuda_state); NULL = merge kernel */
     int64_t qkv_stride, out_stride; /* elements per token row */
     int n_seqs, max_blocks, nh, nkv, hd, bs, group;
     int split_target, max_splits; /* decode split plan: a sequence of length L gets chunks of
@@ -102,7 +108,8 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
  * runs both; the kcuda context calls it on its device at creation. */
 void kcuda_attn_decode_init(void);
 void kcuda_attn_prefill_tc_init(const kcuda_state *st);
-void kcuda_attn_init(const kcuda_state *st);
+/* Also allocates st->attn_merge_cnt (zeroed); false when it cannot. */
+bool kcuda_attn_init(kcuda_state *st);
 
 /* Prefill attention for every sequence with q_len > 1; max_q_len bounds the
  * query tiles. */

@@ -33,6 +33,15 @@
  * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
+ *
+ * Fused merge (a.merge_cnt set): no merge launch; the split CTAs of a
+ * (sequence, kv head, head chunk) count their arrivals in a device counter
+ * after their partials are written and fenced, and the last to arrive
+ * merges the group's heads with the merge kernel's code (dec_merge_*:
+ * the same arithmetic in the same order, so both forms give bitwise the
+ * same output), reading the partials through L2, and sets the counter back
+ * to 0 for the next launch (and graph replay). At batch 1 the merge launch
+ * is one kernel boundary per layer on the decode step's critical path.
  */
 #include <type_traits>
 
@@ -56,6 +65,9 @@
 
 #if KC_ATTN_MAX_SPLITS > MERGE_THREADS
 #error "the merge kernel reads one split's log-sum-exp per thread"
+#endif
+#if DEC_THREADS != MERGE_THREADS
+#error "the fused merge runs the merge code in a decode CTA"
 #endif
 
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
@@ -275,6 +287,92 @@ __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const 
     kc_cp_wait<0>();
 }
 
+/* The merge weights of (sequence, head) at partial index pb (its split 0)
+ * with ns splits: w[s] = exp(lse_s - max_s lse_s) into sm_w. Every thread of
+ * a CTA of MERGE_THREADS calls it (barriers); thread s < ns reads split s's
+ * log-sum-exp. Partials are read through L2 (__ldcg): in the fused merge
+ * other CTAs wrote them during this launch. */
+__device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t pb, int ns, float *sm_w,
+                                                  float *sm_red)
+{
+    const int tid = threadIdx.x;
+    const float lse = tid < ns ? __ldcg(a.part_lse + pb + tid) : -INFINITY;
+    float mx = lse;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if ((tid & 31) == 0)
+        sm_red[tid >> 5] = mx;
+    __syncthreads();
+    mx = sm_red[0];
+#pragma unroll
+    for (int w = 1; w < MERGE_THREADS / 32; w++)
+        mx = fmaxf(mx, sm_red[w]);
+    if (tid < ns)
+        sm_w[tid] = kc_exp_diff(lse, mx);
+    __syncthreads();
+}
+
+/* The bf16 output of head h of the decode token at row q0 from its ns
+ * partials (at pb) and weights sm_w, in split order; each thread owns 4
+ * dims (16-byte reads of the partials). */
+__device__ __forceinline__ void dec_merge_out(const kc_attn_args &a, int q0, int h, int64_t pb, int ns,
+                                              const float *sm_w)
+{
+    const int hd4 = a.hd >> 2; /* hd % 8 == 0 */
+    for (int d4 = threadIdx.x; d4 < hd4; d4 += MERGE_THREADS) {
+        float wsum = 0.0f, o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4;
+#pragma unroll 4
+        for (int s = 0; s < ns; s++) {
+            const float w = sm_w[s];
+            const float4 v = __ldcg(po + (int64_t)s * hd4);
+            wsum += w;
+            o0 += w * v.x;
+            o1 += w * v.y;
+            o2 += w * v.z;
+            o3 += w * v.w;
+        }
+        const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * d4);
+        dst[0] = (uint32_t)kc_f2bf(o0 * r) | ((uint32_t)kc_f2bf(o1 * r) << 16);
+        dst[1] = (uint32_t)kc_f2bf(o2 * r) | ((uint32_t)kc_f2bf(o3 * r) << 16);
+    }
+}
+
+/* Fused merge, after a split CTA wrote its partials: count this CTA's
+ * arrival in the group's counter; the last of the sequence's ns splits to
+ * arrive merges every head of the group (h0 .. h0 + nhc - 1) and sets the
+ * counter back to 0. Every thread of the CTA calls it. NOTE: the fences
+ * make the partials of every arrival visible before the count that admits
+ * the merging CTA (release), and the other CTAs' partials visible to it
+ * after (acquire), as in CUDA's threadFenceReduction sample. */
+__device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, int q0, int h0, int nhc, int ns)
+{
+    __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
+    __shared__ float sm_red[MERGE_THREADS / 32];
+    __shared__ int sm_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *cnt = a.merge_cnt + (int64_t)seq * gridDim.y + blockIdx.y;
+        sm_last = atomicAdd(cnt, 1) == ns - 1;
+        if (sm_last) {
+            *cnt = 0; /* every split of the group has counted: no one touches it again this launch */
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    if (!sm_last)
+        return;
+    for (int g = 0; g < nhc; g++) {
+        const int64_t pb = ((int64_t)seq * a.nh + h0 + g) * a.max_splits;
+        dec_merge_weights(a, pb, ns, sm_w, sm_red);
+        dec_merge_out(a, q0, h0 + g, pb, ns, sm_w);
+        __syncthreads(); /* sm_w is the next head's */
+    }
+}
+
 /* Cross-warp merge area of a decode CTA. */
 template <int GMAX> struct dec_red {
     float acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
@@ -381,57 +479,25 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
                 a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
         }
     }
+    if (a.part_o && a.merge_cnt)
+        dec_fused_merge(a, seq, q0, h0, nhc, n_splits);
 }
 
 /* One CTA per (sequence, head): combine the splits' partials in split
- * order. Thread s < ns reads split s's log-sum-exp; the weights
- * exp(lse_s - max) go to shared memory once; each thread then owns 4 dims
- * (16-byte reads of the partials). */
+ * order (dec_merge_weights, dec_merge_out). */
 static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
     kc_pdl_trigger();
     __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
     __shared__ float sm_red[MERGE_THREADS / 32];
-    const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int seq = blockIdx.x, h = blockIdx.y;
     const int q0 = a.qsl[seq];
     if (a.qsl[seq + 1] - q0 != 1)
         return;
     const int ns = dec_n_splits(a, a.seq_lens[seq]);
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
-    const float lse = tid < ns ? a.part_lse[pb + tid] : -INFINITY;
-    float mx = lse;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-    if ((tid & 31) == 0)
-        sm_red[tid >> 5] = mx;
-    __syncthreads();
-    mx = sm_red[0];
-#pragma unroll
-    for (int w = 1; w < MERGE_THREADS / 32; w++)
-        mx = fmaxf(mx, sm_red[w]);
-    if (tid < ns)
-        sm_w[tid] = kc_exp_diff(lse, mx);
-    __syncthreads();
-    const int hd4 = a.hd >> 2; /* hd % 8 == 0 */
-    for (int d4 = tid; d4 < hd4; d4 += MERGE_THREADS) {
-        float wsum = 0.0f, o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
-        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4;
-#pragma unroll 4
-        for (int s = 0; s < ns; s++) {
-            const float w = sm_w[s];
-            const float4 v = po[(int64_t)s * hd4];
-            wsum += w;
-            o0 += w * v.x;
-            o1 += w * v.y;
-            o2 += w * v.z;
-            o3 += w * v.w;
-        }
-        const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * d4);
-        dst[0] = (uint32_t)kc_f2bf(o0 * r) | ((uint32_t)kc_f2bf(o1 * r) << 16);
-        dst[1] = (uint32_t)kc_f2bf(o2 * r) | ((uint32_t)kc_f2bf(o3 * r) << 16);
-    }
+    dec_merge_weights(a, pb, ns, sm_w, sm_red);
+    dec_merge_out(a, q0, h, pb, ns, sm_w);
 }
 
 template <int GMAX, bool PIPE>
@@ -487,7 +553,7 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
     default: dec_launch_p<8>(st, a, grid); break;
     }
     KCUDA_LAUNCH_CHECK();
-    if (a->part_o) {
+    if (a->part_o && !a->merge_cnt) {
         attn_merge_kernel<<<dim3((unsigned)a->n_seqs, (unsigned)a->nh), MERGE_THREADS, 0, st->stream>>>(*a);
         KCUDA_LAUNCH_CHECK();
     }

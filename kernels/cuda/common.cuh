@@ -58,6 +58,7 @@ typedef struct {
     char name[256];
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
+    int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
 } kcuda_state;
 
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)

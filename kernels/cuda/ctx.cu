@@ -54,6 +54,8 @@ static void ctx_state_destroy(kcuda_state *st)
         cublasLtDestroy(st->lt);
     if (st->gemm_ws)
         cudaFree(st->gemm_ws);
+    if (st->attn_merge_cnt)
+        cudaFree(st->attn_merge_cnt);
     if (st->stream)
         cudaStreamDestroy(st->stream);
     inferd_free(st);
@@ -112,7 +114,11 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
         rc = inferd_set_error(INFERD_ERR_DEVICE, "cuBLAS setup failed on device %d", device_id);
         goto fail;
     }
-    kcuda_attn_init(st);
+    if (!kcuda_attn_init(st)) {
+        rc = inferd_set_error(INFERD_ERR_NOMEM, "CUDA device %d: cannot allocate the attention merge counters",
+                              device_id);
+        goto fail;
+    }
     ctx->cuda = st;
     INFERD_LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (double)(1u << 30));

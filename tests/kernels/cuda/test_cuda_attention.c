@@ -17,7 +17,9 @@
  * Decode runs on one of two bodies (K/V to registers, or through a cp.async
  * ring in shared memory); "decode pipe" runs decode cases on both, forced
  * through kcuda_attn_decode_pipe_force, each against the CPU twin and the
- * two bitwise against each other.
+ * two bitwise against each other. Split partials are merged by a second
+ * kernel or by the last split CTA; "decode merge" runs split cases both
+ * ways (kcuda_attn_merge_fused_force), bitwise alike.
  *
  * Prefill runs on one of two kernels (tensor cores for head_dim 64/128,
  * CUDA cores otherwise or with INFERD_PREFILL_ATTN=simt); the "tc" tests run
@@ -51,7 +53,11 @@ extern int kcuda_attn_decode_pipe_force; /* -1 env, 0 registers, 1 cp.async ring
 extern int kcuda_attn_last_decode_pipe;
 extern int kcuda_attn_prefill_tc_mt_force; /* 0 env, 1 or 2 m-tiles a warp */
 extern int kcuda_attn_last_prefill_mt;
+extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
+extern int kcuda_attn_last_merge_fused;
 #else
+static int kcuda_attn_merge_fused_force;
+static int kcuda_attn_last_merge_fused;
 static int kcuda_attn_prefill_tc_mt_force;
 static int kcuda_attn_last_prefill_mt;
 static int kcuda_attn_decode_pipe_force;
@@ -490,6 +496,38 @@ static int case_tokens(const kt_attn_case *c)
     return n;
 }
 
+/* Case c with a test hook forced to 0, then to 1 (runs_1 times): each run
+ * vs the CPU twin, the hook's report checked, every run's output bitwise
+ * equal to the first. Restores the hook to -1 (the environment's choice).
+ * Returns violations. */
+static int attn_ab(const kt_attn_case *c, uint64_t seed, int *force, const int *last, const char *what, int runs_1)
+{
+    const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
+    float *o0 = inferd_malloc(n * sizeof(float)), *o = inferd_malloc(n * sizeof(float));
+    int bad = 0;
+    for (int r = 0; r <= runs_1; r++) {
+        const int f = r == 0 ? 0 : 1;
+        *force = f;
+        g_keep_out = r == 0 ? o0 : o;
+        bad += attn_case(c, seed);
+        if (*last != f) {
+            printf("  attention %s: %s: form %d ran, forced %d\n", c->name, what, *last, f);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+        if (r > 0 && memcmp(o0, o, n * sizeof(float)) != 0) {
+            printf("  attention %s: %s differ (run %d)\n", c->name, what, r);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+    }
+    *force = -1;
+    g_keep_out = NULL;
+    inferd_free(o);
+    inferd_free(o0);
+    return bad;
+}
+
 /* The decode kernel's two bodies (registers / cp.async ring): every case on
  * both, each vs the CPU twin, the two outputs bitwise equal, and the hook
  * says which one ran. Cases: GQA 1/2/4/8/12, head_dim 8..256 (lane groups
@@ -519,31 +557,47 @@ START_TEST(test_attention_decode_pipe)
         {"pipe b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
     };
     int bad = 0;
-    for (int i = 0; i < NSEQ(cases); i++) {
-        const kt_attn_case *c = &cases[i];
-        const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
-        float *o[2];
-        for (int f = 0; f < 2; f++) {
-            o[f] = inferd_malloc(n * sizeof(float));
-            g_keep_out = o[f];
-            kcuda_attn_decode_pipe_force = f;
-            bad += attn_case(c, 5000 + (uint64_t)i);
-            if (kcuda_attn_last_decode_pipe != f) {
-                printf("  attention %s: decode body %d ran, forced %d\n", c->name, kcuda_attn_last_decode_pipe, f);
-                kt_record("attention", 1, 0, 0);
-                bad++;
-            }
-        }
-        kcuda_attn_decode_pipe_force = -1;
-        g_keep_out = NULL;
-        if (memcmp(o[0], o[1], n * sizeof(float)) != 0) {
-            printf("  attention %s: the ring and register bodies differ\n", c->name);
-            kt_record("attention", 1, 0, 0);
-            bad++;
-        }
-        inferd_free(o[1]);
-        inferd_free(o[0]);
+    for (int i = 0; i < NSEQ(cases); i++)
+        bad += attn_ab(&cases[i], 5000 + (uint64_t)i, &kcuda_attn_decode_pipe_force, &kcuda_attn_last_decode_pipe,
+                       "decode bodies (registers / ring)", 1);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Split partials merged by the merge kernel and by the decode kernel's last
+ * split CTA (kcuda_attn_merge_fused_force): every case both ways, each vs
+ * the CPU twin, the two outputs bitwise equal, and the fused form twice in
+ * a row (its counters must be back at 0 after a launch). Cases: GQA
+ * 1/3/4/8/12 (two head chunks), head_dim 8..256, block sizes 1/16/32,
+ * a short sequence that does not split beside long ones, odd lengths,
+ * padding rows, batch 1 at 544 and at 8,000 keys (capped splits), both
+ * decode bodies. */
+START_TEST(test_attention_decode_merge)
+{
+    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
+    static const kt_seq gqa1[] = {{300, 1}, {7, 1}};
+    static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
+    static const kt_seq b1_544[] = {{544, 1}};
+    static const kt_seq b1_8k[] = {{8000, 1}};
+    static const kt_seq odd[] = {{1001, 1}, {97, 1}, {2049, 1}};
+    const kt_attn_case cases[] = {
+        {"merge split gqa8 hd128 bs32", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
+        {"merge gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1, 0},
+        {"merge gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, 1, 0},
+        {"merge gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, 1, 0},
+        {"merge gqa2 hd32 odd pad", 4, 2, 32, 8, odd, NSEQ(odd), 1, true, false, 1, 0},
+        {"merge b1 544 llama3", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, false, 1, 0},
+        {"merge b1 544 uniform", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, true, 1, 0},
+        {"merge b1 8000 mqa (capped)", 4, 1, 64, 16, b1_8k, NSEQ(b1_8k), 0, true, false, 1, 0},
+    };
+    int bad = 0;
+    for (int pipe = 0; pipe < 2; pipe++) {
+        kcuda_attn_decode_pipe_force = pipe;
+        for (int i = 0; i < NSEQ(cases); i++)
+            bad += attn_ab(&cases[i], 5100 + (uint64_t)i, &kcuda_attn_merge_fused_force, &kcuda_attn_last_merge_fused,
+                           "split merges (kernel / fused)", 2);
     }
+    kcuda_attn_decode_pipe_force = -1;
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -788,6 +842,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_plan);
     tcase_add_test(tc, test_attention_decode_pipe);
+    tcase_add_test(tc, test_attention_decode_merge);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
     tcase_add_test(tc, test_attention_prefill_tc);

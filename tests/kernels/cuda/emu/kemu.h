@@ -52,6 +52,8 @@ struct __half { uint16_t x; };
 static inline __half __ushort_as_half(uint16_t u) { return __half{u}; }
 static inline float __half2float(__half h) { return half_f16_to_f32(h.x); }
 template <class T> static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) { return *p; }
+static inline void __threadfence() {}
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline int atomicOr(int *p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
