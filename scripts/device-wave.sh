@@ -323,7 +323,8 @@ for pv in 1 0; do
 done
 fi
 # i4b2. split-KV partials merged by the last split CTA (INFERD_ATTN_MERGE=fused)
-#       against the merge kernel (default): kernel cases (both forms, bitwise
+#       against the merge kernel (default), each with and without PDL launches
+#       of the decode kernels (INFERD_ATTN_PDL=1): kernel cases (both forms, bitwise
 #       equal) + memcheck / racecheck / synccheck, graphs == eager and engine
 #       invariance with the fused form, then bench latency rows with graphs,
 #       processes alternating (the batch-1 rows split; batch >= 64 does not)
@@ -333,22 +334,26 @@ kcase merge-memcheck 1 attention memcheck
 kcase merge-racecheck 1 attention racecheck
 kcase merge-synccheck 1 attention synccheck
 for t in model/test_graphs_gpu scheduler/test_engine_stories; do
-    if (cd "$BUILD" && INFERD_ATTN_MERGE=fused INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") \
-          >"$W/merge-$(basename $t).log" 2>&1
-    then row "$(basename $t) (cuda, fused merge) $(el)" PASS
-    else row "$(basename $t) fused merge (exit $?)" "FAIL (wave/merge-$(basename $t).log)"; fi
+    if (cd "$BUILD" && INFERD_ATTN_MERGE=fused INFERD_ATTN_PDL=1 INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 \
+          "$BUILD/tests/$t") >"$W/merge-$(basename $t).log" 2>&1
+    then row "$(basename $t) (cuda, fused merge, pdl) $(el)" PASS
+    else row "$(basename $t) fused merge, pdl (exit $?)" "FAIL (wave/merge-$(basename $t).log)"; fi
 done
+MERGE_VARIANTS=("kernel 0" "fused 0" "kernel 1" "fused 1") # INFERD_ATTN_MERGE, INFERD_ATTN_PDL
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
-    for mv in fused kernel; do
-        INFERD_ATTN_MERGE=$mv lat "merge-$mv-$rep" 150 "merge=$mv b1/16/64 x 512/1k (run $rep)" --model $L8 \
-            --batch-size 1,16,64 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
-            --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
+    for v in "${MERGE_VARIANTS[@]}"; do
+        read -r mv pv <<<"$v"
+        INFERD_ATTN_MERGE=$mv INFERD_ATTN_PDL=$pv lat "merge-$mv-pdl$pv-$rep" 150 \
+            "merge=$mv pdl=$pv b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 --input-len 512,1024 \
+            --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 \
+            --max-model-len 2048
     done
 done
-for mv in fused kernel; do
-    INFERD_ATTN_MERGE=$mv lat "merge-$mv-32k" 120 "merge=$mv b1 x 32k" --model $L31 --batch-size 1 \
-        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
-        --max-num-batched-tokens 8192 --max-model-len 33000
+for v in "${MERGE_VARIANTS[@]}"; do
+    read -r mv pv <<<"$v"
+    INFERD_ATTN_MERGE=$mv INFERD_ATTN_PDL=$pv lat "merge-$mv-pdl$pv-32k" 120 "merge=$mv pdl=$pv b1 x 32k" \
+        --model $L31 --batch-size 1 --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 \
+        --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000
 done
 fi
 # ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k

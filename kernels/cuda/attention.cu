@@ -53,7 +53,8 @@
  * (attention_decode.cu; bitwise the same output either way). Split
  * partials: merged by a second launch, or with INFERD_ATTN_MERGE=fused by
  * the last split CTA of each group through the context's counters (no
- * launch; bitwise the same output).
+ * launch; bitwise the same output). INFERD_ATTN_PDL=1 launches the decode
+ * and merge kernels as programmatic dependents (attention_decode.cu).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; two
  * 16-row m-tiles a warp unless INFERD_PREFILL_TC_MT=1) where it
@@ -62,6 +63,17 @@
  * kernel. The variable is read once per process, at the first call.
  */
 #include "kernels/cuda/attention.cuh"
+
+/* True when environment variable name is set to value; then logs what it
+ * selects (`what`). Each knob below reads it once per process. */
+static bool env_is(const char *name, const char *value, const char *what)
+{
+    const char *e = getenv(name);
+    const bool on = e && strcmp(e, value) == 0;
+    if (on)
+        INFERD_LOG_INFO("cuda: %s=%s: %s", name, value, what);
+    return on;
+}
 
 /* Test hook: the number of splits the last kcuda_attention call planned for
  * its decode sequences (1 = no split, 0 = no decode sequence). */
@@ -87,18 +99,10 @@ int kcuda_attn_last_decode_pipe = 0;
 
 /* INFERD_ATTN_DEC_PIPE=0 turns the decode kernel's cp.async ring off (read
  * once per process; the two bodies give bitwise the same output). */
-static int decode_env_pipe(void)
-{
-    const char *e = getenv("INFERD_ATTN_DEC_PIPE");
-    const int off = e && strcmp(e, "0") == 0;
-    if (off)
-        INFERD_LOG_INFO("cuda: INFERD_ATTN_DEC_PIPE=0: decode attention loads to registers");
-    return !off;
-}
-
 static int decode_use_pipe(void)
 {
-    static const int env_pipe = decode_env_pipe(); /* thread-safe, once per process */
+    /* thread-safe, once per process */
+    static const int env_pipe = !env_is("INFERD_ATTN_DEC_PIPE", "0", "decode attention loads to registers");
     return kcuda_attn_decode_pipe_force >= 0 ? kcuda_attn_decode_pipe_force == 1 : env_pipe;
 }
 
@@ -115,19 +119,28 @@ int kcuda_attn_last_merge_fused = 0;
  * (sequence, CTA group) merges, no merge launch; anything else: the merge
  * kernel (the default until the fused form is measured on a GPU; the two
  * give bitwise the same output). */
-static int merge_env_fused(void)
-{
-    const char *e = getenv("INFERD_ATTN_MERGE");
-    const int fused = e && strcmp(e, "fused") == 0;
-    if (fused)
-        INFERD_LOG_INFO("cuda: INFERD_ATTN_MERGE=fused: split-KV partials merged by the last split CTA");
-    return fused;
-}
-
 static bool merge_use_fused(void)
 {
-    static const int env_fused = merge_env_fused(); /* thread-safe, once per process */
+    static const bool env_fused =
+        env_is("INFERD_ATTN_MERGE", "fused", "split-KV partials merged by the last split CTA");
     return kcuda_attn_merge_fused_force >= 0 ? kcuda_attn_merge_fused_force == 1 : env_fused;
+}
+
+/* Test hooks: kcuda_attn_pdl_force picks whether the decode and merge
+ * kernels are launched as programmatic dependents (-1: as INFERD_ATTN_PDL
+ * says, 0: no, 1: yes); kcuda_attn_last_pdl tells what the last decode
+ * launch did. */
+extern "C" int kcuda_attn_pdl_force;
+extern "C" int kcuda_attn_last_pdl;
+int kcuda_attn_pdl_force = -1;
+int kcuda_attn_last_pdl = 0;
+
+/* INFERD_ATTN_PDL=1 (read once): decode attention launched with PDL (off
+ * by default until measured on a GPU; the output is the same either way). */
+static bool attn_use_pdl(void)
+{
+    static const bool env_on = env_is("INFERD_ATTN_PDL", "1", "decode attention launched as programmatic dependents");
+    return kcuda_attn_pdl_force >= 0 ? kcuda_attn_pdl_force == 1 : env_on;
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_mt_force picks the tensor-core
@@ -140,35 +153,20 @@ int kcuda_attn_last_prefill_mt = 0;
 
 /* INFERD_PREFILL_TC_MT=1|2 (read once): 16-row m-tiles a warp of the
  * tensor-core prefill kernel; default 2. */
-static int prefill_env_mt(void)
-{
-    const char *e = getenv("INFERD_PREFILL_TC_MT");
-    const int mt = e && strcmp(e, "1") == 0 ? 1 : 2;
-    if (e && mt == 1)
-        INFERD_LOG_INFO("cuda: INFERD_PREFILL_TC_MT=1: tensor-core prefill with 16 query rows a warp");
-    return mt;
-}
-
 static int prefill_tc_mt(void)
 {
-    static const int env_mt = prefill_env_mt(); /* thread-safe, once per process */
+    /* thread-safe, once per process */
+    static const int env_mt =
+        env_is("INFERD_PREFILL_TC_MT", "1", "tensor-core prefill with 16 query rows a warp") ? 1 : 2;
     return kcuda_attn_prefill_tc_mt_force > 0 ? kcuda_attn_prefill_tc_mt_force : env_mt;
-}
-
-static bool prefill_env_simt(void)
-{
-    const char *e = getenv("INFERD_PREFILL_ATTN");
-    const bool simt = e && strcmp(e, "simt") == 0;
-    if (simt)
-        INFERD_LOG_INFO("cuda: INFERD_PREFILL_ATTN=simt: prefill attention on CUDA cores");
-    return simt;
 }
 
 /* True when the prefill part of this launch runs on tensor cores (its
  * softmax keeps the max of the unscaled scores: the scale must be > 0). */
 static bool prefill_use_tc(const kcuda_state *st, int hd, float scale)
 {
-    static const bool env_simt = prefill_env_simt(); /* thread-safe, once per process */
+    /* thread-safe, once per process */
+    static const bool env_simt = env_is("INFERD_PREFILL_ATTN", "simt", "prefill attention on CUDA cores");
     const bool want = kcuda_attn_prefill_force >= 0 ? kcuda_attn_prefill_force == 1 : !env_simt;
     return want && scale > 0.0f && kcuda_attn_prefill_tc_supported(st, hd);
 }
@@ -383,6 +381,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_splits = max_splits;
         a.pipe = decode_use_pipe();
         kcuda_attn_last_decode_pipe = a.pipe;
+        a.pdl = attn_use_pdl();
+        kcuda_attn_last_pdl = a.pdl;
         kcuda_attn_decode_launch(st, &a);
     }
     if (n_pre > 0) {

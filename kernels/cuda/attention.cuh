@@ -57,6 +57,7 @@ typedef struct {
     int min_chunk;                /* shortest split (a multiple of KC_ATTN_CHUNK_ALIGN) */
     int tg;                       /* decode: lanes per key (4, 8, 16 or 32, tg * 8 >= hd) */
     int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
+    int pdl;                      /* decode: 1 = launched as programmatic dependents (attention.cu) */
     float scale;
 } kc_attn_args;
 

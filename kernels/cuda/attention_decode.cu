@@ -42,6 +42,11 @@
  * same output), reading the partials through L2, and sets the counter back
  * to 0 for the next launch (and graph replay). At batch 1 the merge launch
  * is one kernel boundary per layer on the decode step's critical path.
+ *
+ * PDL (a.pdl): the decode and merge kernels are launched as programmatic
+ * dependents of the kernel before them, so their launch overlaps its end;
+ * each reads only the step's uploaded inputs (query_start_loc, seq_lens)
+ * before kc_pdl_wait, and q, K/V and the partials after it.
  */
 #include <type_traits>
 
@@ -412,6 +417,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
     const int hd = a.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane & (TG - 1), grp = lane / TG;
     const bool dim_ok = sub * 8 < hd;
+    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
     float q[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
     const uint16_t *qrow = a.qkv + (int64_t)q0 * a.qkv_stride + (int64_t)h0 * hd + sub * 8;
@@ -496,6 +502,7 @@ static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const 
         return;
     const int ns = dec_n_splits(a, a.seq_lens[seq]);
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
+    kc_pdl_wait(); /* the partials are the decode kernel's output */
     dec_merge_weights(a, pb, ns, sm_w, sm_red);
     dec_merge_out(a, q0, h, pb, ns, sm_w);
 }
@@ -507,7 +514,7 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
                                        : a->tg <= 8  ? attn_decode_kernel<GMAX, 8, PIPE>
                                        : a->tg <= 16 ? attn_decode_kernel<GMAX, 16, PIPE>
                                                      : attn_decode_kernel<GMAX, 32, PIPE>;
-    kern<<<grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream>>>(*a);
+    kc_launch(kern, grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream, a->pdl != 0, *a);
 }
 
 template <int GMAX>
@@ -554,7 +561,8 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
     }
     KCUDA_LAUNCH_CHECK();
     if (a->part_o && !a->merge_cnt) {
-        attn_merge_kernel<<<dim3((unsigned)a->n_seqs, (unsigned)a->nh), MERGE_THREADS, 0, st->stream>>>(*a);
+        kc_launch(attn_merge_kernel, dim3((unsigned)a->n_seqs, (unsigned)a->nh), MERGE_THREADS, 0, st->stream,
+                  a->pdl != 0, *a);
         KCUDA_LAUNCH_CHECK();
     }
 }

@@ -158,6 +158,49 @@ __device__ __forceinline__ void kc_pdl_trigger(void)
 #endif
 }
 
+/* Programmatic dependent launch, dependent side: wait until the previous
+ * kernel on the stream has finished and its writes are visible (a no-op
+ * when this kernel was launched without the attribute). Before it a
+ * kernel may read only what no kernel of the step writes (the step's
+ * uploaded inputs: query_start_loc, seq_lens, block tables) and the
+ * weights. */
+__device__ __forceinline__ void kc_pdl_wait(void)
+{
+#if !defined(KEMU_H) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
+ * stream-serialization attribute when pdl (the kernel then calls
+ * kc_pdl_wait before reading what the previous kernel wrote). Valid inside
+ * CUDA graphs (captured as a programmatic edge). */
+template <class A>
+static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s, bool pdl,
+                      const A &args)
+{
+#ifndef KEMU_H
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1] = {};
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(block);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
+        return;
+    }
+    kern<<<grid, block, smem, s>>>(args);
+#else
+    (void)pdl; /* the host emulator runs kernels one after another */
+    kemu_launch(kern, grid, dim3(block), smem, s, args);
+#endif
+}
+
 /* silu(g) * u in fp32 (kern_silu_mul and the fused GEMV's epilogue). */
 __device__ __forceinline__ float kc_silu_mul(float g, float u)
 {

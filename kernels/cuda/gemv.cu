@@ -75,15 +75,6 @@ __device__ __forceinline__ uint4 gemv_ld_stream(const uint4 *p)
 #endif
 }
 
-/* Wait until the previous kernel on the stream has finished and its writes
- * are visible (a no-op when launched without the PDL attribute). */
-__device__ __forceinline__ void gemv_wait_prior(void)
-{
-#if !defined(KEMU_H) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 /* Chunks k0 + 32 u (u < U) of RPW rows into wv; chunks past the row end
  * are left as they are (never used). */
 template <int RPW, int U>
@@ -271,12 +262,12 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
             acc[r][t] = 0.0f;
     }
     if (!any) {
-        gemv_wait_prior();
+        kc_pdl_wait();
         return;
     }
     uint4 wv[RPW][U];
     gemv_load_w<RPW, U>(wv, wr, lane, nch);
-    gemv_wait_prior(); /* the input is the previous kernel's output */
+    kc_pdl_wait(); /* the input is the previous kernel's output */
     gemv_pre<RPW> pre = {};
     if (lane < NT)
         gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre);
@@ -337,26 +328,7 @@ static void gemv_launch(cudaStream_t s, bool pdl, const gemv_args &a)
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const unsigned grid = kcuda_cdiv(units, (int64_t)(EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? RPW : RPW / 2) *
                                                 GEMV_WARPS);
-    void (*kern)(const gemv_args) = gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>;
-#ifndef KEMU_H
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1] = {};
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(GEMV_WARPS * 32);
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a));
-        return;
-    }
-#else
-    (void)pdl;
-#endif
-    kern<<<grid, GEMV_WARPS * 32, 0, s>>>(a);
+    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>, dim3(grid), GEMV_WARPS * 32, 0, s, pdl, a);
 }
 
 /* Shapes per n: RPW rows per warp, U chunks per row in flight, MINB CTAs

@@ -55,7 +55,9 @@ extern int kcuda_attn_prefill_tc_mt_force; /* 0 env, 1 or 2 m-tiles a warp */
 extern int kcuda_attn_last_prefill_mt;
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
 extern int kcuda_attn_last_merge_fused;
+extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents */
 #else
+static int kcuda_attn_pdl_force;
 static int kcuda_attn_merge_fused_force;
 static int kcuda_attn_last_merge_fused;
 static int kcuda_attn_prefill_tc_mt_force;
@@ -571,7 +573,8 @@ END_TEST
  * 1/3/4/8/12 (two head chunks), head_dim 8..256, block sizes 1/16/32,
  * a short sequence that does not split beside long ones, odd lengths,
  * padding rows, batch 1 at 544 and at 8,000 keys (capped splits), both
- * decode bodies. */
+ * decode bodies, and the decode + merge kernels launched as programmatic
+ * dependents (kcuda_attn_pdl_force; its wait placement shows on a GPU). */
 START_TEST(test_attention_decode_merge)
 {
     static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
@@ -590,14 +593,18 @@ START_TEST(test_attention_decode_merge)
         {"merge b1 544 uniform", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, true, 1, 0},
         {"merge b1 8000 mqa (capped)", 4, 1, 64, 16, b1_8k, NSEQ(b1_8k), 0, true, false, 1, 0},
     };
+    /* (decode body, PDL launches): the ring and the registers, plain; the ring as programmatic dependents */
+    static const int k_runs[][2] = {{1, 0}, {0, 0}, {1, 1}};
     int bad = 0;
-    for (int pipe = 0; pipe < 2; pipe++) {
-        kcuda_attn_decode_pipe_force = pipe;
+    for (int r = 0; r < NSEQ(k_runs); r++) {
+        kcuda_attn_decode_pipe_force = k_runs[r][0];
+        kcuda_attn_pdl_force = k_runs[r][1];
         for (int i = 0; i < NSEQ(cases); i++)
             bad += attn_ab(&cases[i], 5100 + (uint64_t)i, &kcuda_attn_merge_fused_force, &kcuda_attn_last_merge_fused,
                            "split merges (kernel / fused)", 2);
     }
     kcuda_attn_decode_pipe_force = -1;
+    kcuda_attn_pdl_force = -1;
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
