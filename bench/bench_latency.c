@@ -122,36 +122,34 @@ typedef struct {
     engine *e;
     int vocab;
     uint64_t seed;
-    int32_t *prompt;       /* [input] */
+    int32_t *prompt;       /* [batch, input] */
+    engine_request *req;   /* [batch] */
     req_clock *clk;        /* [batch] */
     engine_stream **strm;  /* [batch] */
 } row_ctx;
 
-/* Submit the batch, wait for it; prefill ms and the pure decode steps
- * (appended to r->steps_ms) of this iteration. */
+/* Submit the batch (at once: the first step sees every prompt, as a batch
+ * handed to vLLM's generate), wait for it; prefill ms and the pure decode
+ * steps (appended to r->steps_ms) of this iteration. */
 static inferd_status run_iter(row_ctx *x, row_result *r, uint64_t iter, bool keep)
 {
-    for (int i = 0; i < r->batch; i++)
-        x->clk[i].n = 0;
-    double t0 = util_now_s();
     for (int i = 0; i < r->batch; i++) {
+        x->clk[i].n = 0;
+        int32_t *p = x->prompt + (size_t)i * (size_t)r->input; /* [input] */
         for (int j = 0; j < r->input; j++) /* ids in [1, vocab): fresh per iteration and request */
-            x->prompt[j] = 1 + (int32_t)(rng_uniform(x->seed + iter * 7919u + (uint64_t)i, (uint64_t)j) *
-                                         (double)(x->vocab - 1));
-        engine_request req = {.prompt_ids = x->prompt, .n_prompt = r->input, .notify = on_token,
-                              .notify_user = &x->clk[i]};
-        sampling_params_default(&req.sp);
-        req.sp.temperature = 0;
-        req.sp.ignore_eos = true;
-        req.sp.max_tokens = r->output;
-        inferd_status st = engine_submit(x->e, &req, &x->strm[i]);
-        if (st != INFERD_OK) {
-            for (int k = 0; k < i; k++)
-                engine_stream_release(x->strm[k]);
-            return st;
-        }
+            p[j] = 1 + (int32_t)(rng_uniform(x->seed + iter * 7919u + (uint64_t)i, (uint64_t)j) *
+                                 (double)(x->vocab - 1));
+        engine_request *q = &x->req[i];
+        *q = (engine_request){.prompt_ids = p, .n_prompt = r->input, .notify = on_token, .notify_user = &x->clk[i]};
+        sampling_params_default(&q->sp);
+        q->sp.temperature = 0;
+        q->sp.ignore_eos = true;
+        q->sp.max_tokens = r->output;
     }
-    inferd_status st = INFERD_OK;
+    double t0 = util_now_s();
+    inferd_status st = engine_submit_many(x->e, x->req, r->batch, x->strm);
+    if (st != INFERD_OK)
+        return st;
     for (int i = 0; i < r->batch; i++) {
         engine_output o;
         bool done = false;
@@ -220,7 +218,8 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
      * so its prefill was timed short. */
     const uint64_t row_key = (uint64_t)r->batch * 65537u + (uint64_t)r->input;
     row_ctx x = {.e = e, .vocab = model_get_config(m)->vocab_size, .seed = o->seed + (row_key << 32)};
-    x.prompt = inferd_malloc(sizeof(int32_t) * (size_t)r->input);
+    x.prompt = inferd_malloc(sizeof(int32_t) * (size_t)r->batch * (size_t)r->input);
+    x.req = inferd_calloc((size_t)r->batch, sizeof(engine_request));
     x.clk = inferd_calloc((size_t)r->batch, sizeof(req_clock));
     x.strm = inferd_calloc((size_t)r->batch, sizeof(engine_stream *));
     for (int i = 0; i < r->batch; i++) {
@@ -261,6 +260,7 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
     inferd_free(x.clk);
     inferd_free(x.strm);
     inferd_free(x.prompt);
+    inferd_free(x.req);
     inferd_free(pf);
     return st == INFERD_OK ? 0 : 1;
 }

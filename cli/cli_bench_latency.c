@@ -136,6 +136,7 @@ int cli_bench_latency(int argc, char **argv)
     /* room for every row: all of a batch in one step, the longest request */
     int max_batch = max_of(o.batch, o.n_batch), max_len = max_of(o.input, o.n_input) + max_of(o.output, o.n_output);
     a.mo.max_num_seqs = a.eo.max_num_seqs = INFERD_MAX(a.mo.max_num_seqs, max_batch);
+    a.eo.max_queued_requests = INFERD_MAX(a.eo.max_queued_requests, max_batch); /* a batch is submitted at once */
     if (a.mo.max_model_len == 0)
         a.mo.max_model_len = a.eo.max_model_len = max_len;
     if ((rc = cli_follow_node(&a.mo)) >= 0) { /* --node-rank > 0: node 0 benchmarks */

@@ -234,6 +234,14 @@ void engine_free(engine *e);
  * TOO_LONG (sched_fit_check against engine_get_fit_limits),
  * QUEUE_FULL, UNAVAILABLE (stopping). */
 inferd_status engine_submit(engine *e, const engine_request *req, engine_stream **out);
+/* n_reqs separate requests (one sequence each; out[i] is reqs[i]'s stream),
+ * all or nothing, published at once: the engine's next step sees every
+ * one of them, as a batch of prompts handed over together (bench latency
+ * times the prefill of such a batch). Each request is checked as by
+ * engine_submit; INVALID_ARG when n_reqs is outside [1,
+ * ENGINE_SUBMIT_MANY_MAX]. */
+#define ENGINE_SUBMIT_MANY_MAX 65536
+inferd_status engine_submit_many(engine *e, const engine_request *reqs, int n_reqs, engine_stream **out);
 
 /* ---- several sequences of one prompt (OpenAI n, best_of) -----------------
  *

@@ -120,66 +120,42 @@ static void link_group(eng_req **rs, int n)
     }
 }
 
-/* Validate and queue n sequences of one request (engine_submit_n); on
- * success out[i] is the consumer's reference to sequence i's stream
- * (release each with engine_stream_release). On error every out[i] is
- * NULL and nothing was queued. Thread-safe.
- *
- * Two short critical sections around an unlocked build: the first checks
- * the state and the queue bound and takes the ids, the second re-checks
- * `stopping` and publishes the whole group at once (so the engine thread
- * takes a leader and its held sequences in the same pass). NOTE: because
- * the bound is checked before the build, concurrent submitters can each
- * pass it and overshoot max_queued_requests by at most the sequences of
- * the submissions inside submit at once; the bound is admission control,
- * not a memory guarantee. */
-inferd_status engine_submit_n(engine *e, const engine_request *req, int n, engine_stream **out)
+/* First critical section of a submission of n sequences: the state and the
+ * queue bound; on success *id is the first of n ids taken and the n are
+ * counted in n_admitting until submit_publish. NOTE: n_admitting counts
+ * submissions between this check and their push (the build runs
+ * unlocked), so concurrent submitters cannot all pass the bound at once;
+ * the bound is admission control, not a memory guarantee. */
+static inferd_status submit_reserve(engine *e, int n, uint64_t *id)
 {
-    for (int i = 0; i < n && out; i++)
-        out[i] = NULL;
-    if (n < 1 || n > SAMPLING_MAX_SEQS)
-        return inferd_set_error_at(INFERD_ERR_INVALID_ARG, "n", "'n' must be in [1, %d] sequences, got %d",
-                                   SAMPLING_MAX_SEQS, n);
-    inferd_status st = check_request(e, req);
-    if (st != INFERD_OK)
-        return st;
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {
         pthread_mutex_unlock(&e->mu);
         return inferd_set_error(INFERD_ERR_UNAVAILABLE, "the engine is stopping");
     }
-    /* NOTE: n_admitting counts submissions between this check and their
-     * push below (the build runs unlocked), so concurrent submitters cannot
-     * all pass the bound at once. */
     int queued = (int)inferd_list_len(&e->pending) + e->n_waiting_sched + e->n_admitting;
     if (queued + n > e->opts.max_queued_requests) {
         pthread_mutex_unlock(&e->mu);
         return inferd_set_error(INFERD_ERR_QUEUE_FULL, "%d requests are waiting (limit %d)", queued,
                                 e->opts.max_queued_requests);
     }
-    uint64_t id = e->next_id;
+    *id = e->next_id;
     e->next_id += (uint64_t)n;
     e->n_admitting += n;
     pthread_mutex_unlock(&e->mu);
+    return INFERD_OK;
+}
 
-    /* build outside the lock: tokenizer prefill and copies may take a while */
-    engine_stream *s[SAMPLING_MAX_SEQS];
-    eng_req *r[SAMPLING_MAX_SEQS];
-    uint64_t seed = group_seed(req, id);
-    for (int i = 0; i < n; i++) {
-        s[i] = stream_new(id + (uint64_t)i, req);
-        r[i] = make_req(req, s[i], e->tok, engine_seq_seed(seed, i));
-        if (i > 0) /* forked from sequence 0's prompt KV: only it computes the prompt's logprobs */
-            r[i]->sp.prompt_logprobs = -1;
-    }
-    link_group(r, n);
-
+/* Second critical section: publish the n built sequences at once (the
+ * engine thread takes them in the same pass), or, when the engine began
+ * stopping meanwhile, free them (both stream references: the engine never
+ * saw them and the caller gets none) and fail. */
+static inferd_status submit_publish(engine *e, eng_req **r, engine_stream **s, int n)
+{
     pthread_mutex_lock(&e->mu);
     e->n_admitting -= n;
     if (e->stopping) {
         pthread_mutex_unlock(&e->mu);
-        /* both references go: the engine never saw the streams (eng_req_free
-         * does not touch them) and the caller gets none back */
         for (int i = 0; i < n; i++) {
             eng_req_free(r[i]);
             stream_unref(s[i]);
@@ -191,9 +167,73 @@ inferd_status engine_submit_n(engine *e, const engine_request *req, int n, engin
         inferd_list_push_back(&e->pending, &r[i]->link);
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    return INFERD_OK;
+}
+
+/* Validate and queue n sequences of one request (engine_submit_n); on
+ * success out[i] is the consumer's reference to sequence i's stream
+ * (release each with engine_stream_release). On error every out[i] is
+ * NULL and nothing was queued. Thread-safe: two short critical sections
+ * (submit_reserve, submit_publish) around an unlocked build, the whole
+ * group published at once so the engine thread takes a leader and its
+ * held sequences in the same pass. */
+inferd_status engine_submit_n(engine *e, const engine_request *req, int n, engine_stream **out)
+{
+    if (n < 1 || n > SAMPLING_MAX_SEQS) /* before out[] is touched: it may be shorter */
+        return inferd_set_error_at(INFERD_ERR_INVALID_ARG, "n", "'n' must be in [1, %d] sequences, got %d",
+                                   SAMPLING_MAX_SEQS, n);
+    for (int i = 0; i < n && out; i++)
+        out[i] = NULL;
+    inferd_status st = check_request(e, req);
+    uint64_t id = 0;
+    if (st != INFERD_OK || (st = submit_reserve(e, n, &id)) != INFERD_OK)
+        return st;
+    /* build outside the lock: tokenizer prefill and copies may take a while */
+    engine_stream *s[SAMPLING_MAX_SEQS];
+    eng_req *r[SAMPLING_MAX_SEQS];
+    uint64_t seed = group_seed(req, id);
+    for (int i = 0; i < n; i++) {
+        s[i] = stream_new(id + (uint64_t)i, req);
+        r[i] = make_req(req, s[i], e->tok, engine_seq_seed(seed, i));
+        if (i > 0) /* forked from sequence 0's prompt KV: only it computes the prompt's logprobs */
+            r[i]->sp.prompt_logprobs = -1;
+    }
+    link_group(r, n);
+    if ((st = submit_publish(e, r, s, n)) != INFERD_OK)
+        return st;
     for (int i = 0; i < n; i++)
         out[i] = s[i];
     return INFERD_OK;
+}
+
+/* Contract (engine.h): n_reqs requests of one sequence each, validated
+ * first (all or nothing), then published at once like a group of
+ * engine_submit_n, so the engine's next step sees all of them. */
+inferd_status engine_submit_many(engine *e, const engine_request *reqs, int n_reqs, engine_stream **out)
+{
+    if (n_reqs < 1 || n_reqs > ENGINE_SUBMIT_MANY_MAX) /* before out[] is touched */
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "engine_submit_many: %d requests (1..%d)", n_reqs,
+                                ENGINE_SUBMIT_MANY_MAX);
+    for (int i = 0; i < n_reqs && out; i++)
+        out[i] = NULL;
+    inferd_status st = INFERD_OK;
+    for (int i = 0; i < n_reqs && st == INFERD_OK; i++)
+        st = check_request(e, &reqs[i]);
+    uint64_t id = 0;
+    if (st != INFERD_OK || (st = submit_reserve(e, n_reqs, &id)) != INFERD_OK)
+        return st;
+    engine_stream **s = inferd_malloc((size_t)n_reqs * sizeof *s);
+    eng_req **r = inferd_malloc((size_t)n_reqs * sizeof *r);
+    for (int i = 0; i < n_reqs; i++) {
+        s[i] = stream_new(id + (uint64_t)i, &reqs[i]);
+        r[i] = make_req(&reqs[i], s[i], e->tok, group_seed(&reqs[i], id + (uint64_t)i));
+    }
+    st = submit_publish(e, r, s, n_reqs);
+    for (int i = 0; i < n_reqs && st == INFERD_OK; i++)
+        out[i] = s[i];
+    inferd_free(r);
+    inferd_free(s);
+    return st;
 }
 
 /* One sequence: the group of one (its seed is the request's, unchanged). */

@@ -264,6 +264,47 @@ START_TEST(test_concurrent_equals_alone)
 }
 END_TEST
 
+/* engine_submit_many: the engine's first step sees every request (12
+ * prompts, 288 tokens, in one prefill step, so 8 tokens each take exactly
+ * 8 steps), greedy tokens as each alone; all or nothing: one bad request
+ * (an id outside the vocabulary) or a count outside [1, max] queues
+ * nothing. */
+START_TEST(test_submit_many)
+{
+    enum { N = 12, GEN = 8 };
+    static prompt p[N], bad;
+    static sampling_params sp[N];
+    static result alone[N], many[N];
+    make_prompts(p, N);
+    greedy_set(sp, N, GEN);
+    run_alone(p, sp, N, alone);
+    model *m = etu_load_stories(32, 512, 0);
+    engine *e = etu_make_engine(m, NULL, 32, 512, true);
+    engine_request rq[N];
+    engine_stream *s[N];
+    for (int i = 0; i < N; i++)
+        rq[i] = (engine_request){.prompt_ids = p[i].ids, .n_prompt = p[i].n, .sp = sp[i]};
+    bad = p[5];
+    bad.ids[2] = 100000;
+    rq[5].prompt_ids = bad.ids;
+    ck_assert_int_eq(engine_submit_many(e, rq, N, s), INFERD_ERR_INVALID_ARG);
+    for (int i = 0; i < N; i++)
+        ck_assert_ptr_null(s[i]);
+    rq[5].prompt_ids = p[5].ids;
+    ck_assert_int_eq(engine_submit_many(e, rq, 0, s), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(engine_submit_many(e, rq, ENGINE_SUBMIT_MANY_MAX + 1, s), INFERD_ERR_INVALID_ARG);
+    ck_assert_int_eq(engine_submit_many(e, rq, N, s), INFERD_OK);
+    memset(many, 0, sizeof many);
+    for (int i = 0; i < N; i++)
+        collect(s[i], &many[i]);
+    engine_stats st;
+    etu_finish_engine(e, &st);
+    ck_assert_msg(st.steps == GEN, "%llu steps for %d tokens", (unsigned long long)st.steps, GEN);
+    assert_same(many, alone, N, "submit_many");
+    model_free(m);
+}
+END_TEST
+
 START_TEST(test_preemption_invariance)
 {
     static prompt p[N_PROMPTS];
@@ -730,6 +771,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_golden_greedy); /* bf16 on CUDA: see tests/model/test_stories_gpu.c */
     tcase_add_test(tc, test_concurrent_equals_alone);
+    tcase_add_test(tc, test_submit_many);
     tcase_add_test(tc, test_preemption_invariance);
     tcase_add_test(tc, test_chunked_prefill_invariance);
     tcase_add_test(tc, test_prefix_cache_invariance);
