@@ -83,7 +83,8 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .gemv_min_weight_bytes = env_int("INFERD_GEMV_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
                          .pdl = env_int("INFERD_GEMV_PDL", 1) != 0,
                          .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1),
-                         .fuse_max_n = env_int("INFERD_FUSE", KCUDA_FUSE_MAX_N)};
+                         .fuse_max_n = env_int("INFERD_FUSE", KCUDA_FUSE_MAX_N),
+                         .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", 0)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -342,6 +343,7 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm = *o;
     ctx->gemm.gemv_max_n = INFERD_MAX(0, INFERD_MIN(o->gemv_max_n, KCUDA_GEMV_MAX_N));
     ctx->gemm.fuse_max_n = INFERD_MAX(0, INFERD_MIN(o->fuse_max_n, KCUDA_FUSE_MAX_N));
+    ctx->gemm.gemv_tc_min_n = INFERD_MAX(0, INFERD_MIN(o->gemv_tc_min_n, KCUDA_GEMV_MAX_N));
 }
 
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o)

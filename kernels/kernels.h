@@ -189,18 +189,21 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * gemv_max_n 0 = cuBLASLt always; at most 16. pdl: launch the GEMV with
  * programmatic dependent launch (its first weight loads overlap the previous
  * kernel). Defaults: n <= 4, weights >= 1 MiB, PDL on; INFERD_GEMV_MAX_N,
- * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT and
- * INFERD_FUSE (fuse_max_n: 0 = off) override them at kern_ctx_create. The choice
- * depends only on n and the weight, so a padded graph replay uses the same
- * kernel as the eager step when gemv_max_n is a size of the graph ladder
- * (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph is
- * being captured. */
+ * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT,
+ * INFERD_FUSE (fuse_max_n: 0 = off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n:
+ * plain products of n >= it on the GEMV's tensor-core form, 0 = off, the
+ * default until measured) override them at kern_ctx_create. The choice depends only on
+ * n and the weight, so a padded graph replay uses the same kernel as the
+ * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
+ * ladder (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph
+ * is being captured. */
 typedef struct {
     int gemv_max_n;
     int64_t gemv_min_weight_bytes;
     bool pdl;
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
     int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
+    int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);

@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -354,6 +354,35 @@ for v in "${MERGE_VARIANTS[@]}"; do
     INFERD_ATTN_MERGE=$mv INFERD_ATTN_PDL=$pv lat "merge-$mv-pdl$pv-32k" 120 "merge=$mv pdl=$pv b1 x 32k" \
         --model $L31 --batch-size 1 --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 \
         --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000
+done
+fi
+# i4b3. the GEMV's tensor-core form (INFERD_GEMV_TC_MIN_N, off by default):
+#       dense kernel cases at full sizes (every n on both forms, batch
+#       invariance of each) + memcheck, the per-shape GEMM_BENCH table (cuBLASLt
+#       / GEMV / GEMV v1 / tensor-core GEMV at n = 1..16), graphs == eager
+#       with it forced onto stories260K, then bench latency b1..16 x 1k with
+#       graphs: the default against GEMV to 16 tokens with the tensor-core form
+#       from n = 3, 5 or 9 (n - 1 on the graph ladder), processes alternating
+if part gemvtc; then
+kcase gemvtc 0 dense
+kcase gemvtc-memcheck 1 dense memcheck
+if INFERD_TEST_GEMM_BENCH=1 CK_RUN_CASE=dense timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" \
+      >"$W/gemvtc-bench.log" 2>&1
+then row "GEMM_BENCH (cuBLASLt / GEMV / v1 / tensor cores) $(el)" ok
+else row "GEMM_BENCH (exit $?)" "FAIL (wave/gemvtc-bench.log)"; fi
+grep -E "^GEMM_BENCH" "$W/gemvtc-bench.log" | head -48
+if (cd "$BUILD" && INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 INFERD_GEMV_MIN_BYTES=0 INFERD_TEST_DEVICE=cuda \
+      INFERD_BIN=$BIN timeout 300 "$BUILD/tests/model/test_graphs_gpu") >"$W/gemvtc-graphs.log" 2>&1
+then row "test_graphs_gpu (tensor-core GEMV from n = 3, forced on stories260K) $(el)" PASS
+else row "test_graphs_gpu tensor-core GEMV (exit $?)" "FAIL (wave/gemvtc-graphs.log)"; fi
+for rep in $(seq 1 "${WAVE_REPS:-1}"); do
+    for v in "4 0" "16 3" "16 5" "16 9"; do # INFERD_GEMV_MAX_N, INFERD_GEMV_TC_MIN_N
+        read -r mx tn <<<"$v"
+        INFERD_GEMV_MAX_N=$mx INFERD_GEMV_TC_MIN_N=$tn lat "gemvtc-$mx-$tn-$rep" 150 \
+            "gemv max $mx tc from $tn b1..16 x 1k (run $rep)" --model $L8 --batch-size 1,2,4,8,16 --input-len 1024 \
+            --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 16 --max-num-batched-tokens 8192 \
+            --max-model-len 2048
+    done
 done
 fi
 # ring build variants (stages x unroll), batch 64 / 256 at 1k and batch 1 at 32k

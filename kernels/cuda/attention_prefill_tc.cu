@@ -47,12 +47,13 @@
  * rather than sharing a shared-memory tile.
  *
  * Host emulator (tests/kernels/cuda/emu): the warp-level primitives below
- * (ldmatrix, ldmatrix.trans, mma; cp.async is attention.cuh's) have a
+ * (ldmatrix, ldmatrix.trans; mma is mma.cuh's, cp.async attention.cuh's) have a
  * second body, used when kemu.h is the CUDA stand-in, that reproduces the PTX fragment layouts
  * exactly through a per-warp scratch and __syncwarp, so the emulator runs
  * this kernel's real tiling, fragment indexing and masking.
  */
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #define TC_BQ1 64 /* query rows per CTA with one m-tile a warp (4 warps x 16) */
 #define TC_BK 64  /* keys per tile */
@@ -69,25 +70,13 @@ static size_t tc_smem_bytes(int hd, int mt)
 }
 
 /* --- warp-level primitives ------------------------------------------------------
- * Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, lane l, g = l / 4, c = l % 4):
- *   A (16 x 16, row major) a[0] = A[g][2c..2c+1], a[1] = A[g+8][2c..], a[2] = A[g][2c+8..],
- *                          a[3] = A[g+8][2c+8..]
- *   B (16 x 8, k x n)      b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
- *   C/D (16 x 8, fp32)     d[0] = C[g][2c], d[1] = C[g][2c+1], d[2] = C[g+8][2c], d[3] = C[g+8][2c+1]
- * The lower 16 bits of a b32 register hold the element with the smaller
- * column (A, C) or row (B) index. ldmatrix .x4: lane l gives the address of
- * row l % 8 of matrix l / 8; register i gets matrix i's (row g, elements
- * 2c, 2c+1), with .trans (elements (2c, g), (2c+1, g)). */
+ * kc_mma_16816 and its fragment layouts: mma.cuh. ldmatrix .x4: lane l
+ * gives the address of row l % 8 of matrix l / 8; register i gets matrix
+ * i's (row g, elements 2c, 2c+1), with .trans (elements (2c, g), (2c+1, g)). */
 #if defined(KEMU_H)
 /* NOTE: kemu.h defines KEMU_H; blocks run one at a time there, so a static
  * per-warp scratch is the warp's private exchange area. */
-static uint32_t tc_emu_a[TC_WARPS][32][4], tc_emu_b[TC_WARPS][32][2];
 static const uint16_t *tc_emu_p[TC_WARPS][32];
-
-static inline float tc_emu_lo(uint32_t u, int hi)
-{
-    return kc_bf2f((uint16_t)(hi ? u >> 16 : u & 0xFFFFu));
-}
 
 static inline void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
 {
@@ -104,27 +93,6 @@ static inline void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
     }
     __syncwarp();
 }
-
-static inline void tc_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
-    for (int i = 0; i < 4; i++)
-        tc_emu_a[w][l][i] = a[i];
-    tc_emu_b[w][l][0] = b0;
-    tc_emu_b[w][l][1] = b1;
-    __syncwarp();
-    for (int e = 0; e < 4; e++) {
-        const int row = g + (e >> 1) * 8, col = 2 * c + (e & 1);
-        float s = 0.0f;
-        for (int k = 0; k < 16; k++) {
-            const uint32_t ar = tc_emu_a[w][4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
-            const uint32_t br = tc_emu_b[w][4 * col + (k & 7) / 2][k >> 3];
-            s += tc_emu_lo(ar, k & 1) * tc_emu_lo(br, k & 1);
-        }
-        d[e] += s;
-    }
-    __syncwarp();
-}
 #else
 __device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
 {
@@ -137,15 +105,6 @@ __device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, boo
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(s));
-}
-
-/* d += A B, one m16n8k16 bf16 tile with fp32 accumulators. */
-__device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
 
@@ -262,8 +221,8 @@ __device__ __forceinline__ void tc_qk(const uint32_t (&qreg)[D / 16][4], const u
             tc_ldsm_x4(kb, base + np * 16 * LD + kk * 16, false);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                tc_mma(s[mt][2 * np], qf[mt], kb[0], kb[1]);
-                tc_mma(s[mt][2 * np + 1], qf[mt], kb[2], kb[3]);
+                kc_mma_16816(s[mt][2 * np], qf[mt], kb[0], kb[1]);
+                kc_mma_16816(s[mt][2 * np + 1], qf[mt], kb[2], kb[3]);
             }
         }
     }
@@ -289,8 +248,8 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
             tc_ldsm_x4(vb, base + kk * 16 * LD + dp * 16, true);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                tc_mma(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
-                tc_mma(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+                kc_mma_16816(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+                kc_mma_16816(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
             }
         }
     }

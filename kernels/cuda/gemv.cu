@@ -40,6 +40,23 @@
  * Requirements (else gemm.cu uses cuBLASLt): C % 8 == 0, W and in 16-byte
  * aligned, 1 <= n <= KCUDA_GEMV_MAX_N, R < 2^31.
  *
+ * Tensor-core form (gemv_tc_kernel; plain products of n >= gemv_tc_min_n
+ * tokens, off by default until measured on a GPU): at n > 4 the CUDA-core
+ * kernel stops being memory-bound (8 n FMAs per weight element: 88% of
+ * the copy bandwidth at n = 8 on gate/up, 64% on QKV, where cuBLASLt gets
+ * 94% / 76%), so mma.sync does the n-fold work and the loop only streams
+ * W. A CTA owns 16 output rows (one m-tile, W as the A operand) and all n
+ * <= 16 tokens (one or two n-tiles of 8, the input as the B operand); its
+ * 4 warps split the row's 32-element chunks four ways. Lane (g, c) reads
+ * 16 bytes, elements [8c, 8c + 8) of a chunk, of rows g and g + 8 and of
+ * token g (and g + 8); no shuffles: the mma's k index is permuted the same
+ * way for A and B (its k pairs 2c, 2c + 1 and 2c + 8, 2c + 9 take elements
+ * 8c + {0, 1} and 8c + {2, 3} of the chunk in the first k-block, + 4 in the
+ * second), which a dot product does not see. TCG_U chunks of both rows in
+ * flight per lane, loaded before the PDL wait for the first. The four
+ * warps' partial sums meet in shared memory and are added in warp order,
+ * so a (row, token) result depends on C and the tiling alone, not on n.
+ *
  * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
  * a norm and an epilogue, so a decode layer runs four GEMVs, the attention
  * and nothing else: the QKV GEMV normalizes the residual stream on the fly
@@ -58,6 +75,7 @@
  * the sums (residual values, position, slot) it loads before the main loop.
  */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #define GEMV_WARPS 4 /* warps per CTA */
 
@@ -101,6 +119,7 @@ struct gemv_args {
     uint16_t *resid;      /* RESID: [NT, R] */
     const uint16_t *bias; /* ROPE_KV: [R] or NULL */
     kern_rope_kv_params rope;
+    int n; /* tokens (the tensor-core form; the CUDA-core one has NT) */
 };
 
 /* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
@@ -415,6 +434,107 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
     }
 }
 
+/* --- tensor-core form (see the top) --------------------------------------------------- */
+
+#define TCG_WARPS 4 /* warps per CTA: a row's chunks split four ways */
+#define TCG_ROWS 16 /* output rows per CTA: one m-tile */
+#define TCG_U 4     /* chunks (32 elements) of both rows in flight per lane */
+
+/* Chunks q .. q + TCG_U - 1 (< q1) of the lane's two rows, elements
+ * [32 q + 8c, +8); pieces past the warp's range or the row are zero. */
+__device__ __forceinline__ void tcg_load_w(uint4 (&wv)[TCG_U][2], const uint16_t *wa, const uint16_t *wb, int q,
+                                           int q1, int c, int C)
+{
+#pragma unroll
+    for (int u = 0; u < TCG_U; u++) {
+        const int k = 32 * (q + u) + 8 * c;
+        const bool ok = q + u < q1 && k < C;
+        wv[u][0] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wa + k)) : make_uint4(0u, 0u, 0u, 0u);
+        wv[u][1] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wb + k)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* One CTA: out[t, r0 + m] for m < 16, t < a.n (NT2 n-tiles of 8 tokens),
+ * fp32 (F32) or bf16. */
+template <int NT2, bool F32>
+static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const gemv_args a)
+{
+    __shared__ float red[TCG_WARPS][NT2][32][4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int r0 = (int)blockIdx.x * TCG_ROWS, C = a.C;
+    const int nq = (C + 31) >> 5, per = (nq + TCG_WARPS - 1) / TCG_WARPS;
+    const int q0 = min(nq, warp * per), q1 = min(nq, q0 + per);
+    /* rows past R are clamped into the matrix for the loads, never stored */
+    const uint16_t *wa = a.w + (size_t)min(r0 + g, a.R - 1) * (size_t)C;     /* [C] */
+    const uint16_t *wb = a.w + (size_t)min(r0 + g + 8, a.R - 1) * (size_t)C; /* [C] */
+    float d[NT2][4];
+#pragma unroll
+    for (int nt = 0; nt < NT2; nt++)
+        d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
+    uint4 wv[TCG_U][2];
+    tcg_load_w(wv, wa, wb, q0, q1, c, C);
+    kc_pdl_wait(); /* the input is the previous kernel's output */
+    for (int q = q0; q < q1; q += TCG_U) {
+        uint4 cur[TCG_U][2];
+#pragma unroll
+        for (int u = 0; u < TCG_U; u++)
+            cur[u][0] = wv[u][0], cur[u][1] = wv[u][1];
+        if (q + TCG_U < q1) /* next step's loads in flight during this step's math */
+            tcg_load_w(wv, wa, wb, q + TCG_U, q1, c, C);
+#pragma unroll
+        for (int u = 0; u < TCG_U; u++) {
+            if (q + u >= q1) /* warp-uniform */
+                break;
+            const int k = 32 * (q + u) + 8 * c;
+            const uint32_t a0[4] = {cur[u][0].x, cur[u][1].x, cur[u][0].y, cur[u][1].y};
+            const uint32_t a1[4] = {cur[u][0].z, cur[u][1].z, cur[u][0].w, cur[u][1].w};
+#pragma unroll
+            for (int nt = 0; nt < NT2; nt++) {
+                const int t = g + 8 * nt;
+                const uint4 x = t < a.n && k < C
+                                    ? __ldg(reinterpret_cast<const uint4 *>(a.in + (size_t)t * (size_t)C + k))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+                kc_mma_16816(d[nt], a0, x.x, x.y);
+                kc_mma_16816(d[nt], a1, x.z, x.w);
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            red[warp][nt][lane][e] = d[nt][e];
+    __syncthreads();
+    /* (row m, token t) sits in lane 4 (m % 8) + (t % 8) / 2, element
+     * 2 (m / 8) + t % 2 of n-tile t / 8 (the C fragment); consecutive
+     * threads take consecutive rows of one token */
+    for (int i = threadIdx.x; i < TCG_ROWS * 8 * NT2; i += TCG_WARPS * 32) {
+        const int m = i % TCG_ROWS, t = i / TCG_ROWS, tl = t & 7;
+        const int l = 4 * (m & 7) + (tl >> 1), e = 2 * (m >> 3) + (tl & 1);
+        float sum = red[0][t >> 3][l][e];
+#pragma unroll
+        for (int w = 1; w < TCG_WARPS; w++)
+            sum += red[w][t >> 3][l][e];
+        if (t >= a.n || r0 + m >= a.R)
+            continue;
+        const size_t o = (size_t)t * (size_t)a.R + (size_t)(r0 + m);
+        if (F32)
+            static_cast<float *>(a.out)[o] = sum;
+        else
+            static_cast<uint16_t *>(a.out)[o] = kc_f2bf(sum);
+    }
+}
+
+/* The tensor-core form of a plain product of a.n <= 16 tokens. */
+static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
+{
+    const dim3 grid((unsigned)kcuda_cdiv((int64_t)a.R, TCG_ROWS));
+    if (a.n <= 8)
+        kc_launch(f32 ? gemv_tc_kernel<1, true> : gemv_tc_kernel<1, false>, grid, TCG_WARPS * 32, 0, s, pdl, a);
+    else
+        kc_launch(f32 ? gemv_tc_kernel<2, true> : gemv_tc_kernel<2, false>, grid, TCG_WARPS * 32, 0, s, pdl, a);
+}
+
 /* Contract: true when the GEMV kernel can compute this product (see the
  * requirements at the top); the choice of using it is gemm.cu's. */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n)
@@ -436,7 +556,11 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.w = static_cast<const uint16_t *>(w->data);
     a.R = (int)w->rows;
     a.C = (int)w->cols;
-    gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
+    a.n = n;
+    if (ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n)
+        gemv_tc_launch(st->stream, pdl, out_f32 != 0, a);
+    else
+        gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
 }
 

@@ -462,7 +462,10 @@ END_TEST
  * and without programmatic dependent launch, against kcpu_matmul /
  * kcpu_logits on odd row counts and C = 8..4096 (multiples of 8), inputs
  * 16-byte but not 256-byte aligned; then cuBLASLt forced on the same shapes
- * (the other branch of the run-time choice). Tolerances as gemm_case. */
+ * (the other branch of the run-time choice), the variant-1 tile, and the
+ * tensor-core form with and without PDL (row counts off the 16-row tile, C
+ * off the 32-element chunk and shorter than one chunk a warp, n on both
+ * sides of the 8-token n-tile). Tolerances as gemm_case. */
 START_TEST(test_gemv)
 {
     kern_gemm_opts go0;
@@ -472,26 +475,32 @@ START_TEST(test_gemv)
     const uint64_t seed = kt_seed();
     printf("test_gemv: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
-    for (int mode = 0; mode < 4; mode++) { /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1 */
-        kern_gemm_opts go = {.gemv_max_n = mode == 2 ? 0 : 16, .gemv_min_weight_bytes = 0, .pdl = mode != 0,
-                             .gemv_variant = mode == 3};
+    /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1, tensor-core form with PDL, without */
+    for (int mode = 0; mode < 6; mode++) {
+        const bool tc = mode >= 4;
+        kern_gemm_opts go = {.gemv_max_n = mode == 2 ? 0 : 16, .gemv_min_weight_bytes = 0,
+                             .pdl = mode != 0 && mode != 5, .gemv_variant = mode == 3, .gemv_tc_min_n = tc ? 1 : 0};
         kern_gemm_config(kt_gpu, &go);
         for (int n = 1; n <= 16; n++) {
-            if ((kt_quick && n != 1 && n != 2 && n != 5 && n != 16) || (mode == 3 && n > 2))
+            const bool quick_n = tc ? n == 1 || n == 3 || n == 8 || n == 9 || n == 16
+                                    : n == 1 || n == 2 || n == 5 || n == 16;
+            if ((kt_quick && !quick_n) || (mode == 3 && n > 2))
                 continue;
             for (int si = 0; si < n_shapes; si++, k++) {
-                if ((kt_quick || mode >= 2) && (si + n) % 2)
+                if ((kt_quick || (mode >= 2 && !tc)) && (si + n) % 2)
                     continue;
                 const int R = shapes[si][0], C = shapes[si][1];
                 bad += gemm_case(k % 2 == 0, n, R, C, (size_t)(16 * (k % 3)), seed + (uint64_t)k);
             }
         }
     }
-    if (!kt_quick) { /* Llama-3-8B down projection and lm_head shapes */
-        kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true};
-        kern_gemm_config(kt_gpu, &go);
-        bad += gemm_case(false, 2, 4096, 14336, 0, seed + 1000);
-        bad += gemm_case(true, 1, 128256, 4096, 16, seed + 1001);
+    if (!kt_quick) { /* Llama-3-8B down projection and lm_head shapes, both forms */
+        for (int tc = 0; tc < 2; tc++) {
+            kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true, .gemv_tc_min_n = tc};
+            kern_gemm_config(kt_gpu, &go);
+            bad += gemm_case(false, tc ? 12 : 2, 4096, 14336, 0, seed + 1000);
+            bad += gemm_case(true, tc ? 16 : 1, 128256, 4096, 16, seed + 1001);
+        }
     }
     kern_gemm_config(kt_gpu, &go0);
     ck_assert_int_eq(bad, 0);
@@ -501,12 +510,13 @@ END_TEST
 /* The GEMV's result for a token does not depend on how many tokens share
  * the launch (what makes a padded graph replay equal the eager step):
  * logits of token t computed in a batch of n equal those of a batch of 16
- * bit for bit, for every n. */
+ * bit for bit, for every n; the CUDA-core form and the tensor-core form
+ * each (the case's loop index picks). */
 START_TEST(test_gemv_batch_invariant)
 {
     kern_gemm_opts go0;
     kern_gemm_config_get(kt_gpu, &go0);
-    const kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true};
+    const kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true, .gemv_tc_min_n = _i};
     kern_gemm_config(kt_gpu, &go);
     const int R = 203, C = 520, N = 16;
     const uint64_t seed = kt_seed() + 77;
@@ -524,7 +534,7 @@ START_TEST(test_gemv_batch_invariant)
         kern_logits(kt_gpu, gout, gin, &wg, n);
         kern_memcpy_d2h(kt_gpu, got, gout, sizeof(float) * (size_t)n * R);
         if (memcmp(got, ref, sizeof(float) * (size_t)n * R) != 0) {
-            printf("  gemv: batch of %d differs from batch of %d\n", n, N);
+            printf("  gemv%s: batch of %d differs from batch of %d\n", _i ? " (tensor cores)" : "", n, N);
             bad++;
         }
     }
@@ -542,7 +552,8 @@ START_TEST(test_gemv_batch_invariant)
 END_TEST
 
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
- * PDL and its variant 1 (n <= 2) on the Llama-3-8B weight shapes for n = 1..16 and print
+ * PDL, its variant 1 (n <= 2) and its tensor-core form with PDL on the
+ * Llama-3-8B weight shapes for n = 1..16 and print
  * a table (us per product, GB/s of weight bytes, % of the copy bandwidth).
  * Each shape rotates over enough weight copies (>= 256 MiB) that the L2
  * never holds them; weights random (kern_weight_fill_random). This is the
@@ -561,12 +572,13 @@ START_TEST(test_gemm_small_bench)
         int R, C, f32;
     } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
               {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
-    static const int ns[] = {1, 2, 4, 6, 8, 16};
+    static const int ns[] = {1, 2, 4, 6, 8, 12, 16};
     const size_t rot_bytes = (size_t)256 << 20;
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nGEMM_BENCH copy %.0f GB/s; us per product (GB/s of weights, %% copy BW)\n", cl.copy_gbps);
-    printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW |\n");
+    printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | GEMV TC+PDL us | cuBLASLt %%BW | "
+           "GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW |\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
         int copies = (int)((rot_bytes + wb - 1) / wb);
@@ -582,10 +594,10 @@ START_TEST(test_gemm_small_bench)
         void *out = kern_alloc(kt_gpu, (size_t)16 * (size_t)sh[s].R * 4);
         for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
             const int n = ns[ni_];
-            double us[3];
-            for (int mode = 0; mode < 3; mode++) {
+            double us[4];
+            for (int mode = 0; mode < 4; mode++) {
                 kern_gemm_opts go = {.gemv_max_n = mode == 0 ? 0 : 16, .gemv_min_weight_bytes = 0, .pdl = true,
-                                     .gemv_variant = mode == 2};
+                                     .gemv_variant = mode == 2, .gemv_tc_min_n = mode == 3 ? 1 : 0};
                 kern_gemm_config(kt_gpu, &go);
                 const int reps = 6 * copies > 30 ? 6 * copies : 30;
                 for (int r = -copies; r < reps; r++) { /* first round: warm-up (plans, modules) */
@@ -601,11 +613,11 @@ START_TEST(test_gemm_small_bench)
                 kern_sync(kt_gpu);
                 us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
             }
-            double pct[3];
-            for (int mode = 0; mode < 3; mode++)
+            double pct[4];
+            for (int mode = 0; mode < 4; mode++)
                 pct[mode] = 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps;
-            printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% |\n", sh[s].name,
-                   sh[s].R, sh[s].C, n, us[0], us[1], us[2], pct[0], pct[1], pct[2]);
+            printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
+                   sh[s].name, sh[s].R, sh[s].C, n, us[0], us[1], us[2], us[3], pct[0], pct[1], pct[2], pct[3]);
         }
         kern_free(kt_gpu, out);
         kern_free(kt_gpu, in);
@@ -818,7 +830,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
     tcase_add_test(tc, test_gemv);
-    tcase_add_test(tc, test_gemv_batch_invariant);
+    tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_rope_kv_write_ex);
