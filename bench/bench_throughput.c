@@ -208,9 +208,9 @@ static inferd_status build_requests(const bench_throughput_opts *o, const tokeni
 
 /* ---- the run ----------------------------------------------------------------- */
 
-/* Submit request i: vLLM's throughput sampling (temperature 1, top_p 1,
+/* Request i: vLLM's throughput sampling (temperature 1, top_p 1,
  * ignore_eos, max_tokens = its output length), seeded by its index. */
-static inferd_status submit_one(engine *e, const req_set *rs, int i, uint64_t seed, engine_stream **out)
+static engine_request make_request(const req_set *rs, int i, uint64_t seed)
 {
     engine_request req = {.prompt_ids = rs->ids[i], .n_prompt = rs->n_ids[i]};
     sampling_params_default(&req.sp);
@@ -220,14 +220,7 @@ static inferd_status submit_one(engine *e, const req_set *rs, int i, uint64_t se
     req.sp.max_tokens = rs->out_len[i];
     req.sp.seed = seed + (uint64_t)i;
     req.sp.has_seed = true;
-    inferd_status st = engine_submit(e, &req, out);
-    if (st != INFERD_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", inferd_last_error());
-        st = inferd_set_error(st, "request %d (%d prompt + %d output tokens): %s", i, rs->n_ids[i], rs->out_len[i],
-                              why);
-    }
-    return st;
+    return req;
 }
 
 /* Drain stream i to its end: its final counts go into r; a request that
@@ -257,24 +250,22 @@ static double drain_one(engine_stream *s, req_set *rs, int i, bench_throughput_r
     return t;
 }
 
-/* All requests at once, then every stream in order. The clock ends at the
- * engine's last finish stamp (same monotonic clock), not when this thread
- * got round to reading it. */
+/* All requests at once (engine_submit_many: the engine's first step sees
+ * every one, as vLLM's generate() over the whole list), then every stream
+ * in order. The clock ends at the engine's last finish stamp (same
+ * monotonic clock), not when this thread got round to reading it. */
 static inferd_status run_all(engine *e, req_set *rs, const bench_throughput_opts *o, bench_throughput_result *r)
 {
     engine_stream **strm = inferd_calloc((size_t)rs->n, sizeof *strm);
+    engine_request *reqs = inferd_malloc((size_t)rs->n * sizeof *reqs);
+    for (int i = 0; i < rs->n; i++)
+        reqs[i] = make_request(rs, i, o->seed);
     double t0 = util_now_s();
-    for (int i = 0; i < rs->n; i++) {
-        inferd_status st = submit_one(e, rs, i, o->seed, &strm[i]);
-        if (st == INFERD_OK)
-            continue;
-        char why[512]; /* release aborts the requests already running */
-        snprintf(why, sizeof why, "%s", inferd_last_error());
-        for (int k = 0; k < i; k++)
-            engine_stream_release(strm[k]);
+    inferd_status st = engine_submit_many(e, reqs, rs->n, strm);
+    inferd_free(reqs);
+    if (st != INFERD_OK) {
         inferd_free(strm);
-        engine_wait_idle(e, 60000);
-        return inferd_set_error(st, "%s", why);
+        return st;
     }
     double t_end = t0;
     char why[512] = "";

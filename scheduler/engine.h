@@ -240,7 +240,7 @@ inferd_status engine_submit(engine *e, const engine_request *req, engine_stream 
  * times the prefill of such a batch). Each request is checked as by
  * engine_submit; INVALID_ARG when n_reqs is outside [1,
  * ENGINE_SUBMIT_MANY_MAX]. */
-#define ENGINE_SUBMIT_MANY_MAX 65536
+#define ENGINE_SUBMIT_MANY_MAX (1 << 24) /* the largest max_queued_requests */
 inferd_status engine_submit_many(engine *e, const engine_request *reqs, int n_reqs, engine_stream **out);
 
 /* ---- several sequences of one prompt (OpenAI n, best_of) -----------------

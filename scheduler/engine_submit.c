@@ -216,11 +216,17 @@ inferd_status engine_submit_many(engine *e, const engine_request *reqs, int n_re
                                 ENGINE_SUBMIT_MANY_MAX);
     for (int i = 0; i < n_reqs && out; i++)
         out[i] = NULL;
-    inferd_status st = INFERD_OK;
-    for (int i = 0; i < n_reqs && st == INFERD_OK; i++)
-        st = check_request(e, &reqs[i]);
+    for (int i = 0; i < n_reqs; i++) {
+        inferd_status st = check_request(e, &reqs[i]);
+        if (st != INFERD_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", inferd_last_error());
+            return inferd_set_error(st, "request %d (%d prompt tokens): %s", i, reqs[i].n_prompt, why);
+        }
+    }
+    inferd_status st;
     uint64_t id = 0;
-    if (st != INFERD_OK || (st = submit_reserve(e, n_reqs, &id)) != INFERD_OK)
+    if ((st = submit_reserve(e, n_reqs, &id)) != INFERD_OK)
         return st;
     engine_stream **s = inferd_malloc((size_t)n_reqs * sizeof *s);
     eng_req **r = inferd_malloc((size_t)n_reqs * sizeof *r);
