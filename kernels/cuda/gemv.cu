@@ -438,7 +438,11 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
 
 #define TCG_WARPS 4 /* warps per CTA: a row's chunks split four ways */
 #define TCG_ROWS 16 /* output rows per CTA: one m-tile */
-#define TCG_U 4     /* chunks (32 elements) of both rows in flight per lane */
+#ifndef KC_TCG_U
+#define TCG_U 4 /* chunks (32 elements) of both rows in flight per lane (-DKC_TCG_U=N: A/B builds) */
+#else
+#define TCG_U KC_TCG_U
+#endif
 
 /* Chunks q .. q + TCG_U - 1 (< q1) of the lane's two rows, elements
  * [32 q + 8c, +8); pieces past the warp's range or the row are zero. */
