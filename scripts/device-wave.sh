@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 L8=configs/models/llama3-8b
@@ -416,6 +416,29 @@ for mt in 2 1; do
         --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
         --max-num-batched-tokens 16384 --max-model-len 131072
 done
+fi
+# i4c2. tensor-core prefill with 32-key tiles (-DKC_TC_BK=32, its own build:
+#       at head_dim 128 and two m-tiles no spills, 255 registers; 64-key
+#       tiles spill 36 bytes): attention kernel cases on that build, then the
+#       prefill rows 512..16k and the 16k-token step of 32 x 512 on both
+#       builds, processes alternating
+if part tcbk; then
+VB=$ROOT/build-tcbk32
+if DEVICE_CUDA_FLAGS="-DKC_TC_BK=32" device_build "$VB" inferd test_cuda_kernels >"$W/tcbk-build.log" 2>&1
+then row "tcbk build BK=32 $(el)" ok
+    if CK_RUN_CASE=attention timeout 300 "$VB/tests/kernels/cuda/test_cuda_kernels" >"$W/tcbk-kernels.log" 2>&1
+    then row "test_cuda_kernels attention (BK=32) $(el)" PASS
+    else row "test_cuda_kernels attention BK=32 (exit $?)" "FAIL (wave/tcbk-kernels.log)"; fi
+    for b in "$VB/cli/inferd 32" "$BIN 64"; do
+        read -r bin bk <<<"$b"
+        BIN=$bin lat "tcbk$bk-prefill" 150 "tc BK=$bk prefill 512..16k" --model $L31 --batch-size 1 \
+            --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
+            --max-num-batched-tokens 16384 --max-model-len 16400
+        BIN=$bin lat "tcbk$bk-b32" 150 "tc BK=$bk b32 x 512" --model $L8 --batch-size 32 --input-len 512 \
+            --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 --max-num-batched-tokens 16384 \
+            --max-model-len 1024
+    done
+else row "tcbk build BK=32" FAILED; fi
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy

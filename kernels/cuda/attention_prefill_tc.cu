@@ -56,7 +56,11 @@
 #include "kernels/cuda/mma.cuh"
 
 #define TC_BQ1 64 /* query rows per CTA with one m-tile a warp (4 warps x 16) */
-#define TC_BK 64  /* keys per tile */
+#ifndef KC_TC_BK
+#define TC_BK 64 /* keys per tile (-DKC_TC_BK=32: A/B builds) */
+#else
+#define TC_BK KC_TC_BK
+#endif
 #define TC_WARPS 4
 #define TC_THREADS (TC_WARPS * 32)
 #define TC_PAD 8 /* bf16 of padding per shared row (16 bytes) */
