@@ -2,7 +2,8 @@
 # scripts/setup.sh: install the build dependencies from Debian's packages;
 # with --test also what the tests need (Node.js + npm for the official openai
 # client test; clang, its runtime libraries (libFuzzer, sanitizers) and
-# OpenMP for the libFuzzer harnesses of scripts/fuzz.sh). Idempotent:
+# OpenMP for the libFuzzer harnesses of scripts/fuzz.sh; g++ for the CUDA
+# kernels' host emulator, tests/kernels/cuda/emu). Idempotent:
 # returns quickly when everything is installed.
 #   bash scripts/setup.sh [--test]
 set -euo pipefail
@@ -12,7 +13,7 @@ set -euo pipefail
 PKGS=(cmake gcc make pkg-config libmicrohttpd-dev libcjson-dev libjemalloc-dev check
       libpcre2-dev libcurl4-openssl-dev libunistring-dev python3 libpython3-dev python3-jinja2)
 if [[ ${1:-} == --test ]]; then
-    PKGS+=(nodejs npm clang libclang-rt-dev libomp-dev)
+    PKGS+=(nodejs npm clang libclang-rt-dev libomp-dev g++)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/test.sh: set up, configure, build and run every test, twice: a
-# normal build (build/) and a sanitizer build (build-asan/, ASan + UBSan).
+# normal build (build/) and a sanitizer build (build-asan/, ASan + UBSan);
+# then the CUDA kernel tests in the host emulator and the fuzz harnesses.
 # Tests needing a GPU are labelled "gpu" and skip cleanly without one.
 # Fixtures: $INFERD_FIXTURES or ../shared/fixtures.
 set -euo pipefail
@@ -24,6 +25,13 @@ echo "=== sanitizer build (ASan + UBSan)"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 run_build build-asan -DINFERD_SANITIZE=ON -DINFERD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+# the CUDA kernels' tests against their CPU twins in the host emulator
+# (tests/kernels/cuda/emu: the kernels' own source, no GPU needed; quick
+# sizes); EMU_TESTS=0 skips it
+if [[ ${EMU_TESTS:-1} != 0 ]]; then
+    echo "=== CUDA kernel tests in the host emulator"
+    EMU_BUILD=$ROOT/build-emu bash tests/kernels/cuda/emu/emu-test.sh
+fi
 # libFuzzer harnesses (tests/fuzz), 30 s each, when clang is there
 # (setup.sh --test installs it); FUZZ_SECONDS=0 skips them.
 if [[ ${FUZZ_SECONDS:-30} != 0 ]] && command -v clang >/dev/null 2>&1; then
