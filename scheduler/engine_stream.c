@@ -190,7 +190,8 @@ static void compact(engine_stream *s)
             memmove(s->lp, s->lp + s->tok_head, (size_t)nt * sizeof *s->lp);
     }
     s->n_tok = nt;
-    inferd_buf_consume(&s->text, s->text_head);
+    if (s->text_head > 0)
+        inferd_buf_consume(&s->text, s->text_head);
     for (int i = s->seg_head; i < s->n_seg; i++) {
         s->seg[i].tok_end -= s->tok_head;
         s->seg[i].text_end -= s->text_head;
