@@ -285,6 +285,15 @@ lat() {
     else row "$label (exit $?)" FAILED; fi
     grep -E "^\| [0-9]" "$W/$name.txt" | grep -v "GPU busy" | head -6
 }
+# prefill_rows TAG LABEL: `lat` of the prefill rows 512..16k (Llama-3.1
+# config) and of one 16k-token step of 32 x 512 (Llama-3-8B); variables
+# assigned before the call reach both
+prefill_rows() {
+    lat "$1-prefill" 150 "$2 prefill 512..16k" --model $L31 --batch-size 1 --input-len 512,2048,8192,16384 \
+        --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 16384 --max-model-len 16400
+    lat "$1-b32" 150 "$2 b32 x 512" --model $L8 --batch-size 32 --input-len 512 --output-len 4 \
+        --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 --max-num-batched-tokens 16384 --max-model-len 1024
+}
 # kcase NAME QUICK CASE [TOOL]: test_cuda_kernels CK_RUN_CASE=CASE (QUICK=1:
 # quick sizes, else full), under compute-sanitizer TOOL when one is named
 kcase() {
@@ -404,12 +413,7 @@ if part tcmt; then
 kcase tcmt 0 attention
 kcase tcmt-memcheck 1 attention memcheck
 for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-prefill" 150 "tc mt=$mt prefill 512..16k" --model $L31 --batch-size 1 \
-        --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
-        --max-num-batched-tokens 16384 --max-model-len 16400
-    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-b32" 150 "tc mt=$mt b32 x 512" --model $L8 --batch-size 32 --input-len 512 \
-        --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 --max-num-batched-tokens 16384 \
-        --max-model-len 1024
+    INFERD_PREFILL_TC_MT=$mt prefill_rows "tcmt$mt" "tc mt=$mt"
 done
 for mt in 2 1; do
     INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-128k" 200 "tc mt=$mt b1 x 131000" --model $L31 --batch-size 1 \
@@ -431,12 +435,7 @@ then row "tcbk build BK=32 $(el)" ok
     else row "test_cuda_kernels attention BK=32 (exit $?)" "FAIL (wave/tcbk-kernels.log)"; fi
     for b in "$VB/cli/inferd 32" "$BIN 64"; do
         read -r bin bk <<<"$b"
-        BIN=$bin lat "tcbk$bk-prefill" 150 "tc BK=$bk prefill 512..16k" --model $L31 --batch-size 1 \
-            --input-len 512,2048,8192,16384 --output-len 4 --num-iters-warmup 1 --num-iters 2 \
-            --max-num-batched-tokens 16384 --max-model-len 16400
-        BIN=$bin lat "tcbk$bk-b32" 150 "tc BK=$bk b32 x 512" --model $L8 --batch-size 32 --input-len 512 \
-            --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 512 --max-num-batched-tokens 16384 \
-            --max-model-len 1024
+        BIN=$bin prefill_rows "tcbk$bk" "tc BK=$bk"
     done
 else row "tcbk build BK=32" FAILED; fi
 fi
