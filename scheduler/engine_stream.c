@@ -179,9 +179,10 @@ static bool has_news(const engine_stream *s)
            (s->finished && !s->finish_delivered);
 }
 
-/* Under s->mu: drop what poll_step already handed out (the buffers'
- * fronts up to the heads), so the pending output starts at 0 again. */
-static void compact(engine_stream *s)
+/* Under s->mu, before take() hands the buffers over: drop what poll_step
+ * already handed out (the fronts up to the heads). The segments all go
+ * with the take, so only tokens and text move. */
+static void drop_taken(engine_stream *s)
 {
     const int nt = s->n_tok - s->tok_head;
     if (s->tok_head > 0 && nt > 0) {
@@ -192,14 +193,7 @@ static void compact(engine_stream *s)
     s->n_tok = nt;
     if (s->text_head > 0)
         inferd_buf_consume(&s->text, s->text_head);
-    for (int i = s->seg_head; i < s->n_seg; i++) {
-        s->seg[i].tok_end -= s->tok_head;
-        s->seg[i].text_end -= s->text_head;
-    }
-    if (s->seg_head > 0 && s->n_seg > s->seg_head)
-        memmove(s->seg, s->seg + s->seg_head, (size_t)(s->n_seg - s->seg_head) * sizeof *s->seg);
-    s->n_seg -= s->seg_head;
-    s->tok_head = s->seg_head = 0;
+    s->tok_head = 0;
     s->text_head = 0;
 }
 
@@ -210,8 +204,8 @@ static void compact(engine_stream *s)
  * finish_delivered makes the next has_news() false. */
 static void take(engine_stream *s, engine_output *out)
 {
-    compact(s);
-    s->n_seg = 0;
+    drop_taken(s);
+    s->n_seg = s->seg_head = 0;
     memset(out, 0, sizeof *out);
     out->n_tokens = s->n_tok;
     out->token_ids = s->tok;
