@@ -352,13 +352,13 @@ __device__ __forceinline__ void dec_merge_out(const kc_attn_args &a, int q0, int
  * make the partials of every arrival visible before the count that admits
  * the merging CTA (release), and the other CTAs' partials visible to it
  * after (acquire), as in CUDA's threadFenceReduction sample. */
-__device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, int q0, int h0, int nhc, int ns)
+__device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, int q0, int h0, int nhc, int ns,
+                                                float *scratch)
 {
-    __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
-    __shared__ float sm_red[MERGE_THREADS / 32];
-    __shared__ int sm_last;
+    float *sm_w = scratch, *sm_red = scratch + KC_ATTN_MAX_SPLITS;
+    int &sm_last = *(int *)(sm_red + MERGE_THREADS / 32);
     __threadfence();
-    __syncthreads();
+    __syncthreads(); /* also: every thread is done reading the merge area that scratch reuses */
     if (threadIdx.x == 0) {
         int *cnt = a.merge_cnt + (int64_t)seq * gridDim.y + blockIdx.y;
         sm_last = atomicAdd(cnt, 1) == ns - 1;
@@ -386,6 +386,11 @@ template <int GMAX> struct dec_red {
 struct dec_no_red {
 };
 static_assert(sizeof(dec_red<8>) <= DEC_RING_BYTES, "the merge area reuses the ring");
+/* The fused merge's weights, warp maxima and last-arrival flag reuse the
+ * merge area too: a decode CTA's static shared memory beside the 48 KiB
+ * ring would need an opt-in launch attribute (an H100 launch failed). */
+static_assert(sizeof(dec_red<1>) >= (KC_ATTN_MAX_SPLITS + MERGE_THREADS / 32 + 1) * sizeof(float),
+              "the fused merge's scratch fits the merge area");
 
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
  * shared memory, reused as the merge area once every warp is done), else
@@ -486,7 +491,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         }
     }
     if (a.part_o && a.merge_cnt)
-        dec_fused_merge(a, seq, q0, h0, nhc, n_splits);
+        dec_fused_merge(a, seq, q0, h0, nhc, n_splits, (float *)&red);
 }
 
 /* One CTA per (sequence, head): combine the splits' partials in split
