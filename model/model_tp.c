@@ -171,8 +171,13 @@ static void destroy(model_tp *g, bool free_rank0)
             pthread_join(g->threads[r], NULL);
     }
     for (int r = 0; r < g->n; r++)
-        if (g->ranks[r] && g->ranks[r]->kc)
+        if (g->ranks[r] && g->ranks[r]->kc) {
             kern_sync(g->ranks[r]->kc);
+            /* NCCL: a decode graph that captured collectives holds its
+             * communicator; ncclCommDestroy waits for the graph to go (a
+             * tp 2 teardown hung in it on two H100s), so graphs go first */
+            model_graphs_free(g->ranks[r]);
+        }
     for (int r = 0; r < g->n; r++) {
         if (g->ranks[r])
             g->ranks[r]->comm = NULL;
