@@ -361,6 +361,11 @@ void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
     DISPATCH(ctx, silu_mul(ctx, out, gate_up, n, f));
 }
 
+void kern_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
+{
+    DISPATCH(ctx, f32_to_act(ctx, out, in, count));
+}
+
 void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 {
     DISPATCH(ctx, rope_kv_write(ctx, p, NULL));

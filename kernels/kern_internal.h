@@ -61,6 +61,7 @@ struct kern_timer {
     void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \
                          int d);                                                                  \
     void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
+    void P##_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count);                 \
     void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p,                           \
                            const kern_qkv_epilogue *e);                                           \
     void P##_attention(kern_ctx *ctx, const kern_attn_params *p);                                 \

@@ -176,6 +176,12 @@ void kern_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, co
 void kern_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, const kern_weight *w,
                       int n, float eps);
 
+/* out[count] (act dtype) = in[count] (F32) rounded to nearest even: a
+ * copy where the act dtype is F32 (CPU). Tensor parallelism rounds the
+ * fp32 sum of the ranks' partial products once, as one rank's product is
+ * rounded (model/forward.c). out must not overlap in. */
+void kern_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count);
+
 /* out[n, w->rows] = in[n, w->cols] @ w^T, act dtype in and out. */
 void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);
 

@@ -367,6 +367,37 @@ static void all_reduce(model *m, void *buf, int n)
     kern_all_reduce_sum(m->kc, m->comm, buf, count, m->act_dtype);
 }
 
+/* Whether the row-parallel products keep their partial sums in fp32
+ * through the all-reduce: tp > 1 on bf16 activations, unless
+ * --tp-reduce-dtype bfloat16. Each rank's partial
+ * is then rounded once, after the sum, as one rank's whole product is, so
+ * tp 2 differs from tp 1 only in the fp32 summation order -- not by a bf16
+ * rounding of every partial (which doubled the rounding noise and let
+ * greedy tokens flip with the batch size on two H100s). The all-reduce
+ * moves twice the bytes. tp 1 with a communicator keeps the act dtype (the
+ * bits of tp 1 without). */
+static bool partials_f32(const model *m)
+{
+    return m->comm && model_tp_partials_f32(m);
+}
+
+/* a->proj[n, d] = in @ w^T of a row-parallel weight (O, down), summed over
+ * the ranks (alone: the product). */
+static void row_parallel(model *m, const void *in, const kern_weight *w, int n)
+{
+    model_acts *a = &m->a;
+    if (!partials_f32(m)) {
+        kern_matmul(m->kc, a->proj, in, w, n);
+        all_reduce(m, a->proj, n);
+        return;
+    }
+    const size_t count = (size_t)n * (size_t)m->cfg.hidden_size;
+    kern_logits(m->kc, a->proj_f32, in, w, n);
+    PROF_MARK(m, MODEL_OP_ALL_REDUCE, 8.0 * (double)count, 0);
+    kern_all_reduce_sum(m->kc, m->comm, a->proj_f32, count, KERN_DTYPE_F32);
+    kern_f32_to_act(m->kc, a->proj, a->proj_f32, count);
+}
+
 static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->lc;
@@ -386,8 +417,7 @@ static void attention_block(model *m, const model_layer *L, const model_fwd_in *
     kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
-    kern_matmul(m->kc, a->proj, a->attn, &L->wo, b->n_tokens);
-    all_reduce(m, a->proj, n);
+    row_parallel(m, a->attn, &L->wo, n);
 }
 
 static void mlp_block(model *m, const model_layer *L, int n)
@@ -398,8 +428,7 @@ static void mlp_block(model *m, const model_layer *L, int n)
     PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
     kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
-    kern_matmul(m->kc, a->proj, a->act, &L->w_down, n);
-    all_reduce(m, a->proj, n);
+    row_parallel(m, a->act, &L->w_down, n);
 }
 
 /* Whether a batch of n tokens runs the fused layers: every product of
@@ -433,9 +462,13 @@ static void fused_resid(model *m, const void *in, const kern_weight *w, int n, c
         kern_matmul_fused(m->kc, NULL, in, w, n, &f);
         return;
     }
-    const kern_fuse f = {.epi = KERN_EPI_STORE};
-    kern_matmul_fused(m->kc, a->proj, in, w, n, &f);
-    all_reduce(m, a->proj, n);
+    if (partials_f32(m)) {
+        row_parallel(m, in, w, n);
+    } else {
+        const kern_fuse f = {.epi = KERN_EPI_STORE};
+        kern_matmul_fused(m->kc, a->proj, in, w, n, &f);
+        all_reduce(m, a->proj, n);
+    }
     kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, norm, n, m->cfg.rms_norm_eps);
 }
 

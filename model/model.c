@@ -59,6 +59,8 @@ static void plan_acts(model *m, arena *a)
     x->qkv = arena_take(a, T * nqkv * es);
     x->attn = arena_take(a, T * nq * es);
     x->proj = arena_take(a, T * d * es);
+    if (model_tp_partials_f32(m))
+        x->proj_f32 = arena_take(a, T * d * sizeof(float));
     x->gate_up = arena_take(a, T * 2 * f * es);
     x->act = arena_take(a, T * f * es);
     x->gx = arena_take(a, R * d * es);

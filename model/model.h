@@ -22,6 +22,13 @@
 typedef struct model model;
 
 typedef enum { MODEL_LOAD_SAFETENSORS = 0, MODEL_LOAD_DUMMY } model_load_format;
+/* Tensor parallelism: the dtype of the row-parallel products' partial sums
+ * through the all-reduce (--tp-reduce-dtype). float32: each rank's partial
+ * is rounded once, after the sum, as one GPU's whole product is (tp 2
+ * reproduces tp 1 up to the fp32 summation order); bfloat16: the
+ * activation dtype (half the bytes; every partial rounded). The CPU's
+ * activations are fp32 either way. */
+typedef enum { MODEL_TP_REDUCE_F32 = 0, MODEL_TP_REDUCE_ACT } model_tp_reduce;
 
 /* Load options. Every field a user can set has one row in the model option
  * table (model_opts.c: model_opts_rows): its flag / config-key name, range,
@@ -48,6 +55,7 @@ typedef struct {
      * ranks, rank r on device device_id + r (CUDA) or a thread (CPU), in
      * one process. 1 = none. */
     int tensor_parallel_size;
+    int tp_reduce_dtype; /* model_tp_reduce; the same on every node */
     /* A communicator (and every collective of the split forward pass) even
      * at tensor_parallel_size 1, where each is a copy or nothing: the tests
      * of the collective path against the plain one. Not a command-line flag. */

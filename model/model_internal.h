@@ -29,6 +29,7 @@ typedef struct {
     void *qkv;                   /* [T, (nh + 2*nkv) * hd] */
     void *attn;                  /* [T, nh * hd] */
     void *proj;                  /* [T, d] o_proj / down_proj output */
+    float *proj_f32;             /* [T, d] its fp32 partial sums (tp > 1, bf16 activations: forward.c) */
     void *gate_up;               /* [T, 2 * ffn] */
     void *act;                   /* [T, ffn] */
     void *gx, *gp, *gn;          /* [R, d] gathered residual / add / normed rows */
@@ -155,6 +156,14 @@ static inline bool model_has_comm_opts(const model_opts *o)
 static inline bool model_has_comm_planned(const model *m)
 {
     return model_has_comm_opts(&m->opts);
+}
+
+/* Row-parallel partial sums in fp32 through the all-reduce (forward.c's
+ * partials_f32: tp > 1 on bf16 activations; a->proj_f32 exists). */
+static inline bool model_tp_partials_f32(const model *m)
+{
+    return model_has_comm_planned(m) && m->sh.tp > 1 && m->act_dtype != KERN_DTYPE_F32 &&
+           m->opts.tp_reduce_dtype == MODEL_TP_REDUCE_F32;
 }
 /* Vocabulary rows per rank (the last rank may hold fewer). */
 static inline int64_t model_vocab_chunk(const model *m)

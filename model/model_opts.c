@@ -35,6 +35,8 @@
 static const opt_name k_formats[] = {
     {"safetensors", MODEL_LOAD_SAFETENSORS}, {"auto", MODEL_LOAD_SAFETENSORS}, {"dummy", MODEL_LOAD_DUMMY}, {NULL, 0}};
 
+static const opt_name k_tp_reduce[] = {{"float32", MODEL_TP_REDUCE_F32}, {"bfloat16", MODEL_TP_REDUCE_ACT}, {NULL, 0}};
+
 /* --device: auto|cpu|cuda|gpu sets backend and device_auto together. */
 static bool parse_device(void *base, const opt_row *row, const char *text)
 {
@@ -86,6 +88,11 @@ static const opt_row k_rows[] = {
     {.name = "tensor-parallel-size", .kind = OPT_INT, .off = OFF(tensor_parallel_size), .min = 1,
      .max = MODEL_MAX_TP, .def = 1,
      .help = "split the model over this many GPUs of this host (devices --device-id and up; CPU: threads)"},
+    {.name = "tp-reduce-dtype", .kind = OPT_ENUM, .off = OFF(tp_reduce_dtype), .names = k_tp_reduce,
+     .def = MODEL_TP_REDUCE_F32,
+     .help = "tensor parallelism: partial sums through the all-reduce in float32 (tp 2 gives the logits of tp 1; "
+             "the prefill all-reduce moves twice the bytes) or bfloat16 (the activations' dtype; faster, one "
+             "more rounding per partial); the same on every node"},
     {.name = "dummy-seed", .kind = OPT_INT64, .off = OFF(dummy_seed), .min = 0, .max = 9.2e18, .def = 0,
      .help = "seed of --load-format dummy weights"},
     /* no def_str: unset means auto, so model_opts_default allocates nothing

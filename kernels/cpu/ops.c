@@ -105,6 +105,13 @@ void kcpu_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *i
     }
 }
 
+/* Contract (kern_f32_to_act): the act dtype is F32 here, so a copy. */
+void kcpu_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
+{
+    (void)ctx;
+    memcpy(out, in, count * sizeof(float));
+}
+
 /* Contract (kern_silu_mul): out[n, f] = silu(g) * u with g = gate_up[:, :f],
  * u = gate_up[:, f:], silu(g) = g / (1 + exp(-g)) in fp32. */
 void kcpu_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)

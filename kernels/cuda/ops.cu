@@ -88,6 +88,49 @@ void kcuda_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *
     KCUDA_LAUNCH_CHECK();
 }
 
+/* --- fp32 -> bf16 ---------------------------------------------------------------- */
+
+/* VEC8: 8 values a thread (two 16-byte loads, one 16-byte store), count % 8
+ * == 0 and both pointers 16-byte aligned; else one a thread. Grid-stride. */
+template <bool VEC8>
+static __global__ void f32_to_bf16_kernel(uint16_t *__restrict__ out, const float *__restrict__ in, size_t count)
+{
+    kc_pdl_trigger();
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (VEC8) {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count / 8; i += stride) {
+            const float4 a = ((const float4 *)in)[2 * i], b = ((const float4 *)in)[2 * i + 1];
+            uint4 o;
+            o.x = (uint32_t)kc_f2bf(a.x) | ((uint32_t)kc_f2bf(a.y) << 16);
+            o.y = (uint32_t)kc_f2bf(a.z) | ((uint32_t)kc_f2bf(a.w) << 16);
+            o.z = (uint32_t)kc_f2bf(b.x) | ((uint32_t)kc_f2bf(b.y) << 16);
+            o.w = (uint32_t)kc_f2bf(b.z) | ((uint32_t)kc_f2bf(b.w) << 16);
+            ((uint4 *)out)[i] = o;
+        }
+    } else {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+            out[i] = kc_f2bf(in[i]);
+    }
+}
+
+/* Contract (kern_f32_to_act): out[count] bf16 = in[count] rounded to
+ * nearest even. */
+void kcuda_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    if (count == 0)
+        return;
+    const bool vec = count % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(in, 16);
+    const size_t items = vec ? count / 8 : count;
+    const size_t want = (items + 255) / 256, cap = (size_t)st->n_sms * 8;
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    if (vec)
+        f32_to_bf16_kernel<true><<<blocks, 256, 0, st->stream>>>((uint16_t *)out, in, count);
+    else
+        f32_to_bf16_kernel<false><<<blocks, 256, 0, st->stream>>>((uint16_t *)out, in, count);
+    KCUDA_LAUNCH_CHECK();
+}
+
 /* --- fused residual add + RMSNorm ---------------------------------------------- */
 
 /* One block per row. Pass 1: resid = bf16(resid + add), sum of squares of the

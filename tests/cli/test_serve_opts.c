@@ -34,9 +34,12 @@ START_TEST(test_opts)
                     "k",
                     "--device",
                     "cpu",
+                    "--tp-reduce-dtype=bfloat16",
                     NULL};
     FILE *null = fopen("/dev/null", "w");
-    ck_assert_int_eq(cli_serve_parse(&o, NULL, 11, argv, null), 0);
+    ck_assert_int_eq(o.model.tp_reduce_dtype, MODEL_TP_REDUCE_F32); /* the default */
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 12, argv, null), 0);
+    ck_assert_int_eq(o.model.tp_reduce_dtype, MODEL_TP_REDUCE_ACT);
     ck_assert_str_eq(o.model.model_dir, "/m/dir/");
     ck_assert_str_eq(o.served_model_name, "dir");
     ck_assert_int_eq(o.port, 9100);
@@ -61,6 +64,7 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--no-enable-prefix-caching=1"},
         {"serve", "--model", "m", "--log-level=loud"},
         {"serve", "--model", "m", "--load-format=gguf"},
+        {"serve", "--model", "m", "--tp-reduce-dtype=fp8"},
         {"serve", "--model", "m", "--block-size=0"},
         {"serve", "--model", "m", "--max-model-len"},
         {"serve", "--model", "m", "--config"}, /* a trailing --config was ignored */

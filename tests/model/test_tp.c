@@ -143,9 +143,12 @@ static void free_run(run_out *r)
 
 /* Logit tolerance of tp > 1 against tp 1: fp32 summation order (CPU), or
  * bf16 partial sums rounded before the all-reduce (GPU). */
+/* CPU: fp32 summation order only. CUDA: the project's stated bf16
+ * tolerance on logits (test_stories_gpu's LOGIT_ATOL: bf16 activations
+ * round differently in the sliced products). */
 static double tp_tol(void)
 {
-    return test_use_cuda() ? 0.15 : 2e-4;
+    return test_use_cuda() ? 0.25 : 2e-4;
 }
 
 static int n_devices(void)

@@ -664,6 +664,64 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* kern_f32_to_act: random fp32 values (every fifth exactly halfway between
+ * two bf16 values: round to even), the CPU twin's copy rounded by
+ * common/half.h on the host is the reference, bitwise. Both CUDA paths: 8
+ * values a thread (count % 8 == 0, 16-byte aligned) and one a thread (odd
+ * counts, or in / out off 16-byte alignment by 4 / 2 bytes). */
+static int f32_to_act_case(size_t count, size_t in_off, size_t out_off, uint64_t seed)
+{
+    float *x = inferd_malloc((count ? count : 1) * sizeof(float));
+    for (size_t i = 0; i < count; i++) {
+        const float v = (float)((rng_uniform(seed, i) - 0.5) * 200.0);
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        if (i % 5 == 0)
+            b = (b & 0xFFFF0000u) | 0x8000u; /* a tie */
+        memcpy(&x[i], &b, 4);
+    }
+    float *cx = kt_cpu_f32(x, count), *ref = inferd_malloc((count ? count : 1) * sizeof(float));
+    kern_f32_to_act(kt_cpu, ref, cx, count);
+    uint16_t *want = kt_to_bf16(ref, count), *got = inferd_malloc((count ? count : 1) * 2);
+    kt_gbuf gi, go;
+    float *gin = kt_gbuf_alloc(&gi, count * sizeof(float), in_off);
+    kern_memcpy_h2d(kt_gpu, gin, x, count * sizeof(float));
+    void *out = kt_gbuf_alloc(&go, count * 2, out_off);
+    kern_f32_to_act(kt_gpu, out, gin, count);
+    kt_gbuf_read(&go, got);
+    int bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += got[i] != want[i];
+    if (bad)
+        printf("  f32_to_act count %zu in+%zu out+%zu: %d of %zu differ\n", count, in_off, out_off, bad, count);
+    kt_record("f32_to_act", bad, 0, 0);
+    bad += kt_gbuf_guards_bad(&go, "f32_to_act");
+    kt_gbuf_free(&gi);
+    kt_gbuf_free(&go);
+    kern_free(kt_cpu, cx);
+    inferd_free(x);
+    inferd_free(ref);
+    inferd_free(want);
+    inferd_free(got);
+    return bad;
+}
+
+START_TEST(test_f32_to_act)
+{
+    const uint64_t seed = kt_seed();
+    printf("f32_to_act: seed %llu\n", (unsigned long long)seed);
+    const size_t counts[] = {1, 7, 8, 1000, 4099, 65536, (size_t)3 << 20};
+    int bad = 0;
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        if (kt_quick && counts[c] > 70000)
+            continue;
+        bad += f32_to_act_case(counts[c], 0, 0, seed + c);
+        bad += f32_to_act_case(counts[c], 4, 2, seed + 100 + c);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* --- QKV epilogue (Qwen2 biases, Qwen3 per-head q/k RMSNorm) fused into RoPE + KV write --- */
 
 /* One case of kern_rope_kv_write_ex: random bf16 qkv rows, biases in
@@ -833,6 +891,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_f32_to_act);
     tcase_add_test(tc, test_rope_kv_write_ex);
     return tc;
 }
