@@ -515,6 +515,12 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
             fprintf(out, "warning: batch %d, input %d: the prefix cache served %lld prompt tokens; its prefill "
                          "column is short by that work\n",
                     rows[i].batch, rows[i].input, (long long)rows[i].cached_tokens);
+    for (int i = 0; i < n_rows; i++)
+        if (!rows[i].error[0] && rows[i].output > 1 && rows[i].n_steps == 0)
+            fprintf(out, "warning: batch %d, input %d: no step decoded the whole batch at once (it ran in parts, "
+                         "most likely because %d KV blocks of %d tokens do not hold it together), so its decode "
+                         "columns are empty\n",
+                    rows[i].batch, rows[i].input, model_num_kv_blocks(m), model_block_size(m));
     print_gpu_side(out, rows, n_rows);
     for (int i = 0; i < n_rows && o->profile_ops; i++)
         print_ops(out, &rows[i], ceil);

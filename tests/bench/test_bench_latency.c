@@ -169,6 +169,27 @@ START_TEST(test_cpu_profile_ops)
 }
 END_TEST
 
+/* A batch the KV cache cannot hold at once (8 prompts of 200 tokens in 28
+ * blocks of 16) runs in parts: its row has no decode steps, and a warning
+ * names it, with the pool's size, instead of leaving bare zeros. */
+START_TEST(test_cpu_batch_in_parts)
+{
+    static const char *const flags[] = {"--batch-size", "1,8", "--input-len", "200", "--output-len", "8",
+                                        "--num-iters-warmup", "0", "--num-iters", "1", "--kv-cache-bytes",
+                                        "573440", NULL}; /* 28 blocks: 5 layers x K, V x 16 tokens x 4 x 8 fp32 */
+    bl_run run;
+    bl_start(&run, flags);
+    const cJSON *rows = cJSON_GetObjectItem(run.root, "rows");
+    ck_assert_int_gt(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "decode_steps")->valueint, 0);
+    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "decode_steps")->valueint, 0);
+    ck_assert_msg(strstr(run.out, "warning: batch 8, input 200: no step decoded the whole batch at once"), "%s",
+                  run.out);
+    ck_assert_msg(strstr(run.out, "28 KV blocks of 16 tokens"), "%s", run.out);
+    ck_assert_msg(!strstr(run.out, "warning: batch 1,"), "%s", run.out);
+    bl_done(&run);
+}
+END_TEST
+
 START_TEST(test_bad_flags)
 {
     static const char *k_bad[][2] = {
@@ -205,6 +226,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_cpu_table_and_json);
     tcase_add_test(tc, test_cpu_profile_ops);
+    tcase_add_test(tc, test_cpu_batch_in_parts);
     tcase_add_test(tc, test_bad_flags);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
