@@ -83,6 +83,12 @@ int test_tp_size(void)
     return n > 0 ? n : 1;
 }
 
+bool test_enforce_eager(void)
+{
+    const char *e = getenv("INFERD_TEST_EAGER");
+    return e && strcmp(e, "1") == 0;
+}
+
 void test_skip(const char *why)
 {
     printf("SKIP: %s\n", why);

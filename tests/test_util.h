@@ -20,6 +20,9 @@ bool test_use_cuda(void);
 /* INFERD_TEST_TP=N: tests that load a model through their shared helper
  * split it over N tensor-parallel ranks (default 1). */
 int test_tp_size(void);
+/* INFERD_TEST_EAGER=1: the engine suites load with enforce_eager (no CUDA
+ * graphs), to tell a graph-only failure from one of the ops. */
+bool test_enforce_eager(void);
 /* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
 void test_skip(const char *why) __attribute__((noreturn));
 /* The parsed golden/stories260K.json (llama2.c greedy cases; caller frees

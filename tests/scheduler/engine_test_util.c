@@ -20,6 +20,7 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     o.backend = test_use_cuda() ? KERN_BACKEND_CUDA : KERN_BACKEND_CPU;
     o.n_threads = 1;
     o.tensor_parallel_size = test_tp_size();
+    o.enforce_eager = test_enforce_eager();
     o.max_num_seqs = max_seqs;
     o.max_num_batched_tokens = max_tokens;
     o.kv_cache_bytes = 0;
