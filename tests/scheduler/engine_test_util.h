@@ -14,8 +14,10 @@
  * probe load), else the backend's default sizing. Skips the test when the
  * fixture is absent; fails it when loading fails. */
 model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks);
-/* Exit 77 (skip) when INFERD_TEST_DEVICE=cuda asks for more tensor-parallel
- * ranks (INFERD_TEST_TP) than this machine has GPUs; call from main. */
+/* Exit 77 (skip) when INFERD_TEST_DEVICE=cuda finds no GPU, or asks for
+ * more tensor-parallel ranks (INFERD_TEST_TP) than this machine has GPUs;
+ * call from main. A child process counts the GPUs, so the parent never
+ * initializes CUDA and Check's forked tests can use it. */
 void etu_require_tp_devices(void);
 
 /* An engine over m (tok may be NULL) with these step limits, started. */
