@@ -540,8 +540,10 @@ template <int GMAX> static void dec_carveout_g(void)
     for (int i = 0; i < 4; i++) {
         CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                         (int)cudaSharedmemCarveoutMaxShared));
-        if (DEC_RING_BYTES > 48 * 1024) /* A/B builds with more stages */
-            CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_RING_BYTES));
+        /* the opt-in always: static shared memory beside a 48 KiB ring (or a
+         * larger ring of an A/B build) needs it, and the emulator cannot
+         * see a launch refused for want of it */
+        CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_RING_BYTES));
     }
 }
 
