@@ -372,9 +372,9 @@ static void all_reduce(model *m, void *buf, int n)
  * --tp-reduce-dtype bfloat16. Each rank's partial
  * is then rounded once, after the sum, as one rank's whole product is, so
  * tp 2 differs from tp 1 only in the fp32 summation order -- not by a bf16
- * rounding of every partial (which doubled the rounding noise and let
- * greedy tokens flip with the batch size on two H100s). The all-reduce
- * moves twice the bytes. tp 1 with a communicator keeps the act dtype (the
+ * rounding of every partial (stories260K's tp 2 logits were 0.33 from tp
+ * 1's that way on two H100s, and bitwise equal this way). The all-reduce
+ * moves twice the bytes (f32_to_act counts as part of it in a profile). tp 1 with a communicator keeps the act dtype (the
  * bits of tp 1 without). */
 static bool partials_f32(const model *m)
 {
