@@ -256,8 +256,40 @@ static inferd_status agree_kv(model_tp *g)
     return st;
 }
 
+/* The options every node must be given alike: they fix each step's shapes,
+ * the decode-graph ladder and the collectives' dtypes, so nodes that
+ * differ would meet in collectives of other sizes (a hang, or wrong sums).
+ * Node 0 sends its values with the communicator id; a follower with other
+ * values refuses to load, naming the option. */
+#define TP_NODE_OPTS 9
+static const char *const k_node_opt_flags[TP_NODE_OPTS] = {
+    "--tensor-parallel-size", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--block-size",
+    "--enforce-eager",        "--tp-reduce-dtype", "--load-format",         "--dummy-seed"};
+
+static void node_opts_of(const model_opts *o, int64_t v[TP_NODE_OPTS])
+{
+    const int64_t w[TP_NODE_OPTS] = {o->tensor_parallel_size, o->max_num_seqs,  o->max_num_batched_tokens,
+                                     o->max_model_len,        o->block_size,    o->enforce_eager,
+                                     o->tp_reduce_dtype,      o->load_format,   (int64_t)o->dummy_seed};
+    memcpy(v, w, sizeof w);
+}
+
+/* Follower: its options against node 0's (v0). */
+static inferd_status node_opts_check(const model_opts *o, const int64_t v0[TP_NODE_OPTS])
+{
+    int64_t v[TP_NODE_OPTS];
+    node_opts_of(o, v);
+    for (int i = 0; i < TP_NODE_OPTS; i++)
+        if (v[i] != v0[i])
+            return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                    "%s is %lld on node %d and %lld on node 0: give every node the same", 
+                                    k_node_opt_flags[i], (long long)v[i], o->dist.node_rank, (long long)v0[i]);
+    return INFERD_OK;
+}
+
 /* Several nodes: the rendezvous (node 0 makes the communicator id and
- * hands it out), keeping its connections as the control channel. */
+ * hands it out with its node options, which each follower checks),
+ * keeping its connections as the control channel. */
 static inferd_status join_nodes(model_tp *g, const model_opts *o)
 {
     if (o->dist.nnodes <= 1)
@@ -267,21 +299,32 @@ static inferd_status join_nodes(model_tp *g, const model_opts *o)
         return inferd_set_error(INFERD_ERR_INVALID_ARG,
                                 "--nnodes %d on the cpu backend: one rank a node (--tensor-parallel-size %d)",
                                 o->dist.nnodes, o->dist.nnodes);
+    /* the blob: the communicator id, then node 0's node options */
+    unsigned char blob[KERN_COMM_ID_BYTES + TP_NODE_OPTS * sizeof(int64_t)];
+    int64_t v0[TP_NODE_OPTS];
     inferd_status st;
     if (o->dist.node_rank == 0) {
         dist_rdzv_listener *l = NULL;
         st = dist_rdzv_listen(&o->dist, &l);
         if (st == INFERD_OK && cuda)
             st = kern_comm_make_id(KERN_BACKEND_CUDA, g->id);
+        node_opts_of(o, v0);
+        memcpy(blob, g->id, sizeof g->id);
+        memcpy(blob + sizeof g->id, v0, sizeof v0);
         if (st == INFERD_OK)
-            st = dist_chan_serve(l, g->id, sizeof g->id, &g->chan);
+            st = dist_chan_serve(l, blob, sizeof blob, &g->chan);
         else
             dist_rdzv_close(l);
     } else {
         size_t len = 0;
-        st = dist_chan_join(&o->dist, g->id, sizeof g->id, &len, &g->chan);
-        if (st == INFERD_OK && len != sizeof g->id)
-            st = inferd_set_error(INFERD_ERR_FORMAT, "the rendezvous blob is %zu bytes, not %zu", len, sizeof g->id);
+        st = dist_chan_join(&o->dist, blob, sizeof blob, &len, &g->chan);
+        if (st == INFERD_OK && len != sizeof blob)
+            st = inferd_set_error(INFERD_ERR_FORMAT, "the rendezvous blob is %zu bytes, not %zu", len, sizeof blob);
+        if (st == INFERD_OK) {
+            memcpy(g->id, blob, sizeof g->id);
+            memcpy(v0, blob + sizeof g->id, sizeof v0);
+            st = node_opts_check(o, v0);
+        }
     }
     return st;
 }

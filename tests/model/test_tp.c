@@ -349,6 +349,54 @@ START_TEST(test_tp_two_processes)
 }
 END_TEST
 
+/* Nodes given different step shapes would meet in collectives of other
+ * sizes: node 1 with another --max-num-seqs refuses to load, naming the
+ * option and both values, and node 0 then fails instead of waiting on it. */
+START_TEST(test_tp_two_processes_disagree)
+{
+    if (test_use_cuda()) {
+        printf("two processes: on the GPU in scripts/device-tp.sh (CUDA cannot be forked here)\n");
+        return;
+    }
+    char *dir = stories_dir();
+    model_opts o;
+    const int port = test_free_port();
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t child = fork();
+    ck_assert(child >= 0);
+    if (child == 0) {
+        close(fds[0]);
+        opts_for(&o, dir, false, 2, false);
+        dist_opts(&o, 1, port);
+        o.max_num_seqs = 3;
+        model *m = NULL;
+        inferd_status st = model_load(&o, &m);
+        const char *e = st == INFERD_OK ? "loaded" : inferd_last_error();
+        ssize_t w = write(fds[1], e, strlen(e));
+        (void)w;
+        model_free(m);
+        _exit(st == INFERD_ERR_INVALID_ARG ? 0 : 1);
+    }
+    close(fds[1]);
+    opts_for(&o, dir, false, 2, false);
+    dist_opts(&o, 0, port);
+    o.dist.timeout_s = 20;
+    model *m = NULL;
+    inferd_status st = model_load(&o, &m);
+    char err[512] = {0};
+    ssize_t r = read(fds[0], err, sizeof err - 1);
+    close(fds[0]);
+    int status = 0;
+    ck_assert(waitpid(child, &status, 0) == child);
+    ck_assert_msg(r > 0 && strstr(err, "--max-num-seqs is 3 on node 1 and 4 on node 0"), "node 1 said: %s", err);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "node 1 exited with status %d", status);
+    ck_assert_msg(st != INFERD_OK && m == NULL, "node 0 loaded without node 1");
+    model_free(m);
+    inferd_free(dir);
+}
+END_TEST
+
 /* Option and split refusals of the multi-node path, before any network. */
 START_TEST(test_tp_dist_refusals)
 {
@@ -413,6 +461,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_tp_dummy_presets);
     tcase_add_test(tc, test_tp_refusals);
     tcase_add_test(tc, test_tp_two_processes);
+    tcase_add_test(tc, test_tp_two_processes_disagree);
     tcase_add_test(tc, test_tp_dist_refusals);
     suite_add_tcase(s, tc);
     return s;
