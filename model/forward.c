@@ -356,15 +356,16 @@ static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
     kern_attention(m->kc, &ap);
 }
 
-/* With a communicator: buf[n, d] (a row-parallel product's partial sum,
- * or the embedding's rows of this rank's vocabulary) = the sum over ranks. */
-static void all_reduce(model *m, void *buf, int n)
+/* With a communicator: buf[n, d] of dtype dt (a row-parallel product's
+ * partial sum, or the embedding's rows of this rank's vocabulary) = the sum
+ * over ranks. */
+static void all_reduce(model *m, void *buf, int n, kern_dtype dt)
 {
     if (!m->comm)
         return;
     const size_t count = (size_t)n * (size_t)m->cfg.hidden_size;
-    PROF_MARK(m, MODEL_OP_ALL_REDUCE, act_bytes(m, 2.0 * (double)count), 0);
-    kern_all_reduce_sum(m->kc, m->comm, buf, count, m->act_dtype);
+    PROF_MARK(m, MODEL_OP_ALL_REDUCE, 2.0 * (double)count * (double)kern_dtype_size(dt), 0);
+    kern_all_reduce_sum(m->kc, m->comm, buf, count, dt);
 }
 
 /* Whether the row-parallel products keep their partial sums in fp32
@@ -388,14 +389,12 @@ static void row_parallel(model *m, const void *in, const kern_weight *w, int n)
     model_acts *a = &m->a;
     if (!partials_f32(m)) {
         kern_matmul(m->kc, a->proj, in, w, n);
-        all_reduce(m, a->proj, n);
+        all_reduce(m, a->proj, n, m->act_dtype);
         return;
     }
-    const size_t count = (size_t)n * (size_t)m->cfg.hidden_size;
-    kern_logits(m->kc, a->proj_f32, in, w, n);
-    PROF_MARK(m, MODEL_OP_ALL_REDUCE, 8.0 * (double)count, 0);
-    kern_all_reduce_sum(m->kc, m->comm, a->proj_f32, count, KERN_DTYPE_F32);
-    kern_f32_to_act(m->kc, a->proj, a->proj_f32, count);
+    kern_logits(m->kc, a->proj_f32, in, w, n); /* the fp32-output product */
+    all_reduce(m, a->proj_f32, n, KERN_DTYPE_F32);
+    kern_f32_to_act(m->kc, a->proj, a->proj_f32, (size_t)n * (size_t)m->cfg.hidden_size);
 }
 
 static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
@@ -467,7 +466,7 @@ static void fused_resid(model *m, const void *in, const kern_weight *w, int n, c
     } else {
         const kern_fuse f = {.epi = KERN_EPI_STORE};
         kern_matmul_fused(m->kc, a->proj, in, w, n, &f);
-        all_reduce(m, a->proj, n);
+        all_reduce(m, a->proj, n, m->act_dtype);
     }
     kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, norm, n, m->cfg.rms_norm_eps);
 }
@@ -553,7 +552,7 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd), 0);
     if (m->comm) {
         kern_embed_shard(m->kc, a->x, in->tokens, n, &m->embed, m->sh.vocab.begin);
-        all_reduce(m, a->x, n);
+        all_reduce(m, a->x, n, m->act_dtype);
     } else {
         kern_embed(m->kc, a->x, in->tokens, n, &m->embed);
     }
