@@ -305,16 +305,49 @@ static void dist_opts(model_opts *o, int node_rank, int port)
     o->dist.timeout_s = 60;
 }
 
+/* The two-process cases fork node 1: the CPU backend only (a forked child
+ * cannot use CUDA initialized in its parent); on GPUs device-tp.sh runs
+ * two `inferd generate` processes instead. */
+static bool two_processes_here(void)
+{
+    if (test_use_cuda())
+        printf("two processes: on the GPU in scripts/device-tp.sh (CUDA cannot be forked here)\n");
+    return !test_use_cuda();
+}
+
+/* Node 1 of a two-process group at tp 2 (CPU) in a forked child; never
+ * returns. max_seqs > 0 overrides opts_for's --max-num-seqs. It loads,
+ * follows node 0 until node 0 closes the group, writes its error (if
+ * any) to err_fd, and exits 0 when loaded and followed, 2 when the load
+ * was refused as an invalid argument, else 1. */
+static void node1_child(const char *dir, int port, int max_seqs, int err_fd)
+{
+    model_opts o;
+    opts_for(&o, dir, false, 2, false);
+    dist_opts(&o, 1, port);
+    if (max_seqs > 0)
+        o.max_num_seqs = max_seqs;
+    model *m = NULL;
+    inferd_status st = model_load(&o, &m);
+    if (st == INFERD_OK)
+        st = model_tp_follow(m);
+    if (st != INFERD_OK) {
+        const char *e = inferd_last_error();
+        ssize_t w = write(err_fd, e, strlen(e));
+        (void)w;
+    }
+    model_free(m);
+    _exit(st == INFERD_OK ? 0 : st == INFERD_ERR_INVALID_ARG ? 2 : 1);
+}
+
 /* The multi-host code path on one machine (CPU backend: one rank a
  * process, collectives through the control channel): node 1 is a child
  * process following node 0's steps; node 0's logits and tokens equal the
  * one-process tp 2 run's bitwise (the same rank-ordered fp32 sums). */
 START_TEST(test_tp_two_processes)
 {
-    if (test_use_cuda()) {
-        printf("two processes: on the GPU in scripts/device-tp.sh (CUDA cannot be forked here)\n");
+    if (!two_processes_here())
         return;
-    }
     char *dir = stories_dir();
     model_opts o;
     run_out one = {0}, two = {0};
@@ -323,18 +356,8 @@ START_TEST(test_tp_two_processes)
     const int port = test_free_port();
     pid_t child = fork();
     ck_assert(child >= 0);
-    if (child == 0) {
-        opts_for(&o, dir, false, 2, false);
-        dist_opts(&o, 1, port);
-        model *m = NULL;
-        inferd_status st = model_load(&o, &m);
-        if (st == INFERD_OK)
-            st = model_tp_follow(m);
-        if (st != INFERD_OK)
-            fprintf(stderr, "node 1: %s\n", inferd_last_error());
-        model_free(m);
-        _exit(st == INFERD_OK ? 0 : 1);
-    }
+    if (child == 0)
+        node1_child(dir, port, 0, STDERR_FILENO);
     opts_for(&o, dir, false, 2, false);
     dist_opts(&o, 0, port);
     bool ok = run(&o, MAX_STEPS, &two); /* model_free closes the group: the child returns */
@@ -354,10 +377,8 @@ END_TEST
  * option and both values, and node 0 then fails instead of waiting on it. */
 START_TEST(test_tp_two_processes_disagree)
 {
-    if (test_use_cuda()) {
-        printf("two processes: on the GPU in scripts/device-tp.sh (CUDA cannot be forked here)\n");
+    if (!two_processes_here())
         return;
-    }
     char *dir = stories_dir();
     model_opts o;
     const int port = test_free_port();
@@ -367,16 +388,7 @@ START_TEST(test_tp_two_processes_disagree)
     ck_assert(child >= 0);
     if (child == 0) {
         close(fds[0]);
-        opts_for(&o, dir, false, 2, false);
-        dist_opts(&o, 1, port);
-        o.max_num_seqs = 3;
-        model *m = NULL;
-        inferd_status st = model_load(&o, &m);
-        const char *e = st == INFERD_OK ? "loaded" : inferd_last_error();
-        ssize_t w = write(fds[1], e, strlen(e));
-        (void)w;
-        model_free(m);
-        _exit(st == INFERD_ERR_INVALID_ARG ? 0 : 1);
+        node1_child(dir, port, 3, fds[1]);
     }
     close(fds[1]);
     opts_for(&o, dir, false, 2, false);
@@ -390,7 +402,7 @@ START_TEST(test_tp_two_processes_disagree)
     int status = 0;
     ck_assert(waitpid(child, &status, 0) == child);
     ck_assert_msg(r > 0 && strstr(err, "--max-num-seqs is 3 on node 1 and 4 on node 0"), "node 1 said: %s", err);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "node 1 exited with status %d", status);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 2, "node 1 exited with status %d", status);
     ck_assert_msg(st != INFERD_OK && m == NULL, "node 0 loaded without node 1");
     model_free(m);
     inferd_free(dir);
