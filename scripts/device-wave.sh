@@ -10,6 +10,9 @@ mkdir -p "$W"
 # (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
+# WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
+# kernel cases and sanitizers (run by an earlier call) and only time
+checks() { [[ -z ${WAVE_TIMING_ONLY:-} ]]; }
 L8=configs/models/llama3-8b
 L31=configs/models/llama3.1-8b
 
@@ -338,11 +341,13 @@ fi
 #       invariance with the fused form, then bench latency rows with graphs,
 #       processes alternating (the batch-1 rows split; batch >= 64 does not)
 if part merge; then
+if checks; then
 kcase merge 0 attention
 kcase merge-memcheck 1 attention memcheck
 kcase merge-racecheck 1 attention racecheck
 kcase merge-synccheck 1 attention synccheck
-for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+fi
+checks && for t in model/test_graphs_gpu scheduler/test_engine_stories; do
     if (cd "$BUILD" && INFERD_ATTN_MERGE=fused INFERD_ATTN_PDL=1 INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 \
           "$BUILD/tests/$t") >"$W/merge-$(basename $t).log" 2>&1
     then row "$(basename $t) (cuda, fused merge, pdl) $(el)" PASS
@@ -373,8 +378,11 @@ fi
 #       graphs: the default against GEMV to 16 tokens with the tensor-core form
 #       from n = 3, 5 or 9 (n - 1 on the graph ladder), processes alternating
 if part gemvtc; then
+if checks; then
 kcase gemvtc 0 dense
 kcase gemvtc-memcheck 1 dense memcheck
+fi
+if checks; then
 if INFERD_TEST_GEMM_BENCH=1 CK_RUN_CASE=dense timeout 400 "$BUILD/tests/kernels/cuda/test_cuda_kernels" \
       >"$W/gemvtc-bench.log" 2>&1
 then row "GEMM_BENCH (cuBLASLt / GEMV / v1 / tensor cores) $(el)" ok
@@ -384,6 +392,7 @@ if (cd "$BUILD" && INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 INFERD_GEMV_MIN_B
       INFERD_BIN=$BIN timeout 300 "$BUILD/tests/model/test_graphs_gpu") >"$W/gemvtc-graphs.log" 2>&1
 then row "test_graphs_gpu (tensor-core GEMV from n = 3, forced on stories260K) $(el)" PASS
 else row "test_graphs_gpu tensor-core GEMV (exit $?)" "FAIL (wave/gemvtc-graphs.log)"; fi
+fi
 for rep in $(seq 1 "${WAVE_REPS:-1}"); do
     for v in "4 0" "16 3" "16 5" "16 9"; do # INFERD_GEMV_MAX_N, INFERD_GEMV_TC_MIN_N
         read -r mx tn <<<"$v"
@@ -428,9 +437,10 @@ fi
 #       builds, processes alternating
 if part tcbk; then
 VB=$ROOT/build-tcbk32
-if DEVICE_CUDA_FLAGS="-DKC_TC_BK=32" device_build "$VB" inferd test_cuda_kernels >"$W/tcbk-build.log" 2>&1
+if DEVICE_CUDA_FLAGS="-DKC_TC_BK=32" device_build "$VB" inferd $(checks && echo test_cuda_kernels) >"$W/tcbk-build.log" 2>&1
 then row "tcbk build BK=32 $(el)" ok
-    if CK_RUN_CASE=attention timeout 300 "$VB/tests/kernels/cuda/test_cuda_kernels" >"$W/tcbk-kernels.log" 2>&1
+    if ! checks; then :
+    elif CK_RUN_CASE=attention timeout 300 "$VB/tests/kernels/cuda/test_cuda_kernels" >"$W/tcbk-kernels.log" 2>&1
     then row "test_cuda_kernels attention (BK=32) $(el)" PASS
     else row "test_cuda_kernels attention BK=32 (exit $?)" "FAIL (wave/tcbk-kernels.log)"; fi
     for b in "$VB/cli/inferd 32" "$BIN 64"; do
