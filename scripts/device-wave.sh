@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -448,6 +448,33 @@ then row "tcbk build BK=32 $(el)" ok
         BIN=$bin prefill_rows "tcbk$bk" "tc BK=$bk"
     done
 else row "tcbk build BK=32" FAILED; fi
+fi
+# i4c3. small-batch products: the per-shape GEMM_BENCH table (cuBLASLt /
+#       GEMV / v1 / tensor-core GEMV at n = 1..16), the per-op decode
+#       profile at batch 1 / 4 / 16 x 1k, and ncu of the tensor-core GEMV's
+#       first five launches at batch 16 (eager)
+if part gemvprof; then
+if INFERD_TEST_GEMM_BENCH=1 CK_RUN_CASE=dense timeout 300 "$BUILD/tests/kernels/cuda/test_cuda_kernels" \
+      >"$W/gemvprof-bench.log" 2>&1
+then row "GEMM_BENCH $(el)" ok
+else row "GEMM_BENCH (exit $?)" "FAIL (wave/gemvprof-bench.log)"; fi
+grep -E "^GEMM_BENCH" "$W/gemvprof-bench.log" | head -48
+lat gemvprof-ops 150 "--profile-ops b1/4/16 x 1k" --model $L8 --batch-size 1,4,16 --input-len 1024 --output-len 16 \
+    --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 --max-num-batched-tokens 8192 --max-model-len 2048 --profile-ops
+grep -vE "^\[|^$|INFO" "$W/gemvprof-ops.txt" | grep -E "^\||ops of" | head -90
+INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 lat gemvprof-ops-tc 150 "--profile-ops b16 x 1k, tensor-core GEMV" \
+    --model $L8 --batch-size 16 --input-len 1024 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 \
+    --max-num-batched-tokens 8192 --max-model-len 2048 --profile-ops
+grep -E "GEMM|all ops" "$W/gemvprof-ops-tc.txt" | head -12
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 timeout 200 "$NCU" --clock-control none --kernel-name regex:gemv_tc \
+      --launch-skip 0 --launch-count 5 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy --section LaunchStats "$BIN" bench latency --model $L8 --load-format dummy --device cuda \
+      --batch-size 16 --input-len 128 --output-len 4 --num-iters-warmup 0 --num-iters 1 --enforce-eager \
+      --max-num-seqs 16 --max-model-len 1024 >"$W/gemvprof-ncu.txt" 2>&1
+then row "ncu gemv_tc b16 $(el)" ok
+else row "ncu gemv_tc b16 (exit $?)" FAILED; fi
+grep -vE "^\[|^ +-+|^$|^==PROF==|INFO|^\|" "$W/gemvprof-ncu.txt" | grep -E "[0-9]|gemv" | head -150
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy
