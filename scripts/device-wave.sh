@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -475,6 +475,34 @@ if INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 timeout 200 "$NCU" --clock-contro
 then row "ncu gemv_tc b16 $(el)" ok
 else row "ncu gemv_tc b16 (exit $?)" FAILED; fi
 grep -vE "^\[|^ +-+|^$|^==PROF==|INFO|^\|" "$W/gemvprof-ncu.txt" | grep -E "[0-9]|gemv" | head -150
+fi
+# i4c4. ncu of decode kernels (eager, --gpu-memory-utilization 0.3 so the
+#       replays save little memory): the decode attention and merge kernels
+#       at batch 16 and 1 x 1k, and the tensor-core GEMV's four products at
+#       batch 16 (WAVE_NCU_SPEC: "NAME BATCH REGEX SKIP COUNT [ENV...]" lines)
+ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
+    local name=$1 b=$2 rx=$3 skip=$4 cnt=$5
+    shift 5
+    local NCU
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    if env "$@" timeout 240 "$NCU" --clock-control none --kernel-name "regex:$rx" --launch-skip "$skip" \
+          --launch-count "$cnt" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section Occupancy --section LaunchStats --section SchedulerStats "$BIN" bench latency --model $L8 \
+          --load-format dummy --device cuda --batch-size "$b" --input-len 1024 --output-len 4 --num-iters-warmup 0 \
+          --num-iters 1 --enforce-eager --max-num-seqs 16 --max-model-len 2048 --gpu-memory-utilization 0.3 \
+          >"$W/ncu-$name.txt" 2>&1
+    then row "ncu $name $(el)" ok
+    else row "ncu $name (exit $?)" FAILED; fi
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Eligible Warps|No Eligible|Block Limit|Dynamic Shared" "$W/ncu-$name.txt" | head -60
+}
+if part ncudec; then
+while read -r spec; do
+    [[ -z $spec ]] && continue
+    # shellcheck disable=SC2086
+    ncu_one $spec
+done <<<"${WAVE_NCU_SPEC:-dec16 16 attn_decode_kernel|attn_merge_kernel 64 2
+dec1 1 attn_decode_kernel|attn_merge_kernel 64 2
+tc16 16 gemv_tc 0 4 INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3}"
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy
