@@ -29,7 +29,9 @@
  * dec_chunk(L), computed here from the sequence's own length; its normalized
  * partial output and log-sum-exp go to the workspace, and the merge kernel
  * (one CTA per (sequence, head), the splits' weights computed once in shared
- * memory, 16-byte reads of the partials) combines the splits in split order:
+ * memory, 16-byte reads of the partials, all of a thread's in flight at
+ * once) combines the splits in an order fixed by the split count and
+ * head_dim (dec_merge_out):
  * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
@@ -319,31 +321,70 @@ __device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t
 }
 
 /* The bf16 output of head h of the decode token at row q0 from its ns
- * partials (at pb) and weights sm_w, in split order; each thread owns 4
- * dims (16-byte reads of the partials). */
+ * partials (at pb) and weights sm_w. Every thread of a CTA of
+ * MERGE_THREADS calls it (one barrier). The CTA's threads form G =
+ * MERGE_THREADS / (hd / 4) groups of hd / 4 (G >= 2: hd <= 256); thread
+ * (grp, d4) owns 4 dims and the splits grp, grp + G, ..., issuing NL
+ * 16-byte reads of the partials before it adds any (a serial chain of one
+ * round trip per split ran 7-12 us at batch 1 on an H100) and adding them
+ * in split order; the G sums meet in sm_acc and are added in group order.
+ * The order is a function of ns and hd alone (not of NL: the merge kernel
+ * uses 16, the fused merge 8, which spares the decode kernel's registers),
+ * so both merge forms stay bitwise alike. */
+template <int NL>
 __device__ __forceinline__ void dec_merge_out(const kc_attn_args &a, int q0, int h, int64_t pb, int ns,
-                                              const float *sm_w)
+                                              const float *sm_w, float4 *sm_acc)
 {
     const int hd4 = a.hd >> 2; /* hd % 8 == 0 */
-    for (int d4 = threadIdx.x; d4 < hd4; d4 += MERGE_THREADS) {
-        float wsum = 0.0f, o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
-        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4;
-#pragma unroll 4
-        for (int s = 0; s < ns; s++) {
-            const float w = sm_w[s];
-            const float4 v = __ldcg(po + (int64_t)s * hd4);
-            wsum += w;
-            o0 += w * v.x;
-            o1 += w * v.y;
-            o2 += w * v.z;
-            o3 += w * v.w;
+    const int G = MERGE_THREADS / hd4, tid = threadIdx.x, grp = tid / hd4, d4 = tid - grp * hd4;
+    if (grp < G) {
+        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4; /* [ns][hd4] */
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s0 = grp; s0 < ns; s0 += G * NL) {
+            float4 v[NL];
+#pragma unroll
+            for (int i = 0; i < NL; i++) {
+                const int s = s0 + i * G;
+                v[i] = s < ns ? __ldcg(po + (int64_t)s * hd4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int i = 0; i < NL; i++) {
+                const int s = s0 + i * G;
+                if (s < ns) {
+                    const float w = sm_w[s];
+                    o.x = fmaf(w, v[i].x, o.x);
+                    o.y = fmaf(w, v[i].y, o.y);
+                    o.z = fmaf(w, v[i].z, o.z);
+                    o.w = fmaf(w, v[i].w, o.w);
+                }
+            }
+        }
+        sm_acc[tid] = o;
+    }
+    __syncthreads();
+    if (tid < hd4) {
+        float wsum = 0.0f;
+        for (int s = 0; s < ns; s++)
+            wsum += sm_w[s];
+        float4 o = sm_acc[tid];
+        for (int g = 1; g < G; g++) {
+            const float4 v = sm_acc[g * hd4 + tid];
+            o.x += v.x;
+            o.y += v.y;
+            o.z += v.z;
+            o.w += v.w;
         }
         const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * d4);
-        dst[0] = (uint32_t)kc_f2bf(o0 * r) | ((uint32_t)kc_f2bf(o1 * r) << 16);
-        dst[1] = (uint32_t)kc_f2bf(o2 * r) | ((uint32_t)kc_f2bf(o3 * r) << 16);
+        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * tid);
+        dst[0] = (uint32_t)kc_f2bf(o.x * r) | ((uint32_t)kc_f2bf(o.y * r) << 16);
+        dst[1] = (uint32_t)kc_f2bf(o.z * r) | ((uint32_t)kc_f2bf(o.w * r) << 16);
     }
 }
+
+/* The fused merge's scratch inside a decode CTA's merge area: weights,
+ * warp maxima, the last-arrival flag, then dec_merge_out's group sums
+ * (16-byte aligned). */
+#define MERGE_SCRATCH_ACC_FLOATS ((KC_ATTN_MAX_SPLITS + MERGE_THREADS / 32 + 1 + 3) / 4 * 4)
 
 /* Fused merge, after a split CTA wrote its partials: count this CTA's
  * arrival in the group's counter; the last of the sequence's ns splits to
@@ -357,6 +398,7 @@ __device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, 
 {
     float *sm_w = scratch, *sm_red = scratch + KC_ATTN_MAX_SPLITS;
     int &sm_last = *(int *)(sm_red + MERGE_THREADS / 32);
+    float4 *sm_acc = (float4 *)(scratch + MERGE_SCRATCH_ACC_FLOATS);
     __threadfence();
     __syncthreads(); /* also: every thread is done reading the merge area that scratch reuses */
     if (threadIdx.x == 0) {
@@ -373,13 +415,13 @@ __device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, 
     for (int g = 0; g < nhc; g++) {
         const int64_t pb = ((int64_t)seq * a.nh + h0 + g) * a.max_splits;
         dec_merge_weights(a, pb, ns, sm_w, sm_red);
-        dec_merge_out(a, q0, h0 + g, pb, ns, sm_w);
-        __syncthreads(); /* sm_w is the next head's */
+        dec_merge_out<8>(a, q0, h0 + g, pb, ns, sm_w, sm_acc);
+        __syncthreads(); /* sm_w and sm_acc are the next head's */
     }
 }
 
 /* Cross-warp merge area of a decode CTA. */
-template <int GMAX> struct dec_red {
+template <int GMAX> struct alignas(16) dec_red { /* 16: the fused merge's float4 scratch */
     float acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
     float m[DEC_WARPS][GMAX], l[DEC_WARPS][GMAX];
 };
@@ -389,7 +431,7 @@ static_assert(sizeof(dec_red<8>) <= DEC_RING_BYTES, "the merge area reuses the r
 /* The fused merge's weights, warp maxima and last-arrival flag reuse the
  * merge area too: a decode CTA's static shared memory beside the 48 KiB
  * ring would need an opt-in launch attribute (an H100 launch failed). */
-static_assert(sizeof(dec_red<1>) >= (KC_ATTN_MAX_SPLITS + MERGE_THREADS / 32 + 1) * sizeof(float),
+static_assert(sizeof(dec_red<1>) >= MERGE_SCRATCH_ACC_FLOATS * sizeof(float) + MERGE_THREADS * sizeof(float4),
               "the fused merge's scratch fits the merge area");
 
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
@@ -494,13 +536,14 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         dec_fused_merge(a, seq, q0, h0, nhc, n_splits, (float *)&red);
 }
 
-/* One CTA per (sequence, head): combine the splits' partials in split
- * order (dec_merge_weights, dec_merge_out). */
+/* One CTA per (sequence, head): combine the splits' partials
+ * (dec_merge_weights, dec_merge_out). */
 static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
     kc_pdl_trigger();
     __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
     __shared__ float sm_red[MERGE_THREADS / 32];
+    __shared__ float4 sm_acc[MERGE_THREADS];
     const int seq = blockIdx.x, h = blockIdx.y;
     const int q0 = a.qsl[seq];
     if (a.qsl[seq + 1] - q0 != 1)
@@ -509,7 +552,7 @@ static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const 
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
     kc_pdl_wait(); /* the partials are the decode kernel's output */
     dec_merge_weights(a, pb, ns, sm_w, sm_red);
-    dec_merge_out(a, q0, h, pb, ns, sm_w);
+    dec_merge_out<16>(a, q0, h, pb, ns, sm_w, sm_acc);
 }
 
 template <int GMAX, bool PIPE>
