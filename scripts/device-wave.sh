@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -479,7 +479,8 @@ fi
 # i4c4. ncu of decode kernels (eager, --gpu-memory-utilization 0.3 so the
 #       replays save little memory): the decode attention and merge kernels
 #       at batch 16 and 1 x 1k, and the tensor-core GEMV's four products at
-#       batch 16 (WAVE_NCU_SPEC: "NAME BATCH REGEX SKIP COUNT [ENV...]" lines)
+#       batch 16 (WAVE_NCU_SPEC: "NAME BATCH REGEX SKIP COUNT [ENV...]" lines;
+#       WAVE_NCU_ARGS: more ncu arguments, e.g. sections or metrics)
 ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
     local name=$1 b=$2 rx=$3 skip=$4 cnt=$5
     shift 5
@@ -487,7 +488,7 @@ ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     if env "$@" timeout 240 "$NCU" --clock-control none --kernel-name "regex:$rx" --launch-skip "$skip" \
           --launch-count "$cnt" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-          --section Occupancy --section LaunchStats --section SchedulerStats "$BIN" bench latency --model $L8 \
+          --section Occupancy --section LaunchStats --section SchedulerStats ${WAVE_NCU_ARGS:-} "$BIN" bench latency --model $L8 \
           --load-format dummy --device cuda --batch-size "$b" --input-len 1024 --output-len 4 --num-iters-warmup 0 \
           --num-iters 1 --enforce-eager --max-num-seqs 16 --max-model-len 2048 --gpu-memory-utilization 0.3 \
           >"$W/ncu-$name.txt" 2>&1
@@ -503,6 +504,45 @@ while read -r spec; do
 done <<<"${WAVE_NCU_SPEC:-dec16 16 attn_decode_kernel|attn_merge_kernel 64 2
 dec1 1 attn_decode_kernel|attn_merge_kernel 64 2
 tc16 16 gemv_tc 0 4 INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3}"
+fi
+# i4c5. A/B against a baseline build: the files under build-abbase/ (carried,
+#       laid out as in the tree: the previous version of what changed)
+#       replace theirs in a copy of the tree, built as build-abtree; then the
+#       decode kernel cases and sanitizers, graphs == eager and engine
+#       invariance on this build, and the decode rows on both builds,
+#       processes alternating (WAVE_REPS runs)
+if part abbase; then
+AB=$ROOT/build-abtree
+rm -rf "$AB" && mkdir -p "$AB"
+tar -C "$ROOT" --exclude='./build*' --exclude=./.deps -cf - . | tar -C "$AB" -xf -
+cp -r "$ROOT"/build-abbase/. "$AB"/
+if (cd "$AB" && device_build "$AB/build-gpu" inferd) >"$W/abbase-build.log" 2>&1
+then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' ' ')) $(el)" ok
+    BASE=$AB/build-gpu/cli/inferd
+    kcase ab-attn 0 attention
+    kcase ab-attn-memcheck 1 attention memcheck
+    kcase ab-attn-racecheck 1 attention racecheck
+    for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+        if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/ab-$(basename $t).log" 2>&1
+        then row "$(basename $t) (cuda, graphs) $(el)" PASS
+        else row "$(basename $t) (exit $?)" "FAIL (wave/ab-$(basename $t).log)"; fi
+    done
+    for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+        for v in base new; do
+            b=$BIN
+            [[ $v == base ]] && b=$BASE
+            BIN=$b lat "ab-$v-$rep" 150 "$v b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 \
+                --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 \
+                --max-num-batched-tokens 8192 --max-model-len 2048
+        done
+    done
+    for v in base new; do
+        b=$BIN
+        [[ $v == base ]] && b=$BASE
+        BIN=$b lat "ab-$v-32k" 120 "$v b1 x 32k" --model $L31 --batch-size 1 --input-len 32000 --output-len 64 \
+            --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000
+    done
+else row "baseline build" "FAILED (wave/abbase-build.log)"; fi
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy
