@@ -489,7 +489,7 @@ ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
     if env "$@" timeout 240 "$NCU" --clock-control none --kernel-name "regex:$rx" --launch-skip "$skip" \
           --launch-count "$cnt" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
           --section Occupancy --section LaunchStats --section SchedulerStats ${WAVE_NCU_ARGS:-} "$BIN" bench latency --model $L8 \
-          --load-format dummy --device cuda --batch-size "$b" --input-len 1024 --output-len 4 --num-iters-warmup 0 \
+          --load-format dummy --device cuda --batch-size "$b" --input-len 1024 --output-len 8 --num-iters-warmup 0 \
           --num-iters 1 --enforce-eager --max-num-seqs 16 --max-model-len 2048 --gpu-memory-utilization 0.3 \
           >"$W/ncu-$name.txt" 2>&1
     then row "ncu $name $(el)" ok
