@@ -51,6 +51,7 @@ typedef struct {
                                    * counters, 0 between launches (kcuda_state); NULL = merge kernel */
     int64_t qkv_stride, out_stride; /* elements per token row */
     int n_seqs, max_blocks, nh, nkv, hd, bs, group;
+    int bs_log;                   /* log2(bs) when bs is a power of two, else -1 */
     int split_target, max_splits; /* decode split plan: a sequence of length L gets chunks of
                                    * dec_chunk(L) keys (attention_decode.cu), at most split_target
                                    * of them; max_splits = grid z and workspace stride */

@@ -32,7 +32,7 @@
  * memory, 16-byte reads of the partials, all of a thread's in flight at
  * once) combines the splits in an order fixed by the split count and
  * head_dim (dec_merge_out):
- * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
+ * out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) (log2 domain, below). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
  *
@@ -77,6 +77,16 @@
 #error "the fused merge runs the merge code in a decode CTA"
 #endif
 
+/* The decode kernels keep scores, maxima and log-sum-exps in the log2
+ * domain (q is scaled by scale * log2(e) once), so a probability is one
+ * exp2 (MUFU.EX2) instead of expf's range reduction; the merge's weights
+ * are exp2 of log2-domain log-sum-exps. */
+#define DEC_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float dec_exp2_diff(float a, float b)
+{
+    return a == -INFINITY ? 0.0f : exp2f(a - b);
+}
+
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
  * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
  * sequence's own length and of the plan's split_target and min_chunk
@@ -112,7 +122,7 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
         const float mo = __shfl_xor_sync(0xFFFFFFFFu, m[g], o);
         const float lo = __shfl_xor_sync(0xFFFFFFFFu, l[g], o);
         const float mx = fmaxf(m[g], mo);
-        const float ca = kc_exp_diff(m[g], mx), cb = kc_exp_diff(mo, mx);
+        const float ca = dec_exp2_diff(m[g], mx), cb = dec_exp2_diff(mo, mx);
         l[g] = l[g] * ca + lo * cb;
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -123,11 +133,30 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
     }
 }
 
+/* This lane's view of a warp's keys: iteration tb covers keys tb + u * TPW
+ * + grp (u < DEC_UNROLL) of kv head kvh. */
+typedef struct {
+    const int32_t *bt;
+    const uint16_t *kbase, *vbase; /* the kv head's row, this lane's 8 dims */
+    int64_t blk_elems;
+} dec_lane;
+
+__device__ __forceinline__ dec_lane dec_lane_make(const kc_attn_args &a, int seq, int kvh, int sub)
+{
+    dec_lane d;
+    d.bt = a.block_tables + (int64_t)seq * a.max_blocks;
+    d.blk_elems = (int64_t)a.nkv * a.bs * a.hd;
+    d.kbase = a.k_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
+    d.vbase = a.v_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
+    return d;
+}
+
 /* Element offset of key t (kv head 0) in the paged cache, through the
  * block-table row bt (a few hot bytes, read through the read-only cache). */
-__device__ __forceinline__ int64_t dec_key_off(const kc_attn_args &a, const int32_t *bt, int64_t blk_elems, int t)
+__device__ __forceinline__ int64_t dec_key_off(const kc_attn_args &a, const dec_lane &ln, int t)
 {
-    return (int64_t)__ldg(bt + t / a.bs) * blk_elems + (int64_t)(t % a.bs) * a.hd;
+    const int bi = a.bs_log >= 0 ? t >> a.bs_log : t / a.bs; /* no integer division for power-of-two blocks */
+    return (int64_t)__ldg(ln.bt + bi) * ln.blk_elems + (int64_t)(t - bi * a.bs) * a.hd;
 }
 
 /* One iteration of the online softmax: this lane's DEC_UNROLL keys (K and
@@ -161,7 +190,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++)
             mx = fmaxf(mx, s[u][g]);
-        const float corr = kc_exp_diff(m[g], mx);
+        const float corr = dec_exp2_diff(m[g], mx);
         l[g] *= corr;
 #pragma unroll
         for (int e = 0; e < 8; e++)
@@ -174,31 +203,13 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
         kc_unpack8(vr[u], v);
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
-            const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
+            const float p = ok[u] ? exp2f(s[u][g] - m[g]) : 0.0f;
             l[g] += p;
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 acc[g][e] += p * v[e];
         }
     }
-}
-
-/* This lane's view of a warp's keys: iteration tb covers keys tb + u * TPW
- * + grp (u < DEC_UNROLL) of kv head kvh. */
-typedef struct {
-    const int32_t *bt;
-    const uint16_t *kbase, *vbase; /* the kv head's row, this lane's 8 dims */
-    int64_t blk_elems;
-} dec_lane;
-
-__device__ __forceinline__ dec_lane dec_lane_make(const kc_attn_args &a, int seq, int kvh, int sub)
-{
-    dec_lane d;
-    d.bt = a.block_tables + (int64_t)seq * a.max_blocks;
-    d.blk_elems = (int64_t)a.nkv * a.bs * a.hd;
-    d.kbase = a.k_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
-    d.vbase = a.v_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
-    return d;
 }
 
 /* Online softmax over keys [kv_begin, kv_end) of kv head kvh: this lane's
@@ -222,7 +233,7 @@ __device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, const dec_l
             const int t = tb + u * TPW + grp;
             ok[u] = t < kv_end;
             if (ok[u] && dim_ok) {
-                const int64_t off = dec_key_off(a, ln.bt, ln.blk_elems, t);
+                const int64_t off = dec_key_off(a, ln, t);
                 kr[u] = __ldg((const uint4 *)(ln.kbase + off));
                 vr[u] = __ldg((const uint4 *)(ln.vbase + off));
             } else {
@@ -248,7 +259,7 @@ __device__ __forceinline__ void dec_issue(const kc_attn_args &a, const dec_lane 
         for (int u = 0; u < DEC_UNROLL; u++) {
             const int t = tb + u * TPW + grp;
             const bool ok = t < kv_end && dim_ok;
-            const int64_t off = ok ? dec_key_off(a, ln.bt, ln.blk_elems, t) : 0;
+            const int64_t off = ok ? dec_key_off(a, ln, t) : 0;
             kc_cp_async16(slot + (2 * u) * DEC_THREADS, ln.kbase + off, ok);
             kc_cp_async16(slot + (2 * u + 1) * DEC_THREADS, ln.vbase + off, ok);
         }
@@ -295,7 +306,7 @@ __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const 
 }
 
 /* The merge weights of (sequence, head) at partial index pb (its split 0)
- * with ns splits: w[s] = exp(lse_s - max_s lse_s) into sm_w. Every thread of
+ * with ns splits: w[s] = 2^(lse_s - max_s lse_s) into sm_w. Every thread of
  * a CTA of MERGE_THREADS calls it (barriers); thread s < ns reads split s's
  * log-sum-exp. Partials are read through L2 (__ldcg): in the fused merge
  * other CTAs wrote them during this launch. */
@@ -316,7 +327,7 @@ __device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t
     for (int w = 1; w < MERGE_THREADS / 32; w++)
         mx = fmaxf(mx, sm_red[w]);
     if (tid < ns)
-        sm_w[tid] = kc_exp_diff(lse, mx);
+        sm_w[tid] = dec_exp2_diff(lse, mx);
     __syncthreads();
 }
 
@@ -479,7 +490,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             kc_unpack8(*(const uint4 *)(qrow + (int64_t)g * hd), q[g]);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                q[g][e] *= a.scale;
+                q[g][e] *= a.scale * DEC_LOG2E; /* scores in the log2 domain */
         }
     }
     const dec_lane ln = dec_lane_make(a, seq, kvh, sub);
@@ -517,7 +528,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         float sum = 0.0f, o = 0.0f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = kc_exp_diff(red.m[w][g], mx);
+            const float f = dec_exp2_diff(red.m[w][g], mx);
             sum += red.l[w][g] * f;
             o += red.acc[w][g][d] * f;
         }
@@ -529,7 +540,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
             a.part_o[pi * hd + d] = res;
             if (d == 0)
-                a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+                a.part_lse[pi] = sum > 0.0f ? mx + log2f(sum) : -INFINITY; /* log2 domain */
         }
     }
     if (a.part_o && a.merge_cnt)

@@ -335,11 +335,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
     t.kv_end = t.pos0 + t.nrows;
     t.h = blockIdx.y;
     t.kvh = t.h / a.group;
-    t.bs_log = 0;
-    while ((1 << t.bs_log) < a.bs)
-        t.bs_log++;
-    if ((1 << t.bs_log) != a.bs)
-        t.bs_log = -1;
+    t.bs_log = a.bs_log;
     uint16_t *sQ = (uint16_t *)tc_sm4;                                /* [BQ][LD] */
     uint16_t *sK = sQ + BQ * LD;                                      /* [2][BK][LD] */
     uint16_t *sV = sK + 2 * TC_BK * LD;                               /* [2][BK][LD] */

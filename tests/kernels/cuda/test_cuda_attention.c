@@ -378,6 +378,8 @@ START_TEST(test_attention_decode)
         {"decode gqa3 hd256", 6, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
         {"decode gqa4 hd128 pad", 32, 8, 128, 16, short3, NSEQ(short3), 3, true, false, 0, 0},
         {"decode 1 seq 4100", 32, 8, 128, 16, big, NSEQ(big), 0, true, true, 1, 0},
+        /* a block size that is not a power of two: the key offsets divide */
+        {"decode split bs12", 16, 2, 128, 12, long3, NSEQ(long3), 0, true, false, 1, 0},
     };
     int bad = 0;
     for (int i = 0; i < NSEQ(cases); i++)
