@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -543,6 +543,32 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
             --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000
     done
 else row "baseline build" "FAILED (wave/abbase-build.log)"; fi
+fi
+# i4c6. engine invariance across variant builds: each carried build-abvar-NAME/
+#       (files laid out as in the tree) replaces its files in a copy of the
+#       tree; test_engine_stories (cuda, graphs) runs WAVE_INV_RUNS times on
+#       every variant and on this build (is a failure the change's, or the
+#       test's luck?)
+if part invtest; then
+inv_runs() { # NAME TESTBIN
+    for r in $(seq 1 "${WAVE_INV_RUNS:-2}"); do
+        if (cd "$(dirname "$2")" && INFERD_TEST_DEVICE=cuda timeout 300 "$2") >"$W/inv-$1-$r.log" 2>&1
+        then row "test_engine_stories $1 (run $r) $(el)" PASS
+        else row "test_engine_stories $1 (run $r)" "FAIL $(grep -oE 'F:[^:]*:[a-z_]+:[0-9]+: [^:]*: prompt [0-9]+ token [0-9]+: [0-9]+ vs [0-9]+' "$W/inv-$1-$r.log" | sed 's/F:[^:]*://' | tr '\n' ';')"; fi
+    done
+}
+for d in "$ROOT"/build-abvar-*/; do
+    [[ -d $d ]] || continue
+    name=$(basename "$d"); name=${name#build-abvar-}
+    VT=$ROOT/build-vt-$name
+    rm -rf "$VT" && mkdir -p "$VT"
+    tar -C "$ROOT" --exclude='./build*' --exclude=./.deps -cf - . | tar -C "$VT" -xf -
+    cp -r "$d". "$VT"/
+    if (cd "$VT" && device_build "$VT/build-gpu" test_engine_stories) >"$W/inv-build-$name.log" 2>&1
+    then inv_runs "$name" "$VT/build-gpu/tests/scheduler/test_engine_stories"
+    else row "variant build $name" "FAILED (wave/inv-build-$name.log)"; fi
+done
+inv_runs this "$BUILD/tests/scheduler/test_engine_stories"
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy
