@@ -32,8 +32,7 @@
  * memory, 16-byte reads of the partials, all of a thread's in flight at
  * once) combines the splits in an order fixed by the split count and
  * head_dim (dec_merge_out):
- * out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) (scores, maxima and lse in the log2
- * domain: kc_exp2_diff, common.cuh). Without a split the
+ * out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) (log2 domain, below). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
  *
@@ -78,6 +77,16 @@
 #error "the fused merge runs the merge code in a decode CTA"
 #endif
 
+/* The decode kernels keep scores, maxima and log-sum-exps in the log2
+ * domain (q is scaled by scale * log2(e) once), so a probability is one
+ * exp2 (MUFU.EX2) instead of expf's range reduction; the merge's weights
+ * are exp2 of log2-domain log-sum-exps. */
+#define DEC_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float dec_exp2_diff(float a, float b)
+{
+    return a == -INFINITY ? 0.0f : exp2f(a - b);
+}
+
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
  * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
  * sequence's own length and of the plan's split_target and min_chunk
@@ -113,7 +122,7 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
         const float mo = __shfl_xor_sync(0xFFFFFFFFu, m[g], o);
         const float lo = __shfl_xor_sync(0xFFFFFFFFu, l[g], o);
         const float mx = fmaxf(m[g], mo);
-        const float ca = kc_exp2_diff(m[g], mx), cb = kc_exp2_diff(mo, mx);
+        const float ca = dec_exp2_diff(m[g], mx), cb = dec_exp2_diff(mo, mx);
         l[g] = l[g] * ca + lo * cb;
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -181,7 +190,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++)
             mx = fmaxf(mx, s[u][g]);
-        const float corr = kc_exp2_diff(m[g], mx);
+        const float corr = dec_exp2_diff(m[g], mx);
         l[g] *= corr;
 #pragma unroll
         for (int e = 0; e < 8; e++)
@@ -318,7 +327,7 @@ __device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t
     for (int w = 1; w < MERGE_THREADS / 32; w++)
         mx = fmaxf(mx, sm_red[w]);
     if (tid < ns)
-        sm_w[tid] = kc_exp2_diff(lse, mx);
+        sm_w[tid] = dec_exp2_diff(lse, mx);
     __syncthreads();
 }
 
@@ -481,7 +490,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             kc_unpack8(*(const uint4 *)(qrow + (int64_t)g * hd), q[g]);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                q[g][e] *= a.scale * KC_LOG2E; /* scores in the log2 domain (kc_exp2_diff) */
+                q[g][e] *= a.scale * DEC_LOG2E; /* scores in the log2 domain */
         }
     }
     const dec_lane ln = dec_lane_make(a, seq, kvh, sub);
@@ -519,7 +528,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         float sum = 0.0f, o = 0.0f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = kc_exp2_diff(red.m[w][g], mx);
+            const float f = dec_exp2_diff(red.m[w][g], mx);
             sum += red.l[w][g] * f;
             o += red.acc[w][g][d] * f;
         }

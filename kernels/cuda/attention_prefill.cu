@@ -6,8 +6,7 @@
  * version is later work): one CTA of 128 threads per (sequence, query head,
  * tile of 32 query rows). The CTA walks the keys in tiles of 32 up to the
  * last position its rows may see; each tile of K and V is gathered from the
- * paged cache into shared memory as fp32, scores S = (scale log2(e) Q) K^T
- * (the log2 domain of kc_exp2_diff, as the decode kernel) are
+ * paged cache into shared memory as fp32, scores S = (scale * Q) K^T are
  * computed by 4 threads per query row (8 keys each), the causal mask
  * (key position <= query position) applied, and the online softmax (fp32
  * running max and sum per row) rescales the output accumulator, which lives
@@ -58,7 +57,7 @@ __device__ void pf_load_q(const kc_attn_args &a, const pf_tile &t, float *Qs, fl
             kc_unpack8(*(const uint4 *)src, x);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                x[e] *= a.scale * KC_LOG2E; /* scores in the log2 domain (kc_exp2_diff) */
+                x[e] *= a.scale;
         }
         pf_store8(Qs + rr * t.ld + ch * 8, x);
         const float z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -115,11 +114,11 @@ __device__ float pf_softmax_step(const pf_tile &t, const float *Qs, const float 
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
     const float m_new = fmaxf(m, mx);
-    const float corr = kc_exp2_diff(m, m_new);
+    const float corr = kc_exp_diff(m, m_new);
     float rs = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const float p = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - m_new);
+        const float p = s[i] == -INFINITY ? 0.0f : expf(s[i] - m_new);
         Ps[r * (PF_BK + 1) + c4 + 4 * i] = p;
         rs += p;
     }

@@ -245,14 +245,10 @@ __device__ __forceinline__ float kc_block_sum(float v, float *red)
     return r;
 }
 
-/* 2^(a - b), 0 when a is -inf (an empty softmax state): the attention
- * kernels keep scores, maxima and log-sum-exps in the log2 domain (q scaled
- * by scale * log2(e) once), so a probability is one exp2 (MUFU.EX2) instead
- * of expf's range reduction. */
-#define KC_LOG2E 1.4426950408889634f
-__device__ __forceinline__ float kc_exp2_diff(float a, float b)
+/* exp that maps a -inf difference to 0 (online-softmax rescale factors). */
+__device__ __forceinline__ float kc_exp_diff(float a, float b)
 {
-    return a == -INFINITY ? 0.0f : exp2f(a - b);
+    return a == -INFINITY ? 0.0f : expf(a - b);
 }
 
 #endif
