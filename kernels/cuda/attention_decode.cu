@@ -32,7 +32,7 @@
  * memory, 16-byte reads of the partials, all of a thread's in flight at
  * once) combines the splits in an order fixed by the split count and
  * head_dim (dec_merge_out):
- * out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) (log2 domain, below). Without a split the
+ * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
  *
@@ -77,16 +77,6 @@
 #error "the fused merge runs the merge code in a decode CTA"
 #endif
 
-/* The decode kernels keep scores, maxima and log-sum-exps in the log2
- * domain (q is scaled by scale * log2(e) once), so a probability is one
- * exp2 (MUFU.EX2) instead of expf's range reduction; the merge's weights
- * are exp2 of log2-domain log-sum-exps. */
-#define DEC_LOG2E 1.4426950408889634f
-__device__ __forceinline__ float dec_exp2_diff(float a, float b)
-{
-    return a == -INFINITY ? 0.0f : exp2f(a - b);
-}
-
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
  * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
  * sequence's own length and of the plan's split_target and min_chunk
@@ -122,7 +112,7 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
         const float mo = __shfl_xor_sync(0xFFFFFFFFu, m[g], o);
         const float lo = __shfl_xor_sync(0xFFFFFFFFu, l[g], o);
         const float mx = fmaxf(m[g], mo);
-        const float ca = dec_exp2_diff(m[g], mx), cb = dec_exp2_diff(mo, mx);
+        const float ca = kc_exp_diff(m[g], mx), cb = kc_exp_diff(mo, mx);
         l[g] = l[g] * ca + lo * cb;
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -152,7 +142,7 @@ __device__ __forceinline__ dec_lane dec_lane_make(const kc_attn_args &a, int seq
 }
 
 /* Element offset of key t (kv head 0) in the paged cache, through the
- * block-table row bt (a few hot bytes, read through the read-only cache). */
+ * lane's block-table row (a few hot bytes, read through the read-only cache). */
 __device__ __forceinline__ int64_t dec_key_off(const kc_attn_args &a, const dec_lane &ln, int t)
 {
     const int bi = a.bs_log >= 0 ? t >> a.bs_log : t / a.bs; /* no integer division for power-of-two blocks */
@@ -190,7 +180,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++)
             mx = fmaxf(mx, s[u][g]);
-        const float corr = dec_exp2_diff(m[g], mx);
+        const float corr = kc_exp_diff(m[g], mx);
         l[g] *= corr;
 #pragma unroll
         for (int e = 0; e < 8; e++)
@@ -203,7 +193,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
         kc_unpack8(vr[u], v);
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
-            const float p = ok[u] ? exp2f(s[u][g] - m[g]) : 0.0f;
+            const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
             l[g] += p;
 #pragma unroll
             for (int e = 0; e < 8; e++)
@@ -306,7 +296,7 @@ __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const 
 }
 
 /* The merge weights of (sequence, head) at partial index pb (its split 0)
- * with ns splits: w[s] = 2^(lse_s - max_s lse_s) into sm_w. Every thread of
+ * with ns splits: w[s] = exp(lse_s - max_s lse_s) into sm_w. Every thread of
  * a CTA of MERGE_THREADS calls it (barriers); thread s < ns reads split s's
  * log-sum-exp. Partials are read through L2 (__ldcg): in the fused merge
  * other CTAs wrote them during this launch. */
@@ -327,7 +317,7 @@ __device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t
     for (int w = 1; w < MERGE_THREADS / 32; w++)
         mx = fmaxf(mx, sm_red[w]);
     if (tid < ns)
-        sm_w[tid] = dec_exp2_diff(lse, mx);
+        sm_w[tid] = kc_exp_diff(lse, mx);
     __syncthreads();
 }
 
@@ -490,7 +480,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             kc_unpack8(*(const uint4 *)(qrow + (int64_t)g * hd), q[g]);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                q[g][e] *= a.scale * DEC_LOG2E; /* scores in the log2 domain */
+                q[g][e] *= a.scale;
         }
     }
     const dec_lane ln = dec_lane_make(a, seq, kvh, sub);
@@ -528,7 +518,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         float sum = 0.0f, o = 0.0f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = dec_exp2_diff(red.m[w][g], mx);
+            const float f = kc_exp_diff(red.m[w][g], mx);
             sum += red.l[w][g] * f;
             o += red.acc[w][g][d] * f;
         }
@@ -540,7 +530,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
             const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
             a.part_o[pi * hd + d] = res;
             if (d == 0)
-                a.part_lse[pi] = sum > 0.0f ? mx + log2f(sum) : -INFINITY; /* log2 domain */
+                a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
         }
     }
     if (a.part_o && a.merge_cnt)
