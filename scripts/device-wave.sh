@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -312,6 +312,11 @@ kcase() {
 
 # i4a. the attention kernel cases at full sizes (128k context among them)
 part attnfull && kcase attnfull 0 attention
+# i4a2. compute-sanitizer memcheck and racecheck of the attention cases (quick sizes)
+if part attnsan; then
+kcase attnsan-memcheck 1 attention memcheck
+kcase attnsan-racecheck 1 attention racecheck
+fi
 
 # i4b. the decode kernel's cp.async ring (INFERD_ATTN_DEC_PIPE=1, default)
 #      against K/V straight to registers (=0): kernel cases (both bodies,
