@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -574,6 +574,33 @@ for d in "$ROOT"/build-abvar-*/; do
     else row "variant build $name" "FAILED (wave/inv-build-$name.log)"; fi
 done
 inv_runs this "$BUILD/tests/scheduler/test_engine_stories"
+fi
+# i4c7. the shortest decode split: INFERD_ATTN_MIN_CHUNK=32 (default) against
+#       WAVE_MC_ALT (default 64): attention kernel cases and engine
+#       invariance with the alternative, then b1/16 x 512/1k and b1 x 32k
+#       rows, processes alternating (WAVE_REPS runs)
+if part mcab; then
+ALT=${WAVE_MC_ALT:-64}
+if INFERD_ATTN_MIN_CHUNK=$ALT CK_RUN_CASE=attention timeout 300 "$BUILD/tests/kernels/cuda/test_cuda_kernels" \
+      >"$W/mcab-kernels.log" 2>&1
+then row "test_cuda_kernels attention (min chunk $ALT) $(el)" PASS
+else row "test_cuda_kernels attention min chunk $ALT (exit $?)" "FAIL (wave/mcab-kernels.log)"; fi
+if (cd "$BUILD" && INFERD_ATTN_MIN_CHUNK=$ALT INFERD_TEST_DEVICE=cuda timeout 300 "$BUILD/tests/scheduler/test_engine_stories") \
+      >"$W/mcab-engine.log" 2>&1
+then row "test_engine_stories (min chunk $ALT) $(el)" PASS
+else row "test_engine_stories min chunk $ALT (exit $?)" "FAIL (wave/mcab-engine.log)"; fi
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for mc in 32 "$ALT"; do
+        INFERD_ATTN_MIN_CHUNK=$mc lat "mcab-$mc-$rep" 150 "min chunk $mc b1/16 x 512/1k (run $rep)" --model $L8 \
+            --batch-size 1,16 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+            --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
+    done
+done
+for mc in 32 "$ALT"; do
+    INFERD_ATTN_MIN_CHUNK=$mc lat "mcab-$mc-32k" 120 "min chunk $mc b1 x 32k" --model $L31 --batch-size 1 \
+        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000
+done
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy
