@@ -53,7 +53,11 @@
  * way for A and B (its k pairs 2c, 2c + 1 and 2c + 8, 2c + 9 take elements
  * 8c + {0, 1} and 8c + {2, 3} of the chunk in the first k-block, + 4 in the
  * second), which a dot product does not see. TCG_U chunks of both rows in
- * flight per lane, loaded before the PDL wait for the first. The four
+ * flight per lane, loaded before the PDL wait for the first, and the
+ * matching input pieces loaded with them (ninth session: the first form
+ * read the input inside the mma loop, one L2 round trip per chunk, and
+ * reached 59-76% of the copy bandwidth at n = 16 against cuBLASLt's
+ * 66-94%, docs/PERF.md; this one is not timed yet). The four
  * warps' partial sums meet in shared memory and are added in warp order,
  * so a (row, token) result depends on C and the tiling alone, not on n.
  *
@@ -458,6 +462,26 @@ __device__ __forceinline__ void tcg_load_w(uint4 (&wv)[TCG_U][2], const uint16_t
     }
 }
 
+/* The input pieces matching tcg_load_w's chunks: elements [32 q + 8c, +8)
+ * of tokens g and g + 8 (n-tiles nt < NT2); tokens past a.n, chunks past the
+ * warp's range or the row are zero. Loaded TCG_U chunks ahead with the
+ * weights, so the mma never waits on an input read. */
+template <int NT2>
+__device__ __forceinline__ void tcg_load_x(uint4 (&xv)[TCG_U][NT2], const gemv_args &a, int q, int q1, int c, int g)
+{
+#pragma unroll
+    for (int u = 0; u < TCG_U; u++) {
+        const int k = 32 * (q + u) + 8 * c;
+#pragma unroll
+        for (int nt = 0; nt < NT2; nt++) {
+            const int t = g + 8 * nt;
+            xv[u][nt] = q + u < q1 && k < a.C && t < a.n
+                            ? __ldg(reinterpret_cast<const uint4 *>(a.in + (size_t)t * (size_t)a.C + k))
+                            : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+
 /* One CTA: out[t, r0 + m] for m < 16, t < a.n (NT2 n-tiles of 8 tokens),
  * fp32 (F32) or bf16. */
 template <int NT2, bool F32>
@@ -475,31 +499,33 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
         d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
-    uint4 wv[TCG_U][2];
+    uint4 wv[TCG_U][2], xv[TCG_U][NT2];
     tcg_load_w(wv, wa, wb, q0, q1, c, C);
     kc_pdl_wait(); /* the input is the previous kernel's output */
+    tcg_load_x<NT2>(xv, a, q0, q1, c, g);
     for (int q = q0; q < q1; q += TCG_U) {
-        uint4 cur[TCG_U][2];
+        uint4 cur[TCG_U][2], curx[TCG_U][NT2];
 #pragma unroll
-        for (int u = 0; u < TCG_U; u++)
+        for (int u = 0; u < TCG_U; u++) {
             cur[u][0] = wv[u][0], cur[u][1] = wv[u][1];
-        if (q + TCG_U < q1) /* next step's loads in flight during this step's math */
+#pragma unroll
+            for (int nt = 0; nt < NT2; nt++)
+                curx[u][nt] = xv[u][nt];
+        }
+        if (q + TCG_U < q1) { /* next step's loads in flight during this step's math */
             tcg_load_w(wv, wa, wb, q + TCG_U, q1, c, C);
+            tcg_load_x<NT2>(xv, a, q + TCG_U, q1, c, g);
+        }
 #pragma unroll
         for (int u = 0; u < TCG_U; u++) {
             if (q + u >= q1) /* warp-uniform */
                 break;
-            const int k = 32 * (q + u) + 8 * c;
             const uint32_t a0[4] = {cur[u][0].x, cur[u][1].x, cur[u][0].y, cur[u][1].y};
             const uint32_t a1[4] = {cur[u][0].z, cur[u][1].z, cur[u][0].w, cur[u][1].w};
 #pragma unroll
             for (int nt = 0; nt < NT2; nt++) {
-                const int t = g + 8 * nt;
-                const uint4 x = t < a.n && k < C
-                                    ? __ldg(reinterpret_cast<const uint4 *>(a.in + (size_t)t * (size_t)C + k))
-                                    : make_uint4(0u, 0u, 0u, 0u);
-                kc_mma_16816(d[nt], a0, x.x, x.y);
-                kc_mma_16816(d[nt], a1, x.z, x.w);
+                kc_mma_16816(d[nt], a0, curx[u][nt].x, curx[u][nt].y);
+                kc_mma_16816(d[nt], a1, curx[u][nt].z, curx[u][nt].w);
             }
         }
     }
