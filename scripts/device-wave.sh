@@ -553,11 +553,11 @@ fi
 #       (files laid out as in the tree) replaces its files in a copy of the
 #       tree; test_engine_stories (cuda, graphs) runs WAVE_INV_RUNS times on
 #       every variant and on this build (is a failure the change's, or the
-#       test's luck?)
+#       test's luck?), with WAVE_INV_ENV (e.g. INFERD_GEMV_MIN_BYTES=0) set
 if part invtest; then
 inv_runs() { # NAME TESTBIN
     for r in $(seq 1 "${WAVE_INV_RUNS:-2}"); do
-        if (cd "${2%/tests/*}" && INFERD_TEST_DEVICE=cuda timeout 300 "$2") >"$W/inv-$1-$r.log" 2>&1
+        if (cd "${2%/tests/*}" && env ${WAVE_INV_ENV:-} INFERD_TEST_DEVICE=cuda timeout 300 "$2") >"$W/inv-$1-$r.log" 2>&1
         then row "test_engine_stories $1 (run $r) $(el)" PASS
         else row "test_engine_stories $1 (run $r)" "FAIL $(grep -oE 'F:[^:]*:[a-z_]+:[0-9]+: [^:]*: prompt [0-9]+ token [0-9]+: [0-9]+ vs [0-9]+' "$W/inv-$1-$r.log" | sed 's/F:[^:]*://' | tr '\n' ';')"; fi
     done
