@@ -353,10 +353,12 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     a.nkv = nkv;
     a.hd = hd;
     a.bs = p->block_size;
-    a.bs_log = -1;
-    if (a.bs > 0 && (a.bs & (a.bs - 1)) == 0)
-        for (a.bs_log = 0; (1 << a.bs_log) < a.bs; a.bs_log++) {
-        }
+    a.bs_log = -1; /* the decode and tensor-core prefill kernels shift instead of dividing */
+    if (a.bs > 0 && (a.bs & (a.bs - 1)) == 0) {
+        a.bs_log = 0;
+        while ((1 << a.bs_log) < a.bs)
+            a.bs_log++;
+    }
     a.group = nh / nkv;
     a.scale = p->scale;
     a.min_chunk = attn_min_chunk();
