@@ -375,8 +375,9 @@ static void all_reduce(model *m, void *buf, int n, kern_dtype dt)
  * tp 2 differs from tp 1 only in the fp32 summation order -- not by a bf16
  * rounding of every partial (stories260K's tp 2 logits were 0.33 from tp
  * 1's that way on two H100s, and bitwise equal this way). The all-reduce
- * moves twice the bytes (f32_to_act counts as part of it in a profile). tp 1 with a communicator keeps the act dtype (the
- * bits of tp 1 without). */
+ * moves twice the bytes (f32_to_act counts as part of it in a profile).
+ * tp 1 with a communicator keeps the act dtype (the bits of tp 1
+ * without). */
 static bool partials_f32(const model *m)
 {
     return m->comm && model_tp_partials_f32(m);

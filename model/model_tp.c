@@ -282,7 +282,7 @@ static inferd_status node_opts_check(const model_opts *o, const int64_t v0[TP_NO
     for (int i = 0; i < TP_NODE_OPTS; i++)
         if (v[i] != v0[i])
             return inferd_set_error(INFERD_ERR_INVALID_ARG,
-                                    "%s is %lld on node %d and %lld on node 0: give every node the same", 
+                                    "%s is %lld on node %d and %lld on node 0: give every node the same",
                                     k_node_opt_flags[i], (long long)v[i], o->dist.node_rank, (long long)v0[i]);
     return INFERD_OK;
 }
