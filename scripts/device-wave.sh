@@ -510,6 +510,17 @@ done <<<"${WAVE_NCU_SPEC:-dec16 16 attn_decode_kernel|attn_merge_kernel 64 2
 dec1 1 attn_decode_kernel|attn_merge_kernel 64 2
 tc16 16 gemv_tc 0 4 INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3}"
 fi
+# overlay_build TREE OVERLAY LOG TARGET...: a copy of the tree (no build
+# folders, no .deps) at TREE with OVERLAY's files laid over it, built (CUDA)
+# in TREE/build-gpu with the TARGETs, the build's output into LOG
+overlay_build() {
+    local tree=$1 overlay=$2 log=$3
+    shift 3
+    rm -rf "$tree" && mkdir -p "$tree"
+    tar -C "$ROOT" --exclude='./build*' --exclude=./.deps -cf - . | tar -C "$tree" -xf -
+    cp -r "$overlay"/. "$tree"/
+    (cd "$tree" && device_build "$tree/build-gpu" "$@") >"$log" 2>&1
+}
 # i4c5. A/B against a baseline build: the files under build-abbase/ (carried,
 #       laid out as in the tree: the previous version of what changed)
 #       replace theirs in a copy of the tree, built as build-abtree; then the
@@ -518,10 +529,7 @@ fi
 #       processes alternating (WAVE_REPS runs)
 if part abbase; then
 AB=$ROOT/build-abtree
-rm -rf "$AB" && mkdir -p "$AB"
-tar -C "$ROOT" --exclude='./build*' --exclude=./.deps -cf - . | tar -C "$AB" -xf -
-cp -r "$ROOT"/build-abbase/. "$AB"/
-if (cd "$AB" && device_build "$AB/build-gpu" inferd) >"$W/abbase-build.log" 2>&1
+if overlay_build "$AB" "$ROOT/build-abbase" "$W/abbase-build.log" inferd
 then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' ' ')) $(el)" ok
     BASE=$AB/build-gpu/cli/inferd
     kcase ab-attn 0 attention
@@ -566,10 +574,7 @@ for d in "$ROOT"/build-abvar-*/; do
     [[ -d $d ]] || continue
     name=$(basename "$d"); name=${name#build-abvar-}
     VT=$ROOT/build-vt-$name
-    rm -rf "$VT" && mkdir -p "$VT"
-    tar -C "$ROOT" --exclude='./build*' --exclude=./.deps -cf - . | tar -C "$VT" -xf -
-    cp -r "$d". "$VT"/
-    if (cd "$VT" && device_build "$VT/build-gpu" test_engine_stories) >"$W/inv-build-$name.log" 2>&1
+    if overlay_build "$VT" "$d" "$W/inv-build-$name.log" test_engine_stories
     then inv_runs "$name" "$VT/build-gpu/tests/scheduler/test_engine_stories"
     else row "variant build $name" "FAILED (wave/inv-build-$name.log)"; fi
 done
