@@ -131,7 +131,6 @@ typedef struct {
     int q0, qstart, nrows; /* first token row of the sequence, tile start, valid rows */
     int pos0, kv_end;      /* position of tile row 0; keys [0, kv_end) */
     int h, kvh;
-    int bs_log; /* log2(block_size) when it is a power of two, else -1 */
 } tc_tile;
 
 /* Q rows [qstart, qstart + BQ) of head t.h into sQ [BQ][D + PAD]; rows
@@ -168,7 +167,7 @@ __device__ __forceinline__ void tc_load_kv(const kc_attn_args &a, const tc_tile 
         if (ok) {
             /* NOTE: a run-time division costs ~20 instructions per row;
              * block sizes are powers of two in practice. */
-            const int bi = t.bs_log >= 0 ? p >> t.bs_log : p / a.bs;
+            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
             off = (((int64_t)bt[bi] * a.nkv + t.kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
         }
         kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
@@ -335,7 +334,6 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
     t.kv_end = t.pos0 + t.nrows;
     t.h = blockIdx.y;
     t.kvh = t.h / a.group;
-    t.bs_log = a.bs_log;
     uint16_t *sQ = (uint16_t *)tc_sm4;                                /* [BQ][LD] */
     uint16_t *sK = sQ + BQ * LD;                                      /* [2][BK][LD] */
     uint16_t *sV = sK + 2 * TC_BK * LD;                               /* [2][BK][LD] */
