@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -288,6 +288,13 @@ lat() {
     else row "$label (exit $?)" FAILED; fi
     grep -E "^\| [0-9]" "$W/$name.txt" | grep -v "GPU busy" | head -6
 }
+# lat_env "ENV..." NAME TIMEOUT LABEL ARGS...: `lat` with the environment
+# assignments ENV (space-separated, may be empty)
+lat_env() {
+    local envs=$1
+    shift
+    if [[ -n $envs ]]; then (export $envs; lat "$@"); else lat "$@"; fi
+}
 # prefill_rows TAG LABEL: `lat` of the prefill rows 512..16k (Llama-3.1
 # config) and of one 16k-token step of 32 x 512 (Llama-3-8B); variables
 # assigned before the call reach both
@@ -540,20 +547,25 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
         then row "$(basename $t) (cuda, graphs) $(el)" PASS
         else row "$(basename $t) (exit $?)" "FAIL (wave/ab-$(basename $t).log)"; fi
     done
+    # variants: base, new, and new with each NAME:VAR=VALUE of WAVE_AB_ENVS
+    abv=(base new ${WAVE_AB_ENVS:-})
     for rep in $(seq 1 "${WAVE_REPS:-2}"); do
-        for v in base new; do
-            b=$BIN
+        for v in "${abv[@]}"; do
+            b=$BIN envs=()
             [[ $v == base ]] && b=$BASE
-            BIN=$b lat "ab-$v-$rep" 150 "$v b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 \
-                --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 \
-                --max-num-batched-tokens 8192 --max-model-len 2048
+            [[ $v == *=* ]] && envs=("${v#*:}")
+            BIN=$b lat_env "${envs[*]}" "ab-${v%%:*}-$rep" 150 "${v%%=*} b1/16/64 x 512/1k (run $rep)" --model $L8 \
+                --batch-size 1,16,64 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+                --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
         done
     done
-    for v in base new; do
-        b=$BIN
+    for v in "${abv[@]}"; do
+        b=$BIN envs=()
         [[ $v == base ]] && b=$BASE
-        BIN=$b lat "ab-$v-32k" 120 "$v b1 x 32k" --model $L31 --batch-size 1 --input-len 32000 --output-len 64 \
-            --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000
+        [[ $v == *=* ]] && envs=("${v#*:}")
+        BIN=$b lat_env "${envs[*]}" "ab-${v%%:*}-32k" 120 "${v%%=*} b1 x 32k" --model $L31 --batch-size 1 \
+            --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
+            --max-num-batched-tokens 8192 --max-model-len 33000
     done
 else row "baseline build" "FAILED (wave/abbase-build.log)"; fi
 fi
@@ -606,6 +618,40 @@ for mc in 32 "$ALT"; do
         --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
         --max-num-batched-tokens 8192 --max-model-len 33000
 done
+fi
+# i4d0. where the time between kernels goes: ncu's duration of every kernel
+#       of a short b1 x 512 run (graphs on, caches and clocks left alone),
+#       the kernels of each decode step to be summed against the step time
+#       of the same run without ncu (wave/ncustep-*.csv); then the
+#       tensor-core prefill kernel at layer 16 of a 16k prompt with the full
+#       section set and its per-SASS-instruction stall samples
+#       (wave/ncutcsrc-sass.csv)
+if part ncustep; then
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for b in ${WAVE_STEP_BATCHES:-1}; do
+    lat "ncustep-plain-b$b" 120 "b$b x 512 without ncu" --model $L8 --batch-size $b --input-len 512 --output-len 8 \
+        --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 --max-num-batched-tokens 8192 --max-model-len 1024
+    if timeout 400 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+          --print-units base "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size $b \
+          --input-len 512 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 \
+          --max-num-batched-tokens 8192 --max-model-len 1024 >"$W/ncustep-b$b.csv" 2>"$W/ncustep-b$b.err"
+    then row "ncu every kernel b$b x 512 $(el)" "ok $(grep -c gpu__time_duration "$W/ncustep-b$b.csv") kernels"
+    else row "ncu every kernel b$b (exit $?)" FAILED; tail -5 "$W/ncustep-b$b.err"; fi
+done
+fi
+if part ncutcsrc; then
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if timeout 300 "$NCU" --clock-control none --kernel-name regex:attn_prefill_tc_kernel --launch-skip 48 --launch-count 1 \
+      --set full -f -o "$W/ncutcsrc" "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+      --input-len 16384 --output-len 2 --num-iters-warmup 0 --num-iters 1 --enforce-eager \
+      --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/ncutcsrc.txt" 2>&1
+then row "ncu --set full tc prefill 16k $(el)" ok
+    "$NCU" -i "$W/ncutcsrc.ncu-rep" --print-details all >"$W/ncutcsrc-details.txt" 2>&1 || true
+    "$NCU" -i "$W/ncutcsrc.ncu-rep" --page source --csv --print-source sass >"$W/ncutcsrc-sass.csv" 2>&1 || true
+    grep -E "Duration|Registers|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Grid Size|Block Limit" \
+        "$W/ncutcsrc-details.txt" | head -12
+    echo "sass rows: $(wc -l <"$W/ncutcsrc-sass.csv")"
+else row "ncu --set full tc prefill 16k (exit $?)" FAILED; fi
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy

@@ -14,7 +14,8 @@
  * DEC_UNROLL keys of an iteration update the lane's
  * online-softmax state at once (one rescale per iteration, not per key).
  * Lane states are merged across lane groups with shuffles, then across warps
- * through shared memory, all in fp32.
+ * through shared memory (each head's warp weights computed once), all in
+ * fp32.
  *
  * Two bodies, bitwise alike (same keys per lane, same arithmetic order):
  * the K/V pieces go straight to registers (dec_fold_keys: a warp's loads
@@ -28,10 +29,9 @@
  * length L covers keys [s * chunk, min(L, (s + 1) * chunk)) with chunk =
  * dec_chunk(L), computed here from the sequence's own length; its normalized
  * partial output and log-sum-exp go to the workspace, and the merge kernel
- * (one CTA per (sequence, head), the splits' weights computed once in shared
- * memory, 16-byte reads of the partials, all of a thread's in flight at
- * once) combines the splits in an order fixed by the split count and
- * head_dim (dec_merge_out):
+ * (one warp per (sequence, head), four heads a CTA; 16-byte reads of the
+ * partials issued before the weights are computed) combines the splits in
+ * an order fixed by the split count and head_dim (dec_merge_head):
  * out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M). Without a split the
  * CTA writes bf16 output directly. For a given plan (chunk) the result is
  * bitwise reproducible: which CTA runs first never changes the arithmetic.
@@ -39,9 +39,10 @@
  * Fused merge (a.merge_cnt set): no merge launch; the split CTAs of a
  * (sequence, kv head, head chunk) count their arrivals in a device counter
  * after their partials are written and fenced, and the last to arrive
- * merges the group's heads with the merge kernel's code (dec_merge_*:
- * the same arithmetic in the same order, so both forms give bitwise the
- * same output), reading the partials through L2, and sets the counter back
+ * merges the group's heads, one warp a head, with the merge kernel's code
+ * (dec_merge_head: the same arithmetic in the same order, so both forms
+ * give bitwise the same output), reading the partials through L2, and sets
+ * the counter back
  * to 0 for the next launch (and graph replay). At batch 1 the merge launch
  * is one kernel boundary per layer on the decode step's critical path.
  *
@@ -69,14 +70,11 @@
 #define DEC_SLOT_VECS (2 * DEC_UNROLL)                              /* 16-byte K and V pieces a thread stages */
 #define DEC_RING_BYTES (DEC_STAGES * DEC_SLOT_VECS * DEC_THREADS * 16) /* 48 KiB: no opt-in needed */
 #define MERGE_THREADS 128
+#define MERGE_HEADS (MERGE_THREADS / 32) /* heads of a merge CTA: one warp each */
 
-#if KC_ATTN_MAX_SPLITS > MERGE_THREADS
-#error "the merge kernel reads one split's log-sum-exp per thread"
+#if KC_ATTN_MAX_SPLITS > 64
+#error "a merge warp's lanes hold two splits' log-sum-exps each"
 #endif
-#if DEC_THREADS != MERGE_THREADS
-#error "the fused merge runs the merge code in a decode CTA"
-#endif
-
 /* Keys per split of a sequence of length L: ceil(L / split_target) rounded
  * up to KC_ATTN_CHUNK_ALIGN, at least min_chunk. A function of the
  * sequence's own length and of the plan's split_target and min_chunk
@@ -295,63 +293,70 @@ __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const 
     kc_cp_wait<0>();
 }
 
-/* The merge weights of (sequence, head) at partial index pb (its split 0)
- * with ns splits: w[s] = exp(lse_s - max_s lse_s) into sm_w. Every thread of
- * a CTA of MERGE_THREADS calls it (barriers); thread s < ns reads split s's
- * log-sum-exp. Partials are read through L2 (__ldcg): in the fused merge
- * other CTAs wrote them during this launch. */
-__device__ __forceinline__ void dec_merge_weights(const kc_attn_args &a, int64_t pb, int ns, float *sm_w,
-                                                  float *sm_red)
+/* The bf16 output of head h of the decode token at row q0 from its ns
+ * partials (at partial index pb, its split 0), merged by one warp; sm_w is
+ * the warp's KC_ATTN_MAX_SPLITS floats of shared memory. Every lane of the
+ * warp calls it (shuffles). Lane l owns 4 dims (d4 = l % hd4, and d4 + 32
+ * .. where hd4 = hd / 4 > 32) of the splits grp, grp + G, ... (G = 32 /
+ * hd4 groups of lanes, grp = l / hd4; G = 1 where hd4 >= 32), and issues
+ * the NL 16-byte reads of its first splits' partials before anything else,
+ * so they are in flight while the weights are computed: split s's weight
+ * w_s = exp(lse_s - max_s lse_s) is computed by lane s % 32 and passed
+ * through sm_w. A lane adds its splits in split order, the groups' sums
+ * meet by shuffles in group order, sum_s w_s is a butterfly of the lanes'
+ * weights (a serial chain of one round trip per split ran 7-12 us at batch
+ * 1 on an H100, and a merge of the 4 heads of a CTA one after another in
+ * the fused form was slower than the merge launch). The order is a
+ * function of ns and hd alone, so the merge kernel and the fused merge
+ * (both this code) give bitwise the same output. Partials are read through
+ * L2 (__ldcg): in the fused merge other CTAs wrote them during this launch. */
+template <int NL>
+__device__ __forceinline__ void dec_merge_head(const kc_attn_args &a, int q0, int h, int64_t pb, int ns, float *sm_w)
 {
-    const int tid = threadIdx.x;
-    const float lse = tid < ns ? __ldcg(a.part_lse + pb + tid) : -INFINITY;
-    float mx = lse;
+    const int lane = threadIdx.x & 31, hd4 = a.hd >> 2; /* hd % 8 == 0 */
+    const int G = hd4 >= 32 ? 1 : 32 / hd4, grp = hd4 >= 32 ? 0 : lane / hd4;
+    const int d4_0 = hd4 >= 32 ? lane : lane - grp * hd4;
+    const float4 *po = (const float4 *)(a.part_o + pb * a.hd); /* [ns][hd4] */
+    const bool mine = grp < G && d4_0 < hd4;
+    float4 v[NL];
+#pragma unroll
+    for (int i = 0; i < NL; i++) {
+        const int s = grp + i * G;
+        v[i] = mine && s < ns ? __ldcg(po + (int64_t)s * hd4 + d4_0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    /* the weights: lanes hold splits lane and lane + 32 (KC_ATTN_MAX_SPLITS <= 64) */
+    const float lse0 = lane < ns ? __ldcg(a.part_lse + pb + lane) : -INFINITY;
+    const float lse1 = lane + 32 < ns ? __ldcg(a.part_lse + pb + lane + 32) : -INFINITY;
+    float mx = fmaxf(lse0, lse1);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-    if ((tid & 31) == 0)
-        sm_red[tid >> 5] = mx;
-    __syncthreads();
-    mx = sm_red[0];
+    const float w0 = kc_exp_diff(lse0, mx), w1 = kc_exp_diff(lse1, mx);
+    float wsum = w0 + w1;
 #pragma unroll
-    for (int w = 1; w < MERGE_THREADS / 32; w++)
-        mx = fmaxf(mx, sm_red[w]);
-    if (tid < ns)
-        sm_w[tid] = kc_exp_diff(lse, mx);
-    __syncthreads();
-}
-
-/* The bf16 output of head h of the decode token at row q0 from its ns
- * partials (at pb) and weights sm_w. Every thread of a CTA of
- * MERGE_THREADS calls it (one barrier). The CTA's threads form G =
- * MERGE_THREADS / (hd / 4) groups of hd / 4 (G >= 2: hd <= 256); thread
- * (grp, d4) owns 4 dims and the splits grp, grp + G, ..., issuing NL
- * 16-byte reads of the partials before it adds any (a serial chain of one
- * round trip per split ran 7-12 us at batch 1 on an H100) and adding them
- * in split order; the G sums meet in sm_acc and are added in group order.
- * The order is a function of ns and hd alone (not of NL: the merge kernel
- * uses 16, the fused merge 8, which spares the decode kernel's registers),
- * so both merge forms stay bitwise alike. */
-template <int NL>
-__device__ __forceinline__ void dec_merge_out(const kc_attn_args &a, int q0, int h, int64_t pb, int ns,
-                                              const float *sm_w, float4 *sm_acc)
-{
-    const int hd4 = a.hd >> 2; /* hd % 8 == 0 */
-    const int G = MERGE_THREADS / hd4, tid = threadIdx.x, grp = tid / hd4, d4 = tid - grp * hd4;
-    if (grp < G) {
-        const float4 *po = (const float4 *)(a.part_o + pb * a.hd) + d4; /* [ns][hd4] */
+    for (int o = 16; o > 0; o >>= 1)
+        wsum += __shfl_xor_sync(0xFFFFFFFFu, wsum, o);
+    if (lane < ns)
+        sm_w[lane] = w0;
+    if (lane + 32 < ns)
+        sm_w[lane + 32] = w1;
+    __syncwarp();
+    const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    for (int d4 = d4_0; d4 - d4_0 < (hd4 > 32 ? hd4 : 1); d4 += 32) { /* twice where hd4 > 32 */
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const bool on = mine && d4 < hd4;
         for (int s0 = grp; s0 < ns; s0 += G * NL) {
-            float4 v[NL];
+            if (s0 != grp || d4 != d4_0) { /* the first batch was read above */
 #pragma unroll
-            for (int i = 0; i < NL; i++) {
-                const int s = s0 + i * G;
-                v[i] = s < ns ? __ldcg(po + (int64_t)s * hd4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int i = 0; i < NL; i++) {
+                    const int s = s0 + i * G;
+                    v[i] = on && s < ns ? __ldcg(po + (int64_t)s * hd4 + d4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
             }
 #pragma unroll
             for (int i = 0; i < NL; i++) {
                 const int s = s0 + i * G;
-                if (s < ns) {
+                if (on && s < ns) {
                     const float w = sm_w[s];
                     o.x = fmaf(w, v[i].x, o.x);
                     o.y = fmaf(w, v[i].y, o.y);
@@ -360,46 +365,40 @@ __device__ __forceinline__ void dec_merge_out(const kc_attn_args &a, int q0, int
                 }
             }
         }
-        sm_acc[tid] = o;
-    }
-    __syncthreads();
-    if (tid < hd4) {
-        float wsum = 0.0f;
-        for (int s = 0; s < ns; s++)
-            wsum += sm_w[s];
-        float4 o = sm_acc[tid];
+        /* the G groups' sums, in group order, to the lanes of group 0 */
+        const float4 og = o;
         for (int g = 1; g < G; g++) {
-            const float4 v = sm_acc[g * hd4 + tid];
-            o.x += v.x;
-            o.y += v.y;
-            o.z += v.z;
-            o.w += v.w;
+            const float x = __shfl_down_sync(0xFFFFFFFFu, og.x, g * hd4);
+            const float y = __shfl_down_sync(0xFFFFFFFFu, og.y, g * hd4);
+            const float z = __shfl_down_sync(0xFFFFFFFFu, og.z, g * hd4);
+            const float w = __shfl_down_sync(0xFFFFFFFFu, og.w, g * hd4);
+            o.x += x;
+            o.y += y;
+            o.z += z;
+            o.w += w;
         }
-        const float r = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-        uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * tid);
-        dst[0] = (uint32_t)kc_f2bf(o.x * r) | ((uint32_t)kc_f2bf(o.y * r) << 16);
-        dst[1] = (uint32_t)kc_f2bf(o.z * r) | ((uint32_t)kc_f2bf(o.w * r) << 16);
+        if (grp == 0 && on) {
+            uint32_t *dst = (uint32_t *)(a.out + (int64_t)q0 * a.out_stride + (int64_t)h * a.hd + 4 * d4);
+            dst[0] = (uint32_t)kc_f2bf(o.x * r) | ((uint32_t)kc_f2bf(o.y * r) << 16);
+            dst[1] = (uint32_t)kc_f2bf(o.z * r) | ((uint32_t)kc_f2bf(o.w * r) << 16);
+        }
     }
+    __syncwarp(); /* sm_w is read by every lane before the warp's next head overwrites it */
 }
-
-/* The fused merge's scratch inside a decode CTA's merge area: weights,
- * warp maxima, the last-arrival flag, then dec_merge_out's group sums
- * (16-byte aligned). */
-#define MERGE_SCRATCH_ACC_FLOATS ((KC_ATTN_MAX_SPLITS + MERGE_THREADS / 32 + 1 + 3) / 4 * 4)
 
 /* Fused merge, after a split CTA wrote its partials: count this CTA's
  * arrival in the group's counter; the last of the sequence's ns splits to
- * arrive merges every head of the group (h0 .. h0 + nhc - 1) and sets the
- * counter back to 0. Every thread of the CTA calls it. NOTE: the fences
- * make the partials of every arrival visible before the count that admits
- * the merging CTA (release), and the other CTAs' partials visible to it
- * after (acquire), as in CUDA's threadFenceReduction sample. */
+ * arrive merges every head of the group (h0 .. h0 + nhc - 1, warp w the
+ * heads h0 + w, h0 + w + DEC_WARPS, ...) and sets the counter back to 0.
+ * Every thread of the CTA calls it; scratch holds DEC_WARPS *
+ * KC_ATTN_MAX_SPLITS + 1 floats. NOTE: the fences make the partials of
+ * every arrival visible before the count that admits the merging CTA
+ * (release), and the other CTAs' partials visible to it after (acquire), as
+ * in CUDA's threadFenceReduction sample. */
 __device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, int q0, int h0, int nhc, int ns,
                                                 float *scratch)
 {
-    float *sm_w = scratch, *sm_red = scratch + KC_ATTN_MAX_SPLITS;
-    int &sm_last = *(int *)(sm_red + MERGE_THREADS / 32);
-    float4 *sm_acc = (float4 *)(scratch + MERGE_SCRATCH_ACC_FLOATS);
+    int &sm_last = *(int *)(scratch + DEC_WARPS * KC_ATTN_MAX_SPLITS);
     __threadfence();
     __syncthreads(); /* also: every thread is done reading the merge area that scratch reuses */
     if (threadIdx.x == 0) {
@@ -413,18 +412,18 @@ __device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, 
     __syncthreads();
     if (!sm_last)
         return;
-    for (int g = 0; g < nhc; g++) {
-        const int64_t pb = ((int64_t)seq * a.nh + h0 + g) * a.max_splits;
-        dec_merge_weights(a, pb, ns, sm_w, sm_red);
-        dec_merge_out<8>(a, q0, h0 + g, pb, ns, sm_w, sm_acc);
-        __syncthreads(); /* sm_w and sm_acc are the next head's */
-    }
+    const int warp = threadIdx.x >> 5;
+    for (int g = warp; g < nhc; g += DEC_WARPS) /* warp-uniform */
+        dec_merge_head<8>(a, q0, h0 + g, ((int64_t)seq * a.nh + h0 + g) * a.max_splits, ns,
+                          scratch + warp * KC_ATTN_MAX_SPLITS);
 }
 
-/* Cross-warp merge area of a decode CTA. */
-template <int GMAX> struct alignas(16) dec_red { /* 16: the fused merge's float4 scratch */
+/* Cross-warp merge area of a decode CTA: the warps' states, then each
+ * head's warp weights f (exp(m_w - max)) and weighted sum of l. */
+template <int GMAX> struct dec_red {
     float acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
     float m[DEC_WARPS][GMAX], l[DEC_WARPS][GMAX];
+    float f[GMAX][DEC_WARPS], sum[GMAX];
 };
 struct dec_no_red {
 };
@@ -432,7 +431,7 @@ static_assert(sizeof(dec_red<8>) <= DEC_RING_BYTES, "the merge area reuses the r
 /* The fused merge's weights, warp maxima and last-arrival flag reuse the
  * merge area too: a decode CTA's static shared memory beside the 48 KiB
  * ring would need an opt-in launch attribute (an H100 launch failed). */
-static_assert(sizeof(dec_red<1>) >= MERGE_SCRATCH_ACC_FLOATS * sizeof(float) + MERGE_THREADS * sizeof(float4),
+static_assert(sizeof(dec_red<1>) >= (DEC_WARPS * KC_ATTN_MAX_SPLITS + 1) * sizeof(float),
               "the fused merge's scratch fits the merge area");
 
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
@@ -447,15 +446,14 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
     dec_red<GMAX> &red = *(PIPE ? (dec_red<GMAX> *)dec_ring : (dec_red<GMAX> *)&red_static);
     const int seq = blockIdx.x;
-    const int q0 = a.qsl[seq];
-    if (a.qsl[seq + 1] - q0 != 1)
+    const int q0 = a.qsl[seq], q1 = a.qsl[seq + 1], L = a.seq_lens[seq]; /* issued together */
+    if (q1 - q0 != 1)
         return; /* not a decode sequence: the prefill kernel owns it */
     const int hchunks = (a.group + GMAX - 1) / GMAX;
     const int kvh = blockIdx.y / hchunks;
     const int hc = blockIdx.y - kvh * hchunks;
     const int h0 = kvh * a.group + hc * GMAX;
     const int nhc = min(GMAX, a.group - hc * GMAX);
-    const int L = a.seq_lens[seq];
     const int split = blockIdx.z, n_splits = dec_n_splits(a, L);
     if (split >= n_splits)
         return;
@@ -508,52 +506,63 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         }
     }
     __syncthreads();
-    /* across warps; then the bf16 output (no split) or the split's partial */
-    for (int idx = threadIdx.x; idx < nhc * hd; idx += DEC_THREADS) {
-        const int g = idx / hd, d = idx - g * hd;
+    /* across warps: each head's warp weights once (thread g), then every
+     * output dim; the bf16 output (no split) or the split's partial */
+    if (threadIdx.x < nhc) {
+        const int g = threadIdx.x;
         float mx = -INFINITY;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++)
             mx = fmaxf(mx, red.m[w][g]);
-        float sum = 0.0f, o = 0.0f;
+        float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++) {
             const float f = kc_exp_diff(red.m[w][g], mx);
+            red.f[g][w] = f;
             sum += red.l[w][g] * f;
-            o += red.acc[w][g][d] * f;
         }
-        const int h = h0 + g;
-        const float res = sum > 0.0f ? o / sum : 0.0f;
-        if (!a.part_o) {
-            a.out[(int64_t)q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
-        } else {
-            const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
-            a.part_o[pi * hd + d] = res;
-            if (d == 0)
-                a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+        red.sum[g] = sum;
+        if (a.part_o) {
+            const int64_t pi = ((int64_t)seq * a.nh + h0 + g) * a.max_splits + split;
+            a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    for (int g = 0; g < nhc; g++) {
+        const float sum = red.sum[g];
+        for (int d = threadIdx.x; d < hd; d += DEC_THREADS) {
+            float o = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++)
+                o += red.acc[w][g][d] * red.f[g][w];
+            const int h = h0 + g;
+            const float res = sum > 0.0f ? o / sum : 0.0f;
+            if (!a.part_o) {
+                a.out[(int64_t)q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
+            } else {
+                const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
+                a.part_o[pi * hd + d] = res;
+            }
         }
     }
     if (a.part_o && a.merge_cnt)
         dec_fused_merge(a, seq, q0, h0, nhc, n_splits, (float *)&red);
 }
 
-/* One CTA per (sequence, head): combine the splits' partials
- * (dec_merge_weights, dec_merge_out). */
+/* One CTA per (sequence, MERGE_HEADS heads), one warp per head:
+ * combine the splits' partials (dec_merge_head). */
 static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
     kc_pdl_trigger();
-    __shared__ float sm_w[KC_ATTN_MAX_SPLITS];
-    __shared__ float sm_red[MERGE_THREADS / 32];
-    __shared__ float4 sm_acc[MERGE_THREADS];
-    const int seq = blockIdx.x, h = blockIdx.y;
-    const int q0 = a.qsl[seq];
-    if (a.qsl[seq + 1] - q0 != 1)
-        return;
-    const int ns = dec_n_splits(a, a.seq_lens[seq]);
+    __shared__ float sm_w[MERGE_HEADS][KC_ATTN_MAX_SPLITS];
+    const int seq = blockIdx.x, warp = threadIdx.x >> 5, h = blockIdx.y * MERGE_HEADS + warp;
+    const int q0 = a.qsl[seq], q1 = a.qsl[seq + 1], L = a.seq_lens[seq]; /* issued together */
+    if (q1 - q0 != 1 || h >= a.nh)
+        return; /* warp-uniform */
+    const int ns = dec_n_splits(a, L);
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
     kc_pdl_wait(); /* the partials are the decode kernel's output */
-    dec_merge_weights(a, pb, ns, sm_w, sm_red);
-    dec_merge_out<16>(a, q0, h, pb, ns, sm_w, sm_acc);
+    dec_merge_head<32>(a, q0, h, pb, ns, sm_w[warp]);
 }
 
 template <int GMAX, bool PIPE>
@@ -612,7 +621,8 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
     }
     KCUDA_LAUNCH_CHECK();
     if (a->part_o && !a->merge_cnt) {
-        kc_launch(attn_merge_kernel, dim3((unsigned)a->n_seqs, (unsigned)a->nh), MERGE_THREADS, 0, st->stream,
+        kc_launch(attn_merge_kernel, dim3((unsigned)a->n_seqs, (unsigned)kcuda_cdiv(a->nh, MERGE_HEADS)), MERGE_THREADS,
+                  0, st->stream,
                   a->pdl != 0, *a);
         KCUDA_LAUNCH_CHECK();
     }
