@@ -84,7 +84,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .pdl = env_int("INFERD_GEMV_PDL", 1) != 0,
                          .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1),
                          .fuse_max_n = env_int("INFERD_FUSE", KCUDA_FUSE_MAX_N),
-                         .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", 0)};
+                         .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", KCUDA_GEMV_DEFAULT_TC_MIN_N)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);

@@ -21,7 +21,15 @@ struct kern_ctx {
 /* The most tokens the CUDA GEMV kernel (kernels/cuda/gemv.cu) takes, and
  * the default of kern_ctx::gemv_max_n (INFERD_GEMV_MAX_N overrides it). */
 #define KCUDA_GEMV_MAX_N 16
-#define KCUDA_GEMV_DEFAULT_MAX_N 4
+#define KCUDA_GEMV_DEFAULT_MAX_N 16
+/* The default of kern_ctx::gemv_tc_min_n (INFERD_GEMV_TC_MIN_N overrides
+ * it): plain products of 3..16 tokens on the GEMV's tensor-core form. On an
+ * H100 (docs/PERF.md, tenth session) it ran Llama-3-8B decode steps at
+ * batch 4 / 8 / 16 x 1k 7% / 6% / 3% faster than the CUDA-core GEMV to 4
+ * tokens and cuBLASLt beyond; batch 1 and 2 stay on the CUDA-core GEMV
+ * (fused layers). 3 - 1 = 2 is a graph ladder size, so a padded replay
+ * picks the eager step's kernel. */
+#define KCUDA_GEMV_DEFAULT_TC_MIN_N 3
 /* The most tokens of a fused GEMV (kern_matmul_fused), a size of the graph
  * ladder; larger batches run the unfused ops. Measured on an H100
  * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%

@@ -194,11 +194,12 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * (cols % 8 == 0, 16-byte aligned weight and input); the rest cuBLASLt.
  * gemv_max_n 0 = cuBLASLt always; at most 16. pdl: launch the GEMV with
  * programmatic dependent launch (its first weight loads overlap the previous
- * kernel). Defaults: n <= 4, weights >= 1 MiB, PDL on; INFERD_GEMV_MAX_N,
- * INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT,
- * INFERD_FUSE (fuse_max_n: 0 = off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n:
- * plain products of n >= it on the GEMV's tensor-core form, 0 = off, the
- * default until measured) override them at kern_ctx_create. The choice depends only on
+ * kernel). Defaults: n <= 16, weights >= 1 MiB, PDL on, plain products of
+ * n >= 3 on the tensor-core form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES,
+ * INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
+ * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
+ * the GEMV's tensor-core form, 0 = off) override them at kern_ctx_create.
+ * The choice depends only on
  * n and the weight, so a padded graph replay uses the same kernel as the
  * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
  * ladder (1, 2, 4, 8, 16). Ignored by the CPU backend. Never while a graph

@@ -406,8 +406,9 @@ then row "test_graphs_gpu (tensor-core GEMV from n = 3, forced on stories260K) $
 else row "test_graphs_gpu tensor-core GEMV (exit $?)" "FAIL (wave/gemvtc-graphs.log)"; fi
 fi
 for rep in $(seq 1 "${WAVE_REPS:-1}"); do
-    for v in "4 0" "16 3" "16 5" "16 9"; do # INFERD_GEMV_MAX_N, INFERD_GEMV_TC_MIN_N
-        read -r mx tn <<<"$v"
+    # INFERD_GEMV_MAX_N:INFERD_GEMV_TC_MIN_N pairs (WAVE_GEMV_VARIANTS, comma-separated)
+    for v in $(tr ',' ' ' <<<"${WAVE_GEMV_VARIANTS:-4:0,16:3,16:5,16:9}"); do
+        IFS=: read -r mx tn <<<"$v"
         INFERD_GEMV_MAX_N=$mx INFERD_GEMV_TC_MIN_N=$tn lat "gemvtc-$mx-$tn-$rep" 150 \
             "gemv max $mx tc from $tn b1..16 x 1k (run $rep)" --model $L8 --batch-size 1,2,4,8,16 --input-len 1024 \
             --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 16 --max-num-batched-tokens 8192 \
@@ -546,6 +547,12 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
         if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/ab-$(basename $t).log" 2>&1
         then row "$(basename $t) (cuda, graphs) $(el)" PASS
         else row "$(basename $t) (exit $?)" "FAIL (wave/ab-$(basename $t).log)"; fi
+        # and with WAVE_AB_TEST_ENV (VAR=VALUE ...) set, e.g. a switch the variants time
+        [[ -z ${WAVE_AB_TEST_ENV:-} ]] && continue
+        if (cd "$BUILD" && export $WAVE_AB_TEST_ENV && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 \
+              "$BUILD/tests/$t") >"$W/ab-env-$(basename $t).log" 2>&1
+        then row "$(basename $t) ($WAVE_AB_TEST_ENV) $(el)" PASS
+        else row "$(basename $t) ($WAVE_AB_TEST_ENV, exit $?)" "FAIL (wave/ab-env-$(basename $t).log)"; fi
     done
     # variants: base, new, and new with each NAME:VAR=VALUE of WAVE_AB_ENVS
     abv=(base new ${WAVE_AB_ENVS:-})
@@ -567,6 +574,13 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
             --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
             --max-num-batched-tokens 8192 --max-model-len 33000
     done
+    # WAVE_AB_PREFILL=1: the prefill rows (512..16k, and a 16k-token step of 32 x 512) of base and new
+    if [[ -n ${WAVE_AB_PREFILL:-} ]]; then
+        for rep in 1 2; do
+            BIN=$BASE prefill_rows "ab-base-$rep" "base (run $rep)"
+            prefill_rows "ab-new-$rep" "new (run $rep)"
+        done
+    fi
 else row "baseline build" "FAILED (wave/abbase-build.log)"; fi
 fi
 # i4c6. engine invariance across variant builds: each carried build-abvar-NAME/

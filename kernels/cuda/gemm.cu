@@ -14,13 +14,15 @@
  * offers no algorithm (odd leading dimensions), cublasGemmEx computes the
  * same product. Both use the ctx's one workspace on the ctx's stream.
  *
- * Small batches (n <= 4 and weights >= 1 MiB by default, kern_gemm_config)
- * go to the weight-streaming GEMV of gemv.cu when it takes the shape:
- * measured on an H100 over the Llama-3-8B shapes (docs/PERF.md), it beats
- * cuBLASLt per layer at n = 1..6 (at n = 1: 82-104% of the copy bandwidth
- * against 67-95%) and loses from n = 8 on; the default stops at 4, the
- * largest graph-ladder size below the crossover, so padded graph replays
- * and eager steps choose alike. The rule is fixed, not timed at start-up,
+ * Small batches (n <= 16 and weights >= 1 MiB by default,
+ * kern_gemm_config) go to the weight-streaming GEMV of gemv.cu when it
+ * takes the shape: measured on an H100 over the Llama-3-8B shapes
+ * (docs/PERF.md), its CUDA-core form beats cuBLASLt per layer at n = 1..6
+ * (at n = 1: 82-104% of the copy bandwidth against 67-95%) and loses from
+ * n = 8 on, so from n = 3 (a graph-ladder size plus one, so padded graph
+ * replays and eager steps choose alike) its tensor-core form takes the
+ * plain products (decode steps of 4 / 8 / 16 tokens 7 / 6 / 3% faster than
+ * with cuBLASLt beyond 4). The rule is fixed, not timed at start-up,
  * so two contexts (or a graph and an eager step) always make the same
  * choice.
  *
@@ -167,8 +169,8 @@ static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, co
  * and weights of at least gemv_min_weight_bytes, when the kernel takes the
  * shape. NOTE: the 1 MiB floor is not a speed rule (the GEMV is faster
  * there too: 3.9 vs 10 us at 512 x 512): it keeps small models on the
- * kernels their numerics were validated with. Mixing the GEMV (n <= 4)
- * and cuBLASLt (n > 4) in one model makes a row's bits depend on how many
+ * kernels their numerics were validated with. Mixing the GEMV (n <= 16)
+ * and cuBLASLt (n > 16) in one model makes a row's bits depend on how many
  * tokens share its step; on stories260K that flipped greedy tokens in the
  * engine invariance tests (preemption, chunked prefill), which pass on
  * cuBLASLt alone. Large models were never batch-invariant on this backend
