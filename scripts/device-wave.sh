@@ -308,8 +308,9 @@ prefill_rows() {
 # quick sizes, else full), under compute-sanitizer TOOL when one is named
 kcase() {
     local name=$1 quick=$2 case=$3 tool=${4:-} cs=()
+    # (API errors not reported: the dense case's out-of-memory test fails a cudaMalloc on purpose)
     [[ -n $tool ]] && cs=("$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
-        --tool "$tool" --error-exitcode 9)
+        --tool "$tool" --report-api-errors no --error-exitcode 9)
     if INFERD_TEST_QUICK=$([[ $quick == 1 ]] && echo 1) CK_RUN_CASE=$case timeout 400 "${cs[@]}" \
           "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/$name.log" 2>&1
     then row "test_cuda_kernels $case${tool:+ ($tool)} $(el)" "PASS $(grep -E 'SUMMARY' "$W/$name.log" | tail -1)"
