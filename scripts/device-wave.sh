@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -630,6 +630,36 @@ for rep in $(seq 1 "${WAVE_REPS:-2}"); do
 done
 for mc in 32 "$ALT"; do
     INFERD_ATTN_MIN_CHUNK=$mc lat "mcab-$mc-32k" 120 "min chunk $mc b1 x 32k" --model $L31 --batch-size 1 \
+        --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
+        --max-num-batched-tokens 8192 --max-model-len 33000
+done
+fi
+# i4c7. the tensor-core decode body (INFERD_ATTN_DEC_TC, default on) against
+#       the CUDA-core bodies: attention kernel cases (full), memcheck and
+#       racecheck, graphs == eager and engine invariance; then decode rows
+#       of both, processes alternating (WAVE_REPS runs), batch 256 x 1k
+#       and batch 1 x 32k
+if part dectc; then
+kcase dectc 0 attention
+kcase dectc-memcheck 1 attention memcheck
+kcase dectc-racecheck 1 attention racecheck
+for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/dectc-$(basename $t).log" 2>&1
+    then row "$(basename $t) (cuda, graphs) $(el)" PASS
+    else row "$(basename $t) (exit $?)" "FAIL (wave/dectc-$(basename $t).log)"; fi
+done
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for tcv in 0 1; do
+        lat_env "INFERD_ATTN_DEC_TC=$tcv" "dectc-$tcv-$rep" 150 "decode tc=$tcv b1/16/64 x 512/1k (run $rep)" \
+            --model $L8 --batch-size 1,16,64 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+            --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
+    done
+done
+for tcv in 0 1; do
+    lat_env "INFERD_ATTN_DEC_TC=$tcv" "dectc-$tcv-b256" 150 "decode tc=$tcv b256 x 1k" --model $L8 --batch-size 256 \
+        --input-len 1024 --output-len 160 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+        --max-num-batched-tokens 8192 --max-model-len 2048
+    lat_env "INFERD_ATTN_DEC_TC=$tcv" "dectc-$tcv-32k" 120 "decode tc=$tcv b1 x 32k" --model $L31 --batch-size 1 \
         --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
         --max-num-batched-tokens 8192 --max-model-len 33000
 done

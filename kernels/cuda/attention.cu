@@ -13,7 +13,8 @@
  * else none. A sequence of length L gets chunks of dec_chunk(L) =
  * ceil(L / split_target) keys (rounded up to KC_ATTN_CHUNK_ALIGN, at least
  * min_chunk, attention_decode.cu), split_target = the splits per sequence
- * that fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM at n_plan
+ * that fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM
+ * (KC_ATTN_DEC_TC_CTAS_PER_SM for the tensor-core body) at n_plan
  * sequences (at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
  * (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
  * measurements). So, for Llama-3-8B (8 CTAs per sequence) on 132 SMs:
@@ -104,6 +105,25 @@ static int decode_use_pipe(void)
     /* thread-safe, once per process */
     static const int env_pipe = !env_is("INFERD_ATTN_DEC_PIPE", "0", "decode attention loads to registers");
     return kcuda_attn_decode_pipe_force >= 0 ? kcuda_attn_decode_pipe_force == 1 : env_pipe;
+}
+
+/* Test hooks: kcuda_attn_decode_tc_force picks the decode body for GQA
+ * groups of 3+ heads at head_dim 64 / 128 (-1: as INFERD_ATTN_DEC_TC says,
+ * 0: the CUDA-core bodies, 1: the tensor-core one); kcuda_attn_last_decode_tc
+ * tells whether the last decode launch ran the tensor-core body. */
+extern "C" int kcuda_attn_decode_tc_force;
+extern "C" int kcuda_attn_last_decode_tc;
+int kcuda_attn_decode_tc_force = -1;
+int kcuda_attn_last_decode_tc = 0;
+
+/* The tensor-core decode body where it applies (kcuda_attn_decode_tc_supported)
+ * unless INFERD_ATTN_DEC_TC=0 (read once per process). */
+static int decode_use_tc(int group, int hd)
+{
+    /* thread-safe, once per process */
+    static const int env_tc = !env_is("INFERD_ATTN_DEC_TC", "0", "decode attention on CUDA cores");
+    const int want = kcuda_attn_decode_tc_force >= 0 ? kcuda_attn_decode_tc_force == 1 : env_tc;
+    return want && kcuda_attn_decode_tc_supported(group, hd);
 }
 
 /* Test hooks: kcuda_attn_merge_fused_force picks how split partials are
@@ -370,7 +390,10 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         const int64_t n_plan = pow2_at_least(p->n_seqs);
         int target = 0, max_splits = 1;
         if (p->workspace)
-            max_splits = plan_make(st->n_sms, KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group)), n_plan,
+            max_splits = plan_make(st->n_sms,
+                                   decode_use_tc(a.group, hd) ? KC_ATTN_DEC_TC_CTAS_PER_SM
+                                                              : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group)),
+                                   n_plan,
                                    ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
         if (max_splits > 1) {
             a.split_target = target;
@@ -387,6 +410,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_splits = max_splits;
         a.pipe = decode_use_pipe();
         kcuda_attn_last_decode_pipe = a.pipe;
+        a.tc = decode_use_tc(a.group, hd);
+        kcuda_attn_last_decode_tc = a.tc;
         a.pdl = attn_use_pdl();
         kcuda_attn_last_pdl = a.pdl;
         kcuda_attn_decode_launch(st, &a);

@@ -30,6 +30,9 @@
 #define KC_DEC_CTAS_SMALL_GROUP 4
 #endif
 #define KC_ATTN_DEC_CTAS_PER_SM(gmax) ((gmax) <= 4 ? KC_DEC_CTAS_SMALL_GROUP : 2)
+/* CTAs of the tensor-core decode body resident a SM (its K/V tiles: 68 KiB
+ * at head_dim 128), the split plan's wave for it */
+#define KC_ATTN_DEC_TC_CTAS_PER_SM 3
 #define KC_ATTN_TARGET_PER_SM 4   /* the largest of those (workspace bound) */
 /* Fused-merge counters a device holds: a launch splits only below
  * KC_ATTN_SPLIT_BELOW CTAs a SM unsplit, so its (sequence, CTA group)
@@ -58,6 +61,7 @@ typedef struct {
     int min_chunk;                /* shortest split (a multiple of KC_ATTN_CHUNK_ALIGN) */
     int tg;                       /* decode: lanes per key (4, 8, 16 or 32, tg * 8 >= hd) */
     int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
+    int tc;                       /* decode: 1 = the tensor-core body (kcuda_attn_decode_tc_supported) */
     int pdl;                      /* decode: 1 = launched as programmatic dependents (attention.cu) */
     float scale;
 } kc_attn_args;
@@ -103,6 +107,7 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
 /* Decode attention for every sequence with q_len == 1 (grid over all
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
+bool kcuda_attn_decode_tc_supported(int group, int hd);
 
 /* Per-device set-up of the attention kernels' function attributes, so no
  * launch sets any: the decode ring's shared-memory carveout, the

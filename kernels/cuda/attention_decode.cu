@@ -17,7 +17,13 @@
  * through shared memory (each head's warp weights computed once), all in
  * fp32.
  *
- * Two bodies, bitwise alike (same keys per lane, same arithmetic order):
+ * A third body, on tensor cores, takes GQA groups of 3..8 heads (a chunk of
+ * 8 for larger groups) at head_dim 64 and 128 by default (the tensor-core
+ * body below; INFERD_ATTN_DEC_TC=0 turns it off): same CTAs, splits,
+ * partials and merges, its own arithmetic (bf16 P, as the tensor-core
+ * prefill).
+ *
+ * The CUDA-core bodies, bitwise alike (same keys per lane, same arithmetic order):
  * the K/V pieces go straight to registers (dec_fold_keys: a warp's loads
  * are in flight only between its iterations' compute), or through a
  * per-thread ring of DEC_STAGES iterations in shared memory filled by
@@ -54,6 +60,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
@@ -434,6 +441,88 @@ static_assert(sizeof(dec_red<8>) <= DEC_RING_BYTES, "the merge area reuses the r
 static_assert(sizeof(dec_red<1>) >= (DEC_WARPS * KC_ATTN_MAX_SPLITS + 1) * sizeof(float),
               "the fused merge's scratch fits the merge area");
 
+/* What a decode CTA covers: the sequence's query row and length, its head
+ * chunk (h0 .. h0 + nhc - 1 of kv head kvh) and its split's keys
+ * [kv_begin, kv_end). */
+typedef struct {
+    int seq, q0, L, kvh, h0, nhc, split, n_splits, kv_begin, kv_end;
+} dec_cta;
+
+/* This CTA's dec_cta; false when it has nothing to do (not a decode
+ * sequence, or a split past the sequence's count). Reads only uploaded
+ * inputs (before kc_pdl_wait). */
+template <int GMAX> __device__ __forceinline__ bool dec_cta_make(const kc_attn_args &a, dec_cta &c)
+{
+    c.seq = blockIdx.x;
+    const int q1 = a.qsl[c.seq + 1];
+    c.q0 = a.qsl[c.seq];
+    c.L = a.seq_lens[c.seq]; /* issued together */
+    if (q1 - c.q0 != 1)
+        return false; /* not a decode sequence: the prefill kernel owns it */
+    const int hchunks = (a.group + GMAX - 1) / GMAX;
+    c.kvh = blockIdx.y / hchunks;
+    const int hc = blockIdx.y - c.kvh * hchunks;
+    c.h0 = c.kvh * a.group + hc * GMAX;
+    c.nhc = min(GMAX, a.group - hc * GMAX);
+    c.split = blockIdx.z;
+    c.n_splits = dec_n_splits(a, c.L);
+    if (c.split >= c.n_splits)
+        return false;
+    const int chunk = c.n_splits > 1 ? dec_chunk(a, c.L) : c.L; /* an unsplit sequence in a split launch: all of it */
+    c.kv_begin = c.split * chunk;
+    c.kv_end = min(c.L, c.kv_begin + chunk);
+    return true;
+}
+
+/* After every warp's state is in red (a barrier later): across warps (each
+ * head's warp weights once, thread g, then every output dim), then the
+ * bf16 output (no split) or the split's partial, and the fused merge. Every
+ * thread of the CTA calls it. */
+template <int GMAX>
+__device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX> &red)
+{
+    const int hd = a.hd;
+    if (threadIdx.x < c.nhc) {
+        const int g = threadIdx.x;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            mx = fmaxf(mx, red.m[w][g]);
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float f = kc_exp_diff(red.m[w][g], mx);
+            red.f[g][w] = f;
+            sum += red.l[w][g] * f;
+        }
+        red.sum[g] = sum;
+        if (a.part_o) {
+            const int64_t pi = ((int64_t)c.seq * a.nh + c.h0 + g) * a.max_splits + c.split;
+            a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    for (int g = 0; g < c.nhc; g++) {
+        const float sum = red.sum[g];
+        for (int d = threadIdx.x; d < hd; d += DEC_THREADS) {
+            float o = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++)
+                o += red.acc[w][g][d] * red.f[g][w];
+            const int h = c.h0 + g;
+            const float res = sum > 0.0f ? o / sum : 0.0f;
+            if (!a.part_o) {
+                a.out[(int64_t)c.q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
+            } else {
+                const int64_t pi = ((int64_t)c.seq * a.nh + h) * a.max_splits + c.split;
+                a.part_o[pi * hd + d] = res;
+            }
+        }
+    }
+    if (a.part_o && a.merge_cnt)
+        dec_fused_merge(a, c.seq, c.q0, c.h0, c.nhc, c.n_splits, (float *)&red);
+}
+
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
  * shared memory, reused as the merge area once every warp is done), else
  * straight to registers (static merge area). */
@@ -445,28 +534,16 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
     extern __shared__ uint4 dec_ring[];
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
     dec_red<GMAX> &red = *(PIPE ? (dec_red<GMAX> *)dec_ring : (dec_red<GMAX> *)&red_static);
-    const int seq = blockIdx.x;
-    const int q0 = a.qsl[seq], q1 = a.qsl[seq + 1], L = a.seq_lens[seq]; /* issued together */
-    if (q1 - q0 != 1)
-        return; /* not a decode sequence: the prefill kernel owns it */
-    const int hchunks = (a.group + GMAX - 1) / GMAX;
-    const int kvh = blockIdx.y / hchunks;
-    const int hc = blockIdx.y - kvh * hchunks;
-    const int h0 = kvh * a.group + hc * GMAX;
-    const int nhc = min(GMAX, a.group - hc * GMAX);
-    const int split = blockIdx.z, n_splits = dec_n_splits(a, L);
-    if (split >= n_splits)
+    dec_cta c;
+    if (!dec_cta_make<GMAX>(a, c))
         return;
-    const int chunk = n_splits > 1 ? dec_chunk(a, L) : L; /* an unsplit sequence in a split launch: all of it */
-    const int kv_begin = split * chunk;
-    const int kv_end = min(L, kv_begin + chunk);
     const int hd = a.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane & (TG - 1), grp = lane / TG;
     const bool dim_ok = sub * 8 < hd;
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
     float q[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
-    const uint16_t *qrow = a.qkv + (int64_t)q0 * a.qkv_stride + (int64_t)h0 * hd + sub * 8;
+    const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)c.h0 * hd + sub * 8;
 #pragma unroll
     for (int g = 0; g < GMAX; g++) {
         m[g] = -INFINITY;
@@ -474,19 +551,19 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
 #pragma unroll
         for (int e = 0; e < 8; e++)
             acc[g][e] = q[g][e] = 0.0f;
-        if (g < nhc && dim_ok) {
+        if (g < c.nhc && dim_ok) {
             kc_unpack8(*(const uint4 *)(qrow + (int64_t)g * hd), q[g]);
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 q[g][e] *= a.scale;
         }
     }
-    const dec_lane ln = dec_lane_make(a, seq, kvh, sub);
+    const dec_lane ln = dec_lane_make(a, c.seq, c.kvh, sub);
     if (PIPE) {
-        dec_fold_keys_pipe<GMAX, TG>(a, ln, kv_begin, kv_end, grp, dim_ok, q, m, l, acc, dec_ring);
+        dec_fold_keys_pipe<GMAX, TG>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc, dec_ring);
         __syncthreads(); /* every warp is done with the ring: it becomes the merge area */
     } else {
-        dec_fold_keys<GMAX, TG>(a, ln, kv_begin, kv_end, grp, dim_ok, q, m, l, acc);
+        dec_fold_keys<GMAX, TG>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc);
     }
 #pragma unroll
     for (int o = TG; o < 32; o <<= 1)
@@ -506,47 +583,175 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
         }
     }
     __syncthreads();
-    /* across warps: each head's warp weights once (thread g), then every
-     * output dim; the bf16 output (no split) or the split's partial */
-    if (threadIdx.x < nhc) {
-        const int g = threadIdx.x;
+    dec_cta_finish<GMAX>(a, c, red);
+}
+
+/* --- tensor-core body ----------------------------------------------------------
+ * For GQA groups of 3..8 heads and head_dim 64 or 128 (kc_attn_args.tc,
+ * attention.cu): a warp multiplies its kv head's whole group at once on
+ * mma.sync m16n8k16, the group's query heads as the 16 rows of the A operand
+ * (rows past the group zero), 16 keys a tile: S = Q K^T (K fragments by
+ * ldmatrix from a per-warp two-stage cp.async ring of K and V tiles), the
+ * online softmax of each head row in the log2 domain (scale * log2 e folded
+ * into one FFMA, exp2; m kept for the merge in natural units), P rounded to
+ * bf16 and reused from the accumulators as the A operand of O += P V (V
+ * fragments by ldmatrix.trans), as the tensor-core prefill kernel does.
+ * Warp w takes the split's tiles w, w + 4, ...; its state goes to the same
+ * cross-warp merge as the CUDA-core bodies (dec_cta_finish), so splits,
+ * partials and both merges are shared. A key costs the warp about 2 mma and
+ * a few softmax instructions instead of ~90 instructions a lane (the
+ * CUDA-core body at batch 1 x 512 is a latency chain: ncu 8.6 us a layer
+ * for 2.2 MB). Llama-3-8B decode steps on an H100 (docs/PERF.md): batch 1
+ * -1.5%, batch 16 -3%, batch 256 x 1k -10%, batch 1 x 32k -3%, batch 64
+ * within noise. The split plan counts KC_ATTN_DEC_TC_CTAS_PER_SM CTAs a SM
+ * for it (two stages of 16-key K and V tiles a warp: 68 KiB at 128 dims). */
+#define DTC_KEYS 16 /* keys a tile */
+#define DTC_PAD 8   /* bf16 of padding per shared row: ldmatrix rows on distinct banks */
+
+/* Dynamic shared memory of the tensor-core body: per warp two stages of a
+ * K and a V tile (also the merge area afterwards). */
+static size_t dtc_smem_bytes(int hd)
+{
+    const size_t tiles = (size_t)DEC_WARPS * 2 * 2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t);
+    return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
+}
+
+/* Keys [k0, k0 + 16) of kv head kvh into sK / sV [16][D + PAD] through the
+ * block table; keys at or past kv_end zero-filled without a read. */
+template <int D>
+__device__ __forceinline__ void dtc_load_tile(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
+                                              uint16_t *sK, uint16_t *sV)
+{
+    constexpr int CH = D / 8, LD = D + DTC_PAD, J = DTC_KEYS * CH / 32;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int i = lane + 32 * j, r = i / CH, ch = i - r * CH, p = k0 + r;
+        const bool ok = p < kv_end;
+        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
+        if (ok) {
+            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
+            off = (((int64_t)__ldg(bt + bi) * a.nkv + kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
+        }
+        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
+        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
+    }
+}
+
+template <int GMAX, int D>
+static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM) attn_decode_tc_kernel(const kc_attn_args a)
+{
+    static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
+    constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
+    kc_pdl_trigger();
+    extern __shared__ uint4 dec_ring[];
+    dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
+    dec_cta c;
+    if (!dec_cta_make<GMAX>(a, c))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
+    const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
+    uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE;           /* [2][K, V][16][LD] */
+    const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
+    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+
+    if (warp < n_tiles)
+        dtc_load_tile<D>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, ring, ring + DTC_KEYS * LD);
+    kc_cp_commit();
+    /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
+    uint32_t qf[D / 16][2];
+    const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)(c.h0 + g) * D + 2 * cc;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        qf[kk][0] = g < c.nhc ? *(const uint32_t *)(qrow + kk * 16) : 0u;
+        qf[kk][1] = g < c.nhc ? *(const uint32_t *)(qrow + kk * 16 + 8) : 0u;
+    }
+    const float scale_log2 = a.scale * 1.4426950408889634f;
+    float o[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
+    int stage = 0;
+    for (int t = warp; t < n_tiles; t += DEC_WARPS, stage ^= 1) {
+        const int k0 = c.kv_begin + t * DTC_KEYS;
+        if (t + DEC_WARPS < n_tiles) {
+            /* NOTE: stage ^ 1 was read in the warp's previous tile, which
+             * ended with __syncwarp, so it is free to overwrite */
+            uint16_t *nx = ring + (stage ^ 1) * STAGE;
+            dtc_load_tile<D>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, nx, nx + DTC_KEYS * LD);
+            kc_cp_commit();
+            kc_cp_wait<1>();
+        } else {
+            kc_cp_wait<0>();
+        }
+        __syncwarp(); /* every lane's copies of this tile have landed */
+        const uint16_t *sK = ring + stage * STAGE, *sV = sK + DTC_KEYS * LD;
+        /* S = Q K^T: n-tiles of keys [0, 8) and [8, 16) */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        const uint16_t *kb_base = sK + ((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t kb[4];
+            kc_ldsm_x4(kb, kb_base + kk * 16, false);
+            const uint32_t af[4] = {qf[kk][0], 0u, qf[kk][1], 0u};
+            kc_mma_16816(s[0], af, kb[0], kb[1]);
+            kc_mma_16816(s[1], af, kb[2], kb[3]);
+        }
+        /* online softmax of row g over the tile's keys (8 n + 2 cc + e) */
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++)
-            mx = fmaxf(mx, red.m[w][g]);
-        float sum = 0.0f;
+        for (int n = 0; n < 2; n++)
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            const float f = kc_exp_diff(red.m[w][g], mx);
-            red.f[g][w] = f;
-            sum += red.l[w][g] * f;
-        }
-        red.sum[g] = sum;
-        if (a.part_o) {
-            const int64_t pi = ((int64_t)seq * a.nh + h0 + g) * a.max_splits + split;
-            a.part_lse[pi] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
-        }
-    }
-    __syncthreads();
-    for (int g = 0; g < nhc; g++) {
-        const float sum = red.sum[g];
-        for (int d = threadIdx.x; d < hd; d += DEC_THREADS) {
-            float o = 0.0f;
+            for (int e = 0; e < 2; e++) {
+                if (k0 + 8 * n + 2 * cc + e >= c.kv_end)
+                    s[n][e] = -INFINITY;
+                mx = fmaxf(mx, s[n][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+        const float m_new = fmaxf(m, mx * scale_log2);
+        /* NOTE: a row with every key so far masked keeps m = -inf; base 0
+         * makes exp2(-inf - base) = 0 instead of NaN */
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m - base);
+        m = m_new;
+        const float p00 = exp2f(fmaf(s[0][0], scale_log2, -base)), p01 = exp2f(fmaf(s[0][1], scale_log2, -base));
+        const float p10 = exp2f(fmaf(s[1][0], scale_log2, -base)), p11 = exp2f(fmaf(s[1][1], scale_log2, -base));
+        l = l * corr + ((p00 + p01) + (p10 + p11));
+        const uint32_t pa[4] = {kc_pack_bf16(p00, p01), 0u, kc_pack_bf16(p10, p11), 0u};
+        /* O = O * corr + P V */
+        const uint16_t *vb_base = sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
 #pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++)
-                o += red.acc[w][g][d] * red.f[g][w];
-            const int h = h0 + g;
-            const float res = sum > 0.0f ? o / sum : 0.0f;
-            if (!a.part_o) {
-                a.out[(int64_t)q0 * a.out_stride + (int64_t)h * hd + d] = kc_f2bf(res);
-            } else {
-                const int64_t pi = ((int64_t)seq * a.nh + h) * a.max_splits + split;
-                a.part_o[pi * hd + d] = res;
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t vb[4];
+            kc_ldsm_x4(vb, vb_base + dp * 16, true);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                o[2 * dp + h][0] *= corr;
+                o[2 * dp + h][1] *= corr;
+                kc_mma_16816(o[2 * dp + h], pa, vb[2 * h], vb[2 * h + 1]);
             }
         }
+        __syncwarp(); /* the tile is consumed before the stage is refilled */
     }
-    if (a.part_o && a.merge_cnt)
-        dec_fused_merge(a, seq, q0, h0, nhc, n_splits, (float *)&red);
+    kc_cp_wait<0>();
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
+    if (g < c.nhc) {
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            red.acc[warp][g][8 * dn + 2 * cc] = o[dn][0];
+            red.acc[warp][g][8 * dn + 2 * cc + 1] = o[dn][1];
+        }
+        if (cc == 0) {
+            red.m[warp][g] = m * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
+            red.l[warp][g] = l;
+        }
+    }
+    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
+    dec_cta_finish<GMAX>(a, c, red);
 }
 
 /* One CTA per (sequence, MERGE_HEADS heads), one warp per head:
@@ -578,7 +783,11 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
 template <int GMAX>
 static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
-    if (a->pipe)
+    if (GMAX >= 4 && a->tc) {
+        void (*kern)(const kc_attn_args) = a->hd == 64 ? attn_decode_tc_kernel<GMAX < 4 ? 4 : GMAX, 64>
+                                                       : attn_decode_tc_kernel<GMAX < 4 ? 4 : GMAX, 128>;
+        kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
+    } else if (a->pipe)
         dec_launch_g<GMAX, true>(st, a, grid);
     else
         dec_launch_g<GMAX, false>(st, a, grid);
@@ -600,12 +809,33 @@ template <int GMAX> static void dec_carveout_g(void)
     }
 }
 
+/* The tensor-core body's tiles pass the default 48 KiB of dynamic shared
+ * memory at head_dim 128: the opt-in, and the largest carveout. */
+template <int GMAX, int D> static void dtc_optin(void)
+{
+    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    (int)cudaSharedmemCarveoutMaxShared));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)dtc_smem_bytes(D)));
+}
+
 void kcuda_attn_decode_init(void)
 {
     dec_carveout_g<1>();
     dec_carveout_g<2>();
     dec_carveout_g<4>();
     dec_carveout_g<8>();
+    dtc_optin<4, 64>();
+    dtc_optin<4, 128>();
+    dtc_optin<8, 64>();
+    dtc_optin<8, 128>();
+}
+
+/* Contract: true when the tensor-core decode body handles a GQA group of
+ * `group` query heads a kv head at head_dim hd (kc_attn_args.tc). */
+bool kcuda_attn_decode_tc_supported(int group, int hd)
+{
+    return group >= 3 && (hd == 64 || hd == 128);
 }
 
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)

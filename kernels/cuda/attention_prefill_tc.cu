@@ -46,11 +46,11 @@
  * the whole context; heads of one GQA group read the same K/V through L2
  * rather than sharing a shared-memory tile.
  *
- * Host emulator (tests/kernels/cuda/emu): the warp-level primitives below
- * (ldmatrix, ldmatrix.trans; mma is mma.cuh's, cp.async attention.cuh's) have a
- * second body, used when kemu.h is the CUDA stand-in, that reproduces the PTX fragment layouts
- * exactly through a per-warp scratch and __syncwarp, so the emulator runs
- * this kernel's real tiling, fragment indexing and masking.
+ * Host emulator (tests/kernels/cuda/emu): the warp-level primitives
+ * (ldmatrix, ldmatrix.trans and mma, mma.cuh; cp.async, attention.cuh) have a
+ * second body, used when kemu.h is the CUDA stand-in, that reproduces the
+ * PTX fragment layouts exactly through a per-warp scratch and __syncwarp, so
+ * the emulator runs this kernel's real tiling, fragment indexing and masking.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -73,56 +73,7 @@ static size_t tc_smem_bytes(int hd, int mt)
     return (size_t)(TC_BQ1 * mt + 4 * TC_BK) * (size_t)(hd + TC_PAD) * sizeof(uint16_t);
 }
 
-/* --- warp-level primitives ------------------------------------------------------
- * kc_mma_16816 and its fragment layouts: mma.cuh. ldmatrix .x4: lane l
- * gives the address of row l % 8 of matrix l / 8; register i gets matrix
- * i's (row g, elements 2c, 2c+1), with .trans (elements (2c, g), (2c+1, g)). */
-#if defined(KEMU_H)
-/* NOTE: kemu.h defines KEMU_H; blocks run one at a time there, so a static
- * per-warp scratch is the warp's private exchange area. */
-static const uint16_t *tc_emu_p[TC_WARPS][32];
-
-static inline void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
-{
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
-    tc_emu_p[w][l] = p;
-    __syncwarp();
-    for (int i = 0; i < 4; i++) {
-        if (!trans) {
-            memcpy(&r[i], tc_emu_p[w][i * 8 + g] + 2 * c, 4);
-        } else {
-            const uint32_t lo = tc_emu_p[w][i * 8 + 2 * c][g], hi = tc_emu_p[w][i * 8 + 2 * c + 1][g];
-            r[i] = lo | hi << 16;
-        }
-    }
-    __syncwarp();
-}
-#else
-__device__ __forceinline__ void tc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
-{
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(s));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(s));
-}
-#endif
-
-/* Two floats -> packed bf16 pair (x in the low half), round to nearest even
- * (on the device one F2FP instruction; the same bits as two kc_f2bf). */
-__device__ __forceinline__ uint32_t tc_pack_bf16(float x, float y)
-{
-#if defined(KEMU_H)
-    return (uint32_t)kc_f2bf(x) | ((uint32_t)kc_f2bf(y) << 16);
-#else
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    return *(const uint32_t *)&v;
-#endif
-}
+/* --- warp-level primitives: kc_mma_16816, kc_ldsm_x4, kc_pack_bf16 (mma.cuh) --- */
 
 /* --- tiles ------------------------------------------------------------------------ */
 
@@ -182,7 +133,7 @@ __device__ __forceinline__ void tc_load_qf(uint32_t (&qf)[4], const uint16_t *sQ
 {
     constexpr int LD = D + TC_PAD;
     const int lane = threadIdx.x & 31;
-    tc_ldsm_x4(qf, sQw + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + kk * 16, false);
+    kc_ldsm_x4(qf, sQw + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + kk * 16, false);
 }
 
 /* S (this warp's MT m-tiles of 16 rows x 64 keys, fp32 C fragments) = Q K^T
@@ -221,7 +172,7 @@ __device__ __forceinline__ void tc_qk(const uint32_t (&qreg)[D / 16][4], const u
 #pragma unroll
         for (int np = 0; np < TC_BK / 16; np++) {
             uint32_t kb[4];
-            tc_ldsm_x4(kb, base + np * 16 * LD + kk * 16, false);
+            kc_ldsm_x4(kb, base + np * 16 * LD + kk * 16, false);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 kc_mma_16816(s[mt][2 * np], qf[mt], kb[0], kb[1]);
@@ -248,7 +199,7 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
             uint32_t vb[4];
-            tc_ldsm_x4(vb, base + kk * 16 * LD + dp * 16, true);
+            kc_ldsm_x4(vb, base + kk * 16 * LD + dp * 16, true);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 kc_mma_16816(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
@@ -301,7 +252,7 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
             const float p0 = exp2f(fmaf(s[n][2 * i], scale_log2, -base));
             const float p1 = exp2f(fmaf(s[n][2 * i + 1], scale_log2, -base));
             rs += p0 + p1;
-            pa[n / 2][(n & 1) * 2 + i] = tc_pack_bf16(p0, p1);
+            pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p0, p1);
         }
         l[i] = l[i] * corr + rs;
 #pragma unroll
@@ -411,7 +362,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
 #pragma unroll
                 for (int dn = 0; dn < D / 8; dn++)
                     *(uint32_t *)(orow + dn * 8 + 2 * c) =
-                        tc_pack_bf16(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
+                        kc_pack_bf16(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
             }
         }
     }

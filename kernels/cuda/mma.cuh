@@ -1,7 +1,8 @@
 /* kernels/cuda/mma.cuh: the warp-level tensor-core product both tensor-core
  * kernels use (attention_prefill_tc.cu, the tensor-core GEMV in gemv.cu):
  * kc_mma_16816, d += A B for one mma.sync m16n8k16 tile, bf16 in, fp32
- * accumulators.
+ * accumulators; the ldmatrix loads and bf16 packing of the attention kernels
+ * (kc_ldsm_x4, kc_pack_bf16).
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, lane l, g = l / 4, c = l % 4):
  *   A (16 x 16, row major) a[0] = A[g][2c..2c+1], a[1] = A[g+8][2c..], a[2] = A[g][2c+8..],
@@ -62,5 +63,53 @@ __device__ __forceinline__ void kc_mma_16816(float d[4], const uint32_t a[4], ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
+
+/* ldmatrix .x4 (shared memory, b16): lane l gives the address of row l % 8
+ * of matrix l / 8; register i gets matrix i's (row g, elements 2c, 2c+1),
+ * with .trans (elements (2c, g), (2c+1, g)). */
+#if defined(KEMU_H)
+static const uint16_t *kc_ldsm_emu_p[KC_MMA_EMU_WARPS][32] __attribute__((unused));
+
+static inline void kc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
+{
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
+    kc_ldsm_emu_p[w][l] = p;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            memcpy(&r[i], kc_ldsm_emu_p[w][i * 8 + g] + 2 * c, 4);
+        } else {
+            const uint32_t lo = kc_ldsm_emu_p[w][i * 8 + 2 * c][g], hi = kc_ldsm_emu_p[w][i * 8 + 2 * c + 1][g];
+            r[i] = lo | hi << 16;
+        }
+    }
+    __syncwarp();
+}
+#else
+__device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const uint16_t *p, bool trans)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+}
+#endif
+
+/* Two floats -> packed bf16 pair (x in the low half), round to nearest even
+ * (on the device one F2FP instruction; the same bits as two kc_f2bf). */
+__device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
+{
+#if defined(KEMU_H)
+    return (uint32_t)kc_f2bf(x) | ((uint32_t)kc_f2bf(y) << 16);
+#else
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *(const uint32_t *)&v;
+#endif
+}
 
 #endif

@@ -56,7 +56,11 @@ extern int kcuda_attn_last_prefill_mt;
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
 extern int kcuda_attn_last_merge_fused;
 extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents */
+extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (where supported) */
+extern int kcuda_attn_last_decode_tc;
 #else
+static int kcuda_attn_decode_tc_force;
+static int kcuda_attn_last_decode_tc;
 static int kcuda_attn_pdl_force;
 static int kcuda_attn_merge_fused_force;
 static int kcuda_attn_last_merge_fused;
@@ -561,9 +565,67 @@ START_TEST(test_attention_decode_pipe)
         {"pipe b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
     };
     int bad = 0;
+    kcuda_attn_decode_tc_force = 0; /* the CUDA-core bodies (test_attention_decode_tc has the other) */
     for (int i = 0; i < NSEQ(cases); i++)
         bad += attn_ab(&cases[i], 5000 + (uint64_t)i, &kcuda_attn_decode_pipe_force, &kcuda_attn_last_decode_pipe,
                        "decode bodies (registers / ring)", 1);
+    kcuda_attn_decode_tc_force = -1;
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The tensor-core decode body (GQA groups of 3+ heads, head_dim 64 / 128):
+ * every case vs the CPU twin with the body forced on, the hook's report
+ * checked (on exactly where supported; the other cases run the CUDA-core
+ * bodies). Cases: GQA 3/4/8/12 (two head chunks) and 1/2 (not supported),
+ * block sizes 1/12/16/32, splits and none, tiles cut by the split and the
+ * sequence end at odd lengths, padding rows, a warp with no tile (short
+ * splits), batch 1 at 544 and 4,100 keys, 40 sequences without a split,
+ * and programmatic-dependent launches. */
+START_TEST(test_attention_decode_tc)
+{
+    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
+    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
+    static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
+    static const kt_seq b1_544[] = {{544, 1}};
+    static const kt_seq b1_4100[] = {{4100, 1}};
+    static const kt_seq odd[] = {{1001, 1}, {97, 1}, {2049, 1}};
+    kt_seq wide[40];
+    for (int i = 0; i < 40; i++)
+        wide[i] = (kt_seq){20 + (i * 53) % 900, 1};
+    const kt_attn_case cases[] = {
+        {"dec tc short gqa4 hd64", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0, 0},
+        {"dec tc split gqa8 hd128 bs32", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
+        {"dec tc no-ws long gqa8", 16, 2, 128, 32, long3, NSEQ(long3), 0, false, true, 0, 0},
+        {"dec tc gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"dec tc gqa3 hd128 bs1", 6, 2, 128, 1, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"dec tc gqa4 hd128 bs12 odd pad", 8, 2, 128, 12, odd, NSEQ(odd), 1, true, false, -1, 0},
+        {"dec tc gqa2 hd64 (CUDA cores)", 4, 2, 64, 16, odd, NSEQ(odd), 0, true, false, -1, 0},
+        {"dec tc gqa4 hd256 (CUDA cores)", 8, 2, 256, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"dec tc b1 544 llama3", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, false, 1, 0},
+        {"dec tc b1 4100 llama3", 32, 8, 128, 16, b1_4100, NSEQ(b1_4100), 0, true, false, 1, 0},
+        {"dec tc b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
+    };
+    int bad = 0;
+    for (int pdl = 0; pdl < 2; pdl++) {
+        kcuda_attn_pdl_force = pdl;
+        kcuda_attn_decode_tc_force = 1;
+        for (int i = 0; i < NSEQ(cases); i++) {
+            const kt_attn_case *c = &cases[i];
+            bad += attn_case(c, 5300 + (uint64_t)i);
+#ifdef INFERD_HAVE_CUDA
+            const int want = c->nh / c->nkv >= 3 && (c->hd == 64 || c->hd == 128);
+            if (kcuda_attn_last_decode_tc != want) {
+                printf("  attention %s: tensor-core body %d ran, expected %d\n", c->name, kcuda_attn_last_decode_tc,
+                       want);
+                kt_record("attention", 1, 0, 0);
+                bad++;
+            }
+#endif
+        }
+    }
+    kcuda_attn_decode_tc_force = -1;
+    kcuda_attn_pdl_force = -1;
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -576,7 +638,8 @@ END_TEST
  * a short sequence that does not split beside long ones, odd lengths,
  * padding rows, batch 1 at 544 and at 8,000 keys (capped splits), both
  * decode bodies, and the decode + merge kernels launched as programmatic
- * dependents (kcuda_attn_pdl_force; its wait placement shows on a GPU). */
+ * dependents (kcuda_attn_pdl_force; its wait placement shows on a GPU),
+ * and the tensor-core body (kcuda_attn_decode_tc_force) both ways. */
 START_TEST(test_attention_decode_merge)
 {
     static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
@@ -595,18 +658,22 @@ START_TEST(test_attention_decode_merge)
         {"merge b1 544 uniform", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, true, 1, 0},
         {"merge b1 8000 mqa (capped)", 4, 1, 64, 16, b1_8k, NSEQ(b1_8k), 0, true, false, 1, 0},
     };
-    /* (decode body, PDL launches): the ring and the registers, plain; the ring as programmatic dependents */
-    static const int k_runs[][2] = {{1, 0}, {0, 0}, {1, 1}};
+    /* (CUDA-core body, PDL launches, tensor-core body where supported): the
+     * ring and the registers, plain; the ring as programmatic dependents;
+     * the tensor-core body plain and as programmatic dependents */
+    static const int k_runs[][3] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}};
     int bad = 0;
     for (int r = 0; r < NSEQ(k_runs); r++) {
         kcuda_attn_decode_pipe_force = k_runs[r][0];
         kcuda_attn_pdl_force = k_runs[r][1];
+        kcuda_attn_decode_tc_force = k_runs[r][2];
         for (int i = 0; i < NSEQ(cases); i++)
             bad += attn_ab(&cases[i], 5100 + (uint64_t)i, &kcuda_attn_merge_fused_force, &kcuda_attn_last_merge_fused,
                            "split merges (kernel / fused)", 2);
     }
     kcuda_attn_decode_pipe_force = -1;
     kcuda_attn_pdl_force = -1;
+    kcuda_attn_decode_tc_force = -1;
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -851,6 +918,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_plan);
     tcase_add_test(tc, test_attention_decode_pipe);
+    tcase_add_test(tc, test_attention_decode_tc);
     tcase_add_test(tc, test_attention_decode_merge);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
