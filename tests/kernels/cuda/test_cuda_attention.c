@@ -60,7 +60,7 @@ extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (
 extern int kcuda_attn_last_decode_tc;
 #else
 static int kcuda_attn_decode_tc_force;
-static int kcuda_attn_last_decode_tc;
+static int kcuda_attn_last_decode_tc __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
 static int kcuda_attn_pdl_force;
 static int kcuda_attn_merge_fused_force;
 static int kcuda_attn_last_merge_fused;
