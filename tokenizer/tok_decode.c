@@ -16,7 +16,9 @@
  * both decodes start at the same id, context-dependent decoders (Strip of
  * the first space, Metaspace's first token) treat them alike, so the deltas
  * concatenate to the full decode. The window start only advances to points
- * where the text was complete.
+ * where the text was complete, and to ids whose own text is not empty (a
+ * decoder that strips more than one leading space could otherwise reach
+ * past the window's first text into new text).
  *
  * Threads: tok_decode is read-only on the tokenizer and safe from any
  * thread. A tok_stream belongs to one request and is used by one thread at
@@ -432,7 +434,18 @@ static inferd_status stream_emit(tok_stream *s, bool force, char **delta, size_t
     if (delta_len)
         *delta_len = dl;
     if (emit) {
-        s->prefix = s->read;
+        /* The next window starts at the ids just emitted only when their
+         * own text is not empty: a window whose first text a context-
+         * dependent decoder removes whole (a lone space under Strip with
+         * start 2) could let it remove the next token's text too, which
+         * the full decode keeps (a fuzz finding). Past TOK_STREAM_SCAN ids
+         * the window moves anyway, so a run of empty tokens (skipped
+         * specials) cannot make every push decode a growing window. */
+        s->a.len = 0;
+        if (s->n - s->prefix > TOK_STREAM_SCAN ||
+            (tok_decode_into(s->t, s->ids + s->read, s->n - s->read, s->skip_special, &s->a) == INFERD_OK &&
+             s->a.len > 0))
+            s->prefix = s->read;
         s->read = s->n;
         stream_compact(s);
     }

@@ -207,6 +207,45 @@ START_TEST(test_stream_random)
 }
 END_TEST
 
+/* A decoder that strips more than one leading space (Strip, start 2, after
+ * Fuse) on pieces whose first is a lone space: the stream's window must not
+ * start on a token whose own text the decoder removes whole, or the strip
+ * reaches into the next token (a fuzz_tok_load finding, tests/fuzz/crashes/
+ * fuzz_tok_load-strip2_stream_window.bin): every id sequence of the rows
+ * streams to its full decode. */
+START_TEST(test_stream_strip_window)
+{
+    static const char *const k_json =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"\u2581\": 1, \"\u2581a\": 2, \"b\": 3, "
+        "\"\u2581b\": 4}, \"merges\": []}, \"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
+        "{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"}, \"content\": \" \"}, "
+        "{\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 2, \"stop\": 0}]}}";
+    static const struct {
+        int32_t ids[6];
+        int n;
+        const char *want;
+    } rows[] = {
+        {{2, 1, 4}, 3, "a  b"},       /* the lone space is not the text's first */
+        {{2, 1, 1, 4}, 4, "a   b"},    /* two of them */
+        {{1, 1, 1, 2}, 4, "  a"},      /* the text's first spaces: two of four stripped */
+        {{1, 2, 1, 3, 1, 4}, 6, "a b  b"},
+    };
+    tokenizer *t = NULL;
+    ck_assert_msg(tok_load_json(k_json, NULL, &t) == INFERD_OK, "%s", inferd_last_error());
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        char *full = NULL;
+        size_t fl = 0;
+        ck_assert(tok_decode(t, rows[i].ids, rows[i].n, false, &full, &fl) == INFERD_OK);
+        ck_assert_msg(strcmp(full, rows[i].want) == 0, "row %zu: full decode '%s', want '%s'", i, full, rows[i].want);
+        str st = stream_all(t, rows[i].ids, 0, rows[i].n, false, true);
+        ck_assert_msg(st.len == fl && memcmp(st.p, full, fl) == 0, "row %zu: stream '%s', full '%s'", i, st.p, full);
+        inferd_free(st.p);
+        inferd_free(full);
+    }
+    tok_free(t);
+}
+END_TEST
+
 START_TEST(test_stream_bad_id)
 {
     tokenizer *t = tt_load(&k_tok_fixtures[3]);
@@ -245,6 +284,7 @@ int main(void)
     tcase_add_loop_test(tc, test_stream_golden_and_extras, 0, k_n_tok_fixtures);
     tcase_add_loop_test(tc, test_stream_random, 0, k_n_tok_fixtures);
     tcase_add_test(tc, test_stream_bad_id);
+    tcase_add_test(tc, test_stream_strip_window);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
