@@ -389,12 +389,12 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         /* n_plan, not n_seqs: graph and eager steps split alike (see the top) */
         const int64_t n_plan = pow2_at_least(p->n_seqs);
         int target = 0, max_splits = 1;
+        a.tc = decode_use_tc(a.group, hd); /* the body first: the plan counts its CTAs a SM */
+        kcuda_attn_last_decode_tc = a.tc;
+        const int per_sm = a.tc ? KC_ATTN_DEC_TC_CTAS_PER_SM : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group));
         if (p->workspace)
-            max_splits = plan_make(st->n_sms,
-                                   decode_use_tc(a.group, hd) ? KC_ATTN_DEC_TC_CTAS_PER_SM
-                                                              : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group)),
-                                   n_plan,
-                                   ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
+            max_splits =
+                plan_make(st->n_sms, per_sm, n_plan, ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
         if (max_splits > 1) {
             a.split_target = target;
             a.max_splits = max_splits;
@@ -410,8 +410,6 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_splits = max_splits;
         a.pipe = decode_use_pipe();
         kcuda_attn_last_decode_pipe = a.pipe;
-        a.tc = decode_use_tc(a.group, hd);
-        kcuda_attn_last_decode_tc = a.tc;
         a.pdl = attn_use_pdl();
         kcuda_attn_last_pdl = a.pdl;
         kcuda_attn_decode_launch(st, &a);

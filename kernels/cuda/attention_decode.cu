@@ -639,7 +639,8 @@ __device__ __forceinline__ void dtc_load_tile(const kc_attn_args &a, const int32
 }
 
 template <int GMAX, int D>
-static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM) attn_decode_tc_kernel(const kc_attn_args a)
+static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
+    attn_decode_tc_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
