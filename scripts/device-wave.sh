@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -662,6 +662,30 @@ for tcv in 0 1; do
     lat_env "INFERD_ATTN_DEC_TC=$tcv" "dectc-$tcv-32k" 120 "decode tc=$tcv b1 x 32k" --model $L31 --batch-size 1 \
         --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
         --max-num-batched-tokens 8192 --max-model-len 33000
+done
+fi
+# i4d2. environment variants of one build: WAVE_ENV_VARIANTS is a list of
+#       NAME:VAR=VAL+VAR=VAL (NAME alone: no variable); decode rows at batch
+#       WAVE_ENVAB_BATCH (default 1,16) x 512/1k, processes alternating
+#       (WAVE_REPS runs); test_graphs_gpu and test_engine_stories first with
+#       WAVE_ENVAB_TEST_ENV (VAR=VAL ...) when set
+if part envab; then
+if [[ -n ${WAVE_ENVAB_TEST_ENV:-} ]]; then
+    for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+        if (cd "$BUILD" && export $WAVE_ENVAB_TEST_ENV && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 \
+              "$BUILD/tests/$t") >"$W/envab-$(basename $t).log" 2>&1
+        then row "$(basename $t) ($WAVE_ENVAB_TEST_ENV) $(el)" PASS
+        else row "$(basename $t) ($WAVE_ENVAB_TEST_ENV, exit $?)" "FAIL (wave/envab-$(basename $t).log)"; fi
+    done
+fi
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for v in ${WAVE_ENV_VARIANTS:-base}; do
+        envs=""
+        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
+        lat_env "$envs" "envab-${v%%:*}-$rep" 150 "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x 512/1k (run $rep)" --model $L8 \
+            --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len 512,1024 --output-len 64 --num-iters-warmup 1 \
+            --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
+    done
 done
 fi
 # i4d0. where the time between kernels goes: ncu's duration of every kernel
