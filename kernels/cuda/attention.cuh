@@ -104,6 +104,35 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
 }
 #endif
 
+/* Keys [k0, k0 + ROWS) of kv head kvh, gathered through the sequence's
+ * block-table row bt into sK / sV [ROWS][LD] (element offsets, 16-byte
+ * aligned rows) by NT threads (this one is tid < NT), 16 bytes a copy:
+ * copy i takes row i / (D / 8), chunk i % (D / 8), so a warp's 32 copies
+ * are consecutive chunks of consecutive rows. Keys at or past kv_end are
+ * zero-filled without a read. Shared by the tensor-core prefill (a CTA,
+ * 64 keys) and the tensor-core decode body (a warp, 16 keys). */
+template <int D, int LD, int ROWS, int NT>
+__device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
+                                             int tid, uint16_t *sK, uint16_t *sV)
+{
+    constexpr int CH = D / 8;
+    static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
+#pragma unroll
+    for (int j = 0; j < ROWS * CH / NT; j++) {
+        const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
+        const bool ok = p < kv_end;
+        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
+        if (ok) {
+            /* NOTE: a run-time division costs ~20 instructions per row;
+             * block sizes are powers of two in practice. */
+            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
+            off = (((int64_t)__ldg(bt + bi) * a.nkv + kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
+        }
+        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
+        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
+    }
+}
+
 /* Decode attention for every sequence with q_len == 1 (grid over all
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);

@@ -616,28 +616,6 @@ static size_t dtc_smem_bytes(int hd)
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-/* Keys [k0, k0 + 16) of kv head kvh into sK / sV [16][D + PAD] through the
- * block table; keys at or past kv_end zero-filled without a read. */
-template <int D>
-__device__ __forceinline__ void dtc_load_tile(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
-                                              uint16_t *sK, uint16_t *sV)
-{
-    constexpr int CH = D / 8, LD = D + DTC_PAD, J = DTC_KEYS * CH / 32;
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int i = lane + 32 * j, r = i / CH, ch = i - r * CH, p = k0 + r;
-        const bool ok = p < kv_end;
-        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
-        if (ok) {
-            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
-            off = (((int64_t)__ldg(bt + bi) * a.nkv + kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
-        }
-        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
-        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
-    }
-}
-
 template <int GMAX, int D>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
     attn_decode_tc_kernel(const kc_attn_args a)
@@ -657,7 +635,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
     if (warp < n_tiles)
-        dtc_load_tile<D>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, ring, ring + DTC_KEYS * LD);
+        kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
+                                          ring + DTC_KEYS * LD);
     kc_cp_commit();
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
     uint32_t qf[D / 16][2];
@@ -680,7 +659,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
             /* NOTE: stage ^ 1 was read in the warp's previous tile, which
              * ended with __syncwarp, so it is free to overwrite */
             uint16_t *nx = ring + (stage ^ 1) * STAGE;
-            dtc_load_tile<D>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, nx, nx + DTC_KEYS * LD);
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
+                                              nx + DTC_KEYS * LD);
             kc_cp_commit();
             kc_cp_wait<1>();
         } else {

@@ -102,28 +102,13 @@ __device__ __forceinline__ void tc_load_q(const kc_attn_args &a, const tc_tile &
     }
 }
 
-/* Keys/values [kt, kt + 64) of kv head t.kvh, gathered through the block
- * table bt into sK / sV [64][D + PAD]; rows at or past kv_end are zero. */
+/* Keys/values [kt, kt + TC_BK) of kv head t.kvh into sK / sV [TC_BK][D + PAD]
+ * (kc_gather_kv, the whole CTA); rows at or past kv_end are zero. */
 template <int D>
 __device__ __forceinline__ void tc_load_kv(const kc_attn_args &a, const tc_tile &t, const int32_t *bt, int kt,
                                            uint16_t *sK, uint16_t *sV)
 {
-    constexpr int CH = D / 8, LD = D + TC_PAD;
-    static_assert(TC_BK * CH % TC_THREADS == 0, "K/V tile chunks per thread");
-#pragma unroll
-    for (int j = 0; j < TC_BK * CH / TC_THREADS; j++) {
-        const int i = threadIdx.x + j * TC_THREADS, r = i / CH, ch = i % CH, p = kt + r;
-        const bool ok = p < t.kv_end;
-        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
-        if (ok) {
-            /* NOTE: a run-time division costs ~20 instructions per row;
-             * block sizes are powers of two in practice. */
-            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
-            off = (((int64_t)bt[bi] * a.nkv + t.kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
-        }
-        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
-        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
-    }
+    kc_gather_kv<D, D + TC_PAD, TC_BK, TC_THREADS>(a, bt, t.kvh, kt, t.kv_end, threadIdx.x, sK, sV);
 }
 
 /* Q fragments (ldmatrix.x4, A layout) of the 16 rows at sQw, dims
