@@ -320,6 +320,11 @@ bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
     return DISPATCH_RET(ctx, matmul_fusable(ctx, w, n));
 }
 
+bool kern_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return DISPATCH_RET(ctx, matmul_epi_fusable(ctx, w, n));
+}
+
 void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     INFERD_CHECK_MSG(f->epi != KERN_EPI_RESID || f->resid, "fused product: RESID needs resid");

@@ -64,6 +64,7 @@ struct kern_timer {
     void P##_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);       \
     void P##_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);   \
     bool P##_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);                    \
+    bool P##_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n);                \
     void P##_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n,  \
                           const kern_fuse *f);                                                    \
     void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \

@@ -294,8 +294,18 @@ typedef struct {
  * CPU. Callers run the unfused ops when it is false; the answer depends
  * only on n and w, so a padded graph replay fuses as the eager step does. */
 bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
-/* The fused product (see above). in: [n, w->cols], 16-byte aligned, not
- * overlapping out. The CPU backend composes the unfused ops (the twin). */
+/* Whether kern_matmul_fused with no norm (kern_fuse.norm NULL) runs as one
+ * kernel: kern_matmul_fusable, or n from gemv_tc_min_n to gemv_max_n with
+ * the GEMV route's weight (the GEMV's tensor-core form then runs the
+ * epilogue; its norm stays a kernel of its own: a CTA holds 16 rows, not
+ * the input row's squares). Its outputs are bitwise those of the plain
+ * tensor-core product followed by the unfused op (the same roundings in
+ * the same order). Never on the CPU; depends only on n and w. */
+bool kern_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
+/* The fused product (see above): kern_matmul_fusable, or
+ * kern_matmul_epi_fusable with f->norm NULL, must hold on CUDA. in:
+ * [n, w->cols], 16-byte aligned, not overlapping out. The CPU backend
+ * composes the unfused ops (the twin). */
 void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f);
 
 /* Paged causal attention over the batch layout described at the top. Picks

@@ -13,7 +13,10 @@
  * Small decode batches on the GPU run the same layer as four fused GEMVs
  * and the attention (use_fused_layers, fused_layer): the norms move into
  * the QKV and gate/up products, RoPE + KV write and SiLU * up into their
- * epilogues, and the O and down products add straight into x.
+ * epilogues, and the O and down products add straight into x. Batches of
+ * up to 16 tokens past those keep the norms as kernels but run RoPE + KV
+ * write and SiLU * up in the epilogues of the GEMV's tensor-core form
+ * (kern_matmul_epi_fusable; the same bits as the unfused ops).
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -398,23 +401,40 @@ static void row_parallel(model *m, const void *in, const kern_weight *w, int n)
     kern_f32_to_act(m->kc, a->proj, a->proj_f32, (size_t)n * (size_t)m->cfg.hidden_size);
 }
 
-static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
+/* QKV product, RoPE and the K/V cache write: one kernel where the product's
+ * epilogue can do it (kern_matmul_epi_fusable: small batches; not Qwen3's
+ * per-head q/k norms, which need whole heads), else the product and
+ * kern_rope_kv_write_ex (the same bits either way). */
+static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
     const int n = b->n_tokens;
+    const kern_rope_kv_params rp = rope_params(m, L, b);
+    const kern_weight *bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL;
     PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
-    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, b->n_tokens);
+    if (L->q_norm.rows == 0 && kern_matmul_epi_fusable(m->kc, &L->wqkv, n)) {
+        const kern_fuse f = {.epi = KERN_EPI_ROPE_KV, .rope = &rp, .qkv_bias = bias};
+        kern_matmul_fused(m->kc, a->qkv, a->h, &L->wqkv, n, &f);
+        return;
+    }
+    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, n);
     PROF_MARK(m, MODEL_OP_ROPE_KV,
               act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)), 0);
-    const kern_rope_kv_params rp = rope_params(m, L, b);
     kern_qkv_epilogue ep = {
-        .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL,
+        .qkv_bias = bias,
         .q_norm = L->q_norm.rows > 0 ? &L->q_norm : NULL,
         .k_norm = L->k_norm.rows > 0 ? &L->k_norm : NULL,
         .norm_eps = c->rms_norm_eps,
     };
     kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
+}
+
+static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
+{
+    model_acts *a = &m->a;
+    const int n = b->n_tokens;
+    qkv_rope(m, L, b);
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
     row_parallel(m, a->attn, &L->wo, n);
@@ -424,9 +444,14 @@ static void mlp_block(model *m, const model_layer *L, int n)
 {
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
-    kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
-    PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
-    kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
+    if (kern_matmul_epi_fusable(m->kc, &L->w_gate_up, n)) { /* SiLU * up in the product's epilogue */
+        const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
+        kern_matmul_fused(m->kc, a->act, a->h, &L->w_gate_up, n, &f);
+    } else {
+        kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
+        PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
+        kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
+    }
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
     row_parallel(m, a->act, &L->w_down, n);
 }

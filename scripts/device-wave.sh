@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -318,6 +318,12 @@ kcase() {
     grep -E "FAIL|differ|ran, forced|m-tiles|Checks" "$W/$name.log" | head -8
 }
 
+# i4a0. kernel cases by name: WAVE_KCASES (full sizes), WAVE_KCASES_SAN
+#       (quick sizes under compute-sanitizer memcheck)
+if part kcases; then
+for c in ${WAVE_KCASES:-}; do kcase "kc-$c" 0 "$c"; done
+for c in ${WAVE_KCASES_SAN:-}; do kcase "kc-$c-memcheck" 1 "$c" memcheck; done
+fi
 # i4a. the attention kernel cases at full sizes (128k context among them)
 part attnfull && kcase attnfull 0 attention
 # i4a2. compute-sanitizer memcheck and racecheck of the attention cases (quick sizes)
@@ -541,9 +547,11 @@ AB=$ROOT/build-abtree
 if overlay_build "$AB" "$ROOT/build-abbase" "$W/abbase-build.log" inferd
 then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' ' ')) $(el)" ok
     BASE=$AB/build-gpu/cli/inferd
-    kcase ab-attn 0 attention
-    kcase ab-attn-memcheck 1 attention memcheck
-    kcase ab-attn-racecheck 1 attention racecheck
+    if [[ -z ${WAVE_AB_NO_ATTN:-} ]]; then # WAVE_AB_NO_ATTN=1: a change outside the attention skips its cases
+        kcase ab-attn 0 attention
+        kcase ab-attn-memcheck 1 attention memcheck
+        kcase ab-attn-racecheck 1 attention racecheck
+    fi
     for t in model/test_graphs_gpu scheduler/test_engine_stories; do
         if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/ab-$(basename $t).log" 2>&1
         then row "$(basename $t) (cuda, graphs) $(el)" PASS

@@ -132,6 +132,12 @@ bool kcpu_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
     return false;
 }
 
+/* Contract (kern_matmul_epi_fusable): as kcpu_matmul_fusable. */
+bool kcpu_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return kcpu_matmul_fusable(ctx, w, n);
+}
+
 /* Contract (kern_matmul_fused): the composition of the unfused ops the fused
  * product stands for (kernels.h), in fp32: the CPU twin of the fused CUDA
  * GEMV (kernels/cuda/gemv.cu). Scratch comes from the heap: only tests call

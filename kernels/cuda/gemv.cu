@@ -61,6 +61,11 @@
  * 7% / 6% / 3% faster than the CUDA-core GEMV and cuBLASLt). The four
  * warps' partial sums meet in shared memory and are added in warp order,
  * so a (row, token) result depends on C and the tiling alone, not on n.
+ * Its epilogues (kern_matmul_epi_fusable: no norm, n >= gemv_tc_min_n):
+ * RESID, and the pair epilogues with a CTA's 16 rows as 8 pairs, rows m and
+ * m + 8 the two rows of a pair (tcg_row), so one thread of the final
+ * reduction holds both: SiLU * up and RoPE + K/V write (gemv_rope_pair)
+ * with the roundings of the unfused ops, bit for bit.
  *
  * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
  * a norm and an epilogue, so a decode layer runs four GEMVs, the attention
@@ -483,19 +488,59 @@ __device__ __forceinline__ void tcg_load_x(uint4 (&xv)[TCG_U][NT2], const gemv_a
     }
 }
 
-/* One CTA: out[t, r0 + m] for m < 16, t < a.n (NT2 n-tiles of 8 tokens),
- * fp32 (F32) or bf16. */
-template <int NT2, bool F32>
+/* The weight row of the tensor-core form's CTA row m (0..15). STORE and
+ * RESID: rows 16 blockIdx.x + m. The pair epilogues: the CTA holds pairs
+ * 8 blockIdx.x .. + 7, rows m and m + 8 the two rows of one pair (gate and
+ * up: j, j + R/2; RoPE: the rotate_half pair j, j + head_dim/2 of a head,
+ * as gemv_row maps a warp's slots), so the mma's C fragment puts both in
+ * one thread (its elements e and e + 2). *ok: a real row (else clamped
+ * into the matrix for the loads, never stored). */
+template <int EPI> __device__ __forceinline__ int tcg_row(const gemv_args &a, int m, bool *ok)
+{
+    if (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
+        const int row = (int)blockIdx.x * TCG_ROWS + m;
+        *ok = row < a.R;
+        return min(row, a.R - 1);
+    }
+    const int half_rows = a.R / 2;
+    int pair = (int)blockIdx.x * (TCG_ROWS / 2) + (m & 7);
+    *ok = pair < half_rows;
+    pair = min(pair, half_rows - 1);
+    if (EPI == KERN_EPI_SILU_MUL)
+        return pair + (m >= 8 ? half_rows : 0);
+    const int half = a.rope.head_dim / 2, h = pair / half, j = pair - h * half;
+    return h * a.rope.head_dim + j + (m >= 8 ? half : 0);
+}
+
+/* The sum over the CTA's warps of (CTA row m, token t): it sits in lane
+ * 4 (m % 8) + (t % 8) / 2, element 2 (m / 8) + t % 2 of n-tile t / 8 of
+ * each warp's C fragment; added in warp order. */
+template <int NT2>
+__device__ __forceinline__ float tcg_sum(const float (&red)[TCG_WARPS][NT2][32][4], int m, int t)
+{
+    const int tl = t & 7, l = 4 * (m & 7) + (tl >> 1), e = 2 * (m >> 3) + (tl & 1);
+    float sum = red[0][t >> 3][l][e];
+#pragma unroll
+    for (int w = 1; w < TCG_WARPS; w++)
+        sum += red[w][t >> 3][l][e];
+    return sum;
+}
+
+/* One CTA: the 16 rows of tcg_row for t < a.n (NT2 n-tiles of 8 tokens),
+ * then the epilogue EPI: STORE (fp32 with F32, else bf16), RESID, and the
+ * pair epilogues SILU_MUL and ROPE_KV (one thread a pair and token), each
+ * rounding as gemv_epilogue does. */
+template <int NT2, bool F32, int EPI>
 static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const gemv_args a)
 {
     __shared__ float red[TCG_WARPS][NT2][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int r0 = (int)blockIdx.x * TCG_ROWS, C = a.C;
+    const int C = a.C;
     const int nq = (C + 31) >> 5, per = (nq + TCG_WARPS - 1) / TCG_WARPS;
     const int q0 = min(nq, warp * per), q1 = min(nq, q0 + per);
-    /* rows past R are clamped into the matrix for the loads, never stored */
-    const uint16_t *wa = a.w + (size_t)min(r0 + g, a.R - 1) * (size_t)C;     /* [C] */
-    const uint16_t *wb = a.w + (size_t)min(r0 + g + 8, a.R - 1) * (size_t)C; /* [C] */
+    bool ok;
+    const uint16_t *wa = a.w + (size_t)tcg_row<EPI>(a, g, &ok) * (size_t)C;     /* [C] */
+    const uint16_t *wb = a.w + (size_t)tcg_row<EPI>(a, g + 8, &ok) * (size_t)C; /* [C] */
     float d[NT2][4];
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
@@ -536,34 +581,61 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
         for (int e = 0; e < 4; e++)
             red[warp][nt][lane][e] = d[nt][e];
     __syncthreads();
-    /* (row m, token t) sits in lane 4 (m % 8) + (t % 8) / 2, element
-     * 2 (m / 8) + t % 2 of n-tile t / 8 (the C fragment); consecutive
-     * threads take consecutive rows of one token */
-    for (int i = threadIdx.x; i < TCG_ROWS * 8 * NT2; i += TCG_WARPS * 32) {
-        const int m = i % TCG_ROWS, t = i / TCG_ROWS, tl = t & 7;
-        const int l = 4 * (m & 7) + (tl >> 1), e = 2 * (m >> 3) + (tl & 1);
-        float sum = red[0][t >> 3][l][e];
-#pragma unroll
-        for (int w = 1; w < TCG_WARPS; w++)
-            sum += red[w][t >> 3][l][e];
-        if (t >= a.n || r0 + m >= a.R)
-            continue;
-        const size_t o = (size_t)t * (size_t)a.R + (size_t)(r0 + m);
-        if (F32)
-            static_cast<float *>(a.out)[o] = sum;
-        else
-            static_cast<uint16_t *>(a.out)[o] = kc_f2bf(sum);
+    if constexpr (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
+        /* consecutive threads take consecutive rows of one token */
+        for (int i = threadIdx.x; i < TCG_ROWS * 8 * NT2; i += TCG_WARPS * 32) {
+            const int m = i % TCG_ROWS, t = i / TCG_ROWS;
+            const float sum = tcg_sum<NT2>(red, m, t);
+            const int row = tcg_row<EPI>(a, m, &ok);
+            if (t >= a.n || !ok)
+                continue;
+            const size_t o = (size_t)t * (size_t)a.R + (size_t)row;
+            if (EPI == KERN_EPI_RESID)
+                a.resid[o] = kc_f2bf(kc_bf2f(a.resid[o]) + kc_bf2f(kc_f2bf(sum)));
+            else if (F32)
+                static_cast<float *>(a.out)[o] = sum;
+            else
+                static_cast<uint16_t *>(a.out)[o] = kc_f2bf(sum);
+        }
+    } else {
+        /* the pair epilogues: thread (pair m < 8, token t) has both rows */
+        for (int i = threadIdx.x; i < (TCG_ROWS / 2) * 8 * NT2; i += TCG_WARPS * 32) {
+            const int m = i % (TCG_ROWS / 2), t = i / (TCG_ROWS / 2);
+            const float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t)));
+            const float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t)));
+            const int row = tcg_row<EPI>(a, m, &ok);
+            if (t >= a.n || !ok)
+                continue;
+            if (EPI == KERN_EPI_SILU_MUL)
+                static_cast<uint16_t *>(a.out)[(size_t)t * (size_t)(a.R / 2) + (size_t)row] =
+                    kc_f2bf(kc_silu_mul(x1, x2));
+            else
+                gemv_rope_pair(a, t, row, x1, x2, a.rope.positions[t], a.rope.slot_mapping[t]);
+        }
     }
 }
 
-/* The tensor-core form of a plain product of a.n <= 16 tokens. */
-static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
+/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
+ * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows. */
+template <int EPI> static void gemv_tc_launch_e(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
 {
-    const dim3 grid((unsigned)kcuda_cdiv((int64_t)a.R, TCG_ROWS));
-    if (a.n <= 8)
-        kc_launch(f32 ? gemv_tc_kernel<1, true> : gemv_tc_kernel<1, false>, grid, TCG_WARPS * 32, 0, s, pdl, a);
-    else
-        kc_launch(f32 ? gemv_tc_kernel<2, true> : gemv_tc_kernel<2, false>, grid, TCG_WARPS * 32, 0, s, pdl, a);
+    const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
+    const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
+    const dim3 grid((unsigned)kcuda_cdiv(units, (int64_t)per));
+    void (*k)(const gemv_args) = a.n <= 8 ? (f32 ? gemv_tc_kernel<1, true, EPI> : gemv_tc_kernel<1, false, EPI>)
+                                          : (f32 ? gemv_tc_kernel<2, true, EPI> : gemv_tc_kernel<2, false, EPI>);
+    kc_launch(k, grid, TCG_WARPS * 32, 0, s, pdl, a);
+}
+
+static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, int epi, const gemv_args &a)
+{
+    INFERD_CHECK(!f32 || epi == KERN_EPI_STORE);
+    switch (epi) {
+    case KERN_EPI_STORE: gemv_tc_launch_e<KERN_EPI_STORE>(s, pdl, f32, a); break;
+    case KERN_EPI_RESID: gemv_tc_launch_e<KERN_EPI_RESID>(s, pdl, false, a); break;
+    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
+    default: gemv_tc_launch_e<KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
+    }
 }
 
 /* Contract: true when the GEMV kernel can compute this product (see the
@@ -589,7 +661,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n)
-        gemv_tc_launch(st->stream, pdl, out_f32 != 0, a);
+        gemv_tc_launch(st->stream, pdl, out_f32 != 0, KERN_EPI_STORE, a);
     else
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
@@ -606,14 +678,34 @@ bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
            kcuda_aligned(w->data, 16);
 }
 
+/* The tensor-core form's epilogue route (kern_matmul_epi_fusable beyond
+ * kern_matmul_fusable): n from gemv_tc_min_n to gemv_max_n, the GEMV
+ * route's weight. */
+static bool tc_epi_route(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n && n <= ctx->gemm.gemv_max_n &&
+           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
+           kcuda_aligned(w->data, 16);
+}
+
+/* Contract (kern_matmul_epi_fusable). */
+bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return kcuda_matmul_fusable(ctx, w, n) || tc_epi_route(ctx, w, n);
+}
+
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
- * whose prologue and epilogue are defined in kernels.h; kern_matmul_fused
- * has checked the shapes. Aborts when the product is not fusable or a
- * bf16 operand (norm, bias, cache) has another dtype. */
+ * whose prologue and epilogue are defined in kernels.h: the CUDA-core form
+ * (kern_matmul_fusable), else, without a norm, the tensor-core form
+ * (kern_matmul_epi_fusable); kern_matmul_fused has checked the shapes.
+ * Aborts when the product is not fusable or a bf16 operand (norm, bias,
+ * cache) has another dtype. */
 void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     kcuda_state *st = kcuda_st(ctx);
-    INFERD_CHECK_MSG(kcuda_matmul_fusable(ctx, w, n) && kcuda_aligned(in, 16), "fused product not fusable here");
+    const bool core = kcuda_matmul_fusable(ctx, w, n), tc = !core && !f->norm && tc_epi_route(ctx, w, n);
+    INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");
     INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
     gemv_args a = {};
     a.out = out;
@@ -621,6 +713,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
     a.w = static_cast<const uint16_t *>(w->data);
     a.R = (int)w->rows;
     a.C = (int)w->cols;
+    a.n = n;
     a.norm = f->norm ? static_cast<const uint16_t *>(f->norm->data) : NULL;
     a.eps = f->eps;
     a.resid = static_cast<uint16_t *>(f->resid);
@@ -628,6 +721,9 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         a.rope = *f->rope;
         a.bias = f->qkv_bias ? static_cast<const uint16_t *>(f->qkv_bias->data) : NULL;
     }
-    gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
+    if (tc)
+        gemv_tc_launch(st->stream, ctx->gemm.pdl, false, f->epi, a);
+    else
+        gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
     KCUDA_LAUNCH_CHECK();
 }

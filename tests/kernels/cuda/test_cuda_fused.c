@@ -10,7 +10,10 @@
  * pre-filled 0xFF (an unwritten element or a stray write fails). The
  * tolerances count the GPU's bf16 roundings that the fp32 twin does not
  * have: the product and the epilogue's result (rtol/atol 2e-2 for outputs
- * of magnitude ~1).
+ * of magnitude ~1). The tensor-core form's epilogues (no norm, n from
+ * gemv_tc_min_n to 16: kern_matmul_epi_fusable) run the same cases at n =
+ * 3..16 against the twin, and bitwise against the plain tensor-core
+ * product followed by the unfused op (test_fused_tc_bitwise).
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,7 +43,7 @@ typedef struct {
 
 static void rope_in_make(rope_in *r, const fcase *c, uint64_t seed)
 {
-    r->n_blocks = c->n / c->bs + 2;
+    r->n_blocks = 3 * c->n / c->bs + 2; /* every slot below >= 0 but token 2's */
     r->nc = (size_t)r->n_blocks * c->nkv * c->bs * c->hd;
     r->pos = inferd_malloc(sizeof(int32_t) * (size_t)c->n);
     r->slot = inferd_malloc(sizeof(int64_t) * (size_t)c->n);
@@ -146,7 +149,7 @@ static int fused_case(const fcase *c, uint64_t seed)
                               .block_size = c->bs};
     kern_fuse fg = {.norm = c->norm ? &gg : NULL, .eps = 1e-5f, .epi = c->epi, .resid = gres, .rope = &rg,
                     .qkv_bias = c->bias ? &bg : NULL};
-    ck_assert(kern_matmul_fusable(kt_gpu, &wg, n));
+    ck_assert(c->norm ? kern_matmul_fusable(kt_gpu, &wg, n) : kern_matmul_epi_fusable(kt_gpu, &wg, n));
     kern_matmul_fused(kt_gpu, gout, gin, &wg, n, &fg);
 
     char what[128];
@@ -197,12 +200,14 @@ static int fused_case(const fcase *c, uint64_t seed)
     return bad;
 }
 
-/* GEMV route for every size: small test weights must take it too. */
+/* GEMV route for every size: small test weights must take it too; the
+ * tensor-core form from 3 tokens (the default). */
 static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes)
 {
     kern_gemm_config_get(kt_gpu, saved);
     const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = true,
-                              .gemv_variant = 1, .fuse_max_n = fuse_max_n};
+                              .gemv_variant = 1, .fuse_max_n = fuse_max_n,
+                              .gemv_tc_min_n = KCUDA_GEMV_DEFAULT_TC_MIN_N};
     kern_gemm_config(kt_gpu, &o);
 }
 
@@ -237,6 +242,27 @@ START_TEST(test_fused_forms)
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
     }
+    /* the tensor-core form's epilogues: no norm, n = 3..16 (one n-tile and two) */
+    static const int tc_n[] = {3, 8, 9, 16};
+    for (int i = 0; i < 4; i++) {
+        const int n = tc_n[i];
+        for (int epi = KERN_EPI_RESID; epi <= KERN_EPI_SILU_MUL; epi++)
+            for (int s = 0; s < 4; s++, k++) {
+                if (kt_quick && (s + i) % 2)
+                    continue;
+                fcase c = {.epi = (kern_epilogue)epi, .n = n, .rows = dense[s][0], .cols = dense[s][1]};
+                if (epi == KERN_EPI_SILU_MUL && c.rows % 2)
+                    c.rows++;
+                bad += fused_case(&c, seed + (uint64_t)k * 16);
+            }
+        static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
+        for (int s = 0; s < 4; s++, k++) {
+            fcase c = {.epi = KERN_EPI_ROPE_KV, .bias = rp[s][4] != 0, .n = n, .cols = 136, .nh = rp[s][0],
+                       .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            bad += fused_case(&c, seed + (uint64_t)k * 16);
+        }
+    }
     if (!kt_quick) { /* Llama-3-8B layer shapes at batch 1 */
         const fcase big[] = {
             {.epi = KERN_EPI_ROPE_KV, .norm = true, .n = 1, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
@@ -247,13 +273,146 @@ START_TEST(test_fused_forms)
         };
         for (int i = 0; i < 4; i++)
             bad += fused_case(&big[i], seed + 5000 + (uint64_t)i);
+        const fcase big_tc[] = { /* and at batch 16 on the tensor-core form */
+            {.epi = KERN_EPI_ROPE_KV, .n = 16, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8, .hd = 128, .bs = 16},
+            {.epi = KERN_EPI_SILU_MUL, .n = 13, .rows = 28672, .cols = 4096},
+        };
+        for (int i = 0; i < 2; i++)
+            bad += fused_case(&big_tc[i], seed + 6000 + (uint64_t)i);
     }
     kern_gemm_config(kt_gpu, &saved);
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
-/* kern_matmul_fusable: the run-time choice as a table. */
+/* Device bytes a and b (bytes each) equal? Prints what differs. */
+static int same_dev(const char *what, const void *a, const void *b, size_t bytes)
+{
+    uint8_t *ha = inferd_malloc(bytes), *hb = inferd_malloc(bytes);
+    kern_memcpy_d2h(kt_gpu, ha, a, bytes);
+    kern_memcpy_d2h(kt_gpu, hb, b, bytes);
+    const int bad = memcmp(ha, hb, bytes) != 0;
+    if (bad)
+        printf("  fused tc bitwise: %s differs from the unfused ops\n", what);
+    inferd_free(hb);
+    inferd_free(ha);
+    return bad;
+}
+
+/* One tensor-core epilogue against the plain tensor-core product followed
+ * by the unfused op, bit for bit: ROPE_KV (kern_rope_kv_write_ex, with a
+ * bias when bias), SILU_MUL (kern_silu_mul), RESID (the add of
+ * kern_add_rmsnorm). */
+static int tc_bitwise_case(kern_epilogue epi, int n, int R, int C, int nh, int nkv, int hd, int bs, bool bias,
+                           uint64_t seed)
+{
+    const size_t ni = (size_t)n * C, nw = (size_t)R * C, nr = (size_t)n * R;
+    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
+    float *b = inferd_malloc((size_t)R * sizeof(float)), *res = inferd_malloc(nr * sizeof(float));
+    float *g = inferd_malloc((size_t)R * sizeof(float));
+    kt_rand_bf16(in, ni, seed, -1.0f, 1.0f);
+    kt_rand_bf16(w, nw, seed + 1, -1.7f / sqrtf((float)C), 1.7f / sqrtf((float)C));
+    kt_rand_bf16(b, (size_t)R, seed + 2, -0.5f, 0.5f);
+    kt_rand_bf16(res, nr, seed + 3, -1.0f, 1.0f);
+    for (int i = 0; i < R; i++)
+        g[i] = 1.0f;
+    kern_weight wg = kt_weight_gpu(w, R, C), bg = kt_weight_gpu(b, R, 1), ng = kt_weight_gpu(g, 1, R);
+    void *gin = kt_gpu_bf16(in, ni), *prod = kern_alloc(kt_gpu, nr * 2), *outA = kern_alloc(kt_gpu, nr * 2);
+    void *outB = kern_alloc(kt_gpu, nr * 2), *resA = kt_gpu_bf16(res, nr), *resB = kt_gpu_bf16(res, nr);
+    kern_memset0(kt_gpu, outA, nr * 2);
+    kern_memset0(kt_gpu, outB, nr * 2);
+    int bad = 0;
+    char what[96];
+    snprintf(what, sizeof what, "epi=%d n=%d R=%d C=%d hd=%d bias=%d", (int)epi, n, R, C, hd, bias);
+    ck_assert(kern_matmul_epi_fusable(kt_gpu, &wg, n) && !kern_matmul_fusable(kt_gpu, &wg, n));
+    if (epi == KERN_EPI_ROPE_KV) {
+        rope_in ri;
+        const fcase c = {.n = n, .nh = nh, .nkv = nkv, .hd = hd, .bs = bs};
+        rope_in_make(&ri, &c, seed + 4);
+        void *dpos = kt_gpu_bytes(ri.pos, sizeof(int32_t) * (size_t)n);
+        void *dslot = kt_gpu_bytes(ri.slot, sizeof(int64_t) * (size_t)n);
+        void *dinv = kt_gpu_bytes(ri.inv, sizeof(float) * (size_t)(hd / 2));
+        void *kA = kern_alloc(kt_gpu, ri.nc * 2), *vA = kern_alloc(kt_gpu, ri.nc * 2);
+        void *kB = kern_alloc(kt_gpu, ri.nc * 2), *vB = kern_alloc(kt_gpu, ri.nc * 2);
+        kern_memset0(kt_gpu, kA, ri.nc * 2);
+        kern_memset0(kt_gpu, vA, ri.nc * 2);
+        kern_memset0(kt_gpu, kB, ri.nc * 2);
+        kern_memset0(kt_gpu, vB, ri.nc * 2);
+        kern_rope_kv_params rp = {.qkv = outA, .positions = dpos, .slot_mapping = dslot, .inv_freq = dinv,
+                                  .k_cache = kA, .v_cache = vA, .n_tokens = n, .n_heads = nh, .n_kv_heads = nkv,
+                                  .head_dim = hd, .block_size = bs};
+        kern_matmul(kt_gpu, outA, gin, &wg, n);
+        const kern_qkv_epilogue e = {.qkv_bias = bias ? &bg : NULL};
+        kern_rope_kv_write_ex(kt_gpu, &rp, &e);
+        rp.k_cache = kB;
+        rp.v_cache = vB;
+        const kern_fuse f = {.epi = KERN_EPI_ROPE_KV, .rope = &rp, .qkv_bias = bias ? &bg : NULL};
+        kern_matmul_fused(kt_gpu, outB, gin, &wg, n, &f);
+        bad += same_dev(what, outA, outB, nr * 2);
+        bad += same_dev("k cache", kA, kB, ri.nc * 2) + same_dev("v cache", vA, vB, ri.nc * 2);
+        kern_free(kt_gpu, vB);
+        kern_free(kt_gpu, kB);
+        kern_free(kt_gpu, vA);
+        kern_free(kt_gpu, kA);
+        kern_free(kt_gpu, dinv);
+        kern_free(kt_gpu, dslot);
+        kern_free(kt_gpu, dpos);
+        rope_in_free(&ri);
+    } else if (epi == KERN_EPI_SILU_MUL) {
+        kern_matmul(kt_gpu, prod, gin, &wg, n);
+        kern_silu_mul(kt_gpu, outA, prod, n, R / 2);
+        const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
+        kern_matmul_fused(kt_gpu, outB, gin, &wg, n, &f);
+        bad += same_dev(what, outA, outB, nr);
+    } else {
+        kern_matmul(kt_gpu, prod, gin, &wg, n);
+        kern_add_rmsnorm(kt_gpu, outA, resA, prod, &ng, n, 1e-5f); /* resA = bf16(resA + prod) */
+        const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = resB};
+        kern_matmul_fused(kt_gpu, NULL, gin, &wg, n, &f);
+        bad += same_dev(what, resA, resB, nr * 2);
+    }
+    kt_record("fused_tc_bitwise", bad, 0, 0);
+    kern_free(kt_gpu, resB);
+    kern_free(kt_gpu, resA);
+    kern_free(kt_gpu, outB);
+    kern_free(kt_gpu, outA);
+    kern_free(kt_gpu, prod);
+    kern_free(kt_gpu, gin);
+    kern_free(kt_gpu, ng.data);
+    kern_free(kt_gpu, bg.data);
+    kern_free(kt_gpu, wg.data);
+    inferd_free(g);
+    inferd_free(res);
+    inferd_free(b);
+    inferd_free(w);
+    inferd_free(in);
+    return bad;
+}
+
+/* The tensor-core form's epilogues give the bits of the unfused ops after
+ * the plain tensor-core product (forward.c picks either by n alone, so a
+ * batch's bits must not depend on the choice): n = 3, 9, 16; Llama GQA
+ * hd 64, a Qwen2 bias at hd 32 with block size 5, odd row counts. */
+START_TEST(test_fused_tc_bitwise)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0);
+    const uint64_t seed = kt_seed() + 1900;
+    static const int ns[] = {3, 9, 16};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        const int n = ns[i];
+        bad += tc_bitwise_case(KERN_EPI_ROPE_KV, n, (8 + 2 * 2) * 64, 136, 8, 2, 64, 16, false, seed + 10 * i);
+        bad += tc_bitwise_case(KERN_EPI_ROPE_KV, n, (7 + 2 * 1) * 32, 264, 7, 1, 32, 5, true, seed + 10 * i + 1);
+        bad += tc_bitwise_case(KERN_EPI_SILU_MUL, n, 1002, 264, 0, 0, 0, 0, false, seed + 10 * i + 2);
+        bad += tc_bitwise_case(KERN_EPI_RESID, n, 37, 512, 0, 0, 0, 0, false, seed + 10 * i + 3);
+    }
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* kern_matmul_fusable and kern_matmul_epi_fusable: the run-time choices as tables. */
 START_TEST(test_fusable_table)
 {
     kern_gemm_opts saved;
@@ -297,6 +456,37 @@ START_TEST(test_fusable_table)
         if (got != rows[i].want && bad++ < 20)
             printf("  fusable row %zu: got %d want %d\n", i, got, rows[i].want);
     }
+    /* kern_matmul_epi_fusable: kern_matmul_fusable, or the tensor-core form from gemv_tc_min_n */
+    const struct {
+        int fuse_max_n, gemv_max_n, tc_min_n;
+        int64_t min_bytes;
+        const kern_weight *w;
+        bool cpu;
+        int n;
+        bool want;
+    } erows[] = {
+        {2, 16, 3, 0, &wg, false, 1, true},          /* the CUDA-core fused form */
+        {2, 16, 3, 0, &wg, false, 3, true},          /* the tensor-core form */
+        {2, 16, 3, 0, &wg, false, 16, true},
+        {2, 16, 3, 0, &wg, false, 17, false},        /* past the GEMV */
+        {2, 8, 3, 0, &wg, false, 9, false},          /* past gemv_max_n */
+        {2, 16, 0, 0, &wg, false, 5, false},         /* tensor-core form off */
+        {2, 16, 5, 0, &wg, false, 4, false},         /* between the two forms */
+        {0, 16, 3, 0, &wg, false, 1, false},         /* fusion off, below the tensor-core form */
+        {0, 16, 3, 0, &wg, false, 4, true},          /* fusion off: the tensor-core form still */
+        {2, 16, 3, wbytes + 1, &wg, false, 8, false}, /* weight below the GEMV threshold */
+        {2, 16, 3, 0, &odd, false, 8, false},        /* cols % 8 != 0 */
+        {2, 16, 3, 0, &wc, true, 8, false},          /* never on the CPU */
+    };
+    for (size_t i = 0; i < sizeof erows / sizeof erows[0]; i++) {
+        const kern_gemm_opts o = {.gemv_max_n = erows[i].gemv_max_n, .gemv_min_weight_bytes = erows[i].min_bytes,
+                                  .pdl = true, .gemv_variant = 1, .fuse_max_n = erows[i].fuse_max_n,
+                                  .gemv_tc_min_n = erows[i].tc_min_n};
+        kern_gemm_config(kt_gpu, &o);
+        const bool got = kern_matmul_epi_fusable(erows[i].cpu ? kt_cpu : kt_gpu, erows[i].w, erows[i].n);
+        if (got != erows[i].want && bad++ < 20)
+            printf("  epi fusable row %zu: got %d want %d\n", i, got, erows[i].want);
+    }
     kt_record("matmul_fusable", bad, 0, 0);
     kern_gemm_config(kt_gpu, &saved);
     kern_free(kt_gpu, wg.data);
@@ -311,6 +501,7 @@ TCase *kt_tcase_fused(void)
     TCase *tc = tcase_create("fused");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_fused_forms);
+    tcase_add_test(tc, test_fused_tc_bitwise);
     tcase_add_test(tc, test_fusable_table);
     return tc;
 }
