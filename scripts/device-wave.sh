@@ -583,6 +583,16 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
             --input-len 32000 --output-len 64 --num-iters-warmup 0 --num-iters 2 --max-num-seqs 1 \
             --max-num-batched-tokens 8192 --max-model-len 33000
     done
+    # WAVE_AB_B256=1: batch 256 x 1k of base and new
+    if [[ -n ${WAVE_AB_B256:-} ]]; then
+        for v in base new; do
+            b=$BIN
+            [[ $v == base ]] && b=$BASE
+            BIN=$b lat "ab-$v-b256" 150 "$v b256 x 1k" --model $L8 --batch-size 256 --input-len 1024 \
+                --output-len 160 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 \
+                --max-num-batched-tokens 8192 --max-model-len 2048
+        done
+    fi
     # WAVE_AB_PREFILL=1: the prefill rows (512..16k, and a 16k-token step of 32 x 512) of base and new
     if [[ -n ${WAVE_AB_PREFILL:-} ]]; then
         for rep in 1 2; do

@@ -136,11 +136,21 @@ void kcuda_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
 /* One block per row. Pass 1: resid = bf16(resid + add), sum of squares of the
  * rounded values. Pass 2: out = bf16((resid * inv) * w). Each thread touches
  * the same elements in both passes, so out may alias add or resid. */
-template <bool VEC8>
-static __global__ void add_rmsnorm_kernel(uint16_t *out, uint16_t *resid, const uint16_t *add,
-                                          const uint16_t *__restrict__ w, int d, float eps)
+struct add_rmsnorm_args {
+    uint16_t *out, *resid;
+    const uint16_t *add, *w;
+    int d;
+    float eps;
+};
+
+template <bool VEC8> static __global__ void add_rmsnorm_kernel(const add_rmsnorm_args p)
 {
     kc_pdl_trigger();
+    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
+    uint16_t *out = p.out, *resid = p.resid;
+    const uint16_t *add = p.add, *__restrict__ w = p.w;
+    const int d = p.d;
+    const float eps = p.eps;
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
     uint16_t *r = resid + row * d;            /* [d] */
@@ -195,15 +205,16 @@ static __global__ void add_rmsnorm_kernel(uint16_t *out, uint16_t *resid, const 
 }
 
 /* One block per row; the 16-byte path when every row start is 16-byte aligned. */
-static void launch_add_rmsnorm(cudaStream_t s, uint16_t *out, uint16_t *resid, const uint16_t *add,
+static void launch_add_rmsnorm(cudaStream_t s, bool pdl, uint16_t *out, uint16_t *resid, const uint16_t *add,
                                const uint16_t *w, int n, int d, float eps)
 {
     const bool vec = d % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(resid, 16) && kcuda_aligned(add, 16) &&
                      kcuda_aligned(w, 16);
+    const add_rmsnorm_args a = {out, resid, add, w, d, eps};
     if (vec)
-        add_rmsnorm_kernel<true><<<n, row_threads(d / 8), 0, s>>>(out, resid, add, w, d, eps);
+        kc_launch(add_rmsnorm_kernel<true>, dim3(n), row_threads(d / 8), 0, s, pdl, a);
     else
-        add_rmsnorm_kernel<false><<<n, row_threads(d), 0, s>>>(out, resid, add, w, d, eps);
+        kc_launch(add_rmsnorm_kernel<false>, dim3(n), row_threads(d), 0, s, pdl, a);
 }
 
 /* Contract (kern_add_rmsnorm): per row, resid = bf16(resid + add) when add is
@@ -216,7 +227,7 @@ void kcuda_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, c
     INFERD_CHECK(w->dtype == KERN_DTYPE_BF16 && w->rows == 1 && w->cols > 0 && w->cols <= INT32_MAX);
     if (n <= 0)
         return;
-    launch_add_rmsnorm(st->stream, (uint16_t *)out, (uint16_t *)resid, (const uint16_t *)add,
+    launch_add_rmsnorm(st->stream, kcuda_ops_pdl(ctx, n), (uint16_t *)out, (uint16_t *)resid, (const uint16_t *)add,
                        (const uint16_t *)w->data, n, (int)w->cols, eps);
     KCUDA_LAUNCH_CHECK();
 }
@@ -224,11 +235,21 @@ void kcuda_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, c
 /* --- SiLU(gate) * up ---------------------------------------------------------- */
 
 /* out[n, f] = silu(gu[:, :f]) * gu[:, f:]; VEC8 handles 8 columns per item. */
-template <bool VEC8>
-static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_t *__restrict__ gu,
-                                       int64_t n, int f)
+struct silu_mul_args {
+    uint16_t *out;
+    const uint16_t *gu;
+    int64_t n;
+    int f;
+};
+
+template <bool VEC8> static __global__ void silu_mul_kernel(const silu_mul_args p)
 {
     kc_pdl_trigger();
+    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
+    uint16_t *__restrict__ out = p.out;
+    const uint16_t *__restrict__ gu = p.gu;
+    const int64_t n = p.n;
+    const int f = p.f;
     const int per = VEC8 ? 8 : 1;
     const int64_t items_per_row = f / per;
     const int64_t total = n * items_per_row;
@@ -253,17 +274,18 @@ static __global__ void silu_mul_kernel(uint16_t *__restrict__ out, const uint16_
 }
 
 /* Grid-stride over n * f (or n * f / 8) items, at most 16 blocks per SM. */
-static void launch_silu_mul(const kcuda_state *st, uint16_t *out, const uint16_t *gate_up, int n, int f)
+static void launch_silu_mul(const kcuda_state *st, bool pdl, uint16_t *out, const uint16_t *gate_up, int n, int f)
 {
     const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
     const int64_t items = (int64_t)n * (vec ? f / 8 : f);
     unsigned grid = kcuda_cdiv(items, 256);
     if (grid > (unsigned)st->n_sms * 16u)
         grid = (unsigned)st->n_sms * 16u;
+    const silu_mul_args a = {out, gate_up, n, f};
     if (vec)
-        silu_mul_kernel<true><<<grid, 256, 0, st->stream>>>(out, gate_up, n, f);
+        kc_launch(silu_mul_kernel<true>, dim3(grid), 256, 0, st->stream, pdl, a);
     else
-        silu_mul_kernel<false><<<grid, 256, 0, st->stream>>>(out, gate_up, n, f);
+        kc_launch(silu_mul_kernel<false>, dim3(grid), 256, 0, st->stream, pdl, a);
 }
 
 /* Contract (kern_silu_mul): out[n, f] = bf16(silu(g) * u), g = gate_up[:, :f],
@@ -273,7 +295,7 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
     kcuda_state *st = kcuda_st(ctx);
     if (n <= 0 || f <= 0)
         return;
-    launch_silu_mul(st, (uint16_t *)out, (const uint16_t *)gate_up, n, f);
+    launch_silu_mul(st, kcuda_ops_pdl(ctx, n), (uint16_t *)out, (const uint16_t *)gate_up, n, f);
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -299,9 +321,17 @@ struct rope_epi {
  * first, the bf16 tensor HF's Qwen3RMSNorm hands to RoPE), and a k head's
  * go to the cache slot too (the bf16 values stored back into qkv). The
  * arithmetic of every value is that of the block-per-token form. */
-static __global__ void rope_kv_kernel(kern_rope_kv_params p, rope_epi e)
+struct rope_kv_args {
+    kern_rope_kv_params p;
+    rope_epi e;
+};
+
+static __global__ void rope_kv_kernel(const rope_kv_args ra)
 {
     kc_pdl_trigger();
+    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
+    const kern_rope_kv_params &p = ra.p;
+    const rope_epi &e = ra.e;
     extern __shared__ float rope_sm[]; /* cs[half], sn[half] */
     const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
     float *cs = rope_sm, *sn = rope_sm + half;
@@ -365,11 +395,12 @@ static __global__ void rope_kv_kernel(kern_rope_kv_params p, rope_epi e)
     }
 }
 
-static void launch_rope_kv(cudaStream_t s, const kern_rope_kv_params *p, const rope_epi *e)
+static void launch_rope_kv(cudaStream_t s, bool pdl, const kern_rope_kv_params *p, const rope_epi *e)
 {
     const size_t smem = (size_t)p->head_dim * sizeof(float);
     const dim3 grid((unsigned)p->n_tokens, kcuda_cdiv(p->n_heads + 2 * p->n_kv_heads, ROPE_HEADS));
-    rope_kv_kernel<<<grid, ROPE_HEADS * 32, smem, s>>>(*p, *e);
+    const rope_kv_args a = {*p, *e};
+    kc_launch(rope_kv_kernel, grid, ROPE_HEADS * 32, smem, s, pdl, a);
 }
 
 /* Contract (kern_rope_kv_write_ex): the epilogue first when e is not NULL
@@ -396,6 +427,6 @@ void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern
     }
     if (p->n_tokens <= 0)
         return;
-    launch_rope_kv(st->stream, p, &de);
+    launch_rope_kv(st->stream, kcuda_ops_pdl(ctx, p->n_tokens), p, &de);
     KCUDA_LAUNCH_CHECK();
 }
