@@ -149,8 +149,8 @@ __device__ __forceinline__ uint4 kc_pack8(const float *f)
  * kernel leaves idle (a batch-1 RMSNorm is one CTA) and stream their first
  * weights while this kernel runs; they wait (griddepcontrol.wait) for this
  * grid to finish before reading its output. Called first thing by the small
- * per-layer kernels, and by the GEMVs once their weights are read; no
- * effect on a dependent launched without the attribute.
+ * per-layer kernels; no effect on a dependent launched without the
+ * attribute.
  * -DKC_NO_PDL_TRIGGER turns it off (for measurements). */
 __device__ __forceinline__ void kc_pdl_trigger(void)
 {
@@ -177,10 +177,10 @@ __device__ __forceinline__ void kc_pdl_wait(void)
  * programmatic dependents (kc_launch's pdl; each waits first): where the
  * step's products run on cuBLASLt (n > gemv_max_n), whose kernels end
  * without triggering, the launch then overlaps the GEMM's end (batch 64
- * decode steps 1.5-2% faster on an H100). Not after the GEMVs, which
- * trigger once their weights are read: there the early launches crowded
- * the SMs (batch 16 4-14% slower; docs/PERF.md, eleventh session). A
- * function of n alone, so a padded graph replay launches as the eager
+ * decode steps 2% faster on an H100). Not after the GEMVs (n <=
+ * gemv_max_n): there, launched early, they and the GEMV behind them
+ * crowded the SMs (batch 16 4.5% slower; docs/PERF.md, eleventh session).
+ * A function of n alone, so a padded graph replay launches as the eager
  * step does. */
 static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
 {

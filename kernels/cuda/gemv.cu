@@ -21,11 +21,10 @@
  *    (which no earlier kernel writes), then waits (griddepcontrol.wait) for
  *    the previous kernel before reading the input or writing the output. The
  *    launch latency and the first loads overlap the previous kernel's tail.
- *    Valid inside CUDA graphs (captured as a programmatic edge). Once its
- *    weights are read (before the reductions and the epilogue) a CTA
- *    triggers its own dependents (griddepcontrol.launch_dependents), so
- *    the next GEMV of a decode layer launches while this one finishes
- *    (batch 1 x 512 0.8% faster on an H100, other rows within noise).
+ *    Valid inside CUDA graphs (captured as a programmatic edge). The GEMV
+ *    does not trigger its own dependents early (an early trigger after the
+ *    weights were read ran batch 1 x 512 1% faster, but a kernel test then
+ *    failed once under compute-sanitizer: docs/PERF.md, eleventh session).
  * RPW and U shrink/grow with n so registers stay under ~128 per thread and
  * the L1 traffic of the input (n / RPW input chunks per weight chunk) stays
  * under the L1 rate: n <= 2: RPW 2, U 2 and 8 CTAs per SM (variant 1, the
@@ -336,7 +335,6 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
             }
         }
     }
-    kc_pdl_trigger(); /* the weights are read: the next GEMV may launch and start on its own */
     /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -580,7 +578,6 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
             }
         }
     }
-    kc_pdl_trigger(); /* the weights are read: the next GEMV may launch and start on its own */
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
 #pragma unroll
