@@ -270,7 +270,8 @@ END_TEST
 /* The fused decode layers (model/forward.c fused_layer, kern_matmul_fused):
  * stories260K's weights are below the GEMV's size threshold, so it is
  * lowered to 0 for these models; batches of up to KCUDA_FUSE_MAX_N (2)
- * tokens then run fused, 3 and 4 the unfused GEMVs. Graphs equal eager bitwise on the fused path too
+ * tokens then run fused, 3 and 4 the tensor-core GEMV with RoPE and SiLU
+ * in its epilogues (kern_matmul_epi_fusable). Graphs equal eager bitwise on the fused path too
  * (both fuse: the choice depends on the row count only), and the golden
  * tokens come out of the fused path, graphs and eager. */
 START_TEST(test_fused_layers)
