@@ -145,8 +145,11 @@ void kcuda_all_reduce_sum(kern_ctx *ctx, kern_comm *c, void *buf, size_t count, 
 void kcuda_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, size_t bytes);
 
 /* Small-batch GEMV (kernels/cuda/gemv.cu): kcuda_gemv_fits says whether the
- * kernel takes the product; kcuda_gemv runs it (out_f32: fp32 logits). */
+ * kernel takes the product, kcuda_gemv_route whether the ctx's options send
+ * n tokens of w there (less the input's alignment); kcuda_gemv runs it
+ * (out_f32: fp32 logits). */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n);
+bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n);
 void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const kern_weight *w, int n, bool pdl);
 /* Event timers on the ctx's stream (kernels/cuda/timer.cu). */
 bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);

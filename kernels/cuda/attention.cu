@@ -155,13 +155,13 @@ extern "C" int kcuda_attn_last_pdl;
 int kcuda_attn_pdl_force = -1;
 int kcuda_attn_last_pdl = 0;
 
-/* INFERD_ATTN_PDL=1 (read once): decode attention launched with PDL at
- * every batch size; by default only for steps of more than gemv_max_n
- * tokens (kcuda_ops_pdl). The output is the same either way. */
-static bool attn_use_pdl(void)
+/* Whether the decode attention of an n-token step launches with PDL: as
+ * the other small kernels (kcuda_ops_pdl), or at every n with
+ * INFERD_ATTN_PDL=1 (read once). The output is the same either way. */
+static bool attn_use_pdl(const kern_ctx *ctx, int n)
 {
     static const bool env_on = env_is("INFERD_ATTN_PDL", "1", "decode attention launched as programmatic dependents");
-    return kcuda_attn_pdl_force >= 0 ? kcuda_attn_pdl_force == 1 : env_on;
+    return kcuda_attn_pdl_force >= 0 ? kcuda_attn_pdl_force == 1 : env_on || kcuda_ops_pdl(ctx, n);
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_mt_force picks the tensor-core
@@ -411,7 +411,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_splits = max_splits;
         a.pipe = decode_use_pipe();
         kcuda_attn_last_decode_pipe = a.pipe;
-        a.pdl = attn_use_pdl() || (kcuda_attn_pdl_force < 0 && kcuda_ops_pdl(ctx, p->n_tokens));
+        a.pdl = attn_use_pdl(ctx, p->n_tokens);
         kcuda_attn_last_pdl = a.pdl;
         kcuda_attn_decode_launch(st, &a);
     }

@@ -764,11 +764,15 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
 template <int GMAX>
 static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
-    if (GMAX >= 4 && a->tc) {
-        void (*kern)(const kc_attn_args) = a->hd == 64 ? attn_decode_tc_kernel<GMAX < 4 ? 4 : GMAX, 64>
-                                                       : attn_decode_tc_kernel<GMAX < 4 ? 4 : GMAX, 128>;
-        kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
-    } else if (a->pipe)
+    if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
+        if (a->tc) {
+            void (*kern)(const kc_attn_args) =
+                a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>;
+            kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
+            return;
+        }
+    }
+    if (a->pipe)
         dec_launch_g<GMAX, true>(st, a, grid);
     else
         dec_launch_g<GMAX, false>(st, a, grid);

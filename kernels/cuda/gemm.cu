@@ -177,9 +177,7 @@ static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, co
  * (cuBLASLt changes algorithm with n), see the NOTE at the top. */
 static bool use_gemv(const kern_ctx *ctx, const void *in, const kern_weight *w, int n)
 {
-    return n >= 1 && n <= ctx->gemm.gemv_max_n &&
-           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
-           kcuda_gemv_fits(in, w, n);
+    return kcuda_gemv_route(ctx, w, n) && kcuda_aligned(in, 16);
 }
 
 void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n)

@@ -641,6 +641,24 @@ static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, int epi, const ge
     }
 }
 
+/* Contract: the GEMV route for n tokens of w on ctx (kern_gemm_opts' sizes
+ * and the kernel's requirements on the weight; the input's alignment is the
+ * caller's to check): kern_matmul's (use_gemv, gemm.cu) and the fused
+ * products'. Depends only on n and w. */
+bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return n >= 1 && n <= ctx->gemm.gemv_max_n &&
+           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
+           kcuda_aligned(w->data, 16);
+}
+
+/* Whether n tokens of the GEMV run its tensor-core form (gemv_tc_min_n). */
+static bool gemv_use_tc(const kern_ctx *ctx, int n)
+{
+    return ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n;
+}
+
 /* Contract: true when the GEMV kernel can compute this product (see the
  * requirements at the top); the choice of using it is gemm.cu's. */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n)
@@ -663,39 +681,25 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.R = (int)w->rows;
     a.C = (int)w->cols;
     a.n = n;
-    if (ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n)
+    if (gemv_use_tc(ctx, n))
         gemv_tc_launch(st->stream, pdl, out_f32 != 0, KERN_EPI_STORE, a);
     else
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
 }
 
-/* Contract (kern_matmul_fusable): the GEMV route of kcuda_matmul (use_gemv
- * in gemm.cu, less the input's alignment, which kcuda_matmul_fused checks)
- * for n <= fuse_max_n (kern_gemm_config keeps it <= KCUDA_FUSE_MAX_N). */
+/* Contract (kern_matmul_fusable): the GEMV route for n <= fuse_max_n
+ * (kern_gemm_config keeps it <= KCUDA_FUSE_MAX_N). */
 bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return n >= 1 && n <= ctx->gemm.fuse_max_n && n <= ctx->gemm.gemv_max_n &&
-           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
-           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
-           kcuda_aligned(w->data, 16);
+    return n <= ctx->gemm.fuse_max_n && kcuda_gemv_route(ctx, w, n);
 }
 
-/* The tensor-core form's epilogue route (kern_matmul_epi_fusable beyond
- * kern_matmul_fusable): n from gemv_tc_min_n to gemv_max_n, the GEMV
- * route's weight. */
-static bool tc_epi_route(const kern_ctx *ctx, const kern_weight *w, int n)
-{
-    return ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n && n <= ctx->gemm.gemv_max_n &&
-           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
-           w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
-           kcuda_aligned(w->data, 16);
-}
-
-/* Contract (kern_matmul_epi_fusable). */
+/* Contract (kern_matmul_epi_fusable): the CUDA-core fused form, or the
+ * tensor-core form's epilogues on the GEMV route. */
 bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return kcuda_matmul_fusable(ctx, w, n) || tc_epi_route(ctx, w, n);
+    return kcuda_matmul_fusable(ctx, w, n) || (gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n));
 }
 
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
@@ -707,7 +711,8 @@ bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     kcuda_state *st = kcuda_st(ctx);
-    const bool core = kcuda_matmul_fusable(ctx, w, n), tc = !core && !f->norm && tc_epi_route(ctx, w, n);
+    const bool core = kcuda_matmul_fusable(ctx, w, n);
+    const bool tc = !core && !f->norm && gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
     INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");
     INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
     gemv_args a = {};
