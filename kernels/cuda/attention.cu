@@ -57,8 +57,8 @@
  * launch; bitwise the same output). INFERD_ATTN_PDL=1 launches the decode
  * and merge kernels as programmatic dependents (attention_decode.cu).
  *
- * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; two
- * 16-row m-tiles a warp unless INFERD_PREFILL_TC_MT=1) where it
+ * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
+ * form by INFERD_PREFILL_TC=mma1|mma2|wg64|wg128, default mma2) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
  * kernel. The variable is read once per process, at the first call.
@@ -164,22 +164,38 @@ static bool attn_use_pdl(const kern_ctx *ctx, int n)
     return kcuda_attn_pdl_force >= 0 ? kcuda_attn_pdl_force == 1 : env_on || kcuda_ops_pdl(ctx, n);
 }
 
-/* Test hooks: kcuda_attn_prefill_tc_mt_force picks the tensor-core
- * kernel's m-tiles a warp (0: as INFERD_PREFILL_TC_MT says, 1 or 2);
- * kcuda_attn_last_prefill_mt tells what the last tensor-core launch used. */
-extern "C" int kcuda_attn_prefill_tc_mt_force;
-extern "C" int kcuda_attn_last_prefill_mt;
-int kcuda_attn_prefill_tc_mt_force = 0;
-int kcuda_attn_last_prefill_mt = 0;
+/* Test hooks: kcuda_attn_prefill_tc_form_force picks the tensor-core
+ * kernel's form (0: as INFERD_PREFILL_TC says, else a KC_PTC_* value);
+ * kcuda_attn_last_prefill_form tells the form the last tensor-core launch
+ * ran (the device may not run the one asked for: tc_form_fit). */
+extern "C" int kcuda_attn_prefill_tc_form_force;
+extern "C" int kcuda_attn_last_prefill_form;
+int kcuda_attn_prefill_tc_form_force = 0;
+int kcuda_attn_last_prefill_form = 0;
 
-/* INFERD_PREFILL_TC_MT=1|2 (read once): 16-row m-tiles a warp of the
- * tensor-core prefill kernel; default 2. */
-static int prefill_tc_mt(void)
+/* Test hook: 1 when the current device runs the tensor-core prefill's
+ * wgmma forms (compute capability 9.0; tc_form_fit). */
+extern "C" int kcuda_attn_prefill_wg_device(void);
+int kcuda_attn_prefill_wg_device(void)
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return 0;
+    return prop.major == 9 && prop.minor == 0;
+}
+
+/* INFERD_PREFILL_TC=mma1|mma2|wg64|wg128 (read once): the tensor-core
+ * prefill kernel's form (attention.cuh KC_PTC_*); default mma2. */
+static int prefill_tc_form(void)
 {
     /* thread-safe, once per process */
-    static const int env_mt =
-        env_is("INFERD_PREFILL_TC_MT", "1", "tensor-core prefill with 16 query rows a warp") ? 1 : 2;
-    return kcuda_attn_prefill_tc_mt_force > 0 ? kcuda_attn_prefill_tc_mt_force : env_mt;
+    static const int env_form =
+        env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp")    ? KC_PTC_MMA1
+        : env_is("INFERD_PREFILL_TC", "wg64", "tensor-core prefill, wgmma, one warpgroup a CTA")       ? KC_PTC_WG64
+        : env_is("INFERD_PREFILL_TC", "wg128", "tensor-core prefill, wgmma, two warpgroups a CTA")     ? KC_PTC_WG128
+                                                                                                        : KC_PTC_MMA2;
+    return kcuda_attn_prefill_tc_form_force > 0 ? kcuda_attn_prefill_tc_form_force : env_form;
 }
 
 /* True when the prefill part of this launch runs on tensor cores (its
@@ -419,7 +435,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         const bool tc = prefill_use_tc(st, hd, p->scale);
         kcuda_attn_last_prefill = tc ? 2 : 1;
         if (tc)
-            kcuda_attn_last_prefill_mt = kcuda_attn_prefill_tc_launch(st, &a, max_q, prefill_tc_mt());
+            kcuda_attn_last_prefill_form = kcuda_attn_prefill_tc_launch(st, &a, max_q, prefill_tc_form());
         else
             kcuda_attn_prefill_launch(st, &a, max_q);
     }

@@ -110,8 +110,14 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * copy i takes row i / (D / 8), chunk i % (D / 8), so a warp's 32 copies
  * are consecutive chunks of consecutive rows. Keys at or past kv_end are
  * zero-filled without a read. Shared by the tensor-core prefill (a CTA,
- * 64 keys) and the tensor-core decode body (a warp, 16 keys). */
-template <int D, int LD, int ROWS, int NT>
+ * 64 keys) and the tensor-core decode body (a warp, 16 keys).
+ * CM = true: the wgmma prefill's core-matrix layout instead (LD unused):
+ * key r, chunk ch at element ((r / 8) (D / 8) + ch) 64 + (r % 8) 8, i.e.
+ * 8-key x 16-byte core matrices, a key group's D / 8 of them contiguous;
+ * copy i then takes key (i / D) 8 + i % 8, chunk (i / 8) % (D / 8) and
+ * lands at element 8 i, so a warp's stores are contiguous and its loads
+ * are 64 contiguous bytes of each of 8 keys. */
+template <int D, int LD, int ROWS, int NT, bool CM = false>
 __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
                                              int tid, uint16_t *sK, uint16_t *sV)
 {
@@ -119,7 +125,9 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
     static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
 #pragma unroll
     for (int j = 0; j < ROWS * CH / NT; j++) {
-        const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
+        const int i = tid + j * NT;
+        const int r = CM ? (i / D) * 8 + (i & 7) : i / CH, ch = CM ? (i >> 3) % CH : i - r * CH, p = k0 + r;
+        const int dst = CM ? i * 8 : r * LD + ch * 8;
         const bool ok = p < kv_end;
         int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
         if (ok) {
@@ -128,8 +136,8 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
             const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
             off = (((int64_t)__ldg(bt + bi) * a.nkv + kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
         }
-        kc_cp_async16(sK + r * LD + ch * 8, a.k_cache + off, ok);
-        kc_cp_async16(sV + r * LD + ch * 8, a.v_cache + off, ok);
+        kc_cp_async16(sK + dst, a.k_cache + off, ok);
+        kc_cp_async16(sV + dst, a.v_cache + off, ok);
     }
 }
 
@@ -154,6 +162,10 @@ void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int
 /* The same on tensor cores (attention_prefill_tc.cu), for the head_dims and
  * devices where kcuda_attn_prefill_tc_supported holds (64 and 128). */
 bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
-int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int mt);
+/* Its forms: mma.sync with one or two 16-row m-tiles a warp (64 or 128
+ * query rows a CTA), wgmma with one or two warpgroups (64 or 128 rows;
+ * compute capability 9.0). */
+enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG64 = 3, KC_PTC_WG128 = 4 };
+int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int form);
 
 #endif

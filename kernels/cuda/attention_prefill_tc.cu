@@ -84,16 +84,36 @@ typedef struct {
     int h, kvh;
 } tc_tile;
 
+/* The tile of this CTA (blockIdx: sequence x, query head y, tile z of bq
+ * query rows, the last and longest tiles at the lowest z so they start
+ * first); false when it has no rows (a decode sequence, whose q_len 1 the
+ * decode kernel takes, or a tile past the sequence's queries). */
+__device__ __forceinline__ bool tc_tile_make(const kc_attn_args &a, int bq, tc_tile &t)
+{
+    const int seq = blockIdx.x;
+    t.q0 = a.qsl[seq];
+    const int q_len = a.qsl[seq + 1] - t.q0;
+    t.qstart = (int)(gridDim.z - 1 - blockIdx.z) * bq;
+    if (q_len <= 1 || t.qstart >= q_len)
+        return false;
+    t.nrows = min(bq, q_len - t.qstart);
+    t.pos0 = a.seq_lens[seq] - q_len + t.qstart;
+    t.kv_end = t.pos0 + t.nrows;
+    t.h = blockIdx.y;
+    t.kvh = t.h / a.group;
+    return true;
+}
+
 /* Q rows [qstart, qstart + BQ) of head t.h into sQ [BQ][D + PAD]; rows
  * past the sequence's queries are zero. */
-template <int D, int BQ>
+template <int D, int BQ, int NT = TC_THREADS>
 __device__ __forceinline__ void tc_load_q(const kc_attn_args &a, const tc_tile &t, uint16_t *sQ)
 {
     constexpr int CH = D / 8, LD = D + TC_PAD; /* 16-byte chunks per row */
-    static_assert(BQ * CH % TC_THREADS == 0, "Q tile chunks per thread");
+    static_assert(BQ * CH % NT == 0, "Q tile chunks per thread");
 #pragma unroll
-    for (int j = 0; j < BQ * CH / TC_THREADS; j++) {
-        const int i = threadIdx.x + j * TC_THREADS, r = i / CH, ch = i % CH;
+    for (int j = 0; j < BQ * CH / NT; j++) {
+        const int i = threadIdx.x + j * NT, r = i / CH, ch = i % CH;
         const bool ok = r < t.nrows;
         const uint16_t *src = a.qkv; /* [n_tokens, qkv_stride] */
         if (ok)
@@ -248,6 +268,30 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
     }
 }
 
+/* O / l of this thread's two rows (tile rows r0 and r0 + 8; l the
+ * per-thread partial sums of tc_softmax) as bf16 into a.out, rows past the
+ * tile's queries skipped. */
+template <int D>
+__device__ __forceinline__ void tc_store_o(const kc_attn_args &a, const tc_tile &t, int r0, const float (&o)[D / 8][4],
+                                           const float (&l)[2])
+{
+    const int c = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float li = l[i];
+        li += __shfl_xor_sync(0xFFFFFFFFu, li, 1);
+        li += __shfl_xor_sync(0xFFFFFFFFu, li, 2);
+        const float inv = li > 0.0f ? 1.0f / li : 0.0f;
+        const int r = r0 + 8 * i;
+        if (r < t.nrows) {
+            uint16_t *orow = a.out + (int64_t)(t.q0 + t.qstart + r) * a.out_stride + (int64_t)t.h * D; /* [D] */
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++)
+                *(uint32_t *)(orow + dn * 8 + 2 * c) = kc_pack_bf16(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+        }
+    }
+}
+
 /* One CTA: BQ = 64 MT query rows of one head; warp w owns rows [16 MT w,
  * +16 MT) as MT m-tiles. */
 template <int D, int MT>
@@ -257,19 +301,8 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
     extern __shared__ float4 tc_sm4[];
     const int seq = blockIdx.x;
     tc_tile t;
-    t.q0 = a.qsl[seq];
-    const int q_len = a.qsl[seq + 1] - t.q0;
-    if (q_len <= 1)
-        return; /* decode sequences go to the decode kernel */
-    /* the last (longest) query tiles get the lowest z: they start first */
-    t.qstart = (int)(gridDim.z - 1 - blockIdx.z) * BQ;
-    if (t.qstart >= q_len)
+    if (!tc_tile_make(a, BQ, t))
         return;
-    t.nrows = min(BQ, q_len - t.qstart);
-    t.pos0 = a.seq_lens[seq] - q_len + t.qstart;
-    t.kv_end = t.pos0 + t.nrows;
-    t.h = blockIdx.y;
-    t.kvh = t.h / a.group;
     uint16_t *sQ = (uint16_t *)tc_sm4;                                /* [BQ][LD] */
     uint16_t *sK = sQ + BQ * LD;                                      /* [2][BK][LD] */
     uint16_t *sV = sK + 2 * TC_BK * LD;                               /* [2][BK][LD] */
@@ -331,26 +364,118 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
         __syncthreads(); /* stage consumed before iteration it + 1 refills it */
     }
 
-    const int c = lane & 3;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
+    for (int mt = 0; mt < MT; mt++)
+        tc_store_o<D>(a, t, wrow + 16 * mt, o[mt], l[mt]);
+}
+
+/* --- the warpgroup (wgmma) form, sm_90a -------------------------------------------
+ * One CTA of NWG warpgroups per (sequence, query head, tile of 64 NWG query
+ * rows); warpgroup g owns rows [64 g, +64), warp w of the CTA rows [16 w,
+ * +16) as in the mma.sync form, so the softmax (tc_softmax), the masking and
+ * the store are that form's, on the same fragment layout. Per key tile of
+ * WG_BK (64) keys and warpgroup: S (64 x 64) = Q K^T as D / 16 wgmma
+ * m64n64k16, Q's A fragments held in registers for the whole walk (loaded
+ * once with ldmatrix), K read by the tensor cores from shared memory
+ * (K-major); then O (64 x D) += P V as WG_BK / 16 wgmma m64nDk16, P's bf16 A
+ * fragments straight from the softmax, V from shared memory (N-major:
+ * the transposed B). O lives in D / 2 fp32 registers a thread, not D MT.
+ * A warpgroup skips the products of a tile none of its rows may see (the
+ * CTA's last tiles for its first warpgroup): those would add p = 0.
+ * K/V tiles come through the same two-stage cp.async ring, gathered by
+ * kc_gather_kv into the core-matrix layout the descriptors describe (no
+ * swizzle, no padding; mma.cuh), each thread fencing its copies into the
+ * async proxy before the barrier that publishes the stage.
+ * Shared memory: Q [64 NWG][D + 8] + 2 stages x (K + V) [WG_BK][D] bf16 =
+ * 48 / 57 KiB at hd 64, 81 / 98 KiB at hd 128 (NWG 1 / 2). */
+#define WG_BK 64 /* keys per tile (tc_softmax's TC_BK) */
+static_assert(WG_BK == TC_BK, "the wgmma form reuses tc_softmax");
+
+static size_t wg_smem_bytes(int hd, int nwg)
+{
+    return ((size_t)64 * nwg * (size_t)(hd + TC_PAD) + (size_t)4 * WG_BK * hd) * sizeof(uint16_t);
+}
+
+template <int D, int NWG>
+static __global__ void __launch_bounds__(NWG * 128, NWG == 1 ? 2 : 1) attn_prefill_wg_kernel(const kc_attn_args a)
+{
+    constexpr int LD = D + TC_PAD, BQ = 64 * NWG, NT = 128 * NWG, KT = WG_BK * D; /* elements a K or V tile */
+    extern __shared__ float4 tc_sm4[];
+    tc_tile t;
+    if (!tc_tile_make(a, BQ, t))
+        return;
+    uint16_t *sQ = (uint16_t *)tc_sm4; /* [BQ][LD] */
+    uint16_t *sK = sQ + BQ * LD;       /* [2][KT], core matrices */
+    uint16_t *sV = sK + 2 * KT;        /* [2][KT], core matrices */
+    const int32_t *bt = a.block_tables + (int64_t)blockIdx.x * a.max_blocks; /* [max_blocks] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+    const int wrow = warp * 16 + (lane >> 2); /* this thread's first row in the tile */
+    const float scale_log2 = a.scale * TC_LOG2E;
+    /* last position this warpgroup's rows see (-1: it has no rows) */
+    const int wg_last = 64 * wg < t.nrows ? t.pos0 + min(64 * wg + 63, t.nrows - 1) : -1;
+
+    tc_load_q<D, BQ, NT>(a, t, sQ);
+    kc_cp_commit();
+    kc_gather_kv<D, 0, WG_BK, NT, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
+    kc_cp_commit();
+    kc_cp_wait<1>();
+    __syncthreads();
+    uint32_t qreg[D / 16][4];
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float li = l[mt][i];
-            li += __shfl_xor_sync(0xFFFFFFFFu, li, 1);
-            li += __shfl_xor_sync(0xFFFFFFFFu, li, 2);
-            const float inv = li > 0.0f ? 1.0f / li : 0.0f;
-            const int r = wrow + 16 * mt + 8 * i;
-            if (r < t.nrows) {
-                uint16_t *orow =
-                    a.out + (int64_t)(t.q0 + t.qstart + r) * a.out_stride + (int64_t)t.h * D; /* [D] */
+    for (int kk = 0; kk < D / 16; kk++)
+        tc_load_qf<D>(qreg[kk], sQ + warp * 16 * LD, kk);
+
+    float o[D / 8][4];
+    float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
 #pragma unroll
-                for (int dn = 0; dn < D / 8; dn++)
-                    *(uint32_t *)(orow + dn * 8 + 2 * c) =
-                        kc_pack_bf16(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
-            }
+    for (int dn = 0; dn < D / 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int n_tiles = (t.kv_end + WG_BK - 1) / WG_BK;
+    for (int it = 0; it < n_tiles; it++) {
+        const int kt = it * WG_BK, stage = it & 1;
+        if (it + 1 < n_tiles) {
+            /* NOTE: stage ^ 1 was last read in iteration it - 1, whose
+             * products were waited for before its closing barrier. */
+            kc_gather_kv<D, 0, WG_BK, NT, true>(a, bt, t.kvh, kt + WG_BK, t.kv_end, threadIdx.x,
+                                                sK + (stage ^ 1) * KT, sV + (stage ^ 1) * KT);
+            kc_cp_commit();
+            kc_cp_wait<1>();
+        } else {
+            kc_cp_wait<0>();
         }
+        kc_fence_proxy_async(); /* this thread's copies, visible to the tensor cores' reads */
+        __syncthreads();
+        if (kt <= wg_last) { /* warpgroup-uniform */
+            const uint16_t *k_s = sK + stage * KT, *v_s = sV + stage * KT;
+            float s[WG_BK / 8][4];
+            float(&sf)[WG_BK / 2] = *reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]);
+            /* S = Q K^T: k-step kk reads dims [16 kk, +16), core matrices
+             * 2 kk and 2 kk + 1 of every 8-key group (LBO 128 bytes apart;
+             * the groups SBO = 16 D bytes apart) */
+            kc_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc(k_s + kk * 128, 128, 16 * D), kk > 0);
+            kc_wg_commit();
+            kc_wg_wait<0>();
+            kc_wg_fence_regs(sf);
+            uint32_t pa[WG_BK / 16][4];
+            tc_softmax<D>(s, o, pa, m, l, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
+            /* O += P V: k-step kk reads keys [16 kk, +16), the 8-key groups
+             * 2 kk and 2 kk + 1 (LBO = 16 D bytes apart), the dims' core
+             * matrices SBO = 128 bytes apart */
+            kc_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < WG_BK / 16; kk++)
+                kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc(v_s + kk * 16 * D, 16 * D, 128), 1);
+            kc_wg_commit();
+            kc_wg_wait<0>();
+            kc_wg_fence_regs(of);
+        }
+        __syncthreads(); /* stage consumed before iteration it + 1 refills it */
     }
+    tc_store_o<D>(a, t, wrow, o, l);
 }
 
 template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
@@ -361,24 +486,36 @@ template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_a
     KCUDA_LAUNCH_CHECK();
 }
 
-/* Raise the dynamic shared-memory limit of one instantiation where it
- * needs more than the default 48 KiB and the device can give it. */
-template <int D, int MT> static void tc_optin(const kcuda_state *st)
+template <int D, int NWG> static void wg_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
-    const size_t smem = tc_smem_bytes(D, MT);
+    const size_t smem = wg_smem_bytes(D, NWG);
+    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, 64 * NWG));
+    attn_prefill_wg_kernel<D, NWG><<<grid, 128 * NWG, smem, st->stream>>>(*a);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* Raise the dynamic shared-memory limit of one kernel where it needs more
+ * than the default 48 KiB and the device can give it. */
+template <class K> static void tc_optin(const kcuda_state *st, K kernel, size_t smem)
+{
     if (smem > 48 * 1024 && smem <= st->smem_optin)
-        CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tc_kernel<D, MT>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
 /* Contract: once per device (kcuda_attn_init): the shared-memory opt-in of
  * every instantiation, so a launch sets nothing. */
 void kcuda_attn_prefill_tc_init(const kcuda_state *st)
 {
-    tc_optin<64, 1>(st);
-    tc_optin<64, 2>(st);
-    tc_optin<128, 1>(st);
-    tc_optin<128, 2>(st);
+    tc_optin(st, attn_prefill_tc_kernel<64, 1>, tc_smem_bytes(64, 1));
+    tc_optin(st, attn_prefill_tc_kernel<64, 2>, tc_smem_bytes(64, 2));
+    tc_optin(st, attn_prefill_tc_kernel<128, 1>, tc_smem_bytes(128, 1));
+    tc_optin(st, attn_prefill_tc_kernel<128, 2>, tc_smem_bytes(128, 2));
+    if (st->cc == 90) {
+        tc_optin(st, attn_prefill_wg_kernel<64, 1>, wg_smem_bytes(64, 1));
+        tc_optin(st, attn_prefill_wg_kernel<64, 2>, wg_smem_bytes(64, 2));
+        tc_optin(st, attn_prefill_wg_kernel<128, 1>, wg_smem_bytes(128, 1));
+        tc_optin(st, attn_prefill_wg_kernel<128, 2>, wg_smem_bytes(128, 2));
+    }
 }
 
 /* Contract: true when the tensor-core prefill kernel handles head_dim hd on
@@ -389,20 +526,45 @@ bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
     return (hd == 64 || hd == 128) && tc_smem_bytes(hd, 1) <= st->smem_optin;
 }
 
+/* The form a launch asked for, or the nearest one this device runs: the
+ * wgmma forms need compute capability 9.0 (the build's sm_90a) and their
+ * shared memory; two m-tiles a warp its shared memory. */
+static int tc_form_fit(const kcuda_state *st, int hd, int form)
+{
+    if (form == KC_PTC_WG128 && (st->cc != 90 || wg_smem_bytes(hd, 2) > st->smem_optin))
+        form = KC_PTC_WG64;
+    if (form == KC_PTC_WG64 && (st->cc != 90 || wg_smem_bytes(hd, 1) > st->smem_optin))
+        form = KC_PTC_MMA2;
+    if (form == KC_PTC_MMA2 && tc_smem_bytes(hd, 2) > st->smem_optin)
+        form = KC_PTC_MMA1;
+    return form;
+}
+
 /* Contract: prefill attention on tensor cores for every sequence with
- * q_len > 1; max_q_len bounds the query tiles; mt m-tiles (1 or 2) of 16
- * query rows a warp, 2 only where its shared memory fits (else 1). Needs
- * kcuda_attn_prefill_tc_supported(st, a->hd). Returns the m-tiles used. */
-int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int mt)
+ * q_len > 1; max_q_len bounds the query tiles; form (KC_PTC_*) the kernel
+ * form wanted, the nearest one the device runs taken (tc_form_fit). Needs
+ * kcuda_attn_prefill_tc_supported(st, a->hd). Returns the form used. */
+int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int form)
 {
     INFERD_CHECK_MSG(kcuda_attn_prefill_tc_supported(st, a->hd),
                      "tensor-core prefill attention: head_dim 64 or 128");
     INFERD_CHECK(a->hd == 64 || a->hd == 128);
-    if (mt != 1 && tc_smem_bytes(a->hd, 2) > st->smem_optin)
-        mt = 1;
-    if (a->hd == 64)
-        mt == 1 ? tc_launch<64, 1>(st, a, max_q_len) : tc_launch<64, 2>(st, a, max_q_len);
-    else
-        mt == 1 ? tc_launch<128, 1>(st, a, max_q_len) : tc_launch<128, 2>(st, a, max_q_len);
-    return mt == 1 ? 1 : 2;
+    form = tc_form_fit(st, a->hd, form);
+    const bool h64 = a->hd == 64;
+    switch (form) {
+    case KC_PTC_MMA1:
+        h64 ? tc_launch<64, 1>(st, a, max_q_len) : tc_launch<128, 1>(st, a, max_q_len);
+        break;
+    case KC_PTC_MMA2:
+        h64 ? tc_launch<64, 2>(st, a, max_q_len) : tc_launch<128, 2>(st, a, max_q_len);
+        break;
+    case KC_PTC_WG64:
+        h64 ? wg_launch<64, 1>(st, a, max_q_len) : wg_launch<128, 1>(st, a, max_q_len);
+        break;
+    default:
+        INFERD_CHECK(form == KC_PTC_WG128);
+        h64 ? wg_launch<64, 2>(st, a, max_q_len) : wg_launch<128, 2>(st, a, max_q_len);
+        break;
+    }
+    return form;
 }

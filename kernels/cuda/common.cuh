@@ -54,6 +54,7 @@ typedef struct {
     void *gemm_ws;              /* GEMM workspace, shared by lt and blas (one stream) */
     size_t gemm_ws_bytes;
     int n_sms;
+    int cc;                     /* compute capability, 10 major + minor (90: Hopper) */
     size_t smem_optin;          /* max dynamic shared memory per block after opt-in */
     char name[256];
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */

@@ -112,4 +112,153 @@ __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
 #endif
 }
 
+/* --- warpgroup products (wgmma, sm_90a) -------------------------------------------
+ * kc_wgmma<N, TB>: d (64 x N, fp32) = (scale_d ? d : 0) + A B for one
+ * wgmma.mma_async m64nNk16 bf16 of the calling warpgroup (4 warps, 128
+ * threads, all calling), A (64 x 16) from registers, B (16 x N) from shared
+ * memory through a matrix descriptor. The caller brackets a run of them:
+ * kc_wg_fence (accumulators and A written by ordinary instructions are
+ * ready), the products, kc_wg_commit, kc_wg_wait<0> (the results are in d,
+ * the shared operands free), then kc_wg_fence_regs on d so the compiler keeps
+ * its uses after the wait. Shared memory written by ordinary stores or
+ * cp.async needs kc_fence_proxy_async in each writing thread, then a
+ * barrier, before a product reads it.
+ *
+ * Fragments (PTX ISA, wgmma .m64nNk16; warp w of the warpgroup, lane l,
+ * g = l / 4, c = l % 4): A as mma.m16n8k16's A for rows [16 w, +16); d[4 j +
+ * 2 h + e] = D[16 w + g + 8 h][8 j + 2 c + e], i.e. mma's C fragment for
+ * each 8-column tile j.
+ *
+ * B in shared memory, no swizzle: 8 x 8 "core matrices" of 8 rows of 16
+ * contiguous bytes. kc_wg_desc(p, lbo, sbo): start p, LBO = bytes between
+ * core matrices adjacent in K, SBO = bytes between core matrices adjacent
+ * in N. TB = 0 (K-major): element (k, n) at p + (n % 8) 16 + (n / 8) SBO +
+ * (k % 8) 2 + (k / 8) LBO; TB = 1 (N-major, transposed): element (k, n) at
+ * p + (n % 8) 2 + (n / 8) SBO + (k % 8) 16 + (k / 8) LBO.
+ *
+ * Host emulator: the product is computed from the fragments and the
+ * descriptor's reading of shared memory above (per-warpgroup scratch and a
+ * warpgroup barrier, kemu.h), so the kernels' tiling, fragment indexing and
+ * descriptor arithmetic run there; whether the hardware reads the layout the
+ * same way only a GPU run of the kernel tests can tell. */
+__host__ __device__ __forceinline__ uint64_t kc_wg_desc_bits(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr >> 4) & 0x3FFFu) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFFu) << 32; /* base offset 0, swizzle 0 (none) */
+}
+#if defined(KEMU_H)
+#define KC_WG_EMU_GROUPS 2 /* warpgroups a CTA of the emulated kernels may have */
+static uint32_t kc_wg_emu_a[KC_WG_EMU_GROUPS][128][4];
+
+static inline uint64_t kc_wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    /* the emulator's dynamic shared memory stands for the shared window */
+    return kc_wg_desc_bits((uint32_t)((const char *)p - (const char *)kemu_dyn_smem), lbo, sbo);
+}
+static inline void kc_wg_fence(void)
+{
+}
+static inline void kc_wg_commit(void)
+{
+}
+template <int N> static inline void kc_wg_wait(void)
+{
+}
+template <int R> static inline void kc_wg_fence_regs(float (&)[R])
+{
+}
+static inline void kc_fence_proxy_async(void)
+{
+}
+template <int N, int TB>
+static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d)
+{
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, w = t / 32, l = t % 32, g = l / 4, c = l % 4;
+    assert(wg < KC_WG_EMU_GROUPS);
+    for (int i = 0; i < 4; i++)
+        kc_wg_emu_a[wg][t][i] = a[i];
+    kemu_syncwg(__LINE__);
+    const char *base = (const char *)kemu_dyn_smem + ((desc & 0x3FFFu) << 4);
+    const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3FFFu) << 4, sbo = (uint32_t)((desc >> 32) & 0x3FFFu) << 4;
+    for (int j = 0; j < N / 8; j++)
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++) {
+                const int row = g + 8 * h, col = 8 * j + 2 * c + e; /* row within warp w's 16 */
+                float s = 0.0f;
+                for (int k = 0; k < 16; k++) {
+                    const uint32_t ar = kc_wg_emu_a[wg][32 * w + 4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
+                    const size_t off = TB == 0 ? (size_t)(col % 8) * 16 + (size_t)(col / 8) * sbo + (size_t)(k % 8) * 2 +
+                                                     (size_t)(k / 8) * lbo
+                                               : (size_t)(col % 8) * 2 + (size_t)(col / 8) * sbo +
+                                                     (size_t)(k % 8) * 16 + (size_t)(k / 8) * lbo;
+                    uint16_t b;
+                    memcpy(&b, base + off, 2);
+                    s += kc_mma_emu_half(ar, k & 1) * kc_bf2f(b);
+                }
+                float &dst = d[4 * j + 2 * h + e];
+                dst = (scale_d ? dst : 0.0f) + s;
+            }
+    kemu_syncwg(__LINE__);
+}
+#else
+__device__ __forceinline__ uint64_t kc_wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    return kc_wg_desc_bits((uint32_t)__cvta_generic_to_shared(p), lbo, sbo);
+}
+__device__ __forceinline__ void kc_wg_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void kc_wg_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void kc_wg_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Ties the accumulator registers to this point, so the compiler neither
+ * reads nor moves them across an asynchronous product's issue or wait. */
+template <int R> __device__ __forceinline__ void kc_wg_fence_regs(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void kc_fence_proxy_async(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#define KC_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define KC_F16(d, i) KC_F4(d, i), KC_F4(d, i + 4), KC_F4(d, i + 8), KC_F4(d, i + 12)
+#define KC_F32(d, i) KC_F16(d, i), KC_F16(d, i + 16)
+template <int N, int TB>
+__device__ __forceinline__ void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d)
+{
+    static_assert(N == 64 || N == 128, "kc_wgmma: N 64 or 128");
+    if constexpr (N == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                     "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     : KC_F32(d, 0)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                     : KC_F32(d, 0), KC_F32(d, 32)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));
+    }
+}
+#undef KC_F32
+#undef KC_F16
+#undef KC_F4
+#endif
+
 #endif

@@ -25,9 +25,12 @@
  * CUDA cores otherwise or with INFERD_PREFILL_ATTN=simt); the "tc" tests run
  * every case on both, forced through the kcuda_attn_prefill_force hook, and
  * check which one ran (kcuda_attn_last_prefill); the tensor-core kernel
- * runs each case with one and with two 16-row m-tiles a warp
- * (kcuda_attn_prefill_tc_mt_force), and the two outputs must be bitwise
- * equal. Their cases add odd and
+ * runs each case in each of its forms (kcuda_attn_prefill_tc_form_force):
+ * mma.sync with one and with two 16-row m-tiles a warp, whose outputs must
+ * be bitwise equal, and, on a device of compute capability 9.0 (and the
+ * host emulator), wgmma with one and with two warpgroups a CTA, bitwise
+ * equal to each other; each form is checked against the CPU twin (the two
+ * instruction families may round differently). Their cases add odd and
  * tile-straddling lengths, chunks after cached context, block tables that
  * share prefix blocks between sequences (as prefix-cache hits do), GQA 1/4/8
  * and a head_dim the tensor-core kernel leaves to the fallback.
@@ -51,8 +54,9 @@ extern int kcuda_attn_prefill_force; /* -1 env, 0 CUDA cores, 1 tensor cores */
 extern int kcuda_attn_last_prefill;  /* 0 none, 1 CUDA cores, 2 tensor cores */
 extern int kcuda_attn_decode_pipe_force; /* -1 env, 0 registers, 1 cp.async ring */
 extern int kcuda_attn_last_decode_pipe;
-extern int kcuda_attn_prefill_tc_mt_force; /* 0 env, 1 or 2 m-tiles a warp */
-extern int kcuda_attn_last_prefill_mt;
+extern int kcuda_attn_prefill_tc_form_force; /* 0 env, else KC_PTC_*: 1, 2 mma.sync, 3, 4 wgmma */
+extern int kcuda_attn_last_prefill_form;
+extern int kcuda_attn_prefill_wg_device(void); /* 1: this device runs the wgmma forms */
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
 extern int kcuda_attn_last_merge_fused;
 extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents */
@@ -64,8 +68,12 @@ static int kcuda_attn_last_decode_tc __attribute__((unused)); /* read only with 
 static int kcuda_attn_pdl_force;
 static int kcuda_attn_merge_fused_force;
 static int kcuda_attn_last_merge_fused;
-static int kcuda_attn_prefill_tc_mt_force;
-static int kcuda_attn_last_prefill_mt;
+static int kcuda_attn_prefill_tc_form_force;
+static int kcuda_attn_last_prefill_form;
+static int kcuda_attn_prefill_wg_device(void)
+{
+    return 0;
+}
 static int kcuda_attn_decode_pipe_force;
 static int kcuda_attn_last_decode_pipe;
 static int kcuda_attn_last_splits;
@@ -765,39 +773,43 @@ static int attn_case_forced(const kt_attn_case *c, uint64_t seed, int force)
     return bad;
 }
 
-/* Case c on the tensor-core kernel with 1 and with 2 m-tiles a warp (each
- * vs the CPU twin, the two bitwise equal, the hook saying which ran), then
- * on the CUDA-core kernel. Returns violations. */
+/* Case c on the tensor-core kernel in each form this device runs (each vs
+ * the CPU twin, the hook saying which ran; forms 1 and 2, and 3 and 4,
+ * bitwise equal), then on the CUDA-core kernel. Returns violations. */
 static int attn_case_all_prefill(const kt_attn_case *c, uint64_t seed)
 {
     const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
-    float *o[2];
+    const int n_forms = kcuda_attn_prefill_wg_device() ? 4 : 2;
+    float *o[4] = {NULL, NULL, NULL, NULL};
     int bad = 0;
     bool prefill = false;
     for (int i = 0; i < c->n_seqs; i++)
         prefill |= c->seqs[i].q_len > 1;
     const bool tc = prefill && (c->hd == 64 || c->hd == 128);
-    for (int mt = 1; mt <= 2; mt++) {
-        o[mt - 1] = inferd_malloc(n * sizeof(float));
-        g_keep_out = o[mt - 1];
-        kcuda_attn_prefill_tc_mt_force = mt;
+    for (int f = 1; f <= n_forms; f++) {
+        o[f - 1] = inferd_malloc(n * sizeof(float));
+        g_keep_out = o[f - 1];
+        kcuda_attn_prefill_tc_form_force = f;
         bad += attn_case_forced(c, seed, 1);
-        if (tc && kcuda_attn_last_prefill_mt != mt) {
-            printf("  attention %s: tensor-core kernel ran %d m-tiles, forced %d\n", c->name,
-                   kcuda_attn_last_prefill_mt, mt);
+        if (tc && kcuda_attn_last_prefill_form != f) {
+            printf("  attention %s: tensor-core kernel ran form %d, forced %d\n", c->name,
+                   kcuda_attn_last_prefill_form, f);
             kt_record("attention", 1, 0, 0);
             bad++;
         }
     }
-    kcuda_attn_prefill_tc_mt_force = 0;
+    kcuda_attn_prefill_tc_form_force = 0;
     g_keep_out = NULL;
-    if (memcmp(o[0], o[1], n * sizeof(float)) != 0) {
-        printf("  attention %s: 1 and 2 m-tiles a warp differ\n", c->name);
-        kt_record("attention", 1, 0, 0);
-        bad++;
-    }
-    inferd_free(o[1]);
-    inferd_free(o[0]);
+    for (int f = 1; f < n_forms; f += 2)
+        if (memcmp(o[f - 1], o[f], n * sizeof(float)) != 0) {
+            printf("  attention %s: tensor-core forms %d and %d differ\n", c->name, f, f + 1);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+    if (n_forms == 4 && tc && memcmp(o[1], o[3], n * sizeof(float)) != 0)
+        printf("  attention %s: wgmma and mma.sync outputs not bitwise equal (both within tolerance)\n", c->name);
+    for (int f = 0; f < 4; f++)
+        inferd_free(o[f]);
     return bad + attn_case_forced(c, seed, 0);
 }
 

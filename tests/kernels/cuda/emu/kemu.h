@@ -78,13 +78,15 @@ struct kemu_fiber {
 };
 struct kemu_block {
     kemu_bar bar;
-    std::vector<kemu_bar> wbar;
+    std::vector<kemu_bar> wbar, gbar; /* per warp; per warpgroup of 128 threads (wgmma) */
     std::vector<std::array<uint64_t, 32>> slots;
-    explicit kemu_block(int nt) : wbar(nt / 32), slots(nt / 32)
+    explicit kemu_block(int nt) : wbar(nt / 32), gbar((nt + 127) / 128), slots(nt / 32)
     {
         bar.expected = nt;
         for (auto &w : wbar)
             w.expected = 32;
+        for (size_t g = 0; g < gbar.size(); g++)
+            gbar[g].expected = nt - (int)g * 128 < 128 ? nt - (int)g * 128 : 128;
     }
 };
 inline kemu_block *kemu_blk;
@@ -123,6 +125,8 @@ static inline void kemu_bar_drop(kemu_bar &b)
 
 static inline void kemu_syncthreads(int site) { kemu_bar_wait(kemu_blk->bar, site, "__syncthreads"); }
 static inline void kemu_syncwarp(int site) { kemu_bar_wait(kemu_blk->wbar[kemu_tid / 32], site, "__syncwarp"); }
+/* the warpgroup-collective wgmma's exchange (kernels/cuda/mma.cuh) */
+static inline void kemu_syncwg(int site) { kemu_bar_wait(kemu_blk->gbar[kemu_tid / 128], site, "warpgroup"); }
 #define __syncthreads() kemu_syncthreads(__LINE__)
 #define __syncwarp(...) kemu_syncwarp(__LINE__)
 
@@ -149,6 +153,7 @@ static inline void kemu_fiber_entry(void)
     (*kemu_body)();
     kemu_bar_drop(kemu_blk->bar);
     kemu_bar_drop(kemu_blk->wbar[kemu_tid / 32]);
+    kemu_bar_drop(kemu_blk->gbar[kemu_tid / 128]);
     kemu_cur->state = 2;
     swapcontext(&kemu_cur->ctx, &kemu_sched);
 }
