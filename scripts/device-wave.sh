@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -435,20 +435,39 @@ grep -E "attention|all ops|GEMM|gate|down" "$W/pipe1-profile.txt" | head -12
 fi
 
 # i4c. tensor-core prefill attention with 1 or 2 m-tiles a warp
-#      (INFERD_PREFILL_TC_MT): kernel cases (both, bitwise equal) + memcheck,
+#      (INFERD_PREFILL_TC=mma1|mma2): kernel cases (both, bitwise equal) + memcheck,
 #      then prefill rows 512..16k, a 16k-token step of 32 x 512 and the 128k
 #      prompt, processes alternating
 if part tcmt; then
 kcase tcmt 0 attention
 kcase tcmt-memcheck 1 attention memcheck
 for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt prefill_rows "tcmt$mt" "tc mt=$mt"
+    INFERD_PREFILL_TC=mma$mt prefill_rows "tcmt$mt" "tc mt=$mt"
 done
 for mt in 2 1; do
-    INFERD_PREFILL_TC_MT=$mt lat "tcmt$mt-128k" 200 "tc mt=$mt b1 x 131000" --model $L31 --batch-size 1 \
+    INFERD_PREFILL_TC=mma$mt lat "tcmt$mt-128k" 200 "tc mt=$mt b1 x 131000" --model $L31 --batch-size 1 \
         --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
         --max-num-batched-tokens 16384 --max-model-len 131072
 done
+fi
+# i4c1. the tensor-core prefill's forms (INFERD_PREFILL_TC, WAVE_TC_FORMS,
+#       default mma2 wg64 wg128): kernel cases at full sizes (every form vs
+#       the CPU twin) and under memcheck, then the prefill rows 512..16k and
+#       the 16k-token step of 32 x 512 of each form; WAVE_TC_128K=1 adds
+#       b1 x 131000 for each
+if part tcform; then
+checks && kcase tcform 0 attention
+checks && kcase tcform-memcheck 1 attention memcheck
+for f in ${WAVE_TC_FORMS:-mma2 wg64 wg128}; do
+    INFERD_PREFILL_TC=$f prefill_rows "tcf-$f" "tc $f"
+done
+if [[ -n ${WAVE_TC_128K:-} ]]; then
+for f in ${WAVE_TC_FORMS:-mma2 wg64 wg128}; do
+    INFERD_PREFILL_TC=$f lat "tcf-$f-128k" 200 "tc $f b1 x 131000" --model $L31 --batch-size 1 \
+        --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
+        --max-num-batched-tokens 16384 --max-model-len 131072
+done
+fi
 fi
 # i4c2. tensor-core prefill with 32-key tiles (-DKC_TC_BK=32, its own build:
 #       at head_dim 128 and two m-tiles no spills, 255 registers; 64-key
