@@ -451,18 +451,18 @@ for mt in 2 1; do
 done
 fi
 # i4c1. the tensor-core prefill's forms (INFERD_PREFILL_TC, WAVE_TC_FORMS,
-#       default mma2 wg64 wg128): kernel cases at full sizes (every form vs
+#       default mma2 wg): kernel cases at full sizes (every form vs
 #       the CPU twin) and under memcheck, then the prefill rows 512..16k and
 #       the 16k-token step of 32 x 512 of each form; WAVE_TC_128K=1 adds
 #       b1 x 131000 for each
 if part tcform; then
 checks && kcase tcform 0 attention
 checks && kcase tcform-memcheck 1 attention memcheck
-for f in ${WAVE_TC_FORMS:-mma2 wg64 wg128}; do
+for f in ${WAVE_TC_FORMS:-mma2 wg}; do
     INFERD_PREFILL_TC=$f prefill_rows "tcf-$f" "tc $f"
 done
 if [[ -n ${WAVE_TC_128K:-} ]]; then
-for f in ${WAVE_TC_FORMS:-mma2 wg64 wg128}; do
+for f in ${WAVE_TC_FORMS:-mma2 wg}; do
     INFERD_PREFILL_TC=$f lat "tcf-$f-128k" 200 "tc $f b1 x 131000" --model $L31 --batch-size 1 \
         --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
         --max-num-batched-tokens 16384 --max-model-len 131072

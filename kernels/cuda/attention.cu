@@ -58,7 +58,7 @@
  * and merge kernels as programmatic dependents (attention_decode.cu).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
- * form by INFERD_PREFILL_TC=mma1|mma2|wg64|wg128, default mma2) where it
+ * form by INFERD_PREFILL_TC=mma1|mma2|wg, default mma2) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
  * kernel. The variable is read once per process, at the first call.
@@ -185,16 +185,15 @@ int kcuda_attn_prefill_wg_device(void)
     return prop.major == 9 && prop.minor == 0;
 }
 
-/* INFERD_PREFILL_TC=mma1|mma2|wg64|wg128 (read once): the tensor-core
+/* INFERD_PREFILL_TC=mma1|mma2|wg (read once): the tensor-core
  * prefill kernel's form (attention.cuh KC_PTC_*); default mma2. */
 static int prefill_tc_form(void)
 {
     /* thread-safe, once per process */
     static const int env_form =
-        env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp")    ? KC_PTC_MMA1
-        : env_is("INFERD_PREFILL_TC", "wg64", "tensor-core prefill, wgmma, one warpgroup a CTA")       ? KC_PTC_WG64
-        : env_is("INFERD_PREFILL_TC", "wg128", "tensor-core prefill, wgmma, two warpgroups a CTA")     ? KC_PTC_WG128
-                                                                                                        : KC_PTC_MMA2;
+        env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp") ? KC_PTC_MMA1
+        : env_is("INFERD_PREFILL_TC", "wg", "tensor-core prefill, wgmma")                          ? KC_PTC_WG
+                                                                                                     : KC_PTC_MMA2;
     return kcuda_attn_prefill_tc_form_force > 0 ? kcuda_attn_prefill_tc_form_force : env_form;
 }
 

@@ -111,13 +111,11 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * are consecutive chunks of consecutive rows. Keys at or past kv_end are
  * zero-filled without a read. Shared by the tensor-core prefill (a CTA,
  * 64 keys) and the tensor-core decode body (a warp, 16 keys).
- * CM = true: the wgmma prefill's core-matrix layout instead (LD unused):
- * key r, chunk ch at element ((r / 8) (D / 8) + ch) 64 + (r % 8) 8, i.e.
- * 8-key x 16-byte core matrices, a key group's D / 8 of them contiguous;
- * copy i then takes key (i / D) 8 + i % 8, chunk (i / 8) % (D / 8) and
- * lands at element 8 i, so a warp's stores are contiguous and its loads
- * are 64 contiguous bytes of each of 8 keys. */
-template <int D, int LD, int ROWS, int NT, bool CM = false>
+ * SW = true: the wgmma prefill's layout instead (LD unused): 64-dim
+ * halves [D / 64][ROWS][64], rows of 128 bytes whose 16-byte chunk c sits
+ * at c ^ (row % 8) (the 128-byte swizzle, mma.cuh); 8 consecutive copies
+ * fill one row. */
+template <int D, int LD, int ROWS, int NT, bool SW = false>
 __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
                                              int tid, uint16_t *sK, uint16_t *sV)
 {
@@ -125,9 +123,8 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
     static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
 #pragma unroll
     for (int j = 0; j < ROWS * CH / NT; j++) {
-        const int i = tid + j * NT;
-        const int r = CM ? (i / D) * 8 + (i & 7) : i / CH, ch = CM ? (i >> 3) % CH : i - r * CH, p = k0 + r;
-        const int dst = CM ? i * 8 : r * LD + ch * 8;
+        const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
+        const int dst = SW ? (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8 : r * LD + ch * 8;
         const bool ok = p < kv_end;
         int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
         if (ok) {
@@ -163,9 +160,9 @@ void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int
  * devices where kcuda_attn_prefill_tc_supported holds (64 and 128). */
 bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
 /* Its forms: mma.sync with one or two 16-row m-tiles a warp (64 or 128
- * query rows a CTA), wgmma with one or two warpgroups (64 or 128 rows;
- * compute capability 9.0). */
-enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG64 = 3, KC_PTC_WG128 = 4 };
+ * query rows a CTA), wgmma with two warpgroups (128 rows; compute
+ * capability 9.0). */
+enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG = 3 };
 int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int form);
 
 #endif

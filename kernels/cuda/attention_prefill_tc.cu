@@ -219,14 +219,16 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
  * position masked to -inf when `diag`; the running max m is kept in the
  * log2 domain (m = max(s) * scale log2 e, the scale being positive), so a
  * probability is one FFMA and one exp2, exp2(s * scale_log2 - m); partial
- * sum l of the fp32 probabilities; O rescaled; P returned as bf16 A
- * fragments (pa[kk] covers keys [16 kk, +16)). Per score: FFMA, MUFU, FADD,
- * half an F2FP and a max (the form before, a scale pass and the bf16 P
- * unpacked again for the sum, took 2-6% longer: docs/PERF.md). */
-template <int D>
-__device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[D / 8][4],
-                                           uint32_t (&pa)[TC_BK / 16][4], float (&m)[2], float (&l)[2],
-                                           float scale_log2, bool diag, int key0, int qpos0)
+ * sum l of the fp32 probabilities; the probabilities as bf16 A fragments
+ * in pa (PACK) or in place of the scores in s (tc_pack_p packs them later:
+ * the wgmma form's product into O still reads the previous pa then), and
+ * in corr the factor O must be rescaled by (tc_rescale). Per score: FFMA, MUFU,
+ * FADD, half an F2FP and a max (the form before, a scale pass and the bf16
+ * P unpacked again for the sum, took 2-6% longer: docs/PERF.md). */
+template <bool PACK>
+__device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4], float (&m)[2],
+                                             float (&l)[2], float (&corr)[2], float scale_log2, bool diag, int key0,
+                                             int qpos0)
 {
     const int c = threadIdx.x & 3;
     if (diag) {
@@ -249,7 +251,7 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
         /* NOTE: a row whose keys are all masked so far keeps m = -inf; use 0
          * as the base so that exp2(-inf - base) = 0 instead of NaN. */
         const float base = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2f(m[i] - base);
+        corr[i] = exp2f(m[i] - base);
         m[i] = m_new;
         float rs = 0.0f;
 #pragma unroll
@@ -257,14 +259,37 @@ __device__ __forceinline__ void tc_softmax(float (&s)[TC_BK / 8][4], float (&o)[
             const float p0 = exp2f(fmaf(s[n][2 * i], scale_log2, -base));
             const float p1 = exp2f(fmaf(s[n][2 * i + 1], scale_log2, -base));
             rs += p0 + p1;
-            pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p0, p1);
+            if (PACK) {
+                pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p0, p1);
+            } else {
+                s[n][2 * i] = p0;
+                s[n][2 * i + 1] = p1;
+            }
         }
-        l[i] = l[i] * corr + rs;
+        l[i] = l[i] * corr[i] + rs;
+    }
+}
+
+/* The probabilities p (tc_softmax_p's s) as bf16 A fragments, pa[kk] for
+ * keys [16 kk, +16). */
+__device__ __forceinline__ void tc_pack_p(const float (&p)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4])
+{
 #pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            o[dn][2 * i] *= corr;
-            o[dn][2 * i + 1] *= corr;
-        }
+    for (int n = 0; n < TC_BK / 8; n++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p[n][2 * i], p[n][2 * i + 1]);
+}
+
+/* O *= corr, row by row (i = 0: row g, 1: row g + 8). */
+template <int D> __device__ __forceinline__ void tc_rescale(float (&o)[D / 8][4], const float (&corr)[2])
+{
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        o[dn][0] *= corr[0];
+        o[dn][1] *= corr[0];
+        o[dn][2] *= corr[1];
+        o[dn][3] *= corr[1];
     }
 }
 
@@ -359,7 +384,11 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
         const bool diag = kt + TC_BK - 1 > t.pos0;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
-            tc_softmax<D>(s[mt], o[mt], pa[mt], m[mt], l[mt], scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
+        {
+            float corr[2];
+            tc_softmax_p<true>(s[mt], pa[mt], m[mt], l[mt], corr, scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
+            tc_rescale<D>(o[mt], corr);
+        }
         tc_pv<D, MT>(pa, sV + stage * TC_BK * LD, o);
         __syncthreads(); /* stage consumed before iteration it + 1 refills it */
     }
@@ -370,55 +399,103 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
 }
 
 /* --- the warpgroup (wgmma) form, sm_90a -------------------------------------------
- * One CTA of NWG warpgroups per (sequence, query head, tile of 64 NWG query
+ * One CTA of two warpgroups per (sequence, query head, tile of 128 query
  * rows); warpgroup g owns rows [64 g, +64), warp w of the CTA rows [16 w,
- * +16) as in the mma.sync form, so the softmax (tc_softmax), the masking and
- * the store are that form's, on the same fragment layout. Per key tile of
- * WG_BK (64) keys and warpgroup: S (64 x 64) = Q K^T as D / 16 wgmma
- * m64n64k16, Q's A fragments held in registers for the whole walk (loaded
- * once with ldmatrix), K read by the tensor cores from shared memory
- * (K-major); then O (64 x D) += P V as WG_BK / 16 wgmma m64nDk16, P's bf16 A
- * fragments straight from the softmax, V from shared memory (N-major:
- * the transposed B). O lives in D / 2 fp32 registers a thread, not D MT.
- * A warpgroup skips the products of a tile none of its rows may see (the
- * CTA's last tiles for its first warpgroup): those would add p = 0.
- * K/V tiles come through the same two-stage cp.async ring, gathered by
- * kc_gather_kv into the core-matrix layout the descriptors describe (no
- * swizzle, no padding; mma.cuh), each thread fencing its copies into the
- * async proxy before the barrier that publishes the stage.
- * Shared memory: Q [64 NWG][D + 8] + 2 stages x (K + V) [WG_BK][D] bf16 =
- * 48 / 57 KiB at hd 64, 81 / 98 KiB at hd 128 (NWG 1 / 2). */
-#define WG_BK 64 /* keys per tile (tc_softmax's TC_BK) */
-static_assert(WG_BK == TC_BK, "the wgmma form reuses tc_softmax");
+ * +16) as in the mma.sync form, so the softmax (tc_softmax_p), masking and
+ * store are that form's, on the same fragment layout. Per key tile of WG_BK
+ * (64) keys and warpgroup: S (64 x 64) = Q K^T as D / 16 wgmma m64n64k16,
+ * Q's A fragments held in registers for the whole walk (loaded once with
+ * ldmatrix), K read by the tensor cores from shared memory (K-major); O
+ * (64 x D) += P V as WG_BK / 16 wgmma m64nDk16, P's bf16 A fragments from
+ * the softmax, V from shared memory (N-major: the transposed B). O lives in
+ * D / 2 fp32 registers a thread.
+ *
+ * Pipeline (FlashAttention-3's overlap within a warpgroup): in step j the
+ * warpgroup issues S(j + 1) = Q K(j + 1)^T and then O += P(j) V(j), waits
+ * for S(j + 1) only, runs the softmax of tile j + 1 while the tensor cores
+ * do P(j) V(j), then waits for that and rescales O. K/V tiles come through a
+ * three-stage cp.async ring (tile j + 2 loads during step j; gathered by
+ * kc_gather_kv into the 128-byte-swizzled layout the descriptors describe,
+ * mma.cuh), each thread fencing its copies into the async proxy before the
+ * barrier that publishes them. A warpgroup skips the products of tiles none
+ * of its rows may see (the CTA's last tile for its first warpgroup): those
+ * would add p = 0.
+ * Shared memory: 3 stages x (K + V) [WG_BK][D] bf16 (1024-byte aligned, at
+ * the start), then Q [128][D + 8] = 66 / 130 KiB at hd 64 / 128. */
+#define WG_BK 64 /* keys per tile (tc_softmax_p's TC_BK) */
+#define WG_STAGES 3
+#define WG_BQ 128 /* query rows per CTA: two warpgroups of 64 */
+#define WG_THREADS 256
+static_assert(WG_BK == TC_BK, "the wgmma form reuses tc_softmax_p");
 
-static size_t wg_smem_bytes(int hd, int nwg)
+static size_t wg_smem_bytes(int hd)
 {
-    return ((size_t)64 * nwg * (size_t)(hd + TC_PAD) + (size_t)4 * WG_BK * hd) * sizeof(uint16_t);
+    return ((size_t)2 * WG_STAGES * WG_BK * hd + (size_t)WG_BQ * (hd + TC_PAD)) * sizeof(uint16_t);
 }
 
-template <int D, int NWG>
-static __global__ void __launch_bounds__(NWG * 128, NWG == 1 ? 2 : 1) attn_prefill_wg_kernel(const kc_attn_args a)
+/* S (this warpgroup's 64 rows x WG_BK keys) = Q K^T, issued and committed,
+ * not waited for: k-step kk reads dims [16 kk, +16), the 32-byte piece kk %
+ * 4 of each 128-byte row of 64-dim half kk / 4 (8-key atoms SBO = 1024
+ * bytes apart). */
+template <int D>
+__device__ __forceinline__ void wg_issue_qk(float (&s)[WG_BK / 8][4], const uint32_t (&qreg)[D / 16][4],
+                                            const uint16_t *k_s)
 {
-    constexpr int LD = D + TC_PAD, BQ = 64 * NWG, NT = 128 * NWG, KT = WG_BK * D; /* elements a K or V tile */
+    float(&sf)[WG_BK / 2] = *reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc(k_s + (kk >> 2) * WG_BK * 64 + (kk & 3) * 16, 0, 1024), kk > 0);
+    kc_wg_commit();
+}
+
+/* O += P V, issued and committed: k-step kk reads keys [16 kk, +16) (two
+ * 8-key atoms, SBO = 1024 bytes apart), every dim (the 64-dim halves LBO =
+ * WG_BK 128 bytes apart). */
+template <int D>
+__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[WG_BK / 16][4],
+                                            const uint16_t *v_s)
+{
+    float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
+#pragma unroll
+    for (int kk = 0; kk < WG_BK / 16; kk++)
+        kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc(v_s + kk * 16 * 64, WG_BK * 128, 1024), 1);
+    kc_wg_commit();
+}
+
+template <int D>
+static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(const kc_attn_args a)
+{
+    constexpr int LD = D + TC_PAD, KT = WG_BK * D; /* elements a K or V tile */
     extern __shared__ float4 tc_sm4[];
     tc_tile t;
-    if (!tc_tile_make(a, BQ, t))
+    if (!tc_tile_make(a, WG_BQ, t))
         return;
-    uint16_t *sQ = (uint16_t *)tc_sm4; /* [BQ][LD] */
-    uint16_t *sK = sQ + BQ * LD;       /* [2][KT], core matrices */
-    uint16_t *sV = sK + 2 * KT;        /* [2][KT], core matrices */
+    uint16_t *sK = (uint16_t *)tc_sm4;       /* [WG_STAGES][KT], swizzled */
+    uint16_t *sV = sK + WG_STAGES * KT;      /* [WG_STAGES][KT], swizzled */
+    uint16_t *sQ = sV + WG_STAGES * KT;      /* [WG_BQ][LD] */
     const int32_t *bt = a.block_tables + (int64_t)blockIdx.x * a.max_blocks; /* [max_blocks] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* NOTE: through a shuffle so the compiler knows it is warp-uniform; a
+     * wgmma under a branch it cannot prove uniform is serialized */
+    const int wg = __shfl_sync(0xFFFFFFFFu, warp >> 2, 0);
     const int wrow = warp * 16 + (lane >> 2); /* this thread's first row in the tile */
     const float scale_log2 = a.scale * TC_LOG2E;
-    /* last position this warpgroup's rows see (-1: it has no rows) */
-    const int wg_last = 64 * wg < t.nrows ? t.pos0 + min(64 * wg + 63, t.nrows - 1) : -1;
+    const int n_tiles = (t.kv_end + WG_BK - 1) / WG_BK;
+    /* tiles this warpgroup computes: up to the last position its rows see */
+    const int n_wg = 64 * wg < t.nrows ? min(n_tiles, (t.pos0 + min(64 * wg + 63, t.nrows - 1)) / WG_BK + 1) : 0;
 
-    tc_load_q<D, BQ, NT>(a, t, sQ);
+    /* cp.async groups: Q with tile 0, then tile 1 */
+    tc_load_q<D, WG_BQ, WG_THREADS>(a, t, sQ);
+    kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
     kc_cp_commit();
-    kc_gather_kv<D, 0, WG_BK, NT, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
-    kc_cp_commit();
-    kc_cp_wait<1>();
+    if (n_tiles > 1) {
+        kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, WG_BK, t.kv_end, threadIdx.x, sK + KT, sV + KT);
+        kc_cp_commit();
+        kc_cp_wait<1>();
+    } else {
+        kc_cp_wait<0>();
+    }
+    kc_fence_proxy_async(); /* this thread's copies, visible to the tensor cores' reads */
     __syncthreads();
     uint32_t qreg[D / 16][4];
 #pragma unroll
@@ -426,54 +503,54 @@ static __global__ void __launch_bounds__(NWG * 128, NWG == 1 ? 2 : 1) attn_prefi
         tc_load_qf<D>(qreg[kk], sQ + warp * 16 * LD, kk);
 
     float o[D / 8][4];
-    float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int n_tiles = (t.kv_end + WG_BK - 1) / WG_BK;
-    for (int it = 0; it < n_tiles; it++) {
-        const int kt = it * WG_BK, stage = it & 1;
-        if (it + 1 < n_tiles) {
-            /* NOTE: stage ^ 1 was last read in iteration it - 1, whose
-             * products were waited for before its closing barrier. */
-            kc_gather_kv<D, 0, WG_BK, NT, true>(a, bt, t.kvh, kt + WG_BK, t.kv_end, threadIdx.x,
-                                                sK + (stage ^ 1) * KT, sV + (stage ^ 1) * KT);
-            kc_cp_commit();
-            kc_cp_wait<1>();
-        } else {
-            kc_cp_wait<0>();
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
+    float s[WG_BK / 8][4];
+    uint32_t pa[WG_BK / 16][4];
+    if (n_wg > 0) { /* S(0) and P(0); O is still 0, no rescale */
+        kc_wg_fence();
+        wg_issue_qk<D>(s, qreg, sK);
+        kc_wg_wait<0>();
+        kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
+        tc_softmax_p<true>(s, pa, m, l, corr, scale_log2, WG_BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
+    }
+    for (int j = 0; j < n_tiles; j++) {
+        if (j + 1 < n_tiles) {
+            kc_cp_wait<0>(); /* tile j + 1, the one group in flight */
+            kc_fence_proxy_async();
         }
-        kc_fence_proxy_async(); /* this thread's copies, visible to the tensor cores' reads */
+        /* tile j + 1 published; every warpgroup's P(j - 1) V(j - 1) done, so
+         * the stage of tile j - 1 is free for tile j + 2 */
         __syncthreads();
-        if (kt <= wg_last) { /* warpgroup-uniform */
-            const uint16_t *k_s = sK + stage * KT, *v_s = sV + stage * KT;
-            float s[WG_BK / 8][4];
-            float(&sf)[WG_BK / 2] = *reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]);
-            /* S = Q K^T: k-step kk reads dims [16 kk, +16), core matrices
-             * 2 kk and 2 kk + 1 of every 8-key group (LBO 128 bytes apart;
-             * the groups SBO = 16 D bytes apart) */
-            kc_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc(k_s + kk * 128, 128, 16 * D), kk > 0);
-            kc_wg_commit();
-            kc_wg_wait<0>();
-            kc_wg_fence_regs(sf);
-            uint32_t pa[WG_BK / 16][4];
-            tc_softmax<D>(s, o, pa, m, l, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
-            /* O += P V: k-step kk reads keys [16 kk, +16), the 8-key groups
-             * 2 kk and 2 kk + 1 (LBO = 16 D bytes apart), the dims' core
-             * matrices SBO = 128 bytes apart */
-            kc_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < WG_BK / 16; kk++)
-                kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc(v_s + kk * 16 * D, 16 * D, 128), 1);
-            kc_wg_commit();
-            kc_wg_wait<0>();
-            kc_wg_fence_regs(of);
+        if (j + 2 < n_tiles) {
+            const int st = (j + 2) % WG_STAGES;
+            kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * WG_BK, t.kv_end, threadIdx.x,
+                                                        sK + st * KT, sV + st * KT);
+            kc_cp_commit();
         }
-        __syncthreads(); /* stage consumed before iteration it + 1 refills it */
+        /* NOTE: the two cases as separate straight-line paths (conditions
+         * warpgroup-uniform): with the products under shared conditions
+         * ptxas cannot tell which group wait<1> leaves and serializes them */
+        if (j + 1 < n_wg) {
+            kc_wg_fence();
+            wg_issue_qk<D>(s, qreg, sK + ((j + 1) % WG_STAGES) * KT);
+            wg_issue_pv<D>(o, pa, sV + (j % WG_STAGES) * KT);
+            kc_wg_wait<1>(); /* S(j + 1); P(j) V(j) may still run */
+            kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
+            const int kt = (j + 1) * WG_BK;
+            tc_softmax_p<false>(s, pa, m, l, corr, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
+            kc_wg_wait<0>(); /* P(j) V(j): its A registers pa are free */
+            kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
+            tc_rescale<D>(o, corr);
+            tc_pack_p(s, pa);
+        } else if (j < n_wg) { /* this warpgroup's last tile */
+            kc_wg_fence();
+            wg_issue_pv<D>(o, pa, sV + (j % WG_STAGES) * KT);
+            kc_wg_wait<0>();
+            kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
+        }
     }
     tc_store_o<D>(a, t, wrow, o, l);
 }
@@ -486,11 +563,10 @@ template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_a
     KCUDA_LAUNCH_CHECK();
 }
 
-template <int D, int NWG> static void wg_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+template <int D> static void wg_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
-    const size_t smem = wg_smem_bytes(D, NWG);
-    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, 64 * NWG));
-    attn_prefill_wg_kernel<D, NWG><<<grid, 128 * NWG, smem, st->stream>>>(*a);
+    dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, WG_BQ));
+    attn_prefill_wg_kernel<D><<<grid, WG_THREADS, wg_smem_bytes(D), st->stream>>>(*a);
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -511,10 +587,8 @@ void kcuda_attn_prefill_tc_init(const kcuda_state *st)
     tc_optin(st, attn_prefill_tc_kernel<128, 1>, tc_smem_bytes(128, 1));
     tc_optin(st, attn_prefill_tc_kernel<128, 2>, tc_smem_bytes(128, 2));
     if (st->cc == 90) {
-        tc_optin(st, attn_prefill_wg_kernel<64, 1>, wg_smem_bytes(64, 1));
-        tc_optin(st, attn_prefill_wg_kernel<64, 2>, wg_smem_bytes(64, 2));
-        tc_optin(st, attn_prefill_wg_kernel<128, 1>, wg_smem_bytes(128, 1));
-        tc_optin(st, attn_prefill_wg_kernel<128, 2>, wg_smem_bytes(128, 2));
+        tc_optin(st, attn_prefill_wg_kernel<64>, wg_smem_bytes(64));
+        tc_optin(st, attn_prefill_wg_kernel<128>, wg_smem_bytes(128));
     }
 }
 
@@ -531,9 +605,7 @@ bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
  * shared memory; two m-tiles a warp its shared memory. */
 static int tc_form_fit(const kcuda_state *st, int hd, int form)
 {
-    if (form == KC_PTC_WG128 && (st->cc != 90 || wg_smem_bytes(hd, 2) > st->smem_optin))
-        form = KC_PTC_WG64;
-    if (form == KC_PTC_WG64 && (st->cc != 90 || wg_smem_bytes(hd, 1) > st->smem_optin))
+    if (form == KC_PTC_WG && (st->cc != 90 || wg_smem_bytes(hd) > st->smem_optin))
         form = KC_PTC_MMA2;
     if (form == KC_PTC_MMA2 && tc_smem_bytes(hd, 2) > st->smem_optin)
         form = KC_PTC_MMA1;
@@ -558,12 +630,9 @@ int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, i
     case KC_PTC_MMA2:
         h64 ? tc_launch<64, 2>(st, a, max_q_len) : tc_launch<128, 2>(st, a, max_q_len);
         break;
-    case KC_PTC_WG64:
-        h64 ? wg_launch<64, 1>(st, a, max_q_len) : wg_launch<128, 1>(st, a, max_q_len);
-        break;
     default:
-        INFERD_CHECK(form == KC_PTC_WG128);
-        h64 ? wg_launch<64, 2>(st, a, max_q_len) : wg_launch<128, 2>(st, a, max_q_len);
+        INFERD_CHECK(form == KC_PTC_WG);
+        h64 ? wg_launch<64>(st, a, max_q_len) : wg_launch<128>(st, a, max_q_len);
         break;
     }
     return form;

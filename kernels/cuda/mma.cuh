@@ -129,12 +129,17 @@ __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
  * 2 h + e] = D[16 w + g + 8 h][8 j + 2 c + e], i.e. mma's C fragment for
  * each 8-column tile j.
  *
- * B in shared memory, no swizzle: 8 x 8 "core matrices" of 8 rows of 16
- * contiguous bytes. kc_wg_desc(p, lbo, sbo): start p, LBO = bytes between
- * core matrices adjacent in K, SBO = bytes between core matrices adjacent
- * in N. TB = 0 (K-major): element (k, n) at p + (n % 8) 16 + (n / 8) SBO +
- * (k % 8) 2 + (k / 8) LBO; TB = 1 (N-major, transposed): element (k, n) at
- * p + (n % 8) 2 + (n / 8) SBO + (k % 8) 16 + (k / 8) LBO.
+ * B in shared memory, 128-byte swizzle (the layout the tensor cores read
+ * without bank conflicts): rows of 64 bf16 (128 bytes), 8-row atoms of
+ * 1024 bytes aligned to 1024, the 16-byte chunk c of row r stored at chunk
+ * c ^ (r % 8) (the hardware XORs address bits 4-6 with bits 7-9).
+ * kc_wg_desc(p, lbo, sbo): start p (an atom's start plus, K-major, the
+ * k-step's 32-byte offset within the row), byte strides LBO and SBO.
+ * TB = 0 (K-major: B's rows are its n, 64 k a row): element (k, n) at
+ * p + (n % 8) 128 + (n / 8) SBO + 2 k before the swizzle; LBO unused.
+ * TB = 1 (N-major, the transposed B: rows are its k, 64 n a row): element
+ * (k, n) at p + 2 (n % 64) + (n / 64) LBO + (k % 8) 128 + (k / 8) SBO
+ * before the swizzle.
  *
  * Host emulator: the product is computed from the fragments and the
  * descriptor's reading of shared memory above (per-warpgroup scratch and a
@@ -144,7 +149,7 @@ __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
 __host__ __device__ __forceinline__ uint64_t kc_wg_desc_bits(uint32_t addr, uint32_t lbo, uint32_t sbo)
 {
     return (uint64_t)((addr >> 4) & 0x3FFFu) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFFu) << 32; /* base offset 0, swizzle 0 (none) */
+           (uint64_t)((sbo >> 4) & 0x3FFFu) << 32 | (uint64_t)1 << 62; /* base offset 0, 128-byte swizzle */
 }
 #if defined(KEMU_H)
 #define KC_WG_EMU_GROUPS 2 /* warpgroups a CTA of the emulated kernels may have */
@@ -178,8 +183,9 @@ static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
     for (int i = 0; i < 4; i++)
         kc_wg_emu_a[wg][t][i] = a[i];
     kemu_syncwg(__LINE__);
-    const char *base = (const char *)kemu_dyn_smem + ((desc & 0x3FFFu) << 4);
+    const size_t start = (size_t)(desc & 0x3FFFu) << 4; /* from the shared window's start */
     const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3FFFu) << 4, sbo = (uint32_t)((desc >> 32) & 0x3FFFu) << 4;
+    assert((desc >> 62) == 1); /* 128-byte swizzle */
     for (int j = 0; j < N / 8; j++)
         for (int h = 0; h < 2; h++)
             for (int e = 0; e < 2; e++) {
@@ -187,12 +193,12 @@ static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
                 float s = 0.0f;
                 for (int k = 0; k < 16; k++) {
                     const uint32_t ar = kc_wg_emu_a[wg][32 * w + 4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
-                    const size_t off = TB == 0 ? (size_t)(col % 8) * 16 + (size_t)(col / 8) * sbo + (size_t)(k % 8) * 2 +
-                                                     (size_t)(k / 8) * lbo
-                                               : (size_t)(col % 8) * 2 + (size_t)(col / 8) * sbo +
-                                                     (size_t)(k % 8) * 16 + (size_t)(k / 8) * lbo;
+                    size_t addr = start + (TB == 0 ? (size_t)(col % 8) * 128 + (size_t)(col / 8) * sbo + (size_t)k * 2
+                                                   : (size_t)(col % 64) * 2 + (size_t)(col / 64) * lbo +
+                                                         (size_t)(k % 8) * 128 + (size_t)(k / 8) * sbo);
+                    addr ^= ((addr >> 7) & 7) << 4; /* the 128-byte swizzle */
                     uint16_t b;
-                    memcpy(&b, base + off, 2);
+                    memcpy(&b, (const char *)kemu_dyn_smem + addr, 2);
                     s += kc_mma_emu_half(ar, k & 1) * kc_bf2f(b);
                 }
                 float &dst = d[4 * j + 2 * h + e];
