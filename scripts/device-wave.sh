@@ -747,8 +747,8 @@ done
 fi
 if part ncutcsrc; then
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if timeout 300 "$NCU" --clock-control none --kernel-name regex:attn_prefill_tc_kernel --launch-skip 48 --launch-count 1 \
-      --set full -f -o "$W/ncutcsrc" "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
+if timeout 300 "$NCU" --clock-control none --kernel-name regex:${WAVE_NCU_KERNEL:-attn_prefill_tc_kernel} \
+      --launch-skip 48 --launch-count 1 --set full -f -o "$W/ncutcsrc" "$BIN" bench latency --model $L31 --load-format dummy --device cuda --batch-size 1 \
       --input-len 16384 --output-len 2 --num-iters-warmup 0 --num-iters 1 --enforce-eager \
       --max-num-batched-tokens 16384 --max-model-len 16400 >"$W/ncutcsrc.txt" 2>&1
 then row "ncu --set full tc prefill 16k $(el)" ok
@@ -764,7 +764,8 @@ fi
 if part ncutc; then
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for in in ${WAVE_NCU_LENS:-16384}; do
-    if timeout 300 "$NCU" --clock-control none --kernel-name regex:attn_prefill_tc_kernel --launch-skip ${WAVE_NCU_SKIP:-48} \
+    if timeout 300 "$NCU" --clock-control none --kernel-name regex:${WAVE_NCU_KERNEL:-attn_prefill_tc_kernel} \
+          --launch-skip ${WAVE_NCU_SKIP:-48} \
           --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
           --section Occupancy --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis \
           --section SchedulerStats --section WarpStateStats --metrics smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active "$BIN" bench latency --model $L31 --load-format dummy --device cuda \

@@ -109,7 +109,7 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * aligned rows) by NT threads (this one is tid < NT), 16 bytes a copy:
  * copy i takes row i / (D / 8), chunk i % (D / 8), so a warp's 32 copies
  * are consecutive chunks of consecutive rows. Keys at or past kv_end are
- * zero-filled without a read. Shared by the tensor-core prefill (a CTA,
+ * zero-filled without a read (k0 < kv_end: the tile has a key). Shared by the tensor-core prefill (a CTA,
  * 64 keys) and the tensor-core decode body (a warp, 16 keys).
  * SW = true: the wgmma prefill's layout instead (LD unused): 64-dim
  * halves [D / 64][ROWS][64], rows of 128 bytes whose 16-byte chunk c sits
@@ -121,18 +121,19 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
 {
     constexpr int CH = D / 8;
     static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
+    const int64_t blk = (int64_t)a.nkv * a.bs * D; /* elements a cache block */
 #pragma unroll
     for (int j = 0; j < ROWS * CH / NT; j++) {
         const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
         const int dst = SW ? (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8 : r * LD + ch * 8;
         const bool ok = p < kv_end;
-        int64_t off = 0; /* element offset into [n_blocks, nkv, bs, D] */
-        if (ok) {
-            /* NOTE: a run-time division costs ~20 instructions per row;
-             * block sizes are powers of two in practice. */
-            const int bi = a.bs_log >= 0 ? p >> a.bs_log : p / a.bs;
-            off = (((int64_t)__ldg(bt + bi) * a.nkv + kvh) * a.bs + (p - bi * a.bs)) * D + ch * 8;
-        }
+        /* keys past kv_end: the address of the last key (valid), no read */
+        const int pc = ok ? p : kv_end - 1;
+        /* NOTE: a run-time division costs ~20 instructions per row;
+         * block sizes are powers of two in practice. */
+        const int bi = a.bs_log >= 0 ? pc >> a.bs_log : pc / a.bs;
+        /* element offset into [n_blocks, nkv, bs, D] */
+        const int64_t off = (int64_t)__ldg(bt + bi) * blk + ((kvh * a.bs + pc - bi * a.bs) * D + ch * 8);
         kc_cp_async16(sK + dst, a.k_cache + off, ok);
         kc_cp_async16(sV + dst, a.v_cache + off, ok);
     }

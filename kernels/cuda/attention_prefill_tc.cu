@@ -21,7 +21,7 @@
  * there, exactly: both MT give bitwise the same output). Per key tile, warp
  * and m-tile: S = Q K^T (16 x 64) with mma.sync m16n8k16 bf16 -> fp32 (Q
  * and K fragments with ldmatrix), the online softmax in the
- * log2 domain (scale * log2 e folded into one FFMA, exp2f), P rounded to
+ * log2 domain (scale * log2 e folded into one FFMA, kc_ex2), P rounded to
  * bf16 and reused straight from the accumulator registers as the A operand
  * of O += P V (V fragments with ldmatrix.trans). The row sum l accumulates
  * the fp32 P (as FlashAttention does; the bf16 rounding of the weights is
@@ -218,14 +218,14 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
  * i = 1: row g + 8 of the warp), on the raw scores: keys past a row's
  * position masked to -inf when `diag`; the running max m is kept in the
  * log2 domain (m = max(s) * scale log2 e, the scale being positive), so a
- * probability is one FFMA and one exp2, exp2(s * scale_log2 - m); partial
+ * probability is one FFMA and one MUFU.EX2 (kc_ex2), 2^(s scale_log2 - m); partial
  * sum l of the fp32 probabilities; the probabilities as bf16 A fragments
  * in pa (PACK) or in place of the scores in s (tc_pack_p packs them later:
  * the wgmma form's product into O still reads the previous pa then), and
  * in corr the factor O must be rescaled by (tc_rescale). Per score: FFMA, MUFU,
  * FADD, half an F2FP and a max (the form before, a scale pass and the bf16
  * P unpacked again for the sum, took 2-6% longer: docs/PERF.md). */
-template <bool PACK>
+template <bool PACK, bool EX2>
 __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4], float (&m)[2],
                                              float (&l)[2], float (&corr)[2], float scale_log2, bool diag, int key0,
                                              int qpos0)
@@ -251,13 +251,13 @@ __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t 
         /* NOTE: a row whose keys are all masked so far keeps m = -inf; use 0
          * as the base so that exp2(-inf - base) = 0 instead of NaN. */
         const float base = m_new == -INFINITY ? 0.0f : m_new;
-        corr[i] = exp2f(m[i] - base);
+        corr[i] = EX2 ? kc_ex2(m[i] - base) : exp2f(m[i] - base);
         m[i] = m_new;
         float rs = 0.0f;
 #pragma unroll
         for (int n = 0; n < TC_BK / 8; n++) {
-            const float p0 = exp2f(fmaf(s[n][2 * i], scale_log2, -base));
-            const float p1 = exp2f(fmaf(s[n][2 * i + 1], scale_log2, -base));
+            const float x0 = fmaf(s[n][2 * i], scale_log2, -base), x1 = fmaf(s[n][2 * i + 1], scale_log2, -base);
+            const float p0 = EX2 ? kc_ex2(x0) : exp2f(x0), p1 = EX2 ? kc_ex2(x1) : exp2f(x1);
             rs += p0 + p1;
             if (PACK) {
                 pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p0, p1);
@@ -386,7 +386,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
         for (int mt = 0; mt < MT; mt++)
         {
             float corr[2];
-            tc_softmax_p<true>(s[mt], pa[mt], m[mt], l[mt], corr, scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
+            tc_softmax_p<true, false>(s[mt], pa[mt], m[mt], l[mt], corr, scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
             tc_rescale<D>(o[mt], corr);
         }
         tc_pv<D, MT>(pa, sV + stage * TC_BK * LD, o);
@@ -434,31 +434,29 @@ static size_t wg_smem_bytes(int hd)
 }
 
 /* S (this warpgroup's 64 rows x WG_BK keys) = Q K^T, issued and committed,
- * not waited for: k-step kk reads dims [16 kk, +16), the 32-byte piece kk %
- * 4 of each 128-byte row of 64-dim half kk / 4 (8-key atoms SBO = 1024
- * bytes apart). */
+ * not waited for; dk: the descriptor of the K tile (SBO 1024). k-step kk
+ * reads dims [16 kk, +16): the 32-byte piece kk % 4 of each 128-byte row of
+ * 64-dim half kk / 4. */
 template <int D>
-__device__ __forceinline__ void wg_issue_qk(float (&s)[WG_BK / 8][4], const uint32_t (&qreg)[D / 16][4],
-                                            const uint16_t *k_s)
+__device__ __forceinline__ void wg_issue_qk(float (&s)[WG_BK / 8][4], const uint32_t (&qreg)[D / 16][4], uint64_t dk)
 {
     float(&sf)[WG_BK / 2] = *reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc(k_s + (kk >> 2) * WG_BK * 64 + (kk & 3) * 16, 0, 1024), kk > 0);
+        kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc_add(dk, (kk >> 2) * WG_BK * 128 + (kk & 3) * 32), kk > 0);
     kc_wg_commit();
 }
 
-/* O += P V, issued and committed: k-step kk reads keys [16 kk, +16) (two
- * 8-key atoms, SBO = 1024 bytes apart), every dim (the 64-dim halves LBO =
- * WG_BK 128 bytes apart). */
+/* O += P V, issued and committed; dv: the descriptor of the V tile (LBO
+ * WG_BK 128 bytes between the 64-dim halves, SBO 1024 between 8-key
+ * atoms). k-step kk reads keys [16 kk, +16), every dim. */
 template <int D>
-__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[WG_BK / 16][4],
-                                            const uint16_t *v_s)
+__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[WG_BK / 16][4], uint64_t dv)
 {
     float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
 #pragma unroll
     for (int kk = 0; kk < WG_BK / 16; kk++)
-        kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc(v_s + kk * 16 * 64, WG_BK * 128, 1024), 1);
+        kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc_add(dv, kk * 16 * 128), 1);
     kc_wg_commit();
 }
 
@@ -501,6 +499,19 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         tc_load_qf<D>(qreg[kk], sQ + warp * 16 * LD, kk);
+    /* stage 0's descriptors; stage st is st KT 2 bytes further */
+    const uint64_t dk0 = kc_wg_desc(sK, 0, 1024), dv0 = kc_wg_desc(sV, WG_BK * 128, 1024);
+    /* tile j + 2 into its stage, in whichever path this warpgroup takes (the
+     * stage of tile j - 1: free once every warpgroup passed this step's
+     * barrier) */
+    auto load_next = [&](int j) {
+        if (j + 2 < n_tiles) {
+            const int st = (j + 2) % WG_STAGES;
+            kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * WG_BK, t.kv_end, threadIdx.x,
+                                                        sK + st * KT, sV + st * KT);
+            kc_cp_commit();
+        }
+    };
 
     float o[D / 8][4];
 #pragma unroll
@@ -511,10 +522,10 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
     uint32_t pa[WG_BK / 16][4];
     if (n_wg > 0) { /* S(0) and P(0); O is still 0, no rescale */
         kc_wg_fence();
-        wg_issue_qk<D>(s, qreg, sK);
+        wg_issue_qk<D>(s, qreg, dk0);
         kc_wg_wait<0>();
         kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
-        tc_softmax_p<true>(s, pa, m, l, corr, scale_log2, WG_BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
+        tc_softmax_p<true, true>(s, pa, m, l, corr, scale_log2, WG_BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
     }
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles) {
@@ -522,34 +533,36 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
             kc_fence_proxy_async();
         }
         /* tile j + 1 published; every warpgroup's P(j - 1) V(j - 1) done, so
-         * the stage of tile j - 1 is free for tile j + 2 */
+         * the stage of tile j - 1 is free for tile j + 2 (load_next, issued
+         * while this step's products run) */
         __syncthreads();
-        if (j + 2 < n_tiles) {
-            const int st = (j + 2) % WG_STAGES;
-            kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * WG_BK, t.kv_end, threadIdx.x,
-                                                        sK + st * KT, sV + st * KT);
-            kc_cp_commit();
-        }
-        /* NOTE: the two cases as separate straight-line paths (conditions
+        const uint32_t kb = (uint32_t)(((j + 1) % WG_STAGES) * KT * 2), vb = (uint32_t)((j % WG_STAGES) * KT * 2);
+        /* NOTE: the cases as separate straight-line paths (conditions
          * warpgroup-uniform): with the products under shared conditions
          * ptxas cannot tell which group wait<1> leaves and serializes them */
         if (j + 1 < n_wg) {
             kc_wg_fence();
-            wg_issue_qk<D>(s, qreg, sK + ((j + 1) % WG_STAGES) * KT);
-            wg_issue_pv<D>(o, pa, sV + (j % WG_STAGES) * KT);
+            wg_issue_qk<D>(s, qreg, kc_wg_desc_add(dk0, kb));
+            wg_issue_pv<D>(o, pa, kc_wg_desc_add(dv0, vb));
+            load_next(j);
             kc_wg_wait<1>(); /* S(j + 1); P(j) V(j) may still run */
             kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
             const int kt = (j + 1) * WG_BK;
-            tc_softmax_p<false>(s, pa, m, l, corr, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
+            tc_softmax_p<false, true>(s, pa, m, l, corr, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
             kc_wg_wait<0>(); /* P(j) V(j): its A registers pa are free */
             kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
-            tc_rescale<D>(o, corr);
+            /* once the running max settles most tiles leave it: O * 1 = O */
+            if (__any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f))
+                tc_rescale<D>(o, corr);
             tc_pack_p(s, pa);
         } else if (j < n_wg) { /* this warpgroup's last tile */
             kc_wg_fence();
-            wg_issue_pv<D>(o, pa, sV + (j % WG_STAGES) * KT);
+            wg_issue_pv<D>(o, pa, kc_wg_desc_add(dv0, vb));
+            load_next(j);
             kc_wg_wait<0>();
             kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
+        } else {
+            load_next(j);
         }
     }
     tc_store_o<D>(a, t, wrow, o, l);

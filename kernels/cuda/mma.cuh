@@ -100,6 +100,21 @@ __device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const uint16_t *p, boo
 }
 #endif
 
+/* 2^x with one MUFU.EX2 (ex2.approx.ftz: relative error ~2^-22, results
+ * below 2^-126 flushed to 0, 2^-inf = 0), for softmax probabilities that
+ * are rounded to bf16 next; exp2f adds a range check and two multiplies per
+ * call to keep fp32 denormals (on the host emulator: exp2f). */
+__device__ __forceinline__ float kc_ex2(float x)
+{
+#if defined(KEMU_H)
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 /* Two floats -> packed bf16 pair (x in the low half), round to nearest even
  * (on the device one F2FP instruction; the same bits as two kc_f2bf). */
 __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
@@ -150,6 +165,12 @@ __host__ __device__ __forceinline__ uint64_t kc_wg_desc_bits(uint32_t addr, uint
 {
     return (uint64_t)((addr >> 4) & 0x3FFFu) | (uint64_t)((lbo >> 4) & 0x3FFFu) << 16 |
            (uint64_t)((sbo >> 4) & 0x3FFFu) << 32 | (uint64_t)1 << 62; /* base offset 0, 128-byte swizzle */
+}
+/* The descriptor of the operand `bytes` further on (16-byte multiple; the
+ * start field cannot carry: shared addresses stay below 256 KiB). */
+__host__ __device__ __forceinline__ uint64_t kc_wg_desc_add(uint64_t desc, uint32_t bytes)
+{
+    return desc + (bytes >> 4);
 }
 #if defined(KEMU_H)
 #define KC_WG_EMU_GROUPS 2 /* warpgroups a CTA of the emulated kernels may have */

@@ -146,6 +146,7 @@ template <class T> static inline T kemu_shfl(T v, int src, int site)
 }
 #define __shfl_xor_sync(m, v, o) kemu_shfl((v), (kemu_tid % 32) ^ (o), __LINE__)
 #define __shfl_down_sync(m, v, o) kemu_shfl((v), (kemu_tid % 32) + (o), __LINE__)
+#define __shfl_sync(m, v, s) kemu_shfl((v), (s), __LINE__)
 
 inline std::function<void()> *kemu_body;
 static inline void kemu_fiber_entry(void)
