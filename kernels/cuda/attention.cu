@@ -58,7 +58,8 @@
  * and merge kernels as programmatic dependents (attention_decode.cu).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
- * form by INFERD_PREFILL_TC=mma1|mma2|wg, default mma2) where it
+ * form by INFERD_PREFILL_TC=mma1|mma2|wg, default wg: wgmma on
+ * compute capability 9.0, else mma2) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
  * kernel. The variable is read once per process, at the first call.
@@ -186,14 +187,15 @@ int kcuda_attn_prefill_wg_device(void)
 }
 
 /* INFERD_PREFILL_TC=mma1|mma2|wg (read once): the tensor-core
- * prefill kernel's form (attention.cuh KC_PTC_*); default mma2. */
+ * prefill kernel's form (attention.cuh KC_PTC_*); default wg, which a
+ * device other than compute capability 9.0 runs as mma2 (tc_form_fit). */
 static int prefill_tc_form(void)
 {
     /* thread-safe, once per process */
     static const int env_form =
-        env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp") ? KC_PTC_MMA1
-        : env_is("INFERD_PREFILL_TC", "wg", "tensor-core prefill, wgmma")                          ? KC_PTC_WG
-                                                                                                     : KC_PTC_MMA2;
+        env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp")   ? KC_PTC_MMA1
+        : env_is("INFERD_PREFILL_TC", "mma2", "tensor-core prefill, mma.sync, 32 query rows a warp") ? KC_PTC_MMA2
+                                                                                                       : KC_PTC_WG;
     return kcuda_attn_prefill_tc_form_force > 0 ? kcuda_attn_prefill_tc_form_force : env_form;
 }
 
