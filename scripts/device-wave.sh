@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -323,6 +323,14 @@ kcase() {
 if part kcases; then
 for c in ${WAVE_KCASES:-}; do kcase "kc-$c" 0 "$c"; done
 for c in ${WAVE_KCASES_SAN:-}; do kcase "kc-$c-memcheck" 1 "$c" memcheck; done
+fi
+# i4a1. the fused cases under compute-sanitizer memcheck, WAVE_REPS times
+#       each with programmatic GEMV launches and without (INFERD_GEMV_PDL=0):
+#       does a bitwise mismatch there follow the launches?
+if part pdlsan; then
+for rep in $(seq 1 "${WAVE_REPS:-3}"); do
+    for p in 1 0; do INFERD_GEMV_PDL=$p kcase "pdlsan-$p-$rep" 1 fused memcheck; done
+done
 fi
 # i4a. the attention kernel cases at full sizes (128k context among them)
 part attnfull && kcase attnfull 0 attention

@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -201,11 +202,15 @@ static int fused_case(const fcase *c, uint64_t seed)
 }
 
 /* GEMV route for every size: small test weights must take it too; the
- * tensor-core form from 3 tokens (the default). */
+ * tensor-core form from 3 tokens (the default); programmatic launches as
+ * the engine's default (INFERD_GEMV_PDL=0: plain launches, to tell a
+ * launch-order effect from a kernel's own). */
 static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes)
 {
     kern_gemm_config_get(kt_gpu, saved);
-    const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = true,
+    const char *pdl_env = getenv("INFERD_GEMV_PDL");
+    const bool pdl = !(pdl_env && strcmp(pdl_env, "0") == 0);
+    const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = pdl,
                               .gemv_variant = 1, .fuse_max_n = fuse_max_n,
                               .gemv_tc_min_n = KCUDA_GEMV_DEFAULT_TC_MIN_N};
     kern_gemm_config(kt_gpu, &o);
