@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -331,6 +331,21 @@ if part pdlsan; then
 for rep in $(seq 1 "${WAVE_REPS:-3}"); do
     for p in 1 0; do INFERD_GEMV_PDL=$p kcase "pdlsan-$p-$rep" 1 fused memcheck; done
 done
+fi
+# i4a1b. the fused cases (quick sizes) under fixed seeds: WAVE_SEED_LIST,
+#        else 1..WAVE_SEEDS (default 20): randomized bitwise cases that fail
+#        on some inputs only
+if part fuseseeds; then
+nbad=0
+seeds=${WAVE_SEED_LIST:-$(seq 1 "${WAVE_SEEDS:-20}")}
+for sd in $seeds; do
+    if ! INFERD_TEST_SEED=$sd INFERD_TEST_QUICK=1 CK_RUN_CASE=fused timeout 120 \
+          "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/fuseseed-$sd.log" 2>&1; then
+        nbad=$((nbad + 1))
+        grep -E "differ|FAIL" "$W/fuseseed-$sd.log" | head -3
+    fi
+done
+row "test_cuda_kernels fused, $(wc -w <<<"$seeds") seeds $(el)" "$([[ $nbad == 0 ]] && echo PASS || echo "FAIL: $nbad seeds")"
 fi
 # i4a. the attention kernel cases at full sizes (128k context among them)
 part attnfull && kcase attnfull 0 attention

@@ -218,6 +218,18 @@ static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t s
 #endif
 }
 
+/* The RoPE rotation of the pair (x1, x2) by cos cs and sin sn, rounded to
+ * bf16: o1 = x1 cs - x2 sn, o2 = x2 cs + x1 sn, each as one explicit FMA
+ * on a rounded product (the rope kernel and the fused GEMV's epilogue
+ * share it, so their bits agree: written as x1 * cs - x2 * sn, the
+ * compiler chose the contraction per kernel, and one of them differed
+ * from the other in the last fp32 bit on some inputs). */
+__device__ __forceinline__ void kc_rope_rotate(float x1, float x2, float cs, float sn, uint16_t *o1, uint16_t *o2)
+{
+    *o1 = kc_f2bf(fmaf(x1, cs, -__fmul_rn(x2, sn)));
+    *o2 = kc_f2bf(fmaf(x2, cs, __fmul_rn(x1, sn)));
+}
+
 /* silu(g) * u in fp32 (kern_silu_mul and the fused GEMV's epilogue). */
 __device__ __forceinline__ float kc_silu_mul(float g, float u)
 {

@@ -178,8 +178,7 @@ __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int ro
         const float ms = p.mscale != 0.0f ? p.mscale : 1.0f;
         const float angle = (float)pos * p.inv_freq[j];
         const float cs = cosf(angle) * ms, sn = sinf(angle) * ms;
-        o1 = kc_f2bf(x1 * cs - x2 * sn);
-        o2 = kc_f2bf(x2 * cs + x1 * sn);
+        kc_rope_rotate(x1, x2, cs, sn, &o1, &o2);
     }
     uint16_t *qkv = static_cast<uint16_t *>(a.out) + (size_t)t * (size_t)a.R;
     qkv[row1] = o1;

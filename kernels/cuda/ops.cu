@@ -384,8 +384,8 @@ static __global__ void rope_kv_kernel(const rope_kv_args ra)
             x1 = kc_bf2f(kc_f2bf((x1 * r) * kc_bf2f(w[j])));
             x2 = kc_bf2f(kc_f2bf((x2 * r) * kc_bf2f(w[j + half])));
         }
-        const uint16_t o1 = kc_f2bf(x1 * cs[j] - x2 * sn[j]);
-        const uint16_t o2 = kc_f2bf(x2 * cs[j] + x1 * sn[j]);
+        uint16_t o1, o2;
+        kc_rope_rotate(x1, x2, cs[j], sn[j], &o1, &o2);
         v[j] = o1;
         v[j + half] = o2;
         if (kdst) {

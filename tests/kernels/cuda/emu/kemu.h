@@ -147,6 +147,18 @@ template <class T> static inline T kemu_shfl(T v, int src, int site)
 #define __shfl_xor_sync(m, v, o) kemu_shfl((v), (kemu_tid % 32) ^ (o), __LINE__)
 #define __shfl_down_sync(m, v, o) kemu_shfl((v), (kemu_tid % 32) + (o), __LINE__)
 #define __shfl_sync(m, v, s) kemu_shfl((v), (s), __LINE__)
+static inline bool kemu_any(bool p, int site)
+{
+    const int w = kemu_tid / 32;
+    kemu_blk->slots[w][kemu_tid % 32] = p;
+    kemu_bar_wait(kemu_blk->wbar[w], site, "vote");
+    bool r = false;
+    for (int l = 0; l < 32; l++)
+        r = r || kemu_blk->slots[w][l] != 0;
+    kemu_bar_wait(kemu_blk->wbar[w], site, "vote (2)");
+    return r;
+}
+#define __any_sync(m, p) kemu_any((p), __LINE__)
 
 inline std::function<void()> *kemu_body;
 static inline void kemu_fiber_entry(void)
