@@ -1,16 +1,19 @@
 /* kernels/cuda/attention_prefill_tc.cu: paged causal attention for sequences
  * with several new tokens (prefill and chunked prefill) on tensor cores,
- * FlashAttention-2 style, for head_dim 64 and 128. Same contract as
+ * for head_dim 64 and 128, in two forms: mma.sync, FlashAttention-2 style
+ * (below; any sm_80+ device), and wgmma, FlashAttention-3 style (the
+ * section "the warpgroup (wgmma) form"; compute capability 9.0, the
+ * default there). Same contract as
  * attention_prefill.cu (the CUDA-core kernel, which keeps every other
  * head_dim and is selected with INFERD_PREFILL_ATTN=simt; attention.cu
  * chooses): causal, variable length, GQA, earlier context read through the
  * block table, fp32 online softmax, bf16 output, q_len == 1 sequences left
  * to the decode kernel.
  *
- * Tiling: one CTA of 4 warps per (sequence, query head, tile of 64 MT
- * query rows); warp w owns MT m-tiles of 16 rows, [16 MT w, 16 MT (w + 1)),
- * for the whole key walk, so the softmax state never leaves registers.
- * MT = 2 (the default): every K and V fragment read from shared memory
+ * mma.sync form. Tiling: one CTA of 4 warps per (sequence, query head,
+ * tile of 64 MT query rows); warp w owns MT m-tiles of 16 rows, [16 MT w,
+ * 16 MT (w + 1)), for the whole key walk, so the softmax state never leaves
+ * registers. MT = 2 (mma2): every K and V fragment read from shared memory
  * serves two m-tiles, which halves the shared-memory traffic per FLOP (with
  * one m-tile the kernel is bound by ldmatrix bandwidth, 16 FLOP a byte);
  * the Q fragments are then re-read from shared memory for each 16 dims
@@ -21,7 +24,7 @@
  * there, exactly: both MT give bitwise the same output). Per key tile, warp
  * and m-tile: S = Q K^T (16 x 64) with mma.sync m16n8k16 bf16 -> fp32 (Q
  * and K fragments with ldmatrix), the online softmax in the
- * log2 domain (scale * log2 e folded into one FFMA, kc_ex2), P rounded to
+ * log2 domain (scale * log2 e folded into one FFMA, exp2f), P rounded to
  * bf16 and reused straight from the accumulator registers as the A operand
  * of O += P V (V fragments with ldmatrix.trans). The row sum l accumulates
  * the fp32 P (as FlashAttention does; the bf16 rounding of the weights is
@@ -40,8 +43,7 @@
  * two CTAs per SM). Registers per thread at hd 128: O 64 MT + S 32 MT
  * (+ Q 32 at MT 1) fp32/b32.
  *
- * Trade-offs: mma.sync rather than wgmma (portable to sm_80, and the
- * register-resident softmax stays simple); no split over keys, so a short
+ * Trade-offs (both forms): no split over keys, so a short
  * chunk after a long cached context runs one CTA per (head, 64 rows) through
  * the whole context; heads of one GQA group read the same K/V through L2
  * rather than sharing a shared-memory tile.
@@ -50,7 +52,9 @@
  * (ldmatrix, ldmatrix.trans and mma, mma.cuh; cp.async, attention.cuh) have a
  * second body, used when kemu.h is the CUDA stand-in, that reproduces the
  * PTX fragment layouts exactly through a per-warp scratch and __syncwarp, so
- * the emulator runs this kernel's real tiling, fragment indexing and masking.
+ * the emulator runs this kernel's real tiling, fragment indexing and masking;
+ * wgmma's emulation (mma.cuh) reads shared memory as the descriptor says
+ * under the documented 128-byte swizzle.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -218,13 +222,15 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
  * i = 1: row g + 8 of the warp), on the raw scores: keys past a row's
  * position masked to -inf when `diag`; the running max m is kept in the
  * log2 domain (m = max(s) * scale log2 e, the scale being positive), so a
- * probability is one FFMA and one MUFU.EX2 (kc_ex2), 2^(s scale_log2 - m); partial
- * sum l of the fp32 probabilities; the probabilities as bf16 A fragments
- * in pa (PACK) or in place of the scores in s (tc_pack_p packs them later:
- * the wgmma form's product into O still reads the previous pa then), and
- * in corr the factor O must be rescaled by (tc_rescale). Per score: FFMA, MUFU,
- * FADD, half an F2FP and a max (the form before, a scale pass and the bf16
- * P unpacked again for the sum, took 2-6% longer: docs/PERF.md). */
+ * probability is one FFMA and one 2^x, 2^(s scale_log2 - m) (EX2: one
+ * MUFU.EX2, kc_ex2; else exp2f, whose range check the mma.sync form keeps:
+ * with kc_ex2 its 255 registers spill); partial sum l of the fp32
+ * probabilities; the probabilities as bf16 A fragments in pa (PACK) or in
+ * place of the scores in s (tc_pack_p packs them later: the wgmma form's
+ * product into O still reads the previous pa then), and in corr the factor
+ * O must be rescaled by (tc_rescale). Per score: FFMA, MUFU, FADD, half an
+ * F2FP and a max (the form before, a scale pass and the bf16 P unpacked
+ * again for the sum, took 2-6% longer: docs/PERF.md). */
 template <bool PACK, bool EX2>
 __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4], float (&m)[2],
                                              float (&l)[2], float (&corr)[2], float scale_log2, bool diag, int key0,
@@ -294,7 +300,7 @@ template <int D> __device__ __forceinline__ void tc_rescale(float (&o)[D / 8][4]
 }
 
 /* O / l of this thread's two rows (tile rows r0 and r0 + 8; l the
- * per-thread partial sums of tc_softmax) as bf16 into a.out, rows past the
+ * per-thread partial sums of tc_softmax_p) as bf16 into a.out, rows past the
  * tile's queries skipped. */
 template <int D>
 __device__ __forceinline__ void tc_store_o(const kc_attn_args &a, const tc_tile &t, int r0, const float (&o)[D / 8][4],
@@ -548,7 +554,8 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
             kc_wg_wait<1>(); /* S(j + 1); P(j) V(j) may still run */
             kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
             const int kt = (j + 1) * WG_BK;
-            tc_softmax_p<false, true>(s, pa, m, l, corr, scale_log2, kt + WG_BK - 1 > t.pos0 + 64 * wg, kt, t.pos0 + wrow);
+            const bool diag = kt + WG_BK - 1 > t.pos0 + 64 * wg;
+            tc_softmax_p<false, true>(s, pa, m, l, corr, scale_log2, diag, kt, t.pos0 + wrow);
             kc_wg_wait<0>(); /* P(j) V(j): its A registers pa are free */
             kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
             /* once the running max settles most tiles leave it: O * 1 = O */

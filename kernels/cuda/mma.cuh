@@ -213,7 +213,8 @@ static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
                 const int row = g + 8 * h, col = 8 * j + 2 * c + e; /* row within warp w's 16 */
                 float s = 0.0f;
                 for (int k = 0; k < 16; k++) {
-                    const uint32_t ar = kc_wg_emu_a[wg][32 * w + 4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
+                    const int src = 32 * w + 4 * (row & 7) + (k & 7) / 2; /* the thread holding A[row][k] */
+                    const uint32_t ar = kc_wg_emu_a[wg][src][(row >> 3) + 2 * (k >> 3)];
                     size_t addr = start + (TB == 0 ? (size_t)(col % 8) * 128 + (size_t)(col / 8) * sbo + (size_t)k * 2
                                                    : (size_t)(col % 64) * 2 + (size_t)(col / 64) * lbo +
                                                          (size_t)(k % 8) * 128 + (size_t)(k / 8) * sbo);
