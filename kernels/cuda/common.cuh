@@ -150,8 +150,8 @@ __device__ __forceinline__ uint4 kc_pack8(const float *f)
  * kernel leaves idle (a batch-1 RMSNorm is one CTA) and stream their first
  * weights while this kernel runs; they wait (griddepcontrol.wait) for this
  * grid to finish before reading its output. Called first thing by the small
- * per-layer kernels, and by the GEMVs once their weights are read; no
- * effect on a dependent launched without the attribute.
+ * per-layer kernels; no effect on a dependent launched without the
+ * attribute.
  * -DKC_NO_PDL_TRIGGER turns it off (for measurements). */
 __device__ __forceinline__ void kc_pdl_trigger(void)
 {

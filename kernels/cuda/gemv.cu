@@ -21,14 +21,11 @@
  *    (which no earlier kernel writes), then waits (griddepcontrol.wait) for
  *    the previous kernel before reading the input or writing the output. The
  *    launch latency and the first loads overlap the previous kernel's tail.
- *    Valid inside CUDA graphs (captured as a programmatic edge). Once its
- *    weights are read (before the reductions and the epilogue) a CTA
- *    triggers its own dependents (griddepcontrol.launch_dependents), so
- *    the next GEMV of a decode layer launches and streams its weights while
- *    this one finishes; it still waits for this grid before reading its
- *    input (batch 1 x 512 ~1% faster on an H100: docs/PERF.md, eleventh and
- *    twelfth sessions; the sanitizer failure that had it taken out was the
- *    RoPE rounding mismatch kc_rope_rotate fixed).
+ *    Valid inside CUDA graphs (captured as a programmatic edge). The GEMV
+ *    does not trigger its own dependents early: an early trigger after the
+ *    weights were read was timed twice (docs/PERF.md, eleventh and twelfth
+ *    sessions; clean under compute-sanitizer once the RoPE rounding was
+ *    fixed) and ran batch 1 within noise of the plain end of the grid.
  * RPW and U shrink/grow with n so registers stay under ~128 per thread and
  * the L1 traffic of the input (n / RPW input chunks per weight chunk) stays
  * under the L1 rate: n <= 2: RPW 2, U 2 and 8 CTAs per SM (variant 1, the
@@ -338,7 +335,6 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
             }
         }
     }
-    kc_pdl_trigger(); /* the weights are read: the next GEMV may launch and stream its own */
     /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -582,7 +578,6 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
             }
         }
     }
-    kc_pdl_trigger(); /* the weights are read: the next GEMV may launch and stream its own */
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
 #pragma unroll
