@@ -109,9 +109,9 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * aligned rows) by NT threads (this one is tid < NT), 16 bytes a copy:
  * copy i takes row i / (D / 8), chunk i % (D / 8), so a warp's 32 copies
  * are consecutive chunks of consecutive rows. Keys at or past kv_end are
- * zero-filled without a read (k0 < kv_end: the tile has a key). Shared by the tensor-core prefill (a CTA,
- * 64 keys) and the tensor-core decode body (a warp, 16 keys).
- * SW = true: the wgmma prefill's layout instead (LD unused): 64-dim
+ * zero-filled without a read (k0 < kv_end: the tile has a key). Shared by
+ * the tensor-core prefill (a CTA, 64 keys) and the tensor-core decode body
+ * (a warp, 16 keys). SW = true: the wgmma prefill's layout instead (LD unused): 64-dim
  * halves [D / 64][ROWS][64], rows of 128 bytes whose 16-byte chunk c sits
  * at c ^ (row % 8) (the 128-byte swizzle, mma.cuh); 8 consecutive copies
  * fill one row. */
