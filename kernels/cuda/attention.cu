@@ -58,7 +58,7 @@
  * and merge kernels as programmatic dependents (attention_decode.cu).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
- * form by INFERD_PREFILL_TC=mma1|mma2|wg, default wg: wgmma on
+ * form by INFERD_PREFILL_TC=mma1|mma2|wg|wgk128, default wg: wgmma on
  * compute capability 9.0, else mma2) where it
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
@@ -186,15 +186,17 @@ int kcuda_attn_prefill_wg_device(void)
     return prop.major == 9 && prop.minor == 0;
 }
 
-/* INFERD_PREFILL_TC=mma1|mma2|wg (read once): the tensor-core
- * prefill kernel's form (attention.cuh KC_PTC_*); default wg, which a
- * device other than compute capability 9.0 runs as mma2 (tc_form_fit). */
+/* INFERD_PREFILL_TC=mma1|mma2|wg|wgk128 (read once): the tensor-core
+ * prefill kernel's form (attention.cuh KC_PTC_*); default wg (64-key
+ * tiles), which a device other than compute capability 9.0 runs as mma2
+ * (tc_form_fit). */
 static int prefill_tc_form(void)
 {
     /* thread-safe, once per process */
     static const int env_form =
         env_is("INFERD_PREFILL_TC", "mma1", "tensor-core prefill, mma.sync, 16 query rows a warp")   ? KC_PTC_MMA1
         : env_is("INFERD_PREFILL_TC", "mma2", "tensor-core prefill, mma.sync, 32 query rows a warp") ? KC_PTC_MMA2
+        : env_is("INFERD_PREFILL_TC", "wgk128", "tensor-core prefill, wgmma, 128-key tiles")          ? KC_PTC_WG128
                                                                                                        : KC_PTC_WG;
     return kcuda_attn_prefill_tc_form_force > 0 ? kcuda_attn_prefill_tc_form_force : env_form;
 }

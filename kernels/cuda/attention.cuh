@@ -162,8 +162,8 @@ void kcuda_attn_prefill_launch(const kcuda_state *st, const kc_attn_args *a, int
 bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
 /* Its forms: mma.sync with one or two 16-row m-tiles a warp (64 or 128
  * query rows a CTA), wgmma with two warpgroups (128 rows; compute
- * capability 9.0). */
-enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG = 3 };
+ * capability 9.0) and key tiles of 64 or 128. */
+enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG = 3, KC_PTC_WG128 = 4 };
 int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int form);
 
 #endif

@@ -231,15 +231,15 @@ __device__ __forceinline__ void tc_pv(const uint32_t (&pa)[MT][TC_BK / 16][4], c
  * O must be rescaled by (tc_rescale). Per score: FFMA, MUFU, FADD, half an
  * F2FP and a max (the form before, a scale pass and the bf16 P unpacked
  * again for the sum, took 2-6% longer: docs/PERF.md). */
-template <bool PACK, bool EX2>
-__device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4], float (&m)[2],
+template <int BK, bool PACK, bool EX2>
+__device__ __forceinline__ void tc_softmax_p(float (&s)[BK / 8][4], uint32_t (&pa)[BK / 16][4], float (&m)[2],
                                              float (&l)[2], float (&corr)[2], float scale_log2, bool diag, int key0,
                                              int qpos0)
 {
     const int c = threadIdx.x & 3;
     if (diag) {
 #pragma unroll
-        for (int n = 0; n < TC_BK / 8; n++)
+        for (int n = 0; n < BK / 8; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 if (key0 + 8 * n + 2 * c + (r & 1) > qpos0 + 8 * (r >> 1))
@@ -249,7 +249,7 @@ __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t 
     for (int i = 0; i < 2; i++) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < TC_BK / 8; n++)
+        for (int n = 0; n < BK / 8; n++)
             mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
@@ -261,7 +261,7 @@ __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t 
         m[i] = m_new;
         float rs = 0.0f;
 #pragma unroll
-        for (int n = 0; n < TC_BK / 8; n++) {
+        for (int n = 0; n < BK / 8; n++) {
             const float x0 = fmaf(s[n][2 * i], scale_log2, -base), x1 = fmaf(s[n][2 * i + 1], scale_log2, -base);
             const float p0 = EX2 ? kc_ex2(x0) : exp2f(x0), p1 = EX2 ? kc_ex2(x1) : exp2f(x1);
             rs += p0 + p1;
@@ -278,10 +278,10 @@ __device__ __forceinline__ void tc_softmax_p(float (&s)[TC_BK / 8][4], uint32_t 
 
 /* The probabilities p (tc_softmax_p's s) as bf16 A fragments, pa[kk] for
  * keys [16 kk, +16). */
-__device__ __forceinline__ void tc_pack_p(const float (&p)[TC_BK / 8][4], uint32_t (&pa)[TC_BK / 16][4])
+template <int BK> __device__ __forceinline__ void tc_pack_p(const float (&p)[BK / 8][4], uint32_t (&pa)[BK / 16][4])
 {
 #pragma unroll
-    for (int n = 0; n < TC_BK / 8; n++)
+    for (int n = 0; n < BK / 8; n++)
 #pragma unroll
         for (int i = 0; i < 2; i++)
             pa[n / 2][(n & 1) * 2 + i] = kc_pack_bf16(p[n][2 * i], p[n][2 * i + 1]);
@@ -392,7 +392,7 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
         for (int mt = 0; mt < MT; mt++)
         {
             float corr[2];
-            tc_softmax_p<true, false>(s[mt], pa[mt], m[mt], l[mt], corr, scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
+            tc_softmax_p<TC_BK, true, false>(s[mt], pa[mt], m[mt], l[mt], corr, scale_log2, diag, kt, t.pos0 + wrow + 16 * mt);
             tc_rescale<D>(o[mt], corr);
         }
         tc_pv<D, MT>(pa, sV + stage * TC_BK * LD, o);
@@ -408,11 +408,12 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
  * One CTA of two warpgroups per (sequence, query head, tile of 128 query
  * rows); warpgroup g owns rows [64 g, +64), warp w of the CTA rows [16 w,
  * +16) as in the mma.sync form, so the softmax (tc_softmax_p), masking and
- * store are that form's, on the same fragment layout. Per key tile of WG_BK
- * (64) keys and warpgroup: S (64 x 64) = Q K^T as D / 16 wgmma m64n64k16,
- * Q's A fragments held in registers for the whole walk (loaded once with
- * ldmatrix), K read by the tensor cores from shared memory (K-major); O
- * (64 x D) += P V as WG_BK / 16 wgmma m64nDk16, P's bf16 A fragments from
+ * store are that form's, on the same fragment layout. Per key tile of BK
+ * keys (64: the wg form; 128: wgk128) and warpgroup: S (64 x BK) = Q K^T
+ * as D / 16 wgmma m64nBKk16, Q's A fragments held in registers for the
+ * whole walk (loaded once with ldmatrix), K read by the tensor cores from
+ * shared memory (K-major); O
+ * (64 x D) += P V as BK / 16 wgmma m64nDk16, P's bf16 A fragments from
  * the softmax, V from shared memory (N-major: the transposed B). O lives in
  * D / 2 fp32 registers a thread.
  *
@@ -426,57 +427,65 @@ static __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 1 : 2) attn_prefi
  * barrier that publishes them. A warpgroup skips the products of tiles none
  * of its rows may see (the CTA's last tile for its first warpgroup): those
  * would add p = 0.
- * Shared memory: 3 stages x (K + V) [WG_BK][D] bf16 (1024-byte aligned, at
- * the start), then Q [128][D + 8] = 66 / 130 KiB at hd 64 / 128. */
-#define WG_BK 64 /* keys per tile (tc_softmax_p's TC_BK) */
+ * Shared memory: 3 stages x (K + V) [BK][D] bf16 (1024-byte aligned, at
+ * the start), then Q [128][D + 8] unless it fits in the last stage
+ * (wg_q_in_stage) = 66 / 130 KiB at hd 64 / 128 with 64-key tiles, 96 /
+ * 192 KiB with 128 (250 registers a thread at hd 128: S takes 64). */
 #define WG_STAGES 3
 #define WG_BQ 128 /* query rows per CTA: two warpgroups of 64 */
 #define WG_THREADS 256
-static_assert(WG_BK == TC_BK, "the wgmma form reuses tc_softmax_p");
 
-static size_t wg_smem_bytes(int hd)
+/* Q [WG_BQ][D + 8] fits in one stage (K and V of BK keys): then it lives
+ * in the last stage, which is first loaded after Q went to registers. */
+__host__ __device__ static constexpr bool wg_q_in_stage(int hd, int bk)
 {
-    return ((size_t)2 * WG_STAGES * WG_BK * hd + (size_t)WG_BQ * (hd + TC_PAD)) * sizeof(uint16_t);
+    return WG_BQ * (hd + TC_PAD) <= 2 * bk * hd;
 }
 
-/* S (this warpgroup's 64 rows x WG_BK keys) = Q K^T, issued and committed,
+static size_t wg_smem_bytes(int hd, int bk)
+{
+    return ((size_t)2 * WG_STAGES * bk * hd + (wg_q_in_stage(hd, bk) ? 0 : (size_t)WG_BQ * (hd + TC_PAD))) *
+           sizeof(uint16_t);
+}
+
+/* S (this warpgroup's 64 rows x BK keys) = Q K^T, issued and committed,
  * not waited for; dk: the descriptor of the K tile (SBO 1024). k-step kk
  * reads dims [16 kk, +16): the 32-byte piece kk % 4 of each 128-byte row of
- * 64-dim half kk / 4. */
-template <int D>
-__device__ __forceinline__ void wg_issue_qk(float (&s)[WG_BK / 8][4], const uint32_t (&qreg)[D / 16][4], uint64_t dk)
+ * 64-dim half kk / 4 (the halves BK 128 bytes apart). */
+template <int D, int BK>
+__device__ __forceinline__ void wg_issue_qk(float (&s)[BK / 8][4], const uint32_t (&qreg)[D / 16][4], uint64_t dk)
 {
-    float(&sf)[WG_BK / 2] = *reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]);
+    float(&sf)[BK / 2] = *reinterpret_cast<float(*)[BK / 2]>(&s[0][0]);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        kc_wgmma<WG_BK, 0>(sf, qreg[kk], kc_wg_desc_add(dk, (kk >> 2) * WG_BK * 128 + (kk & 3) * 32), kk > 0);
+        kc_wgmma<BK, 0>(sf, qreg[kk], kc_wg_desc_add(dk, (kk >> 2) * BK * 128 + (kk & 3) * 32), kk > 0);
     kc_wg_commit();
 }
 
 /* O += P V, issued and committed; dv: the descriptor of the V tile (LBO
- * WG_BK 128 bytes between the 64-dim halves, SBO 1024 between 8-key
- * atoms). k-step kk reads keys [16 kk, +16), every dim. */
-template <int D>
-__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[WG_BK / 16][4], uint64_t dv)
+ * BK 128 bytes between the 64-dim halves, SBO 1024 between 8-key atoms).
+ * k-step kk reads keys [16 kk, +16), every dim. */
+template <int D, int BK>
+__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[BK / 16][4], uint64_t dv)
 {
     float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
 #pragma unroll
-    for (int kk = 0; kk < WG_BK / 16; kk++)
+    for (int kk = 0; kk < BK / 16; kk++)
         kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc_add(dv, kk * 16 * 128), 1);
     kc_wg_commit();
 }
 
-template <int D>
+template <int D, int BK>
 static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(const kc_attn_args a)
 {
-    constexpr int LD = D + TC_PAD, KT = WG_BK * D; /* elements a K or V tile */
+    constexpr int LD = D + TC_PAD, KT = BK * D, ST = 2 * KT; /* elements a K or V tile, a stage */
     extern __shared__ float4 tc_sm4[];
     tc_tile t;
     if (!tc_tile_make(a, WG_BQ, t))
         return;
-    uint16_t *sK = (uint16_t *)tc_sm4;       /* [WG_STAGES][KT], swizzled */
-    uint16_t *sV = sK + WG_STAGES * KT;      /* [WG_STAGES][KT], swizzled */
-    uint16_t *sQ = sV + WG_STAGES * KT;      /* [WG_BQ][LD] */
+    uint16_t *sK = (uint16_t *)tc_sm4; /* stage st: K [KT] at sK + st ST, V [KT] after it; swizzled */
+    uint16_t *sV = sK + KT;
+    uint16_t *sQ = sK + (wg_q_in_stage(D, BK) ? (WG_STAGES - 1) * ST : WG_STAGES * ST); /* [WG_BQ][LD] */
     const int32_t *bt = a.block_tables + (int64_t)blockIdx.x * a.max_blocks; /* [max_blocks] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* NOTE: through a shuffle so the compiler knows it is warp-uniform; a
@@ -484,16 +493,16 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
     const int wg = __shfl_sync(0xFFFFFFFFu, warp >> 2, 0);
     const int wrow = warp * 16 + (lane >> 2); /* this thread's first row in the tile */
     const float scale_log2 = a.scale * TC_LOG2E;
-    const int n_tiles = (t.kv_end + WG_BK - 1) / WG_BK;
+    const int n_tiles = (t.kv_end + BK - 1) / BK;
     /* tiles this warpgroup computes: up to the last position its rows see */
-    const int n_wg = 64 * wg < t.nrows ? min(n_tiles, (t.pos0 + min(64 * wg + 63, t.nrows - 1)) / WG_BK + 1) : 0;
+    const int n_wg = 64 * wg < t.nrows ? min(n_tiles, (t.pos0 + min(64 * wg + 63, t.nrows - 1)) / BK + 1) : 0;
 
     /* cp.async groups: Q with tile 0, then tile 1 */
     tc_load_q<D, WG_BQ, WG_THREADS>(a, t, sQ);
-    kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
+    kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
     kc_cp_commit();
     if (n_tiles > 1) {
-        kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, WG_BK, t.kv_end, threadIdx.x, sK + KT, sV + KT);
+        kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, BK, t.kv_end, threadIdx.x, sK + ST, sV + ST);
         kc_cp_commit();
         kc_cp_wait<1>();
     } else {
@@ -505,16 +514,16 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         tc_load_qf<D>(qreg[kk], sQ + warp * 16 * LD, kk);
-    /* stage 0's descriptors; stage st is st KT 2 bytes further */
-    const uint64_t dk0 = kc_wg_desc(sK, 0, 1024), dv0 = kc_wg_desc(sV, WG_BK * 128, 1024);
+    /* stage 0's descriptors; stage st is st ST 2 bytes further */
+    const uint64_t dk0 = kc_wg_desc(sK, 0, 1024), dv0 = kc_wg_desc(sV, BK * 128, 1024);
     /* tile j + 2 into its stage, in whichever path this warpgroup takes (the
      * stage of tile j - 1: free once every warpgroup passed this step's
      * barrier) */
     auto load_next = [&](int j) {
         if (j + 2 < n_tiles) {
             const int st = (j + 2) % WG_STAGES;
-            kc_gather_kv<D, 0, WG_BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * WG_BK, t.kv_end, threadIdx.x,
-                                                        sK + st * KT, sV + st * KT);
+            kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * BK, t.kv_end, threadIdx.x,
+                                                        sK + st * ST, sV + st * ST);
             kc_cp_commit();
         }
     };
@@ -524,14 +533,14 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
-    float s[WG_BK / 8][4];
-    uint32_t pa[WG_BK / 16][4];
+    float s[BK / 8][4];
+    uint32_t pa[BK / 16][4];
     if (n_wg > 0) { /* S(0) and P(0); O is still 0, no rescale */
         kc_wg_fence();
-        wg_issue_qk<D>(s, qreg, dk0);
+        wg_issue_qk<D, BK>(s, qreg, dk0);
         kc_wg_wait<0>();
-        kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
-        tc_softmax_p<true, true>(s, pa, m, l, corr, scale_log2, WG_BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
+        kc_wg_fence_regs(*reinterpret_cast<float(*)[BK / 2]>(&s[0][0]));
+        tc_softmax_p<BK, true, true>(s, pa, m, l, corr, scale_log2, BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
     }
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles) {
@@ -542,29 +551,29 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
          * the stage of tile j - 1 is free for tile j + 2 (load_next, issued
          * while this step's products run) */
         __syncthreads();
-        const uint32_t kb = (uint32_t)(((j + 1) % WG_STAGES) * KT * 2), vb = (uint32_t)((j % WG_STAGES) * KT * 2);
+        const uint32_t kb = (uint32_t)(((j + 1) % WG_STAGES) * ST * 2), vb = (uint32_t)((j % WG_STAGES) * ST * 2);
         /* NOTE: the cases as separate straight-line paths (conditions
          * warpgroup-uniform): with the products under shared conditions
          * ptxas cannot tell which group wait<1> leaves and serializes them */
         if (j + 1 < n_wg) {
             kc_wg_fence();
-            wg_issue_qk<D>(s, qreg, kc_wg_desc_add(dk0, kb));
-            wg_issue_pv<D>(o, pa, kc_wg_desc_add(dv0, vb));
+            wg_issue_qk<D, BK>(s, qreg, kc_wg_desc_add(dk0, kb));
+            wg_issue_pv<D, BK>(o, pa, kc_wg_desc_add(dv0, vb));
             load_next(j);
             kc_wg_wait<1>(); /* S(j + 1); P(j) V(j) may still run */
-            kc_wg_fence_regs(*reinterpret_cast<float(*)[WG_BK / 2]>(&s[0][0]));
-            const int kt = (j + 1) * WG_BK;
-            const bool diag = kt + WG_BK - 1 > t.pos0 + 64 * wg;
-            tc_softmax_p<false, true>(s, pa, m, l, corr, scale_log2, diag, kt, t.pos0 + wrow);
+            kc_wg_fence_regs(*reinterpret_cast<float(*)[BK / 2]>(&s[0][0]));
+            const int kt = (j + 1) * BK;
+            const bool diag = kt + BK - 1 > t.pos0 + 64 * wg;
+            tc_softmax_p<BK, false, true>(s, pa, m, l, corr, scale_log2, diag, kt, t.pos0 + wrow);
             kc_wg_wait<0>(); /* P(j) V(j): its A registers pa are free */
             kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
             /* once the running max settles most tiles leave it: O * 1 = O */
             if (__any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f))
                 tc_rescale<D>(o, corr);
-            tc_pack_p(s, pa);
+            tc_pack_p<BK>(s, pa);
         } else if (j < n_wg) { /* this warpgroup's last tile */
             kc_wg_fence();
-            wg_issue_pv<D>(o, pa, kc_wg_desc_add(dv0, vb));
+            wg_issue_pv<D, BK>(o, pa, kc_wg_desc_add(dv0, vb));
             load_next(j);
             kc_wg_wait<0>();
             kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
@@ -583,10 +592,10 @@ template <int D, int MT> static void tc_launch(const kcuda_state *st, const kc_a
     KCUDA_LAUNCH_CHECK();
 }
 
-template <int D> static void wg_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
+template <int D, int BK> static void wg_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len)
 {
     dim3 grid((unsigned)a->n_seqs, (unsigned)a->nh, kcuda_cdiv(max_q_len, WG_BQ));
-    attn_prefill_wg_kernel<D><<<grid, WG_THREADS, wg_smem_bytes(D), st->stream>>>(*a);
+    attn_prefill_wg_kernel<D, BK><<<grid, WG_THREADS, wg_smem_bytes(D, BK), st->stream>>>(*a);
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -607,8 +616,10 @@ void kcuda_attn_prefill_tc_init(const kcuda_state *st)
     tc_optin(st, attn_prefill_tc_kernel<128, 1>, tc_smem_bytes(128, 1));
     tc_optin(st, attn_prefill_tc_kernel<128, 2>, tc_smem_bytes(128, 2));
     if (st->cc == 90) {
-        tc_optin(st, attn_prefill_wg_kernel<64>, wg_smem_bytes(64));
-        tc_optin(st, attn_prefill_wg_kernel<128>, wg_smem_bytes(128));
+        tc_optin(st, attn_prefill_wg_kernel<64, 64>, wg_smem_bytes(64, 64));
+        tc_optin(st, attn_prefill_wg_kernel<128, 64>, wg_smem_bytes(128, 64));
+        tc_optin(st, attn_prefill_wg_kernel<64, 128>, wg_smem_bytes(64, 128));
+        tc_optin(st, attn_prefill_wg_kernel<128, 128>, wg_smem_bytes(128, 128));
     }
 }
 
@@ -625,7 +636,9 @@ bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
  * shared memory; two m-tiles a warp its shared memory. */
 static int tc_form_fit(const kcuda_state *st, int hd, int form)
 {
-    if (form == KC_PTC_WG && (st->cc != 90 || wg_smem_bytes(hd) > st->smem_optin))
+    if (form == KC_PTC_WG128 && (st->cc != 90 || wg_smem_bytes(hd, 128) > st->smem_optin))
+        form = KC_PTC_WG;
+    if (form == KC_PTC_WG && (st->cc != 90 || wg_smem_bytes(hd, 64) > st->smem_optin))
         form = KC_PTC_MMA2;
     if (form == KC_PTC_MMA2 && tc_smem_bytes(hd, 2) > st->smem_optin)
         form = KC_PTC_MMA1;
@@ -650,9 +663,12 @@ int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, i
     case KC_PTC_MMA2:
         h64 ? tc_launch<64, 2>(st, a, max_q_len) : tc_launch<128, 2>(st, a, max_q_len);
         break;
+    case KC_PTC_WG:
+        h64 ? wg_launch<64, 64>(st, a, max_q_len) : wg_launch<128, 64>(st, a, max_q_len);
+        break;
     default:
-        INFERD_CHECK(form == KC_PTC_WG);
-        h64 ? wg_launch<64>(st, a, max_q_len) : wg_launch<128>(st, a, max_q_len);
+        INFERD_CHECK(form == KC_PTC_WG128);
+        h64 ? wg_launch<64, 128>(st, a, max_q_len) : wg_launch<128, 128>(st, a, max_q_len);
         break;
     }
     return form;

@@ -28,8 +28,9 @@
  * runs each case in each of its forms (kcuda_attn_prefill_tc_form_force):
  * mma.sync with one and with two 16-row m-tiles a warp, whose outputs must
  * be bitwise equal, and, on a device of compute capability 9.0 (and the
- * host emulator), wgmma; each form is checked against the CPU twin (the two
- * instruction families may round differently). Their cases add odd and
+ * host emulator), wgmma with key tiles of 64 and of 128; each form is
+ * checked against the CPU twin (the two instruction families may round
+ * differently). Their cases add odd and
  * tile-straddling lengths, chunks after cached context, block tables that
  * share prefix blocks between sequences (as prefix-cache hits do), GQA 1/4/8
  * and a head_dim the tensor-core kernel leaves to the fallback.
@@ -53,7 +54,7 @@ extern int kcuda_attn_prefill_force; /* -1 env, 0 CUDA cores, 1 tensor cores */
 extern int kcuda_attn_last_prefill;  /* 0 none, 1 CUDA cores, 2 tensor cores */
 extern int kcuda_attn_decode_pipe_force; /* -1 env, 0 registers, 1 cp.async ring */
 extern int kcuda_attn_last_decode_pipe;
-extern int kcuda_attn_prefill_tc_form_force; /* 0 env, else KC_PTC_*: 1, 2 mma.sync, 3 wgmma */
+extern int kcuda_attn_prefill_tc_form_force; /* 0 env, else KC_PTC_*: 1, 2 mma.sync, 3, 4 wgmma */
 extern int kcuda_attn_last_prefill_form;
 extern int kcuda_attn_prefill_wg_device(void); /* 1: this device runs the wgmma forms */
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
@@ -778,8 +779,8 @@ static int attn_case_forced(const kt_attn_case *c, uint64_t seed, int force)
 static int attn_case_all_prefill(const kt_attn_case *c, uint64_t seed)
 {
     const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
-    const int n_forms = kcuda_attn_prefill_wg_device() ? 3 : 2;
-    float *o[3] = {NULL, NULL, NULL};
+    const int n_forms = kcuda_attn_prefill_wg_device() ? 4 : 2;
+    float *o[4] = {NULL, NULL, NULL, NULL};
     int bad = 0;
     bool prefill = false;
     for (int i = 0; i < c->n_seqs; i++)
@@ -804,10 +805,11 @@ static int attn_case_all_prefill(const kt_attn_case *c, uint64_t seed)
         kt_record("attention", 1, 0, 0);
         bad++;
     }
-    if (n_forms == 3 && tc && memcmp(o[1], o[2], n * sizeof(float)) != 0)
-        printf("  attention %s: wgmma and mma.sync outputs not bitwise equal (each checked against the CPU twin)\n",
-               c->name);
-    for (int f = 0; f < 3; f++)
+    for (int f = 3; f <= n_forms && tc; f++)
+        if (memcmp(o[1], o[f - 1], n * sizeof(float)) != 0)
+            printf("  attention %s: wgmma form %d and mma.sync not bitwise equal (each checked against the CPU twin)\n",
+                   c->name, f);
+    for (int f = 0; f < 4; f++)
         inferd_free(o[f]);
     return bad + attn_case_forced(c, seed, 0);
 }
