@@ -478,14 +478,18 @@ __device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t
 template <int D, int BK>
 static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(const kc_attn_args a)
 {
-    constexpr int LD = D + TC_PAD, KT = BK * D, ST = 2 * KT; /* elements a K or V tile, a stage */
+    /* elements a K or V tile; ST: from a stage's K (or V) tile to the next
+     * stage's. Q in the last stage: stages of K then V, so that stage is
+     * one span; else all K tiles, then all V tiles, then Q. */
+    constexpr bool QIN = wg_q_in_stage(D, BK);
+    constexpr int LD = D + TC_PAD, KT = BK * D, ST = QIN ? 2 * KT : KT;
     extern __shared__ float4 tc_sm4[];
     tc_tile t;
     if (!tc_tile_make(a, WG_BQ, t))
         return;
-    uint16_t *sK = (uint16_t *)tc_sm4; /* stage st: K [KT] at sK + st ST, V [KT] after it; swizzled */
-    uint16_t *sV = sK + KT;
-    uint16_t *sQ = sK + (wg_q_in_stage(D, BK) ? (WG_STAGES - 1) * ST : WG_STAGES * ST); /* [WG_BQ][LD] */
+    uint16_t *sK = (uint16_t *)tc_sm4;               /* stage st's K [KT] at sK + st ST, swizzled */
+    uint16_t *sV = sK + (QIN ? KT : WG_STAGES * KT); /* stage st's V [KT] at sV + st ST, swizzled */
+    uint16_t *sQ = QIN ? sK + (WG_STAGES - 1) * ST : sV + WG_STAGES * KT; /* [WG_BQ][LD] */
     const int32_t *bt = a.block_tables + (int64_t)blockIdx.x * a.max_blocks; /* [max_blocks] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* NOTE: through a shuffle so the compiler knows it is warp-uniform; a
