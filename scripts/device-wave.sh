@@ -457,35 +457,22 @@ lat pipe1-profile 120 "--profile-ops b256 x 1k" --model $L8 --batch-size 256 --i
 grep -E "attention|all ops|GEMM|gate|down" "$W/pipe1-profile.txt" | head -12
 fi
 
-# i4c. tensor-core prefill attention with 1 or 2 m-tiles a warp
-#      (INFERD_PREFILL_TC=mma1|mma2): kernel cases (both, bitwise equal) + memcheck,
-#      then prefill rows 512..16k, a 16k-token step of 32 x 512 and the 128k
-#      prompt, processes alternating
-if part tcmt; then
-kcase tcmt 0 attention
-kcase tcmt-memcheck 1 attention memcheck
-for mt in 2 1; do
-    INFERD_PREFILL_TC=mma$mt prefill_rows "tcmt$mt" "tc mt=$mt"
-done
-for mt in 2 1; do
-    INFERD_PREFILL_TC=mma$mt lat "tcmt$mt-128k" 200 "tc mt=$mt b1 x 131000" --model $L31 --batch-size 1 \
-        --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
-        --max-num-batched-tokens 16384 --max-model-len 131072
-done
-fi
-# i4c1. the tensor-core prefill's forms (INFERD_PREFILL_TC, WAVE_TC_FORMS,
-#       default mma2 wg): kernel cases at full sizes (every form vs
-#       the CPU twin) and under memcheck, then the prefill rows 512..16k and
-#       the 16k-token step of 32 x 512 of each form; WAVE_TC_128K=1 adds
-#       b1 x 131000 for each
-if part tcform; then
+# i4c. the tensor-core prefill's forms (INFERD_PREFILL_TC, WAVE_TC_FORMS,
+#      default mma2 wg): kernel cases at full sizes (every form vs the CPU
+#      twin) and under memcheck, then the prefill rows 512..16k and the
+#      16k-token step of 32 x 512 of each form; WAVE_TC_128K=1 adds b1 x
+#      131000 for each. `tcmt` (earlier sessions' name): forms mma2 and mma1
+#      with the 128k rows.
+if part tcform || part tcmt; then
+forms=${WAVE_TC_FORMS:-mma2 wg}
+if part tcmt; then forms="mma2 mma1"; WAVE_TC_128K=1; fi
 checks && kcase tcform 0 attention
 checks && kcase tcform-memcheck 1 attention memcheck
-for f in ${WAVE_TC_FORMS:-mma2 wg}; do
+for f in $forms; do
     INFERD_PREFILL_TC=$f prefill_rows "tcf-$f" "tc $f"
 done
 if [[ -n ${WAVE_TC_128K:-} ]]; then
-for f in ${WAVE_TC_FORMS:-mma2 wg}; do
+for f in $forms; do
     INFERD_PREFILL_TC=$f lat "tcf-$f-128k" 200 "tc $f b1 x 131000" --model $L31 --batch-size 1 \
         --input-len 131000 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 4 \
         --max-num-batched-tokens 16384 --max-model-len 131072

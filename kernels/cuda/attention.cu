@@ -175,7 +175,7 @@ int kcuda_attn_prefill_tc_form_force = 0;
 int kcuda_attn_last_prefill_form = 0;
 
 /* Test hook: 1 when the current device runs the tensor-core prefill's
- * wgmma forms (compute capability 9.0; tc_form_fit). */
+ * wgmma forms (kcuda_wgmma_cc, as tc_form_fit decides). */
 extern "C" int kcuda_attn_prefill_wg_device(void);
 int kcuda_attn_prefill_wg_device(void)
 {
@@ -183,7 +183,7 @@ int kcuda_attn_prefill_wg_device(void)
     cudaDeviceProp prop;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
         return 0;
-    return prop.major == 9 && prop.minor == 0;
+    return kcuda_wgmma_cc(prop.major * 10 + prop.minor);
 }
 
 /* INFERD_PREFILL_TC=mma1|mma2|wg|wgk128 (read once): the tensor-core

@@ -455,10 +455,9 @@ static size_t wg_smem_bytes(int hd, int bk)
 template <int D, int BK>
 __device__ __forceinline__ void wg_issue_qk(float (&s)[BK / 8][4], const uint32_t (&qreg)[D / 16][4], uint64_t dk)
 {
-    float(&sf)[BK / 2] = *reinterpret_cast<float(*)[BK / 2]>(&s[0][0]);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        kc_wgmma<BK, 0>(sf, qreg[kk], kc_wg_desc_add(dk, (kk >> 2) * BK * 128 + (kk & 3) * 32), kk > 0);
+        kc_wgmma<BK, 0>(s, qreg[kk], kc_wg_desc_add(dk, (kk >> 2) * BK * 128 + (kk & 3) * 32), kk > 0);
     kc_wg_commit();
 }
 
@@ -468,10 +467,9 @@ __device__ __forceinline__ void wg_issue_qk(float (&s)[BK / 8][4], const uint32_
 template <int D, int BK>
 __device__ __forceinline__ void wg_issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[BK / 16][4], uint64_t dv)
 {
-    float(&of)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0]);
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++)
-        kc_wgmma<D, 1>(of, pa[kk], kc_wg_desc_add(dv, kk * 16 * 128), 1);
+        kc_wgmma<D, 1>(o, pa[kk], kc_wg_desc_add(dv, kk * 16 * 128), 1);
     kc_wg_commit();
 }
 
@@ -543,7 +541,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
         kc_wg_fence();
         wg_issue_qk<D, BK>(s, qreg, dk0);
         kc_wg_wait<0>();
-        kc_wg_fence_regs(*reinterpret_cast<float(*)[BK / 2]>(&s[0][0]));
+        kc_wg_fence_regs(s);
         tc_softmax_p<BK, true, true>(s, pa, m, l, corr, scale_log2, BK - 1 > t.pos0 + 64 * wg, 0, t.pos0 + wrow);
     }
     for (int j = 0; j < n_tiles; j++) {
@@ -565,12 +563,12 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
             wg_issue_pv<D, BK>(o, pa, kc_wg_desc_add(dv0, vb));
             load_next(j);
             kc_wg_wait<1>(); /* S(j + 1); P(j) V(j) may still run */
-            kc_wg_fence_regs(*reinterpret_cast<float(*)[BK / 2]>(&s[0][0]));
+            kc_wg_fence_regs(s);
             const int kt = (j + 1) * BK;
             const bool diag = kt + BK - 1 > t.pos0 + 64 * wg;
             tc_softmax_p<BK, false, true>(s, pa, m, l, corr, scale_log2, diag, kt, t.pos0 + wrow);
             kc_wg_wait<0>(); /* P(j) V(j): its A registers pa are free */
-            kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
+            kc_wg_fence_regs(o);
             /* once the running max settles most tiles leave it: O * 1 = O */
             if (__any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f))
                 tc_rescale<D>(o, corr);
@@ -580,7 +578,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
             wg_issue_pv<D, BK>(o, pa, kc_wg_desc_add(dv0, vb));
             load_next(j);
             kc_wg_wait<0>();
-            kc_wg_fence_regs(*reinterpret_cast<float(*)[D / 2]>(&o[0][0]));
+            kc_wg_fence_regs(o);
         } else {
             load_next(j);
         }
@@ -619,7 +617,7 @@ void kcuda_attn_prefill_tc_init(const kcuda_state *st)
     tc_optin(st, attn_prefill_tc_kernel<64, 2>, tc_smem_bytes(64, 2));
     tc_optin(st, attn_prefill_tc_kernel<128, 1>, tc_smem_bytes(128, 1));
     tc_optin(st, attn_prefill_tc_kernel<128, 2>, tc_smem_bytes(128, 2));
-    if (st->cc == 90) {
+    if (kcuda_wgmma_cc(st->cc)) {
         tc_optin(st, attn_prefill_wg_kernel<64, 64>, wg_smem_bytes(64, 64));
         tc_optin(st, attn_prefill_wg_kernel<128, 64>, wg_smem_bytes(128, 64));
         tc_optin(st, attn_prefill_wg_kernel<64, 128>, wg_smem_bytes(64, 128));
@@ -640,9 +638,9 @@ bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd)
  * shared memory; two m-tiles a warp its shared memory. */
 static int tc_form_fit(const kcuda_state *st, int hd, int form)
 {
-    if (form == KC_PTC_WG128 && (st->cc != 90 || wg_smem_bytes(hd, 128) > st->smem_optin))
+    if (form == KC_PTC_WG128 && (!kcuda_wgmma_cc(st->cc) || wg_smem_bytes(hd, 128) > st->smem_optin))
         form = KC_PTC_WG;
-    if (form == KC_PTC_WG && (st->cc != 90 || wg_smem_bytes(hd, 64) > st->smem_optin))
+    if (form == KC_PTC_WG && (!kcuda_wgmma_cc(st->cc) || wg_smem_bytes(hd, 64) > st->smem_optin))
         form = KC_PTC_MMA2;
     if (form == KC_PTC_MMA2 && tc_smem_bytes(hd, 2) > st->smem_optin)
         form = KC_PTC_MMA1;

@@ -135,14 +135,15 @@ __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
  * kc_wg_fence (accumulators and A written by ordinary instructions are
  * ready), the products, kc_wg_commit, kc_wg_wait<0> (the results are in d,
  * the shared operands free), then kc_wg_fence_regs on d so the compiler keeps
- * its uses after the wait. Shared memory written by ordinary stores or
+ * its uses after the wait. d is the C fragment array d[N / 8][4] of the
+ * mma.sync kernels. Shared memory written by ordinary stores or
  * cp.async needs kc_fence_proxy_async in each writing thread, then a
  * barrier, before a product reads it.
  *
  * Fragments (PTX ISA, wgmma .m64nNk16; warp w of the warpgroup, lane l,
- * g = l / 4, c = l % 4): A as mma.m16n8k16's A for rows [16 w, +16); d[4 j +
- * 2 h + e] = D[16 w + g + 8 h][8 j + 2 c + e], i.e. mma's C fragment for
- * each 8-column tile j.
+ * g = l / 4, c = l % 4): A as mma.m16n8k16's A for rows [16 w, +16); d[j][2 h
+ * + e] = D[16 w + g + 8 h][8 j + 2 c + e], i.e. mma's C fragment for each
+ * 8-column tile j.
  *
  * B in shared memory, 128-byte swizzle (the layout the tensor cores read
  * without bank conflicts): rows of 64 bf16 (128 bytes), 8-row atoms of
@@ -190,14 +191,14 @@ static inline void kc_wg_commit(void)
 template <int N> static inline void kc_wg_wait(void)
 {
 }
-template <int R> static inline void kc_wg_fence_regs(float (&)[R])
+template <int T> static inline void kc_wg_fence_regs(float (&)[T][4])
 {
 }
 static inline void kc_fence_proxy_async(void)
 {
 }
 template <int N, int TB>
-static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d)
+static inline void kc_wgmma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc, int scale_d)
 {
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128, w = t / 32, l = t % 32, g = l / 4, c = l % 4;
     assert(wg < KC_WG_EMU_GROUPS);
@@ -223,7 +224,7 @@ static inline void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t 
                     memcpy(&b, (const char *)kemu_dyn_smem + addr, 2);
                     s += kc_mma_emu_half(ar, k & 1) * kc_bf2f(b);
                 }
-                float &dst = d[4 * j + 2 * h + e];
+                float &dst = d[j][2 * h + e];
                 dst = (scale_d ? dst : 0.0f) + s;
             }
     kemu_syncwg(__LINE__);
@@ -247,11 +248,13 @@ template <int N> __device__ __forceinline__ void kc_wg_wait(void)
 }
 /* Ties the accumulator registers to this point, so the compiler neither
  * reads nor moves them across an asynchronous product's issue or wait. */
-template <int R> __device__ __forceinline__ void kc_wg_fence_regs(float (&d)[R])
+template <int T> __device__ __forceinline__ void kc_wg_fence_regs(float (&d)[T][4])
 {
 #pragma unroll
-    for (int i = 0; i < R; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
+    for (int j = 0; j < T; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[j][e])::"memory");
 }
 __device__ __forceinline__ void kc_fence_proxy_async(void)
 {
@@ -261,9 +264,10 @@ __device__ __forceinline__ void kc_fence_proxy_async(void)
 #define KC_F16(d, i) KC_F4(d, i), KC_F4(d, i + 4), KC_F4(d, i + 8), KC_F4(d, i + 12)
 #define KC_F32(d, i) KC_F16(d, i), KC_F16(d, i + 16)
 template <int N, int TB>
-__device__ __forceinline__ void kc_wgmma(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d)
+__device__ __forceinline__ void kc_wgmma(float (&c)[N / 8][4], const uint32_t (&a)[4], uint64_t desc, int scale_d)
 {
     static_assert(N == 64 || N == 128, "kc_wgmma: N 64 or 128");
+    float *d = &c[0][0]; /* the fragment's registers in order, d[4 j + e] = c[j][e] */
     if constexpr (N == 64) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
