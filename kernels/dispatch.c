@@ -84,7 +84,8 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .pdl = env_int("INFERD_GEMV_PDL", 1) != 0,
                          .gemv_variant = env_int("INFERD_GEMV_VARIANT", 1),
                          .fuse_max_n = env_int("INFERD_FUSE", KCUDA_FUSE_MAX_N),
-                         .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", KCUDA_GEMV_DEFAULT_TC_MIN_N)};
+                         .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", KCUDA_GEMV_DEFAULT_TC_MIN_N),
+                         .accum = env_int("INFERD_GEMM_ACCUM", 1) != 0};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -313,6 +314,18 @@ void kern_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w,
 void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n)
 {
     DISPATCH(ctx, logits(ctx, logits, in, w, n));
+}
+
+void kern_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
+{
+    if (n <= 0)
+        return;
+    DISPATCH(ctx, matmul_accum(ctx, resid, in, w, n));
+}
+
+bool kern_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return DISPATCH_RET(ctx, matmul_accum_fast(ctx, w, n));
 }
 
 bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)

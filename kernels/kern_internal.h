@@ -63,6 +63,8 @@ struct kern_timer {
                          const kern_weight *w, int n, float eps);                                 \
     void P##_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n);       \
     void P##_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight *w, int n);   \
+    void P##_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n); \
+    bool P##_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n);                 \
     bool P##_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);                    \
     bool P##_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n);                \
     void P##_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n,  \

@@ -198,7 +198,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * n >= 3 on the tensor-core form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES,
  * INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
  * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
- * the GEMV's tensor-core form, 0 = off) override them at kern_ctx_create.
+ * the GEMV's tensor-core form, 0 = off) and INFERD_GEMM_ACCUM (accum, 0/1)
+ * override them at kern_ctx_create.
  * The choice depends only on
  * n and the weight, so a padded graph replay uses the same kernel as the
  * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
@@ -211,6 +212,7 @@ typedef struct {
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
     int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
     int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
+    bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
@@ -257,6 +259,23 @@ typedef struct {
  * members NULL: exactly kern_rope_kv_write). The k values written to the
  * cache are the biased, normed, roped ones; the v values the biased ones. */
 void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e);
+
+/* resid[n, R] = act(resid + in[n, C] @ w^T): a row-parallel product (O,
+ * down) added into the residual stream in the product itself, so the next
+ * norm reads one tensor instead of two (kern_add_rmsnorm with add NULL).
+ * The product and the add are fp32 and rounded once to the activation
+ * dtype (kern_matmul then kern_add_rmsnorm's add round twice on bf16).
+ * CUDA: cuBLASLt with beta = 1 and C = D = resid, for every n (never the
+ * GEMV). CPU (F32 activations): the product, then resid += it, the bits of
+ * the two ops. resid must not overlap in. */
+void kern_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n);
+/* Whether kern_matmul_accum of n tokens of w is the forward pass's choice:
+ * CUDA, where kern_matmul would run cuBLASLt for it too (not the GEMV
+ * route; the add then costs the product a read of resid, no kernel) and
+ * kern_gemm_opts.accum is on (the default);
+ * never on the CPU (its forward keeps the two ops). Depends only on n and
+ * w, so a padded graph replay folds as the eager step does. */
+bool kern_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n);
 
 /* --- fused small-batch products (decode) ------------------------------------ */
 /* A product out = in @ w^T with the op before it and the op after it done

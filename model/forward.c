@@ -17,6 +17,9 @@
  * up to 16 tokens past those keep the norms as kernels but run RoPE + KV
  * write and SiLU * up in the epilogues of the GEMV's tensor-core form
  * (kern_matmul_epi_fusable; the same bits as the unfused ops).
+ * Larger batches on the GPU (cuBLASLt's products) fold the residual add
+ * into the O and down products instead (use_accum: beta = 1), so each
+ * norm reads x alone.
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -430,17 +433,28 @@ static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b)
     kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
 }
 
-static void attention_block(model *m, const model_layer *L, const model_fwd_in *b)
+/* The output of a row-parallel product (O, down) for the next add + norm:
+ * added into x by the product itself (accum: kern_matmul_accum, the add
+ * then reads resid in the product's epilogue), else a->proj, summed over
+ * the ranks (row_parallel). */
+static void out_proj(model *m, model_op op, const void *in, const kern_weight *w, int n, bool accum)
 {
-    model_acts *a = &m->a;
-    const int n = b->n_tokens;
-    qkv_rope(m, L, b);
-    attention_op(m, L, b);
-    PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
-    row_parallel(m, a->attn, &L->wo, n);
+    PROF_MARK(m, op, gemm_bytes(m, w, n) + (accum ? act_bytes(m, (double)n * (double)w->rows) : 0.0),
+              gemm_flops(w, n));
+    if (accum)
+        kern_matmul_accum(m->kc, m->a.x, in, w, n);
+    else
+        row_parallel(m, in, w, n);
 }
 
-static void mlp_block(model *m, const model_layer *L, int n)
+static void attention_block(model *m, const model_layer *L, const model_fwd_in *b, bool accum)
+{
+    qkv_rope(m, L, b);
+    attention_op(m, L, b);
+    out_proj(m, MODEL_OP_O_PROJ, m->a.attn, &L->wo, b->n_tokens, accum);
+}
+
+static void mlp_block(model *m, const model_layer *L, int n, bool accum)
 {
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
@@ -452,8 +466,7 @@ static void mlp_block(model *m, const model_layer *L, int n)
         PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
         kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
     }
-    PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
-    row_parallel(m, a->act, &L->w_down, n);
+    out_proj(m, MODEL_OP_DOWN, a->act, &L->w_down, n, accum);
 }
 
 /* Whether a batch of n tokens runs the fused layers: every product of
@@ -470,6 +483,36 @@ static bool use_fused_layers(const model *m, int n)
             return false;
     }
     return true;
+}
+
+/* Whether the unfused layers' O and down products add into the residual
+ * stream themselves (out_proj, kern_matmul_accum: cuBLASLt's beta = 1), so
+ * each add + norm reads x alone (half its bytes; at a 2k-token prefill 64
+ * passes of 2 x 16 MiB fewer): no communicator (the partial products are
+ * summed over the ranks first) and every layer's O and down products on a
+ * route where the add is free (kern_matmul_accum_fast: CUDA, not the
+ * GEMV). The sum is rounded once (bf16(x + p)) where the two ops round
+ * twice (bf16(x + bf16(p))). Depends only on n and the weights. */
+static bool use_accum(const model *m, int n)
+{
+    if (m->comm)
+        return false;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        if (!kern_matmul_accum_fast(m->kc, &L->wo, n) || !kern_matmul_accum_fast(m->kc, &L->w_down, n))
+            return false;
+    }
+    return true;
+}
+
+/* How the layers of a batch of n tokens run: fused (use_fused_layers), or
+ * unfused with the products adding into x (use_accum), or unfused with the
+ * add in the next norm. With either of the first two the last sub-block's
+ * output is already in x when the head runs (folded). */
+typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FUSED } layers_form;
+static layers_form layers_form_of(const model *m, int n)
+{
+    return use_fused_layers(m, n) ? LAYERS_FUSED : use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
 }
 
 /* A row-parallel fused product: out = in @ w^T added into the residual
@@ -574,7 +617,8 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     model_acts *a = &m->a;
     int n = in->n_tokens;
     const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
-    const bool fused = use_fused_layers(m, n);
+    const layers_form form = layers_form_of(m, n);
+    const bool accum = form == LAYERS_ACCUM;
     PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd), 0);
     if (m->comm) {
         kern_embed_shard(m->kc, a->x, in->tokens, n, &m->embed, m->sh.vocab.begin);
@@ -584,18 +628,19 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     }
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        if (fused) {
+        if (form == LAYERS_FUSED) {
             fused_layer(m, L, in);
             continue;
         }
-        PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (l == 0 ? 2.0 : 4.0) * nd), 0);
-        kern_add_rmsnorm(m->kc, a->h, a->x, l == 0 ? NULL : a->proj, &L->attn_norm, n, c->rms_norm_eps);
-        attention_block(m, L, in);
-        PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, 4.0 * nd), 0);
-        kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, &L->mlp_norm, n, c->rms_norm_eps);
-        mlp_block(m, L, n);
+        const bool add = l > 0 && !accum; /* a->proj holds the previous sub-block's output */
+        PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (add ? 4.0 : 2.0) * nd), 0);
+        kern_add_rmsnorm(m->kc, a->h, a->x, add ? a->proj : NULL, &L->attn_norm, n, c->rms_norm_eps);
+        attention_block(m, L, in, accum);
+        PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, (accum ? 2.0 : 4.0) * nd), 0);
+        kern_add_rmsnorm(m->kc, a->h, a->x, accum ? NULL : a->proj, &L->mlp_norm, n, c->rms_norm_eps);
+        mlp_block(m, L, n, accum);
     }
-    head_ops(m, in->logits_idx, in->n_logits, fused);
+    head_ops(m, in->logits_idx, in->n_logits, form != LAYERS_PLAIN);
 }
 
 /* Extra rows (model_batch.extra_rows) after the layers, before the sampled
@@ -607,7 +652,7 @@ static void extra_rows_ops(model *m, const model_batch *b)
 {
     model_acts *a = &m->a;
     const size_t vocab = (size_t)m->cfg.vocab_size;
-    const bool folded = use_fused_layers(m, b->n_tokens);
+    const bool folded = layers_form_of(m, b->n_tokens) != LAYERS_PLAIN;
     for (int first = 0; first < b->n_extra; first += m->R) {
         int n = INFERD_MIN(m->R, b->n_extra - first);
         kern_memcpy_h2d(m->kc, a->logits_idx, b->extra_rows + first, (size_t)n * sizeof(int32_t));
@@ -631,7 +676,7 @@ void model_forward_checked(model *m, const model_batch *b)
         in.n_logits = 0;
         model_forward_ops(m, &in);
         extra_rows_ops(m, b);
-        head_ops(m, in.logits_idx, b->n_logits, use_fused_layers(m, b->n_tokens));
+        head_ops(m, in.logits_idx, b->n_logits, layers_form_of(m, b->n_tokens) != LAYERS_PLAIN);
     } else {
         model_forward_ops(m, &in);
     }

@@ -735,6 +735,28 @@ for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     done
 done
 fi
+# i4d3. the same environment variants on the prefill rows (prefill_rows:
+#       512..16k at batch 1 and 32 x 512), processes alternating, WAVE_REPS
+#       runs; with WAVE_ENVPF_TPUT=1 each variant's bench throughput 512/128
+#       (1000 requests, 512 sequences, 16k budget) after the last run
+if part envpf; then
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for v in ${WAVE_ENV_VARIANTS:-base}; do
+        envs=""
+        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
+        if [[ -n $envs ]]; then (export $envs; prefill_rows "envpf-${v%%:*}-$rep" "${v%%:*} (run $rep)")
+        else prefill_rows "envpf-${v%%:*}-$rep" "${v%%:*} (run $rep)"; fi
+    done
+done
+if [[ -n ${WAVE_ENVPF_TPUT:-} ]]; then
+    for v in ${WAVE_ENV_VARIANTS:-base}; do
+        envs=""
+        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
+        if [[ -n $envs ]]; then (export $envs; tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512)
+        else tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512; fi
+    done
+fi
+fi
 # i4d0. where the time between kernels goes: ncu's duration of every kernel
 #       of a short b1 x 512 run (graphs on, caches and clocks left alone),
 #       the kernels of each decode step to be summed against the step time

@@ -122,6 +122,28 @@ void kcpu_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
     mm_f32(ctx, logits, in, w, n);
 }
 
+/* Contract (kern_matmul_accum): the product, then resid += it (F32: the
+ * bits of kern_matmul followed by kern_add_rmsnorm's add). Scratch from
+ * the heap: the CPU forward keeps the two ops (kcpu_matmul_accum_fast). */
+void kcpu_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
+{
+    const size_t count = (size_t)n * (size_t)w->rows;
+    float *prod = inferd_malloc(sizeof(float) * count), *r = resid; /* [n, rows] each */
+    mm_f32(ctx, prod, in, w, n);
+    for (size_t i = 0; i < count; i++)
+        r[i] += prod[i];
+    inferd_free(prod);
+}
+
+/* Contract (kern_matmul_accum_fast): never (see kcpu_matmul_accum). */
+bool kcpu_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    (void)ctx;
+    (void)w;
+    (void)n;
+    return false;
+}
+
 /* Contract (kern_matmul_fusable): fusion is a CUDA launch saving; the CPU
  * forward keeps the unfused ops. */
 bool kcpu_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)

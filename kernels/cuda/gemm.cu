@@ -141,14 +141,17 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     return pl;
 }
 
-/* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16). */
-static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n)
+/* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16) + beta
+ * out (beta 0 or 1; 1: cuBLAS's C is out itself, in place, C and D one
+ * layout). */
+static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n,
+                     float beta)
 {
     INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
     INFERD_CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
     if (n <= 0)
         return;
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     kcuda_gemm_plan *pl = plan_get(st, w->rows, w->cols, n, out_f32, ptr_align(w->data), ptr_align(in),
                                    ptr_align(out));
     if (pl->has_algo) {
@@ -185,7 +188,7 @@ void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, out, 0, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(kcuda_st(ctx), out, 0, in, w, n);
+        gemm_run(kcuda_st(ctx), out, 0, in, w, n, 0.0f);
 }
 
 /* Contract (kern_logits): logits[n, w->rows] (fp32) = in[n, w->cols] @ w^T. */
@@ -194,5 +197,23 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, logits, 1, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(kcuda_st(ctx), logits, 1, in, w, n);
+        gemm_run(kcuda_st(ctx), logits, 1, in, w, n, 0.0f);
+}
+
+/* Contract (kern_matmul_accum): resid = bf16(resid + in @ w^T), the fp32
+ * sum rounded once: cuBLASLt's beta = 1 with C = D = resid (cuBLAS
+ * computes alpha A B + beta C in fp32 before the output conversion). The
+ * heuristic's algorithm for the shape is the plain product's (the plan
+ * does not depend on beta). */
+void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
+{
+    gemm_run(kcuda_st(ctx), resid, 0, in, w, n, 1.0f);
+}
+
+/* Contract (kern_matmul_accum_fast): the products kern_matmul gives to
+ * cuBLASLt whatever the input's alignment (not the GEMV route), unless
+ * kern_gemm_opts.accum is off. */
+bool kcuda_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return ctx->gemm.accum && !kcuda_gemv_route(ctx, w, n);
 }

@@ -290,6 +290,34 @@ START_TEST(test_matmul_batch_invariance)
 }
 END_TEST
 
+/* kern_matmul_accum on the CPU: resid += the product, bitwise kern_matmul
+ * followed by the add (F32 activations), and never the forward's choice. */
+START_TEST(test_matmul_accum)
+{
+    kern_ctx *ctx = kt_ctx(2);
+    const int n = 6;
+    kern_weight w = make_weight(ctx, KERN_DTYPE_BF16, 41, 77, 91);
+    const size_t no = (size_t)(n * w.rows);
+    float *in = kt_galloc(ctx, (size_t)(n * w.cols)), *res = kt_galloc(ctx, no);
+    float *prod = inferd_malloc(no * sizeof(float)), *want = inferd_malloc(no * sizeof(float));
+    test_fill_uniform(in, (size_t)(n * w.cols), 31, -1.0f, 1.0f);
+    test_fill_uniform(res, no, 32, -2.0f, 2.0f);
+    kern_matmul(ctx, prod, in, &w, n);
+    for (size_t i = 0; i < no; i++)
+        want[i] = res[i] + prod[i];
+    kern_matmul_accum(ctx, res, in, &w, n);
+    KT_CHECK(memcmp(res, want, no * sizeof(float)) == 0);
+    kt_gcheck(res, no, "accum resid");
+    KT_CHECK(!kern_matmul_accum_fast(ctx, &w, n));
+    inferd_free(prod);
+    inferd_free(want);
+    kt_gfree(ctx, in);
+    kt_gfree(ctx, res);
+    kern_free(ctx, w.data);
+    kern_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_gather_rows)
 {
     kern_ctx *ctx = kt_ctx(2);
@@ -450,6 +478,7 @@ int main(void)
     tcase_add_test(tc, test_add_rmsnorm);
     tcase_add_test(tc, test_matmul_vs_fp64);
     tcase_add_test(tc, test_matmul_batch_invariance);
+    tcase_add_test(tc, test_matmul_accum);
     tcase_add_test(tc, test_gather_rows);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_rope_kv_write_ex);

@@ -3,7 +3,8 @@
  * CUDA device is present or the build has no CUDA backend).
  *
  * This file holds main, memory, weights and the dense per-token ops
- * (embedding, add + RMSNorm, matmul, logits, gather, SiLU * up);
+ * (embedding, add + RMSNorm, matmul, logits, the product into the residual
+ * stream, gather, SiLU * up);
  * test_cuda_attention.c covers RoPE + KV write and attention,
  * test_cuda_sample.c the sampler, test_cuda_tp.c the tensor-parallel pieces
  * (vocabulary-shard embedding, windowed dummy weights, 2-D copies, NCCL
@@ -456,6 +457,77 @@ START_TEST(test_logits)
 }
 END_TEST
 
+/* kern_matmul_accum: resid[n, R] (bf16, values ~U(-2, 2), so a product
+ * written over resid instead of added to it is far off) += in @ W^T on the
+ * GPU against the CPU twin (the product, then the add in fp32). The GPU
+ * rounds the fp32 sum once: tolerances as gemm_case's matmul. in_off as
+ * gemm_case (the 2-byte aligned input reaches cuBLASLt with that
+ * alignment; odd sizes reach cublasGemmEx with beta = 1). */
+static int accum_case(int n, int R, int C, size_t in_off, uint64_t seed)
+{
+    const size_t ni = (size_t)n * C, nw = (size_t)R * C, no = (size_t)n * R;
+    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
+    float *res = inferd_malloc(no * sizeof(float)), *got = inferd_malloc(no * sizeof(float));
+    kt_rand_bf16(in, ni, seed, -1.0f, 1.0f);
+    const float ws = 1.7f / sqrtf((float)C);
+    kt_rand_bf16(w, nw, seed + 1, -ws, ws);
+    kt_rand_bf16(res, no, seed + 2, -2.0f, 2.0f);
+    kern_weight wc = kt_weight_cpu(w, R, C), wg = kt_weight_gpu(w, R, C);
+    float *cin = kt_cpu_f32(in, ni), *cres = kt_cpu_f32(res, no);
+    kt_gbuf gi, gr;
+    void *gin = kt_gbuf_alloc(&gi, ni * 2, in_off), *gres = kt_gbuf_alloc(&gr, no * 2, 0);
+    uint16_t *hin = kt_to_bf16(in, ni), *hres = kt_to_bf16(res, no);
+    kern_memcpy_h2d(kt_gpu, gin, hin, ni * 2);
+    kern_memcpy_h2d(kt_gpu, gres, hres, no * 2);
+    kern_matmul_accum(kt_cpu, cres, cin, &wc, n);
+    kern_matmul_accum(kt_gpu, gres, gin, &wg, n);
+    kt_gbuf_read(&gr, hres);
+    kt_from_bf16(hres, got, no);
+    char what[64];
+    snprintf(what, sizeof what, "n=%d R=%d C=%d off=%zu", n, R, C, in_off);
+    int bad = kt_compare("matmul_accum", what, got, cres, no, 1e-2, 1e-2);
+    bad += kt_gbuf_guards_bad(&gr, what) + kt_gbuf_guards_bad(&gi, "accum input");
+    kt_gbuf_free(&gr);
+    kt_gbuf_free(&gi);
+    kern_free(kt_gpu, wg.data);
+    kern_free(kt_cpu, wc.data);
+    kern_free(kt_cpu, cin);
+    kern_free(kt_cpu, cres);
+    inferd_free(hin);
+    inferd_free(hres);
+    inferd_free(got);
+    inferd_free(res);
+    inferd_free(w);
+    inferd_free(in);
+    return bad;
+}
+
+/* The product into the residual stream (forward.c folds the O and down
+ * products' add this way where kern_matmul_accum_fast), and the rule for
+ * when it is taken: CUDA beyond the GEMV route, never on the CPU. */
+START_TEST(test_matmul_accum)
+{
+    int bad = 0;
+    bad += accum_case(1, 64, 64, 0, 21);
+    bad += accum_case(7, 129, 67, 0, 22);   /* odd: cublasGemmEx with beta = 1 */
+    bad += accum_case(33, 256, 512, 2, 23); /* 2-byte aligned input */
+    bad += accum_case(17, 4096, 512, 16, 24);
+    if (!kt_quick)
+        bad += accum_case(300, 1024, 4096, 0, 25);
+    ck_assert_int_eq(bad, 0);
+    float *w = inferd_calloc((size_t)1024 * 1024, sizeof(float));
+    kern_weight wg = kt_weight_gpu(w, 1024, 1024), wc = kt_weight_cpu(w, 1024, 1024); /* 2 MiB: the GEMV's */
+    kern_gemm_opts o;
+    kern_gemm_config_get(kt_gpu, &o);
+    ck_assert(kern_matmul_accum_fast(kt_gpu, &wg, o.gemv_max_n + 1) == o.accum); /* INFERD_GEMM_ACCUM */
+    ck_assert(o.gemv_max_n == 0 || !kern_matmul_accum_fast(kt_gpu, &wg, 1));
+    ck_assert(!kern_matmul_accum_fast(kt_cpu, &wc, 64));
+    kern_free(kt_gpu, wg.data);
+    kern_free(kt_cpu, wc.data);
+    inferd_free(w);
+}
+END_TEST
+
 /* --- small-batch GEMV (kernels/cuda/gemv.cu) ------------------------------------------ */
 
 /* Every n the GEMV takes (1..16; a subset under INFERD_TEST_QUICK), with
@@ -887,6 +959,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_add_rmsnorm);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
+    tcase_add_test(tc, test_matmul_accum);
     tcase_add_test(tc, test_gemv);
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemm_small_bench);

@@ -340,13 +340,14 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
 {
     abort();
 }
-// Column-major C[m, n] = op(A) op(B), alpha = 1, beta = 0.
+// Column-major C[m, n] = op(A) op(B) + beta C, alpha = 1, beta 0 or 1 (the sum in fp32, one rounding).
 static inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                           const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
                                           cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
                                           cublasComputeType_t, int)
 {
-    assert(at == CUDA_R_16BF && bt == CUDA_R_16BF && *(const float *)alpha == 1.0f && *(const float *)beta == 0.0f);
+    const float bet = *(const float *)beta;
+    assert(at == CUDA_R_16BF && bt == CUDA_R_16BF && *(const float *)alpha == 1.0f && (bet == 0.0f || bet == 1.0f));
     const uint16_t *a = (const uint16_t *)A, *b = (const uint16_t *)B;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
@@ -356,10 +357,11 @@ static inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, 
                 float bv = half_bf16_to_f32(tb == CUBLAS_OP_T ? b[j + (int64_t)p * ldb] : b[p + (int64_t)j * ldb]);
                 s += av * bv;
             }
+            const int64_t o = i + (int64_t)j * ldc;
             if (ct == CUDA_R_32F)
-                ((float *)C)[i + (int64_t)j * ldc] = s;
+                ((float *)C)[o] = s + (bet != 0.0f ? ((float *)C)[o] : 0.0f);
             else
-                ((uint16_t *)C)[i + (int64_t)j * ldc] = half_f32_to_bf16(s);
+                ((uint16_t *)C)[o] = half_f32_to_bf16(s + (bet != 0.0f ? half_bf16_to_f32(((uint16_t *)C)[o]) : 0.0f));
         }
     return 0;
 }
