@@ -270,9 +270,10 @@ void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const ke
  * the two ops. resid must not overlap in. */
 void kern_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n);
 /* Whether kern_matmul_accum of n tokens of w is the forward pass's choice:
- * CUDA, where kern_matmul would run cuBLASLt for it too (not the GEMV
- * route; the add then costs the product a read of resid, no kernel) and
- * kern_gemm_opts.accum is on (the default);
+ * CUDA, weights of at least kern_gemm_opts.gemv_min_weight_bytes where
+ * kern_matmul would run cuBLASLt for them too (not the GEMV route; the add
+ * then costs the product a read of resid, no kernel), and
+ * kern_gemm_opts.accum on (the default);
  * never on the CPU (its forward keeps the two ops). Depends only on n and
  * w, so a padded graph replay folds as the eager step does. */
 bool kern_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n);

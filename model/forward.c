@@ -17,9 +17,9 @@
  * up to 16 tokens past those keep the norms as kernels but run RoPE + KV
  * write and SiLU * up in the epilogues of the GEMV's tensor-core form
  * (kern_matmul_epi_fusable; the same bits as the unfused ops).
- * Larger batches on the GPU (cuBLASLt's products) fold the residual add
- * into the O and down products instead (use_accum: beta = 1), so each
- * norm reads x alone.
+ * Larger batches of large models on the GPU (cuBLASLt's products) fold the
+ * residual add into the O and down products instead (use_accum: beta = 1),
+ * so each norm reads x alone.
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -490,8 +490,8 @@ static bool use_fused_layers(const model *m, int n)
  * each add + norm reads x alone (half its bytes; at a 2k-token prefill 64
  * passes of 2 x 16 MiB fewer): no communicator (the partial products are
  * summed over the ranks first) and every layer's O and down products on a
- * route where the add is free (kern_matmul_accum_fast: CUDA, not the
- * GEMV). The sum is rounded once (bf16(x + p)) where the two ops round
+ * route where the add is free (kern_matmul_accum_fast: CUDA, weights of
+ * 1 MiB and more, not the GEMV). The sum is rounded once (bf16(x + p)) where the two ops round
  * twice (bf16(x + bf16(p))). Depends only on n and the weights. */
 static bool use_accum(const model *m, int n)
 {

@@ -17,7 +17,8 @@
  *  - greedy generation of golden case 0 through model_step (graph path)
  *    equals llama2.c's tokens.
  *  - the same two checks on the fused decode layers (GEMV size threshold
- *    lowered so that stories260K takes them).
+ *    lowered so that stories260K takes them) and on the O and down products
+ *    adding into the residual stream (size floor lowered, GEMV off).
  *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
  */
 #include <cjson/cJSON.h>
@@ -299,6 +300,37 @@ START_TEST(test_fused_layers)
 }
 END_TEST
 
+/* The O and down products adding into the residual stream (forward.c
+ * use_accum, kern_matmul_accum: cuBLASLt with beta = 1): stories260K's
+ * weights are below the size floor, so it is lowered to 0 and the GEMV
+ * turned off (every product cuBLASLt's, every batch folds the add). Graphs
+ * equal eager (bitwise at captured sizes, graphs captured with the folded
+ * add), and the golden tokens come out of it, graphs and eager. */
+START_TEST(test_accum_layers)
+{
+    setenv("INFERD_GEMV_MIN_BYTES", "0", 1);
+    setenv("INFERD_GEMV_MAX_N", "0", 1);
+    model *g = load(false), *e = load(true);
+    static const int k_batches[] = {1, 3, 16};
+    for (size_t k = 0; k < sizeof k_batches / sizeof k_batches[0]; k++) {
+        cmp_stats cs = {0};
+        run_batch(g, e, k_batches[k], &cs);
+        printf("accum, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n", k_batches[k], cs.steps,
+               cs.bitwise_steps, cs.max_abs);
+    }
+    model_free(g);
+    model_free(e);
+    g = load(false);
+    e = load(true);
+    unsetenv("INFERD_GEMV_MIN_BYTES");
+    unsetenv("INFERD_GEMV_MAX_N");
+    int got_g = golden_through(g), got_e = golden_through(e);
+    printf("golden case 0, products into the residual stream: %d tokens through graphs, %d eager\n", got_g, got_e);
+    model_free(g);
+    model_free(e);
+}
+END_TEST
+
 START_TEST(test_ceilings)
 {
     kern_ctx_opts ko = {.backend = KERN_BACKEND_CUDA};
@@ -326,6 +358,7 @@ int main(void)
     tcase_add_test(tc, test_graphs_equal_eager);
     tcase_add_test(tc, test_golden_through_graphs);
     tcase_add_test(tc, test_fused_layers);
+    tcase_add_test(tc, test_accum_layers);
     if (!getenv("INFERD_TEST_QUICK")) /* 1 GiB of scratch; skipped under the sanitizer */
         tcase_add_test(tc, test_ceilings);
     suite_add_tcase(s, tc);
