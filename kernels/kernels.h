@@ -198,8 +198,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * n >= 3 on the tensor-core form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES,
  * INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
  * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
- * the GEMV's tensor-core form, 0 = off) and INFERD_GEMM_ACCUM (accum, 0/1)
- * override them at kern_ctx_create.
+ * the GEMV's tensor-core form, 0 = off), INFERD_GEMM_ACCUM (accum, 0/1) and
+ * INFERD_GEMM_ACCUM_MIN_BYTES override them at kern_ctx_create.
  * The choice depends only on
  * n and the weight, so a padded graph replay uses the same kernel as the
  * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
@@ -213,6 +213,7 @@ typedef struct {
     int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
     int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
+    int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
@@ -270,7 +271,7 @@ void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const ke
  * the two ops. resid must not overlap in. */
 void kern_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n);
 /* Whether kern_matmul_accum of n tokens of w is the forward pass's choice:
- * CUDA, weights of at least kern_gemm_opts.gemv_min_weight_bytes where
+ * CUDA, weights of at least kern_gemm_opts.accum_min_weight_bytes where
  * kern_matmul would run cuBLASLt for them too (not the GEMV route; the add
  * then costs the product a read of resid, no kernel), and
  * kern_gemm_opts.accum on (the default);

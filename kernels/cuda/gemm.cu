@@ -212,15 +212,15 @@ void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_w
 
 /* Contract (kern_matmul_accum_fast): the products kern_matmul gives to
  * cuBLASLt whatever the input's alignment (not the GEMV route) of weights
- * of at least gemv_min_weight_bytes, unless kern_gemm_opts.accum is off.
- * NOTE: the size floor, like the GEMV's, keeps small models on the
- * numerics they were validated with: on stories260K the folded add made
- * greedy and seeded tokens of a request differ between batched and alone
- * (after 11 to 111 tokens) in the GPU engine tests, which pass with the
- * add in the norm; large models were never batch-invariant here (see the
- * NOTE at the top). */
+ * of at least accum_min_weight_bytes (1 MiB, the GEMV's default floor, but
+ * its own knob), unless kern_gemm_opts.accum is off. NOTE: the size floor,
+ * like the GEMV's, keeps small models on the numerics they were validated
+ * with: on stories260K the folded add made greedy and seeded tokens of a
+ * request differ between batched and alone (after 11 to 111 tokens) in the
+ * GPU engine tests, which pass with the add in the norm; large models were
+ * never batch-invariant here (see the NOTE at the top). */
 bool kcuda_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return ctx->gemm.accum && w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+    return ctx->gemm.accum && w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.accum_min_weight_bytes &&
            !kcuda_gemv_route(ctx, w, n);
 }

@@ -302,13 +302,14 @@ END_TEST
 
 /* The O and down products adding into the residual stream (forward.c
  * use_accum, kern_matmul_accum: cuBLASLt with beta = 1): stories260K's
- * weights are below the size floor, so it is lowered to 0 and the GEMV
- * turned off (every product cuBLASLt's, every batch folds the add). Graphs
+ * weights are below its size floor, so it is lowered to 0
+ * (INFERD_GEMM_ACCUM_MIN_BYTES) and the GEMV turned off (every product
+ * cuBLASLt's, every batch folds the add). Graphs
  * equal eager (bitwise at captured sizes, graphs captured with the folded
  * add), and the golden tokens come out of it, graphs and eager. */
 START_TEST(test_accum_layers)
 {
-    setenv("INFERD_GEMV_MIN_BYTES", "0", 1);
+    setenv("INFERD_GEMM_ACCUM_MIN_BYTES", "0", 1);
     setenv("INFERD_GEMV_MAX_N", "0", 1);
     model *g = load(false), *e = load(true);
     static const int k_batches[] = {1, 3, 16};
@@ -322,7 +323,7 @@ START_TEST(test_accum_layers)
     model_free(e);
     g = load(false);
     e = load(true);
-    unsetenv("INFERD_GEMV_MIN_BYTES");
+    unsetenv("INFERD_GEMM_ACCUM_MIN_BYTES");
     unsetenv("INFERD_GEMV_MAX_N");
     int got_g = golden_through(g), got_e = golden_through(e);
     printf("golden case 0, products into the residual stream: %d tokens through graphs, %d eager\n", got_g, got_e);

@@ -505,7 +505,7 @@ static int accum_case(int n, int R, int C, size_t in_off, uint64_t seed)
 /* The product into the residual stream (forward.c folds the O and down
  * products' add this way where kern_matmul_accum_fast), and the rule for
  * when it is taken: CUDA beyond the GEMV route for weights of at least
- * gemv_min_weight_bytes, never on the CPU. */
+ * accum_min_weight_bytes, never on the CPU. */
 START_TEST(test_matmul_accum)
 {
     int bad = 0;
@@ -524,8 +524,8 @@ START_TEST(test_matmul_accum)
     ck_assert(o.gemv_max_n == 0 || !kern_matmul_accum_fast(kt_gpu, &wg, 1));
     ck_assert(!kern_matmul_accum_fast(kt_cpu, &wc, 64));
     kern_weight small = kt_weight_gpu(w, 64, 64); /* 8 KiB: under the floor, the add stays in the norm */
-    ck_assert(o.gemv_min_weight_bytes > 8192 || !o.accum || kern_matmul_accum_fast(kt_gpu, &small, 64));
-    ck_assert(o.gemv_min_weight_bytes <= 8192 || !kern_matmul_accum_fast(kt_gpu, &small, 64));
+    ck_assert(o.accum_min_weight_bytes > 8192 || !o.accum || kern_matmul_accum_fast(kt_gpu, &small, 64));
+    ck_assert(o.accum_min_weight_bytes <= 8192 || !kern_matmul_accum_fast(kt_gpu, &small, 64));
     kern_free(kt_gpu, small.data);
     kern_free(kt_gpu, wg.data);
     kern_free(kt_cpu, wc.data);
