@@ -8,12 +8,7 @@
  *
  * A plan (descriptors + heuristic algorithm) is cached per (R, C, n, output
  * type, pointer alignments): the heuristic is slow (tens of microseconds) and
- * the forward pass repeats the same few shapes. With kern_gemm_opts.search
- * (INFERD_GEMM_SEARCH=1; off by default) a plan of at least
- * KCUDA_GEMM_SEARCH_MIN_N tokens built outside a graph capture times the
- * heuristic's first KCUDA_GEMM_SEARCH_ALGOS candidates on its shape (a
- * scratch output, CUDA events) and keeps the fastest: a search per new n,
- * tens of milliseconds, so for fixed-shape runs (benchmarks), not serving. Pointer alignments are part
+ * the forward pass repeats the same few shapes. Pointer alignments are part
  * of the key because cuBLASLt assumes 256-byte aligned buffers unless told
  * otherwise, and activations may be sub-buffers of an arena. When cuBLASLt
  * offers no algorithm (odd leading dimensions), cublasGemmEx computes the
@@ -46,16 +41,7 @@ struct kcuda_gemm_plan {
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
     int has_algo; /* 0: use cublasGemmEx */
-    int searched; /* the algorithm was timed (plan_search) */
 };
-
-/* Test hook: plans searched so far in this process (plan_search). */
-extern "C" int kcuda_gemm_searches;
-int kcuda_gemm_searches = 0;
-
-#define KCUDA_GEMM_SEARCH_MIN_N 1024 /* past the decode graphs' batches: prefill steps only */
-#define KCUDA_GEMM_SEARCH_ALGOS 8
-#define KCUDA_GEMM_SEARCH_REPS 3
 
 /* Largest power of two (<= 256) dividing the address. */
 static uint32_t ptr_align(const void *p)
@@ -91,31 +77,6 @@ void kcuda_gemm_release(kcuda_state *st)
     st->n_plans = st->next_plan = 0;
 }
 
-/* The heuristic's first max_res algorithms for the plan's descriptors,
- * alignments and the ctx's workspace (best first); returns how many. */
-static int plan_heuristic(kcuda_state *st, const kcuda_gemm_plan *pl, cublasLtMatmulHeuristicResult_t *res,
-                          int max_res)
-{
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = st->gemm_ws_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &pl->al_a, sizeof pl->al_a));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &pl->al_b, sizeof pl->al_b));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &pl->al_d, sizeof pl->al_d));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &pl->al_d, sizeof pl->al_d));
-    memset(res, 0, sizeof *res * (size_t)max_res);
-    int n_res = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, max_res,
-                                                       res, &n_res);
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    int ok = 0;
-    for (int i = 0; hs == CUBLAS_STATUS_SUCCESS && i < n_res; i++)
-        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->gemm_ws_bytes)
-            res[ok++] = res[i];
-    return ok;
-}
-
 /* Build descriptors and ask the heuristic for one algorithm. */
 static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
 {
@@ -127,69 +88,28 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->la, CUDA_R_16BF, (uint64_t)pl->cols, (uint64_t)pl->rows, pl->cols));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->lb, CUDA_R_16BF, (uint64_t)pl->cols, (uint64_t)pl->n, pl->cols));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl->ld, out_t, (uint64_t)pl->rows, (uint64_t)pl->n, pl->rows));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = st->gemm_ws_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &pl->al_a, sizeof pl->al_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &pl->al_b, sizeof pl->al_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &pl->al_d, sizeof pl->al_d));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &pl->al_d, sizeof pl->al_d));
     cublasLtMatmulHeuristicResult_t res;
-    pl->has_algo = plan_heuristic(st, pl, &res, 1) > 0;
+    int n_res = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1,
+                                                       &res, &n_res);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    pl->has_algo = hs == CUBLAS_STATUS_SUCCESS && n_res > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
+                   res.workspaceSize <= st->gemm_ws_bytes;
     if (pl->has_algo)
         pl->algo = res.algo;
     else
         INFERD_LOG_DEBUG("cuda gemm: no cuBLASLt algorithm for R=%lld C=%lld n=%lld, using cublasGemmEx",
                   (long long)pl->rows, (long long)pl->cols, (long long)pl->n);
 }
-
-/* Time the heuristic's first candidates on the plan's shape (input in and
- * weight w as given, output to a scratch buffer with beta 0, so an
- * accumulating call's resid is untouched) and keep the fastest. Not while
- * the stream is being captured, and not when the scratch cannot be had
- * (the heuristic's choice stays). Synchronizes the stream. */
-#ifndef KEMU_H /* the emulator offers no cuBLASLt algorithm, so no plan is searched there */
-static void plan_search(kcuda_state *st, kcuda_gemm_plan *pl, const void *w, const void *in)
-{
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(st->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
-        return;
-    pl->searched = 1;
-    cublasLtMatmulHeuristicResult_t res[KCUDA_GEMM_SEARCH_ALGOS];
-    const int n_res = plan_heuristic(st, pl, res, KCUDA_GEMM_SEARCH_ALGOS);
-    void *scratch = NULL; /* [n, rows] of the output type */
-    if (n_res < 2 || cudaMalloc(&scratch, (size_t)pl->n * (size_t)pl->rows * (pl->out_f32 ? 4 : 2)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    const float alpha = 1.0f, beta = 0.0f;
-    float best_ms = 0.0f;
-    int best = -1;
-    for (int i = 0; i < n_res; i++) {
-        bool ok = true;
-        for (int r = 0; r <= KCUDA_GEMM_SEARCH_REPS && ok; r++) { /* r == 0: warm-up */
-            if (r == 1)
-                CUDA_CHECK(cudaEventRecord(e0, st->stream));
-            ok = cublasLtMatmul(st->lt, pl->desc, &alpha, w, pl->la, in, pl->lb, &beta, scratch, pl->ld, scratch,
-                                pl->ld, &res[i].algo, st->gemm_ws, st->gemm_ws_bytes, st->stream) == CUBLAS_STATUS_SUCCESS;
-        }
-        CUDA_CHECK(cudaEventRecord(e1, st->stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (ok && (best < 0 || ms < best_ms)) {
-            best = i;
-            best_ms = ms;
-        }
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaFree(scratch));
-    if (best >= 0)
-        pl->algo = res[best].algo;
-    kcuda_gemm_searches++;
-    INFERD_LOG_DEBUG("cuda gemm: R=%lld C=%lld n=%lld: candidate %d of %d fastest (%.3f ms)", (long long)pl->rows,
-                     (long long)pl->cols, (long long)pl->n, best, n_res, best_ms / KCUDA_GEMM_SEARCH_REPS);
-}
-#else
-static void plan_search(kcuda_state *, kcuda_gemm_plan *, const void *, const void *) {}
-#endif
 
 static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, int64_t n, int out_f32,
                                  uint32_t al_a, uint32_t al_b, uint32_t al_d)
@@ -224,10 +144,9 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
 /* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16) + beta
  * out (beta 0 or 1; 1: cuBLAS's C is out itself, in place, C and D one
  * layout). */
-static void gemm_run(const kern_ctx *ctx, void *out, int out_f32, const void *in, const kern_weight *w, int n,
+static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n,
                      float beta)
 {
-    kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
     INFERD_CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
     if (n <= 0)
@@ -235,8 +154,6 @@ static void gemm_run(const kern_ctx *ctx, void *out, int out_f32, const void *in
     const float alpha = 1.0f;
     kcuda_gemm_plan *pl = plan_get(st, w->rows, w->cols, n, out_f32, ptr_align(w->data), ptr_align(in),
                                    ptr_align(out));
-    if (pl->has_algo && !pl->searched && ctx->gemm.search && n >= KCUDA_GEMM_SEARCH_MIN_N)
-        plan_search(st, pl, w->data, in);
     if (pl->has_algo) {
         CUBLAS_CHECK(cublasLtMatmul(st->lt, pl->desc, &alpha, w->data, pl->la, in, pl->lb, &beta, out, pl->ld,
                                     out, pl->ld, &pl->algo, st->gemm_ws, st->gemm_ws_bytes, st->stream));
@@ -271,7 +188,7 @@ void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, out, 0, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(ctx, out, 0, in, w, n, 0.0f);
+        gemm_run(kcuda_st(ctx), out, 0, in, w, n, 0.0f);
 }
 
 /* Contract (kern_logits): logits[n, w->rows] (fp32) = in[n, w->cols] @ w^T. */
@@ -280,7 +197,7 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, logits, 1, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(ctx, logits, 1, in, w, n, 0.0f);
+        gemm_run(kcuda_st(ctx), logits, 1, in, w, n, 0.0f);
 }
 
 /* Contract (kern_matmul_accum): resid = bf16(resid + in @ w^T), the fp32
@@ -290,7 +207,7 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
  * does not depend on beta). */
 void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
 {
-    gemm_run(ctx, resid, 0, in, w, n, 1.0f);
+    gemm_run(kcuda_st(ctx), resid, 0, in, w, n, 1.0f);
 }
 
 /* Contract (kern_matmul_accum_fast): the products kern_matmul gives to

@@ -533,33 +533,6 @@ START_TEST(test_matmul_accum)
 }
 END_TEST
 
-/* The algorithm search (kern_gemm_opts.search, INFERD_GEMM_SEARCH=1): a
- * plain product and an accumulating one of 1024 tokens (the search's
- * smallest n) each time the candidates once and run the fastest, against
- * the CPU twin; 1023 tokens keep the heuristic's choice. The emulator
- * offers no cuBLASLt algorithm, so nothing is searched there. */
-extern int kcuda_gemm_searches;
-START_TEST(test_gemm_search)
-{
-    kern_gemm_opts o, s;
-    kern_gemm_config_get(kt_gpu, &o);
-    s = o;
-    s.search = true;
-    kern_gemm_config(kt_gpu, &s);
-    const int before = kcuda_gemm_searches;
-    int bad = gemm_case(false, 1024, 520, 264, 0, 31);
-    bad += accum_case(1024, 264, 520, 0, 32);
-    bad += gemm_case(false, 1023, 520, 264, 0, 33);
-    kern_gemm_config(kt_gpu, &o);
-    printf("gemm search: %d plans searched\n", kcuda_gemm_searches - before);
-    ck_assert_int_eq(bad, 0);
-    ck_assert_int_le(kcuda_gemm_searches - before, 2);
-#ifndef KEMU_TEST
-    ck_assert_int_eq(kcuda_gemm_searches - before, 2);
-#endif
-}
-END_TEST
-
 /* --- small-batch GEMV (kernels/cuda/gemv.cu) ------------------------------------------ */
 
 /* Every n the GEMV takes (1..16; a subset under INFERD_TEST_QUICK), with
@@ -992,7 +965,6 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
     tcase_add_test(tc, test_matmul_accum);
-    tcase_add_test(tc, test_gemm_search);
     tcase_add_test(tc, test_gemv);
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemm_small_bench);
