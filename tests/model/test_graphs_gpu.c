@@ -268,35 +268,46 @@ START_TEST(test_golden_through_graphs)
 }
 END_TEST
 
+/* A graph model and an eager one loaded with each variable of vars set to
+ * "0" (read when a model's kernel context is made): graphs equal eager for
+ * every batch size of batches (bitwise at captured sizes), then the golden
+ * tokens of case 0 through a fresh pair, graphs and eager. */
+static void forms_case(const char *what, const char *const *vars, int n_vars, const int *batches, int n_batches)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int v = 0; v < n_vars; v++)
+            setenv(vars[v], "0", 1);
+        model *g = load(false), *e = load(true);
+        for (int v = 0; v < n_vars; v++)
+            unsetenv(vars[v]);
+        for (int k = 0; pass == 0 && k < n_batches; k++) {
+            cmp_stats cs = {0};
+            run_batch(g, e, batches[k], &cs);
+            printf("%s, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n", what, batches[k],
+                   cs.steps, cs.bitwise_steps, cs.max_abs);
+        }
+        if (pass == 1) {
+            int got_g = golden_through(g), got_e = golden_through(e);
+            printf("golden case 0, %s: %d tokens through graphs, %d eager\n", what, got_g, got_e);
+        }
+        model_free(g);
+        model_free(e);
+    }
+}
+
 /* The fused decode layers (model/forward.c fused_layer, kern_matmul_fused):
  * stories260K's weights are below the GEMV's size threshold, so it is
  * lowered to 0 for these models; batches of up to KCUDA_FUSE_MAX_N (2)
  * tokens then run fused, 3 and 4 the tensor-core GEMV with RoPE and SiLU
- * in its epilogues (kern_matmul_epi_fusable). Graphs equal eager bitwise on the fused path too
- * (both fuse: the choice depends on the row count only), and the golden
- * tokens come out of the fused path, graphs and eager. */
+ * in its epilogues (kern_matmul_epi_fusable). Graphs equal eager bitwise
+ * on the fused path too (both fuse: the choice depends on the row count
+ * only), and the golden tokens come out of the fused path, graphs and
+ * eager. */
 START_TEST(test_fused_layers)
 {
-    setenv("INFERD_GEMV_MIN_BYTES", "0", 1);
-    model *g = load(false), *e = load(true);
-    unsetenv("INFERD_GEMV_MIN_BYTES");
-    static const int k_batches[] = {1, 2, 3, 4};
-    for (size_t k = 0; k < sizeof k_batches / sizeof k_batches[0]; k++) {
-        cmp_stats cs = {0};
-        run_batch(g, e, k_batches[k], &cs);
-        printf("fused, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n", k_batches[k], cs.steps,
-               cs.bitwise_steps, cs.max_abs);
-    }
-    model_free(g);
-    model_free(e);
-    setenv("INFERD_GEMV_MIN_BYTES", "0", 1);
-    g = load(false);
-    e = load(true);
-    unsetenv("INFERD_GEMV_MIN_BYTES");
-    int got_g = golden_through(g), got_e = golden_through(e);
-    printf("golden case 0, fused layers: %d tokens through graphs, %d eager\n", got_g, got_e);
-    model_free(g);
-    model_free(e);
+    static const char *const vars[] = {"INFERD_GEMV_MIN_BYTES"};
+    static const int batches[] = {1, 2, 3, 4};
+    forms_case("fused layers", vars, 1, batches, 4);
 }
 END_TEST
 
@@ -304,31 +315,14 @@ END_TEST
  * use_accum, kern_matmul_accum: cuBLASLt with beta = 1): stories260K's
  * weights are below its size floor, so it is lowered to 0
  * (INFERD_GEMM_ACCUM_MIN_BYTES) and the GEMV turned off (every product
- * cuBLASLt's, every batch folds the add). Graphs
- * equal eager (bitwise at captured sizes, graphs captured with the folded
- * add), and the golden tokens come out of it, graphs and eager. */
+ * cuBLASLt's, every batch folds the add). Graphs equal eager (bitwise at
+ * captured sizes, graphs captured with the folded add), and the golden
+ * tokens come out of it, graphs and eager. */
 START_TEST(test_accum_layers)
 {
-    setenv("INFERD_GEMM_ACCUM_MIN_BYTES", "0", 1);
-    setenv("INFERD_GEMV_MAX_N", "0", 1);
-    model *g = load(false), *e = load(true);
-    static const int k_batches[] = {1, 3, 16};
-    for (size_t k = 0; k < sizeof k_batches / sizeof k_batches[0]; k++) {
-        cmp_stats cs = {0};
-        run_batch(g, e, k_batches[k], &cs);
-        printf("accum, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n", k_batches[k], cs.steps,
-               cs.bitwise_steps, cs.max_abs);
-    }
-    model_free(g);
-    model_free(e);
-    g = load(false);
-    e = load(true);
-    unsetenv("INFERD_GEMM_ACCUM_MIN_BYTES");
-    unsetenv("INFERD_GEMV_MAX_N");
-    int got_g = golden_through(g), got_e = golden_through(e);
-    printf("golden case 0, products into the residual stream: %d tokens through graphs, %d eager\n", got_g, got_e);
-    model_free(g);
-    model_free(e);
+    static const char *const vars[] = {"INFERD_GEMM_ACCUM_MIN_BYTES", "INFERD_GEMV_MAX_N"};
+    static const int batches[] = {1, 3, 16};
+    forms_case("products into the residual stream", vars, 2, batches, 3);
 }
 END_TEST
 
