@@ -491,8 +491,9 @@ static bool use_fused_layers(const model *m, int n)
  * passes of 2 x 16 MiB fewer): no communicator (the partial products are
  * summed over the ranks first) and every layer's O and down products on a
  * route where the add is free (kern_matmul_accum_fast: CUDA, weights of
- * 1 MiB and more, not the GEMV). The sum is rounded once (bf16(x + p)) where the two ops round
- * twice (bf16(x + bf16(p))). Depends only on n and the weights. */
+ * 1 MiB and more, not the GEMV). The sum is rounded once (bf16(x + p))
+ * where the two ops round twice (bf16(x + bf16(p))). Depends only on n and
+ * the weights. */
 static bool use_accum(const model *m, int n)
 {
     if (m->comm)
