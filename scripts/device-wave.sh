@@ -288,12 +288,18 @@ lat() {
     else row "$label (exit $?)" FAILED; fi
     grep -E "^\| [0-9]" "$W/$name.txt" | grep -v "GPU busy" | head -6
 }
-# lat_env "ENV..." NAME TIMEOUT LABEL ARGS...: `lat` with the environment
-# assignments ENV (space-separated, may be empty)
-lat_env() {
+# with_env "ENV..." CMD ARGS...: CMD with the environment assignments ENV
+# (space-separated, may be empty)
+with_env() {
     local envs=$1
     shift
-    if [[ -n $envs ]]; then (export $envs; lat "$@"); else lat "$@"; fi
+    if [[ -n $envs ]]; then (export $envs; "$@"); else "$@"; fi
+}
+# lat_env "ENV..." NAME TIMEOUT LABEL ARGS...: `lat` under with_env
+lat_env() { with_env "$1" lat "${@:2}"; }
+# variant_envs NAME:VAR=VAL+VAR=VAL: "VAR=VAL VAR=VAL" (nothing for NAME alone)
+variant_envs() {
+    if [[ $1 == *:* ]]; then local e=${1#*:}; echo "${e//+/ }"; fi
 }
 # prefill_rows TAG LABEL: `lat` of the prefill rows 512..16k (Llama-3.1
 # config) and of one 16k-token step of 32 x 512 (Llama-3-8B); variables
@@ -727,9 +733,7 @@ if [[ -n ${WAVE_ENVAB_TEST_ENV:-} ]]; then
 fi
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     for v in ${WAVE_ENV_VARIANTS:-base}; do
-        envs=""
-        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
-        lat_env "$envs" "envab-${v%%:*}-$rep" 150 "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x 512/1k (run $rep)" --model $L8 \
+        lat_env "$(variant_envs "$v")" "envab-${v%%:*}-$rep" 150 "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x 512/1k (run $rep)" --model $L8 \
             --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len 512,1024 --output-len 64 --num-iters-warmup 1 \
             --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
     done
@@ -742,18 +746,12 @@ fi
 if part envpf; then
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     for v in ${WAVE_ENV_VARIANTS:-base}; do
-        envs=""
-        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
-        if [[ -n $envs ]]; then (export $envs; prefill_rows "envpf-${v%%:*}-$rep" "${v%%:*} (run $rep)")
-        else prefill_rows "envpf-${v%%:*}-$rep" "${v%%:*} (run $rep)"; fi
+        with_env "$(variant_envs "$v")" prefill_rows "envpf-${v%%:*}-$rep" "${v%%:*} (run $rep)"
     done
 done
 if [[ -n ${WAVE_ENVPF_TPUT:-} ]]; then
     for v in ${WAVE_ENV_VARIANTS:-base}; do
-        envs=""
-        [[ $v == *:* ]] && envs=${v#*:} && envs=${envs//+/ }
-        if [[ -n $envs ]]; then (export $envs; tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512)
-        else tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512; fi
+        with_env "$(variant_envs "$v")" tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512
     done
 fi
 fi
