@@ -379,12 +379,18 @@ END_TEST
 
 /* --- matmul, logits ------------------------------------------------------------------ */
 
+/* What gemm_case runs: kern_matmul, kern_logits or kern_matmul_accum. */
+typedef enum { GEMM_MATMUL, GEMM_LOGITS, GEMM_ACCUM } gemm_kind;
+
 /* One product in[n, C] @ W[R, C]^T on both backends. logits: fp32 output
  * (products of bf16 are exact in fp32, only the summation order differs:
  * atol/rtol 1e-3); matmul: bf16 output (one rounding: rtol 1e-2, atol 1e-2
- * for outputs of magnitude ~0.6). in_off shifts the GPU input by that many
- * bytes (an arena sub-buffer that is not 256-byte aligned). */
-static int gemm_case(bool logits, int n, int R, int C, size_t in_off, uint64_t seed)
+ * for outputs of magnitude ~0.6); accum: added into a bf16 resid[n, R] of
+ * values ~U(-2, 2) (so a product written over resid instead of added to it
+ * is far off), the GPU's fp32 sum rounded once, the CPU twin's product then
+ * add; matmul's tolerances. in_off shifts the GPU input by that many bytes
+ * (an arena sub-buffer that is not 256-byte aligned). */
+static int gemm_case(gemm_kind kind, int n, int R, int C, size_t in_off, uint64_t seed)
 {
     const size_t ni = (size_t)n * C, nw = (size_t)R * C, no = (size_t)n * R;
     float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
@@ -395,26 +401,35 @@ static int gemm_case(bool logits, int n, int R, int C, size_t in_off, uint64_t s
     float *cin = kt_cpu_f32(in, ni), *ref = inferd_malloc(no * sizeof(float)), *got = inferd_malloc(no * sizeof(float));
     kt_gbuf gi, go;
     void *gin = kt_gbuf_alloc(&gi, ni * 2, in_off);
-    uint16_t *hin = kt_to_bf16(in, ni);
+    uint16_t *hin = kt_to_bf16(in, ni), *hout = inferd_malloc(no * 2);
     kern_memcpy_h2d(kt_gpu, gin, hin, ni * 2);
-    void *gout = kt_gbuf_alloc(&go, no * (logits ? 4 : 2), 0);
-    int bad;
+    void *gout = kt_gbuf_alloc(&go, no * (kind == GEMM_LOGITS ? 4 : 2), 0);
+    if (kind == GEMM_ACCUM) { /* the same bf16 residual stream on both */
+        kt_rand_bf16(ref, no, seed + 2, -2.0f, 2.0f);
+        uint16_t *h = kt_to_bf16(ref, no);
+        kern_memcpy_h2d(kt_gpu, gout, h, no * 2);
+        inferd_free(h);
+    }
+    static const char *const names[] = {"matmul", "logits", "matmul_accum"};
     char what[64];
     snprintf(what, sizeof what, "n=%d R=%d C=%d off=%zu", n, R, C, in_off);
-    if (logits) {
+    if (kind == GEMM_LOGITS) {
         kern_logits(kt_cpu, ref, cin, &wc, n);
         kern_logits(kt_gpu, gout, gin, &wg, n);
         kt_gbuf_read(&go, got);
-        bad = kt_compare("logits", what, got, ref, no, 1e-3, 1e-3);
     } else {
-        kern_matmul(kt_cpu, ref, cin, &wc, n);
-        kern_matmul(kt_gpu, gout, gin, &wg, n);
-        uint16_t *h = inferd_malloc(no * 2);
-        kt_gbuf_read(&go, h);
-        kt_from_bf16(h, got, no);
-        inferd_free(h);
-        bad = kt_compare("matmul", what, got, ref, no, 1e-2, 1e-2);
+        if (kind == GEMM_MATMUL) {
+            kern_matmul(kt_cpu, ref, cin, &wc, n);
+            kern_matmul(kt_gpu, gout, gin, &wg, n);
+        } else {
+            kern_matmul_accum(kt_cpu, ref, cin, &wc, n);
+            kern_matmul_accum(kt_gpu, gout, gin, &wg, n);
+        }
+        kt_gbuf_read(&go, hout);
+        kt_from_bf16(hout, got, no);
     }
+    const double tol = kind == GEMM_LOGITS ? 1e-3 : 1e-2;
+    int bad = kt_compare(names[kind], what, got, ref, no, tol, tol);
     bad += kt_gbuf_guards_bad(&go, what) + kt_gbuf_guards_bad(&gi, "gemm input");
     kt_gbuf_free(&go);
     kt_gbuf_free(&gi);
@@ -422,6 +437,7 @@ static int gemm_case(bool logits, int n, int R, int C, size_t in_off, uint64_t s
     kern_free(kt_cpu, wc.data);
     kern_free(kt_cpu, cin);
     inferd_free(hin);
+    inferd_free(hout);
     inferd_free(got);
     inferd_free(ref);
     inferd_free(w);
@@ -432,14 +448,14 @@ static int gemm_case(bool logits, int n, int R, int C, size_t in_off, uint64_t s
 START_TEST(test_matmul)
 {
     int bad = 0;
-    bad += gemm_case(false, 1, 64, 64, 0, 1);
-    bad += gemm_case(false, 7, 129, 67, 0, 2);   /* odd: ld not a multiple of 8 */
-    bad += gemm_case(false, 33, 256, 512, 2, 3); /* 2-byte aligned input */
-    bad += gemm_case(false, 5, 1000, 72, 16, 4);
-    bad += gemm_case(false, 64, 384, 64, 0, 5);  /* stories-like QKV */
+    bad += gemm_case(GEMM_MATMUL, 1, 64, 64, 0, 1);
+    bad += gemm_case(GEMM_MATMUL, 7, 129, 67, 0, 2);   /* odd: ld not a multiple of 8 */
+    bad += gemm_case(GEMM_MATMUL, 33, 256, 512, 2, 3); /* 2-byte aligned input */
+    bad += gemm_case(GEMM_MATMUL, 5, 1000, 72, 16, 4);
+    bad += gemm_case(GEMM_MATMUL, 64, 384, 64, 0, 5);  /* stories-like QKV */
     if (!kt_quick) {
-        bad += gemm_case(false, 3, 4096, 4096, 0, 6);
-        bad += gemm_case(false, 130, 1024, 1024, 0, 7);
+        bad += gemm_case(GEMM_MATMUL, 3, 4096, 4096, 0, 6);
+        bad += gemm_case(GEMM_MATMUL, 130, 1024, 1024, 0, 7);
     }
     ck_assert_int_eq(bad, 0);
 }
@@ -448,73 +464,29 @@ END_TEST
 START_TEST(test_logits)
 {
     int bad = 0;
-    bad += gemm_case(true, 1, 512, 64, 0, 11);
-    bad += gemm_case(true, 3, 1001, 37, 0, 12);
-    bad += gemm_case(true, 4, 32000, 256, 2, 13);
+    bad += gemm_case(GEMM_LOGITS, 1, 512, 64, 0, 11);
+    bad += gemm_case(GEMM_LOGITS, 3, 1001, 37, 0, 12);
+    bad += gemm_case(GEMM_LOGITS, 4, 32000, 256, 2, 13);
     if (!kt_quick)
-        bad += gemm_case(true, 2, 128256, 128, 0, 14);
+        bad += gemm_case(GEMM_LOGITS, 2, 128256, 128, 0, 14);
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
-/* kern_matmul_accum: resid[n, R] (bf16, values ~U(-2, 2), so a product
- * written over resid instead of added to it is far off) += in @ W^T on the
- * GPU against the CPU twin (the product, then the add in fp32). The GPU
- * rounds the fp32 sum once: tolerances as gemm_case's matmul. in_off as
- * gemm_case (the 2-byte aligned input reaches cuBLASLt with that
- * alignment; odd sizes reach cublasGemmEx with beta = 1). */
-static int accum_case(int n, int R, int C, size_t in_off, uint64_t seed)
-{
-    const size_t ni = (size_t)n * C, nw = (size_t)R * C, no = (size_t)n * R;
-    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
-    float *res = inferd_malloc(no * sizeof(float)), *got = inferd_malloc(no * sizeof(float));
-    kt_rand_bf16(in, ni, seed, -1.0f, 1.0f);
-    const float ws = 1.7f / sqrtf((float)C);
-    kt_rand_bf16(w, nw, seed + 1, -ws, ws);
-    kt_rand_bf16(res, no, seed + 2, -2.0f, 2.0f);
-    kern_weight wc = kt_weight_cpu(w, R, C), wg = kt_weight_gpu(w, R, C);
-    float *cin = kt_cpu_f32(in, ni), *cres = kt_cpu_f32(res, no);
-    kt_gbuf gi, gr;
-    void *gin = kt_gbuf_alloc(&gi, ni * 2, in_off), *gres = kt_gbuf_alloc(&gr, no * 2, 0);
-    uint16_t *hin = kt_to_bf16(in, ni), *hres = kt_to_bf16(res, no);
-    kern_memcpy_h2d(kt_gpu, gin, hin, ni * 2);
-    kern_memcpy_h2d(kt_gpu, gres, hres, no * 2);
-    kern_matmul_accum(kt_cpu, cres, cin, &wc, n);
-    kern_matmul_accum(kt_gpu, gres, gin, &wg, n);
-    kt_gbuf_read(&gr, hres);
-    kt_from_bf16(hres, got, no);
-    char what[64];
-    snprintf(what, sizeof what, "n=%d R=%d C=%d off=%zu", n, R, C, in_off);
-    int bad = kt_compare("matmul_accum", what, got, cres, no, 1e-2, 1e-2);
-    bad += kt_gbuf_guards_bad(&gr, what) + kt_gbuf_guards_bad(&gi, "accum input");
-    kt_gbuf_free(&gr);
-    kt_gbuf_free(&gi);
-    kern_free(kt_gpu, wg.data);
-    kern_free(kt_cpu, wc.data);
-    kern_free(kt_cpu, cin);
-    kern_free(kt_cpu, cres);
-    inferd_free(hin);
-    inferd_free(hres);
-    inferd_free(got);
-    inferd_free(res);
-    inferd_free(w);
-    inferd_free(in);
-    return bad;
-}
-
-/* The product into the residual stream (forward.c folds the O and down
- * products' add this way where kern_matmul_accum_fast), and the rule for
+/* The product into the residual stream (gemm_case GEMM_ACCUM; forward.c
+ * folds the O and down products' add this way where
+ * kern_matmul_accum_fast), and the rule for
  * when it is taken: CUDA beyond the GEMV route for weights of at least
  * accum_min_weight_bytes, never on the CPU. */
 START_TEST(test_matmul_accum)
 {
     int bad = 0;
-    bad += accum_case(1, 64, 64, 0, 21);
-    bad += accum_case(7, 129, 67, 0, 22);   /* odd: cublasGemmEx with beta = 1 */
-    bad += accum_case(33, 256, 512, 2, 23); /* 2-byte aligned input */
-    bad += accum_case(17, 4096, 512, 16, 24);
+    bad += gemm_case(GEMM_ACCUM, 1, 64, 64, 0, 21);
+    bad += gemm_case(GEMM_ACCUM, 7, 129, 67, 0, 22);   /* odd: cublasGemmEx with beta = 1 */
+    bad += gemm_case(GEMM_ACCUM, 33, 256, 512, 2, 23); /* 2-byte aligned input */
+    bad += gemm_case(GEMM_ACCUM, 17, 4096, 512, 16, 24);
     if (!kt_quick)
-        bad += accum_case(300, 1024, 4096, 0, 25);
+        bad += gemm_case(GEMM_ACCUM, 300, 1024, 4096, 0, 25);
     ck_assert_int_eq(bad, 0);
     float *w = inferd_calloc((size_t)1024 * 1024, sizeof(float));
     kern_weight wg = kt_weight_gpu(w, 1024, 1024), wc = kt_weight_cpu(w, 1024, 1024); /* 2 MiB: the GEMV's */
@@ -567,7 +539,8 @@ START_TEST(test_gemv)
                 if ((kt_quick || (mode >= 2 && !tc)) && (si + n) % 2)
                     continue;
                 const int R = shapes[si][0], C = shapes[si][1];
-                bad += gemm_case(k % 2 == 0, n, R, C, (size_t)(16 * (k % 3)), seed + (uint64_t)k);
+                const gemm_kind kind = k % 2 == 0 ? GEMM_LOGITS : GEMM_MATMUL;
+                bad += gemm_case(kind, n, R, C, (size_t)(16 * (k % 3)), seed + (uint64_t)k);
             }
         }
     }
@@ -575,8 +548,8 @@ START_TEST(test_gemv)
         for (int tc = 0; tc < 2; tc++) {
             kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true, .gemv_tc_min_n = tc};
             kern_gemm_config(kt_gpu, &go);
-            bad += gemm_case(false, tc ? 12 : 2, 4096, 14336, 0, seed + 1000);
-            bad += gemm_case(true, tc ? 16 : 1, 128256, 4096, 16, seed + 1001);
+            bad += gemm_case(GEMM_MATMUL, tc ? 12 : 2, 4096, 14336, 0, seed + 1000);
+            bad += gemm_case(GEMM_LOGITS, tc ? 16 : 1, 128256, 4096, 16, seed + 1001);
         }
     }
     kern_gemm_config(kt_gpu, &go0);
