@@ -31,6 +31,11 @@ size_t kern_dtype_size(kern_dtype dt)
     return dt == KERN_DTYPE_F32 ? 4 : 2;
 }
 
+int64_t kern_weight_bytes(const kern_weight *w)
+{
+    return w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype);
+}
+
 const char *kern_dtype_name(kern_dtype dt)
 {
     switch (dt) {

@@ -129,6 +129,8 @@ typedef struct {
     kern_dtype dtype;
     int64_t rows, cols;
 } kern_weight;
+/* Bytes of w's data (rows * cols elements of its dtype). */
+int64_t kern_weight_bytes(const kern_weight *w);
 
 /* Convert n_rows rows of a host matrix (src_dtype, row length w->cols) into
  * w at row_offset. Used to load and to fuse QKV / gate-up at load time. */
@@ -271,12 +273,12 @@ void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const ke
  * the two ops. resid must not overlap in. */
 void kern_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n);
 /* Whether kern_matmul_accum of n tokens of w is the forward pass's choice:
- * CUDA, weights of at least kern_gemm_opts.accum_min_weight_bytes where
- * kern_matmul would run cuBLASLt for them too (not the GEMV route; the add
- * then costs the product a read of resid, no kernel), and
- * kern_gemm_opts.accum on (the default);
- * never on the CPU (its forward keeps the two ops). Depends only on n and
- * w, so a padded graph replay folds as the eager step does. */
+ * CUDA, kern_gemm_opts.accum on (the default), weights of at least
+ * accum_min_weight_bytes, and n where kern_matmul would run cuBLASLt for
+ * them too (not the GEMV route; the add then costs the product a read of
+ * resid, no kernel); never on the CPU (its forward keeps the two ops).
+ * Depends only on n and w, so a padded graph replay folds as the eager
+ * step does. */
 bool kern_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n);
 
 /* --- fused small-batch products (decode) ------------------------------------ */

@@ -201,7 +201,7 @@ static double act_bytes(const model *m, double elems)
 
 static double w_bytes(const kern_weight *w)
 {
-    return (double)w->rows * (double)w->cols * (double)kern_dtype_size(w->dtype);
+    return (double)kern_weight_bytes(w);
 }
 
 static double gemm_bytes(const model *m, const kern_weight *w, int n)
@@ -793,11 +793,6 @@ void model_step_follower(model *m, const model_batch *b)
     kern_sync(m->kc);
 }
 
-static double weight_bytes(const kern_weight *w)
-{
-    return (double)w->rows * (double)w->cols * (double)kern_dtype_size(w->dtype);
-}
-
 static double weight_elems(const kern_weight *w)
 {
     return (double)w->rows * (double)w->cols;
@@ -810,11 +805,11 @@ void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_c
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         lin += weight_elems(&L->wqkv) + weight_elems(&L->wo) + weight_elems(&L->w_gate_up) + weight_elems(&L->w_down);
-        wb += weight_bytes(&L->wqkv) + weight_bytes(&L->wo) + weight_bytes(&L->w_gate_up) + weight_bytes(&L->w_down) +
-              weight_bytes(&L->attn_norm) + weight_bytes(&L->mlp_norm) + weight_bytes(&L->qkv_bias) +
-              weight_bytes(&L->q_norm) + weight_bytes(&L->k_norm);
+        wb += w_bytes(&L->wqkv) + w_bytes(&L->wo) + w_bytes(&L->w_gate_up) + w_bytes(&L->w_down) +
+              w_bytes(&L->attn_norm) + w_bytes(&L->mlp_norm) + w_bytes(&L->qkv_bias) +
+              w_bytes(&L->q_norm) + w_bytes(&L->k_norm);
     }
-    wb += weight_bytes(&m->final_norm) + weight_bytes(&m->lm_head);
+    wb += w_bytes(&m->final_norm) + w_bytes(&m->lm_head);
     wb += toks * (double)c->hidden_size * (double)kern_dtype_size(m->embed.dtype);
     /* keys attended by the new tokens: earlier context for each, plus causal among them */
     double prior = (double)(ctx_len - n_new);

@@ -196,7 +196,7 @@ static inferd_status do_weight(weight_pass *p, kern_weight *w, const weight_src 
     }
     if (!p->st) {
         fill_dummy(p, w, src, n_src);
-        progress(p, w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype));
+        progress(p, kern_weight_bytes(w));
         return INFERD_OK;
     }
     return fill_from_file(p, w, src, n_src);

@@ -221,6 +221,5 @@ void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_w
  * never batch-invariant here (see the NOTE at the top). */
 bool kcuda_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return ctx->gemm.accum && w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.accum_min_weight_bytes &&
-           !kcuda_gemv_route(ctx, w, n);
+    return ctx->gemm.accum && kern_weight_bytes(w) >= ctx->gemm.accum_min_weight_bytes && !kcuda_gemv_route(ctx, w, n);
 }

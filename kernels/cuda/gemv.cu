@@ -648,7 +648,7 @@ static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, int epi, const ge
 bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n)
 {
     return n >= 1 && n <= ctx->gemm.gemv_max_n &&
-           w->rows * w->cols * (int64_t)kern_dtype_size(w->dtype) >= ctx->gemm.gemv_min_weight_bytes &&
+           kern_weight_bytes(w) >= ctx->gemm.gemv_min_weight_bytes &&
            w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
            kcuda_aligned(w->data, 16);
 }
