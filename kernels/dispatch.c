@@ -28,7 +28,7 @@
 
 size_t kern_dtype_size(kern_dtype dt)
 {
-    return dt == KERN_DTYPE_F32 ? 4 : 2;
+    return dt == KERN_DTYPE_F32 ? 4 : dt == KERN_DTYPE_FP8_E4M3 ? 1 : 2;
 }
 
 int64_t kern_weight_bytes(const kern_weight *w)
@@ -42,6 +42,7 @@ const char *kern_dtype_name(kern_dtype dt)
     case KERN_DTYPE_F32: return "F32";
     case KERN_DTYPE_F16: return "F16";
     case KERN_DTYPE_BF16: return "BF16";
+    case KERN_DTYPE_FP8_E4M3: return "FP8_E4M3";
     }
     return "?";
 }
@@ -421,6 +422,18 @@ size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_se
                                  int max_seq_len)
 {
     return DISPATCH_RET(ctx, attn_workspace_bytes(ctx, max_tokens, max_seqs, n_heads, head_dim, max_seq_len));
+}
+
+/* Contract (kern_attn_kv_dequant_bytes): one layer's K and V of n_blocks
+ * blocks in the act dtype on CUDA (the prefill attention reads that copy of
+ * an fp8 cache, kernels/cuda/attention.cu); 0 on the CPU. */
+size_t kern_attn_kv_dequant_bytes(const kern_ctx *ctx, int64_t n_blocks, int n_kv_heads, int block_size,
+                                  int head_dim)
+{
+    if (kern_ctx_backend(ctx) != KERN_BACKEND_CUDA || n_blocks <= 0)
+        return 0;
+    return (size_t)2 * (size_t)n_blocks * (size_t)n_kv_heads * (size_t)block_size * (size_t)head_dim *
+           kern_dtype_size(kern_act_dtype(ctx));
 }
 
 void kern_sample(kern_ctx *ctx, int32_t *tokens, float *logits, const kern_sample_params *params, int r,

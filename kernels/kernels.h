@@ -10,7 +10,9 @@
  *
  * Element types:
  *  - activations (hidden states, qkv, attention output, MLP intermediates) and
- *    the KV cache use kern_act_dtype(ctx): F32 on CPU, BF16 on CUDA;
+ *    the KV cache use kern_act_dtype(ctx): F32 on CPU, BF16 on CUDA; or the
+ *    cache holds fp8 e4m3 (kv_fp8 in the rope and attention params, one
+ *    byte an element on both backends; kern_fp8.h);
  *  - logits are always F32;
  *  - weights use kern_weight_dtype(ctx, file_dtype): the file dtype on CPU
  *    (matmul reads F32/F16/BF16 directly), BF16 on CUDA.
@@ -42,7 +44,9 @@
 extern "C" {
 #endif
 
-typedef enum { KERN_DTYPE_F32 = 0, KERN_DTYPE_F16, KERN_DTYPE_BF16 } kern_dtype;
+/* FP8_E4M3: only the KV cache's element (--kv-cache-dtype fp8, kern_fp8.h);
+ * never a weight or activation dtype. */
+typedef enum { KERN_DTYPE_F32 = 0, KERN_DTYPE_F16, KERN_DTYPE_BF16, KERN_DTYPE_FP8_E4M3 } kern_dtype;
 typedef enum { KERN_BACKEND_CPU = 0, KERN_BACKEND_CUDA } kern_backend;
 
 size_t kern_dtype_size(kern_dtype dt);
@@ -238,6 +242,8 @@ typedef struct {
     int n_tokens, n_heads, n_kv_heads, head_dim, block_size;
     float mscale; /* cos and sin are multiplied by it (YaRN's attention factor, HF attention_scaling);
                      0 is taken as 1, so callers that leave it unset get plain RoPE */
+    bool kv_fp8;  /* the caches hold fp8 e4m3 (kern_f32_to_e4m3 of the value the act dtype holds: on
+                     CUDA the bf16 k / v of the qkv row), else the act dtype */
 } kern_rope_kv_params;
 void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);
 
@@ -349,8 +355,18 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim, block_size;
     int max_query_len, max_seq_len;  /* over the batch */
     float scale;                     /* usually 1/sqrt(head_dim) */
+    bool kv_fp8;                     /* the caches hold fp8 e4m3 (kern_rope_kv_params.kv_fp8) */
+    void *kv_dequant;                /* kv_fp8 on CUDA: kern_attn_kv_dequant_bytes(n_blocks, ...) of
+                                        backend memory, the act-dtype copy of the prefill sequences'
+                                        blocks their attention reads (decode reads fp8 directly): K
+                                        [n_blocks, n_kv_heads, block_size, head_dim], then V; else unused */
+    int64_t n_blocks;                /* kv_fp8 on CUDA: blocks of the caches (and of kv_dequant's halves) */
 } kern_attn_params;
 void kern_attention(kern_ctx *ctx, const kern_attn_params *p);
+/* Bytes of kern_attn_params.kv_dequant for a pool of n_blocks blocks
+ * (one layer's K and V in the act dtype); 0 on the CPU, which reads fp8. */
+size_t kern_attn_kv_dequant_bytes(const kern_ctx *ctx, int64_t n_blocks, int n_kv_heads, int block_size,
+                                  int head_dim);
 /* Workspace bound for any batch within these limits. */
 size_t kern_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_seqs, int n_heads,
                                  int head_dim, int max_seq_len);

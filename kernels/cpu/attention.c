@@ -1,7 +1,8 @@
 /* kernels/cpu/attention.c: varlen causal paged attention for the CPU
- * backend (fp32 activations and KV cache); twin of kernels/cuda/attention.cu
- * (+ attention_decode.cu, attention_prefill.cu). RoPE and the paged KV
- * write that fill the cache are in cpu/ops.c, as in cuda/ops.cu.
+ * backend (fp32 activations; fp32 KV cache, or fp8 e4m3 with kv_fp8); twin
+ * of kernels/cuda/attention.cu (+ attention_decode.cu, attention_prefill.cu).
+ * RoPE and the paged KV write that fill the cache are in cpu/ops.c, as in
+ * cuda/ops.cu.
  *
  * Attention: one independent task per (token, query head), parallel with
  * OpenMP. Each task walks its sequence's block table from position 0 to its
@@ -12,12 +13,18 @@
  * position and block_size, not on the rest of the batch, the chunking of the
  * prompt or the thread count: chunked prefill, decode and batching give
  * bitwise identical outputs. No workspace is needed.
+ *
+ * An fp8 cache (kv_fp8, kernels/kern_fp8.h, scale 1) is read directly: each
+ * run's K and V bytes are decoded (exactly) into float buffers on the stack,
+ * then scored as above, so the output is bitwise that of the fp32 path over
+ * an fp32 cache holding the decoded values.
  */
 #include <math.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "kernels/cpu/kcpu.h"
+#include "kernels/kern_fp8.h"
 
 #define ATTN_RUN 64 /* keys scored per online-softmax step */
 
@@ -72,14 +79,26 @@ static void attn_run(attn_state *st, const float *q, const float *k, const float
     }
 }
 
+/* attn_run over n fp8 e4m3 keys/values, decoded to fp32 first.
+ * NOTE: 2 * ATTN_RUN * KCPU_MAX_HEAD_DIM floats (256 KiB) of stack. */
+static void attn_run_fp8(attn_state *st, const float *q, const uint8_t *k, const uint8_t *v, int n, int hd,
+                         float scale)
+{
+    float kf[ATTN_RUN * KCPU_MAX_HEAD_DIM], vf[ATTN_RUN * KCPU_MAX_HEAD_DIM];
+    const int64_t cnt = (int64_t)n * hd;
+    for (int64_t i = 0; i < cnt; i++) {
+        kf[i] = kern_e4m3_to_f32(k[i]);
+        vf[i] = kern_e4m3_to_f32(v[i]);
+    }
+    attn_run(st, q, kf, vf, n, hd, scale);
+}
+
 /* Attention output of query q (token at position pos of sequence seq) over
  * positions 0..pos of kv head kvh, into out[hd]. */
 static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const float *q,
                      float *out)
 {
     const int hd = p->head_dim, bs = p->block_size;
-    const float *kc = p->k_cache; /* [n_blocks, n_kv_heads, bs, hd] */
-    const float *vc = p->v_cache;
     const int32_t *bt = p->block_tables + (int64_t)seq * p->max_blocks_per_seq;
     attn_state st;
     st.m = -INFINITY;
@@ -92,8 +111,13 @@ static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const
         int in_block = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         for (int c0 = 0; c0 < in_block; c0 += ATTN_RUN) {
             int n = in_block - c0 < ATTN_RUN ? in_block - c0 : ATTN_RUN;
-            int64_t off = base + (int64_t)c0 * hd;
-            attn_run(&st, q, kc + off, vc + off, n, hd, p->scale);
+            int64_t off = base + (int64_t)c0 * hd; /* element index in [n_blocks, n_kv_heads, bs, hd] */
+            if (p->kv_fp8)
+                attn_run_fp8(&st, q, (const uint8_t *)p->k_cache + off, (const uint8_t *)p->v_cache + off, n,
+                             hd, p->scale);
+            else
+                attn_run(&st, q, (const float *)p->k_cache + off, (const float *)p->v_cache + off, n, hd,
+                         p->scale);
         }
     }
     float inv = 1.0f / st.l;
@@ -105,7 +129,8 @@ static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const
  * [query_start_loc[i], query_start_loc[i+1])) at position
  * pos = seq_lens[i] - q_len + (t - query_start_loc[i]) and each head h,
  * out[t, h] = softmax_j(scale * q . k_j) . v_j over positions j = 0..pos of kv
- * head h / (n_heads / n_kv_heads), K/V read through block_tables. Rows of
+ * head h / (n_heads / n_kv_heads), K/V read through block_tables (fp8
+ * e4m3 bytes decoded with kern_e4m3_to_f32 when kv_fp8). Rows of
  * tokens outside every sequence are set to 0. Reads the host-memory arrays
  * query_start_loc / seq_lens / block_tables directly (CPU backend). */
 void kcpu_attention(kern_ctx *ctx, const kern_attn_params *p)

@@ -29,6 +29,7 @@ static inline float kcpu_weight_get(const kern_weight *w, int64_t i)
     case KERN_DTYPE_F32: return ((const float *)w->data)[i];
     case KERN_DTYPE_F16: return half_f16_to_f32(((const uint16_t *)w->data)[i]);
     case KERN_DTYPE_BF16: return half_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case KERN_DTYPE_FP8_E4M3: break; /* a KV cache dtype, never a weight's */
     }
     return 0.0f;
 }

@@ -3,10 +3,12 @@
  * gather, SiLU(gate) * up, and RoPE fused with the paged K/V write.
  * The tensor-parallel embedding (kern_embed_shard) is the same gather with
  * zero rows for the ids another rank holds.
- * Activations and the KV cache are F32; weights (embedding table, norm
- * weights) are read in their file dtype, F32, F16 or BF16. Each row is
- * computed on its own (OpenMP over rows where the work is large enough), so
- * results do not depend on the batch or the thread count.
+ * Activations are F32; the KV cache is F32, or fp8 e4m3 bytes when kv_fp8
+ * (--kv-cache-dtype fp8: kern_f32_to_e4m3 of the F32 value, scale 1,
+ * kernels/kern_fp8.h); weights (embedding table, norm weights) are read in
+ * their file dtype, F32, F16 or BF16. Each row is computed on its own
+ * (OpenMP over rows where the work is large enough), so results do not
+ * depend on the batch or the thread count.
  *
  * RoPE follows HF rotate_half: for j < head_dim/2, x1 = x[j], x2 =
  * x[j + head_dim/2], angle = (float)pos * inv_freq[j] (one fp32 product, as
@@ -21,6 +23,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/kcpu.h"
+#include "kernels/kern_fp8.h"
 
 /* out[n, t->cols] (F32): row i = table row tokens[i] - begin when that is
  * inside the table, else zeros. */
@@ -161,6 +164,32 @@ static void norm_heads(float *x, int n, int hd, const kern_weight *w, float eps)
     }
 }
 
+/* Copy n floats to dst, as F32 or (fp8) as e4m3 codes. */
+static void kv_store(void *dst, int64_t i, const float *src, int n, bool fp8)
+{
+    if (!fp8) {
+        memcpy((float *)dst + i, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint8_t *d = (uint8_t *)dst + i;
+    for (int j = 0; j < n; j++)
+        d[j] = kern_f32_to_e4m3(src[j]);
+}
+
+/* One token's K heads (k, then its V heads right after them) into the
+ * caches at slot. */
+static void kv_write_token(const kern_rope_kv_params *p, const float *k, int64_t slot)
+{
+    const int hd = p->head_dim, nkv = p->n_kv_heads, bs = p->block_size;
+    const float *v = k + (int64_t)nkv * hd;
+    const int64_t blk = slot / bs, off = slot % bs;
+    for (int h = 0; h < nkv; h++) {
+        int64_t dst = ((blk * nkv + h) * bs + off) * hd; /* element index in [n_blocks, nkv, bs, hd] */
+        kv_store(p->k_cache, dst, k + (int64_t)h * hd, hd, p->kv_fp8);
+        kv_store(p->v_cache, dst, v + (int64_t)h * hd, hd, p->kv_fp8);
+    }
+}
+
 /* Contract (kern_rope_kv_write_ex): per token, the epilogue first (e may be
  * NULL): qkv row += qkv_bias over the whole row, then q heads normed with
  * q_norm and k heads with k_norm (per head over head_dim); then RoPE in
@@ -168,15 +197,14 @@ static void norm_heads(float *x, int n, int hd, const kern_weight *w, float eps)
  * times mscale, 0 = 1), then, for tokens
  * with slot_mapping >= 0, the (roped) K heads and the (biased) V heads are
  * copied to k_cache / v_cache at slot s = block * block_size + offset, head h
- * at ((block * n_kv_heads + h) * block_size + offset) * head_dim. */
+ * at ((block * n_kv_heads + h) * block_size + offset) * head_dim: as floats,
+ * or with kv_fp8 as the bytes kern_f32_to_e4m3(value). */
 void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e)
 {
     const int hd = p->head_dim, nh = p->n_heads, nkv = p->n_kv_heads, bs = p->block_size;
     INFERD_CHECK(hd > 0 && hd % 2 == 0 && hd <= KCPU_MAX_HEAD_DIM && bs > 0);
     const int64_t row = (int64_t)(nh + 2 * nkv) * hd;
     float *qkv = p->qkv;          /* [n_tokens, (nh + 2*nkv) * hd] */
-    float *kc = p->k_cache;       /* [n_blocks, nkv, bs, hd] */
-    float *vc = p->v_cache;       /* [n_blocks, nkv, bs, hd] */
     int nt = kcpu_threads(ctx, (int64_t)p->n_tokens * row * 4);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < p->n_tokens; t++) {
@@ -201,13 +229,6 @@ void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_
         int64_t slot = p->slot_mapping[t];
         if (slot < 0)
             continue;
-        int64_t blk = slot / bs, off = slot % bs;
-        const float *k = x + (int64_t)nh * hd;
-        const float *v = k + (int64_t)nkv * hd;
-        for (int h = 0; h < nkv; h++) {
-            int64_t dst = ((blk * nkv + h) * bs + off) * hd;
-            memcpy(kc + dst, k + (int64_t)h * hd, (size_t)hd * sizeof(float));
-            memcpy(vc + dst, v + (int64_t)h * hd, (size_t)hd * sizeof(float));
-        }
+        kv_write_token(p, x + (int64_t)nh * hd, slot);
     }
 }

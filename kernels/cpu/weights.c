@@ -47,6 +47,7 @@ void kcpu_weight_to_f32(const kern_weight *w, int64_t i0, int64_t n, float *dst)
             dst[i] = half_f16_to_f32(s[i]);
         return;
     }
+    case KERN_DTYPE_FP8_E4M3: break; /* a KV cache dtype, never a weight's */
     }
 }
 
@@ -57,6 +58,7 @@ static inline float load_as_f32(const void *src, kern_dtype dt, int64_t i)
     case KERN_DTYPE_F32: return ((const float *)src)[i];
     case KERN_DTYPE_F16: return half_f16_to_f32(((const uint16_t *)src)[i]);
     case KERN_DTYPE_BF16: return half_bf16_to_f32(((const uint16_t *)src)[i]);
+    case KERN_DTYPE_FP8_E4M3: break; /* a KV cache dtype, never a weight's */
     }
     return 0.0f;
 }
@@ -68,6 +70,7 @@ static inline void store_f32(kern_weight *w, int64_t i, float v)
     case KERN_DTYPE_F32: ((float *)w->data)[i] = v; return;
     case KERN_DTYPE_F16: ((uint16_t *)w->data)[i] = half_f32_to_f16(v); return;
     case KERN_DTYPE_BF16: ((uint16_t *)w->data)[i] = half_f32_to_bf16(v); return;
+    case KERN_DTYPE_FP8_E4M3: return; /* a KV cache dtype, never a weight's */
     }
 }
 
