@@ -63,6 +63,13 @@
  * supports the head_dim (64, 128), else the CUDA-core one
  * (attention_prefill.cu); INFERD_PREFILL_ATTN=simt forces the CUDA-core
  * kernel. The variable is read once per process, at the first call.
+ *
+ * fp8 e4m3 cache (kern_attn_params.kv_fp8): the decode kernel reads it
+ * (every body); the prefill kernels read a bf16 copy of the
+ * prefill sequences' blocks made first (kv_dequant_kernel, into
+ * kv_dequant: one layer's worth, reused by every layer), so their tiles
+ * and tensor-core paths stay as they are; the copy costs a prefill step a
+ * read of its context's fp8 bytes and a write of twice as many.
  */
 #include "kernels/cuda/attention.cuh"
 
@@ -327,6 +334,51 @@ bool kcuda_attn_init(kcuda_state *st)
     return true;
 }
 
+/* The prefill sequences' blocks of an fp8 cache, converted to bf16 at the
+ * same block ids of the dequant copy dk, dv ([n_blocks, nkv, bs, hd]), so
+ * the prefill kernels read it as a bf16 cache through the same block
+ * tables. Grid (sequence, y): CTA y converts the sequence's blocks y,
+ * y + gridDim.y, ... up to its length; a decode sequence (q_len 1)
+ * converts nothing. A block two
+ * sequences share (a prefix hit) is converted by both, to the same bytes.
+ * e4m3 values are exact in bf16, so the prefill attention over the copy
+ * sees the values the decode kernel reads from the fp8 cache. */
+static __global__ void kv_dequant_kernel(const kc_attn_args a, uint16_t *dk, uint16_t *dv)
+{
+    const int seq = blockIdx.x, L = a.seq_lens[seq];
+    if (a.qsl[seq + 1] - a.qsl[seq] <= 1)
+        return;
+    const int64_t blk = (int64_t)a.nkv * a.bs * a.hd; /* elements a block (a multiple of 8) */
+    for (int64_t i = blockIdx.y; i * a.bs < L; i += gridDim.y) {
+        const int64_t base = (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + i] * blk;
+        const uint8_t *k8 = (const uint8_t *)a.k_cache + base, *v8 = (const uint8_t *)a.v_cache + base;
+        for (int64_t e = (int64_t)threadIdx.x * 8; e < blk; e += (int64_t)blockDim.x * 8) {
+            float f[8];
+            kc_unpack8_e4m3(*(const uint2 *)(k8 + e), f);
+            *(uint4 *)(dk + base + e) = kc_pack8(f);
+            kc_unpack8_e4m3(*(const uint2 *)(v8 + e), f);
+            *(uint4 *)(dv + base + e) = kc_pack8(f);
+        }
+    }
+}
+
+/* The prefill kernels' view of an fp8 cache: its prefill sequences'
+ * blocks converted into p->kv_dequant (kv_dequant_kernel); *ap then reads
+ * that copy. max_blocks: the most blocks a prefill sequence covers. */
+static void kv_dequant_prefill(const kcuda_state *st, const kern_attn_params *p, kc_attn_args *ap, int max_blocks)
+{
+    INFERD_CHECK_MSG(p->kv_dequant && p->n_blocks > 0 && kcuda_aligned(p->kv_dequant, 16),
+                     "an fp8 KV cache needs kern_attn_params.kv_dequant and n_blocks for prefill");
+    uint16_t *dk = (uint16_t *)p->kv_dequant;
+    uint16_t *dv = dk + p->n_blocks * p->n_kv_heads * p->block_size * p->head_dim;
+    const unsigned gy = (unsigned)(max_blocks < 65535 ? max_blocks : 65535);
+    kv_dequant_kernel<<<dim3((unsigned)p->n_seqs, gy), 256, 0, st->stream>>>(*ap, dk, dv);
+    KCUDA_LAUNCH_CHECK();
+    ap->k_cache = dk;
+    ap->v_cache = dv;
+    ap->kv_fp8 = 0;
+}
+
 /* Zero the output rows [t0, t1). */
 static void zero_rows(const kcuda_state *st, const kern_attn_params *p, int t0, int t1)
 {
@@ -361,7 +413,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         return;
     }
     const int32_t *hq = p->h_query_start_loc;
-    int n_dec = 0, n_pre = 0, max_dec_len = 0, max_q = 0;
+    int n_dec = 0, n_pre = 0, max_dec_len = 0, max_q = 0, max_pre_len = 0;
     for (int i = 0; i < p->n_seqs; i++) {
         const int q_len = hq[i + 1] - hq[i];
         INFERD_CHECK(q_len >= 0 && p->h_seq_lens[i] >= q_len);
@@ -373,6 +425,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
             n_pre++;
             if (q_len > max_q)
                 max_q = q_len;
+            if (p->h_seq_lens[i] > max_pre_len)
+                max_pre_len = p->h_seq_lens[i];
         }
     }
     INFERD_CHECK(hq[0] >= 0 && hq[p->n_seqs] <= p->n_tokens);
@@ -401,6 +455,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     }
     a.group = nh / nkv;
     a.scale = p->scale;
+    a.kv_fp8 = p->kv_fp8;
     a.min_chunk = attn_min_chunk();
     a.tg = 4; /* the decode kernel's lane groups: 4, 8, 16 or 32 lanes */
     while (a.tg * 8 < hd)
@@ -435,12 +490,15 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_decode_launch(st, &a);
     }
     if (n_pre > 0) {
+        kc_attn_args ap = a;
+        if (a.kv_fp8)
+            kv_dequant_prefill(st, p, &ap, (max_pre_len + a.bs - 1) / a.bs);
         const bool tc = prefill_use_tc(st, hd, p->scale);
         kcuda_attn_last_prefill = tc ? 2 : 1;
         if (tc)
-            kcuda_attn_last_prefill_form = kcuda_attn_prefill_tc_launch(st, &a, max_q, prefill_tc_form());
+            kcuda_attn_last_prefill_form = kcuda_attn_prefill_tc_launch(st, &ap, max_q, prefill_tc_form());
         else
-            kcuda_attn_prefill_launch(st, &a, max_q);
+            kcuda_attn_prefill_launch(st, &ap, max_q);
     }
     zero_rows(st, p, 0, hq[0]);
     zero_rows(st, p, hq[p->n_seqs], p->n_tokens);

@@ -63,6 +63,8 @@ typedef struct {
     int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
     int tc;                       /* decode: 1 = the tensor-core body (kcuda_attn_decode_tc_supported) */
     int pdl;                      /* decode: 1 = launched as programmatic dependents (attention.cu) */
+    int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (the CUDA-core bodies
+                                   * read them); the prefill kernels always read bf16 (attention.cu) */
     float scale;
 } kc_attn_args;
 
@@ -71,8 +73,9 @@ typedef struct {
  * kc_cp_async16 zero-fills the 16 bytes without reading memory when !valid;
  * kc_cp_commit closes this thread's group of copies; kc_cp_wait<N> returns
  * once at most N of its groups are in flight (the others' bytes are then
- * visible to this thread; other threads need a barrier). Under the host
- * emulator (kemu.h) the copy is immediate. */
+ * visible to this thread; other threads need a barrier); kc_cp_async8
+ * copies 8 bytes (the fp8 decode ring). Under the host emulator (kemu.h)
+ * the copy is immediate. */
 #if defined(KEMU_H)
 static inline void kc_cp_async16(void *smem, const void *gmem, bool valid)
 {
@@ -80,6 +83,13 @@ static inline void kc_cp_async16(void *smem, const void *gmem, bool valid)
         memcpy(smem, gmem, 16);
     else
         memset(smem, 0, 16);
+}
+static inline void kc_cp_async8(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 8);
+    else
+        memset(smem, 0, 8);
 }
 static inline void kc_cp_commit(void)
 {
@@ -93,6 +103,13 @@ __device__ __forceinline__ void kc_cp_async16(void *smem, const void *gmem, bool
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+/* The same for 8 bytes (cp.async.ca: .cg copies only 16). */
+__device__ __forceinline__ void kc_cp_async8(void *smem, const void *gmem, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
 __device__ __forceinline__ void kc_cp_commit(void)
 {

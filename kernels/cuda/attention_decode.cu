@@ -23,6 +23,12 @@
  * partials and merges, its own arithmetic (bf16 P, as the tensor-core
  * prefill).
  *
+ * fp8 e4m3 cache (kc_attn_args.kv_fp8): the CUDA-core bodies read a lane's
+ * 8 dims as 8 bytes (the ring holds twice the iterations in the same
+ * bytes) and convert them exactly to fp32 (kc_unpack8_e4m3); the rest of
+ * the arithmetic is the bf16 bodies'. The tensor-core body takes an fp8
+ * cache through an fp8 ring whose tiles it converts to its bf16 tiles.
+ *
  * The CUDA-core bodies, bitwise alike (same keys per lane, same arithmetic order):
  * the K/V pieces go straight to registers (dec_fold_keys: a warp's loads
  * are in flight only between its iterations' compute), or through a
@@ -128,21 +134,40 @@ __device__ __forceinline__ void dec_merge_lanes(float (&m)[GMAX], float (&l)[GMA
     }
 }
 
+/* A lane's 8 dims of one key's K or V, as the cache holds them: 8 bf16
+ * (16 bytes) or, F8, 8 e4m3 codes (8 bytes); dec_unpack gives the floats. */
+template <bool F8> struct dec_kv {
+    typedef uint4 vec;
+};
+template <> struct dec_kv<true> {
+    typedef uint2 vec;
+};
+__device__ __forceinline__ void dec_unpack(uint4 v, float *f)
+{
+    kc_unpack8(v, f);
+}
+__device__ __forceinline__ void dec_unpack(uint2 v, float *f)
+{
+    kc_unpack8_e4m3(v, f);
+}
+
 /* This lane's view of a warp's keys: iteration tb covers keys tb + u * TPW
  * + grp (u < DEC_UNROLL) of kv head kvh. */
 typedef struct {
     const int32_t *bt;
-    const uint16_t *kbase, *vbase; /* the kv head's row, this lane's 8 dims */
+    const uint8_t *kbase, *vbase; /* the kv head's row, this lane's 8 dims (bytes) */
     int64_t blk_elems;
 } dec_lane;
 
+template <bool F8>
 __device__ __forceinline__ dec_lane dec_lane_make(const kc_attn_args &a, int seq, int kvh, int sub)
 {
+    constexpr int ES = sizeof(typename dec_kv<F8>::vec) / 8; /* bytes an element */
     dec_lane d;
     d.bt = a.block_tables + (int64_t)seq * a.max_blocks;
     d.blk_elems = (int64_t)a.nkv * a.bs * a.hd;
-    d.kbase = a.k_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
-    d.vbase = a.v_cache + (int64_t)kvh * a.bs * a.hd + sub * 8;
+    d.kbase = (const uint8_t *)a.k_cache + ((int64_t)kvh * a.bs * a.hd + sub * 8) * ES;
+    d.vbase = (const uint8_t *)a.v_cache + ((int64_t)kvh * a.bs * a.hd + sub * 8) * ES;
     return d;
 }
 
@@ -157,8 +182,8 @@ __device__ __forceinline__ int64_t dec_key_off(const kc_attn_args &a, const dec_
 /* One iteration of the online softmax: this lane's DEC_UNROLL keys (K and
  * V pieces kr, vr; ok = inside the range) folded into (m, l, acc) for GMAX
  * heads, with one rescale for the iteration. */
-template <int GMAX, int TG>
-__device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], const uint4 (&vr)[DEC_UNROLL],
+template <int GMAX, int TG, class V>
+__device__ __forceinline__ void dec_fold_step(const V (&kr)[DEC_UNROLL], const V (&vr)[DEC_UNROLL],
                                               const bool (&ok)[DEC_UNROLL], const float (&q)[GMAX][8],
                                               float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8])
 {
@@ -166,7 +191,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
 #pragma unroll
     for (int u = 0; u < DEC_UNROLL; u++) {
         float k[8];
-        kc_unpack8(kr[u], k);
+        dec_unpack(kr[u], k);
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             float d = 0.0f;
@@ -195,7 +220,7 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
 #pragma unroll
     for (int u = 0; u < DEC_UNROLL; u++) {
         float v[8];
-        kc_unpack8(vr[u], v);
+        dec_unpack(vr[u], v);
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
             const float p = ok[u] ? expf(s[u][g] - m[g]) : 0.0f;
@@ -211,28 +236,29 @@ __device__ __forceinline__ void dec_fold_step(const uint4 (&kr)[DEC_UNROLL], con
  * state over the keys of its slot (grp), for GMAX heads (8 dims each). K/V
  * pieces go straight to registers, all DEC_UNROLL loads issued before any
  * is used. */
-template <int GMAX, int TG>
+template <int GMAX, int TG, bool F8>
 __device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, const dec_lane &ln, int kv_begin, int kv_end,
                                               int grp, bool dim_ok, const float (&q)[GMAX][8], float (&m)[GMAX],
                                               float (&l)[GMAX], float (&acc)[GMAX][8])
 {
-    constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW;
+    typedef typename dec_kv<F8>::vec V;
+    constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW, ES = sizeof(V) / 8;
     const int first = kv_begin + (threadIdx.x >> 5) * KPW;
     /* NOTE: the loop bound is warp-uniform (tb), so all 32 lanes reach the
      * shuffles; lanes past kv_end carry ok = false. */
     for (int tb = first; tb < kv_end; tb += STEP) {
-        uint4 kr[DEC_UNROLL], vr[DEC_UNROLL];
+        V kr[DEC_UNROLL], vr[DEC_UNROLL];
         bool ok[DEC_UNROLL];
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
             const int t = tb + u * TPW + grp;
             ok[u] = t < kv_end;
             if (ok[u] && dim_ok) {
-                const int64_t off = dec_key_off(a, ln, t);
-                kr[u] = __ldg((const uint4 *)(ln.kbase + off));
-                vr[u] = __ldg((const uint4 *)(ln.vbase + off));
+                const int64_t off = dec_key_off(a, ln, t) * ES;
+                kr[u] = __ldg((const V *)(ln.kbase + off));
+                vr[u] = __ldg((const V *)(ln.vbase + off));
             } else {
-                kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+                kr[u] = vr[u] = V{};
             }
         }
         dec_fold_step<GMAX, TG>(kr, vr, ok, q, m, l, acc);
@@ -244,19 +270,24 @@ __device__ __forceinline__ void dec_fold_keys(const kc_attn_args &a, const dec_l
  * 2u + 1); pieces outside the range are zero-filled without a read, an
  * iteration past the range copies nothing. Always closes a group, so the
  * group count per iteration stays fixed. */
-template <int TG>
+template <int TG, class V>
 __device__ __forceinline__ void dec_issue(const kc_attn_args &a, const dec_lane &ln, int tb, int kv_end, int grp,
-                                          bool dim_ok, uint4 *slot)
+                                          bool dim_ok, V *slot)
 {
-    constexpr int TPW = 32 / TG;
+    constexpr int TPW = 32 / TG, ES = sizeof(V) / 8;
     if (tb < kv_end) {
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
             const int t = tb + u * TPW + grp;
             const bool ok = t < kv_end && dim_ok;
-            const int64_t off = ok ? dec_key_off(a, ln, t) : 0;
-            kc_cp_async16(slot + (2 * u) * DEC_THREADS, ln.kbase + off, ok);
-            kc_cp_async16(slot + (2 * u + 1) * DEC_THREADS, ln.vbase + off, ok);
+            const int64_t off = ok ? dec_key_off(a, ln, t) * ES : 0;
+            if constexpr (sizeof(V) == 16) {
+                kc_cp_async16(slot + (2 * u) * DEC_THREADS, ln.kbase + off, ok);
+                kc_cp_async16(slot + (2 * u + 1) * DEC_THREADS, ln.vbase + off, ok);
+            } else {
+                kc_cp_async8(slot + (2 * u) * DEC_THREADS, ln.kbase + off, ok);
+                kc_cp_async8(slot + (2 * u + 1) * DEC_THREADS, ln.vbase + off, ok);
+            }
         }
     }
     kc_cp_commit();
@@ -268,24 +299,26 @@ __device__ __forceinline__ void dec_issue(const kc_attn_args &a, const dec_lane 
  * loads hold no registers. A thread reads back only the pieces it copied
  * itself, so no barrier is needed. The arithmetic is dec_fold_keys's, in the
  * same order: the two give bitwise the same state. */
-template <int GMAX, int TG>
+template <int GMAX, int TG, bool F8>
 __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const dec_lane &ln, int kv_begin,
                                                    int kv_end, int grp, bool dim_ok, const float (&q)[GMAX][8],
                                                    float (&m)[GMAX], float (&l)[GMAX], float (&acc)[GMAX][8],
-                                                   uint4 *ring)
+                                                   uint4 *ring_bytes)
 {
+    typedef typename dec_kv<F8>::vec V;
     constexpr int TPW = 32 / TG, KPW = TPW * DEC_UNROLL, STEP = DEC_WARPS * KPW;
-    constexpr int STAGE = DEC_SLOT_VECS * DEC_THREADS; /* uint4 per stage */
+    constexpr int STAGE = DEC_SLOT_VECS * DEC_THREADS; /* V per stage */
+    constexpr int STAGES = DEC_RING_BYTES / (STAGE * (int)sizeof(V)); /* fp8: twice DEC_STAGES in the same bytes */
     const int first = kv_begin + (threadIdx.x >> 5) * KPW;
-    uint4 *mine = ring + threadIdx.x;
+    V *mine = (V *)ring_bytes + threadIdx.x;
 #pragma unroll
-    for (int s = 0; s < DEC_STAGES; s++)
+    for (int s = 0; s < STAGES; s++)
         dec_issue<TG>(a, ln, first + s * STEP, kv_end, grp, dim_ok, mine + s * STAGE);
     int stage = 0;
     for (int tb = first; tb < kv_end; tb += STEP) {
-        kc_cp_wait<DEC_STAGES - 1>(); /* iteration tb's group has landed */
-        uint4 *slot = mine + stage * STAGE;
-        uint4 kr[DEC_UNROLL], vr[DEC_UNROLL];
+        kc_cp_wait<STAGES - 1>(); /* iteration tb's group has landed */
+        V *slot = mine + stage * STAGE;
+        V kr[DEC_UNROLL], vr[DEC_UNROLL];
         bool ok[DEC_UNROLL];
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
@@ -294,8 +327,8 @@ __device__ __forceinline__ void dec_fold_keys_pipe(const kc_attn_args &a, const 
             ok[u] = tb + u * TPW + grp < kv_end;
         }
         dec_fold_step<GMAX, TG>(kr, vr, ok, q, m, l, acc);
-        dec_issue<TG>(a, ln, tb + DEC_STAGES * STEP, kv_end, grp, dim_ok, slot);
-        stage = stage + 1 == DEC_STAGES ? 0 : stage + 1;
+        dec_issue<TG>(a, ln, tb + STAGES * STEP, kv_end, grp, dim_ok, slot);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
     kc_cp_wait<0>();
 }
@@ -525,8 +558,9 @@ __device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_
 
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
  * shared memory, reused as the merge area once every warp is done), else
- * straight to registers (static merge area). */
-template <int GMAX, int TG, bool PIPE>
+ * straight to registers (static merge area). F8: the cache holds e4m3
+ * (kc_attn_args.kv_fp8), 8-byte pieces, the ring twice as deep. */
+template <int GMAX, int TG, bool PIPE, bool F8>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
@@ -558,12 +592,12 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
                 q[g][e] *= a.scale;
         }
     }
-    const dec_lane ln = dec_lane_make(a, c.seq, c.kvh, sub);
+    const dec_lane ln = dec_lane_make<F8>(a, c.seq, c.kvh, sub);
     if (PIPE) {
-        dec_fold_keys_pipe<GMAX, TG>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc, dec_ring);
+        dec_fold_keys_pipe<GMAX, TG, F8>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc, dec_ring);
         __syncthreads(); /* every warp is done with the ring: it becomes the merge area */
     } else {
-        dec_fold_keys<GMAX, TG>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc);
+        dec_fold_keys<GMAX, TG, F8>(a, ln, c.kv_begin, c.kv_end, grp, dim_ok, q, m, l, acc);
     }
 #pragma unroll
     for (int o = TG; o < 32; o <<= 1)
@@ -609,19 +643,67 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
 #define DTC_PAD 8   /* bf16 of padding per shared row: ldmatrix rows on distinct banks */
 
 /* Dynamic shared memory of the tensor-core body: per warp two stages of a
- * K and a V tile (also the merge area afterwards). */
-static size_t dtc_smem_bytes(int hd)
+ * K and a V tile (also the merge area afterwards); F8: one bf16 K and V
+ * tile and two stages of the fp8 tiles they are converted from. */
+static size_t dtc_warp_bytes(int hd, bool f8)
 {
-    const size_t tiles = (size_t)DEC_WARPS * 2 * 2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t);
+    const size_t bf = (size_t)2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t); /* a K and a V tile */
+    return f8 ? bf + (size_t)2 * 2 * DTC_KEYS * (size_t)hd : 2 * bf;
+}
+static size_t dtc_smem_bytes(int hd, bool f8)
+{
+    const size_t tiles = (size_t)DEC_WARPS * dtc_warp_bytes(hd, f8);
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-template <int GMAX, int D>
+/* Keys [k0, k0 + DTC_KEYS) of an fp8 cache into this warp's fp8 tiles sK8,
+ * sV8 ([DTC_KEYS][D] bytes), 16-byte copies (16 dims) as kc_gather_kv
+ * makes for bf16; keys at or past kv_end zero-filled without a read. */
+template <int D>
+__device__ __forceinline__ void dtc_gather_f8(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
+                                              int lane, uint8_t *sK8, uint8_t *sV8)
+{
+    constexpr int CH = D / 16; /* 16-byte chunks a key */
+    const int64_t blk = (int64_t)a.nkv * a.bs * D;
+#pragma unroll
+    for (int j = 0; j < DTC_KEYS * CH / 32; j++) {
+        const int i = lane + 32 * j, r = i / CH, ch = i - r * CH, p = k0 + r;
+        const bool ok = p < kv_end;
+        const int pc = ok ? p : kv_end - 1;
+        const int bi = a.bs_log >= 0 ? pc >> a.bs_log : pc / a.bs;
+        const int64_t off = (int64_t)__ldg(bt + bi) * blk + ((kvh * a.bs + pc - bi * a.bs) * D + ch * 16);
+        kc_cp_async16(sK8 + r * D + ch * 16, (const uint8_t *)a.k_cache + off, ok);
+        kc_cp_async16(sV8 + r * D + ch * 16, (const uint8_t *)a.v_cache + off, ok);
+    }
+}
+
+/* This warp's fp8 tiles (sK8, sV8: [DTC_KEYS][D] bytes) into its bf16
+ * tiles (sK, sV: [DTC_KEYS][LD]), exactly; 8 elements a lane a step. */
+template <int D, int LD>
+__device__ __forceinline__ void dtc_convert_f8(const uint8_t *sK8, const uint8_t *sV8, int lane, uint16_t *sK,
+                                               uint16_t *sV)
+{
+#pragma unroll
+    for (int j = 0; j < DTC_KEYS * D / 8 / 32; j++) {
+        const int e = (lane + 32 * j) * 8, r = e / D, col = e - r * D;
+        float f[8];
+        kc_unpack8_e4m3(*(const uint2 *)(sK8 + e), f);
+        *(uint4 *)(sK + r * LD + col) = kc_pack8(f);
+        kc_unpack8_e4m3(*(const uint2 *)(sV8 + e), f);
+        *(uint4 *)(sV + r * LD + col) = kc_pack8(f);
+    }
+}
+
+/* F8: the cache holds e4m3 (kc_attn_args.kv_fp8): the warp's tiles come in
+ * as fp8 through the two-stage ring and are converted (exactly) into one
+ * bf16 K and V tile before the products; the rest is the bf16 body. */
+template <int GMAX, int D, bool F8>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
     attn_decode_tc_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
+    constexpr int STAGE8 = 2 * DTC_KEYS * D;                    /* F8: K then V fp8 tile, bytes */
     kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
@@ -630,13 +712,20 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
     const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
-    uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE;           /* [2][K, V][16][LD] */
+    /* bf16: [2][K, V][16][LD]; F8: [K, V][16][LD] then [2][K, V][16][D] bytes */
+    uint16_t *ring = (uint16_t *)((uint8_t *)dec_ring + warp * (F8 ? STAGE * 2 + 2 * STAGE8 : 2 * STAGE * 2));
+    uint8_t *ring8 = (uint8_t *)(ring + STAGE);
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
-    if (warp < n_tiles)
-        kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
-                                          ring + DTC_KEYS * LD);
+    if (warp < n_tiles) {
+        if (F8)
+            dtc_gather_f8<D>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring8,
+                             ring8 + DTC_KEYS * D);
+        else
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
+                                              ring + DTC_KEYS * LD);
+    }
     kc_cp_commit();
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
     uint32_t qf[D / 16][2];
@@ -658,16 +747,26 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         if (t + DEC_WARPS < n_tiles) {
             /* NOTE: stage ^ 1 was read in the warp's previous tile, which
              * ended with __syncwarp, so it is free to overwrite */
-            uint16_t *nx = ring + (stage ^ 1) * STAGE;
-            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
-                                              nx + DTC_KEYS * LD);
+            if (F8) {
+                uint8_t *nx = ring8 + (stage ^ 1) * STAGE8;
+                dtc_gather_f8<D>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx, nx + DTC_KEYS * D);
+            } else {
+                uint16_t *nx = ring + (stage ^ 1) * STAGE;
+                kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
+                                                  nx + DTC_KEYS * LD);
+            }
             kc_cp_commit();
             kc_cp_wait<1>();
         } else {
             kc_cp_wait<0>();
         }
         __syncwarp(); /* every lane's copies of this tile have landed */
-        const uint16_t *sK = ring + stage * STAGE, *sV = sK + DTC_KEYS * LD;
+        if (F8) {
+            const uint8_t *s8 = ring8 + stage * STAGE8;
+            dtc_convert_f8<D, LD>(s8, s8 + DTC_KEYS * D, lane, ring, ring + DTC_KEYS * LD);
+            __syncwarp(); /* the bf16 tiles are whole before any lane's ldmatrix */
+        }
+        const uint16_t *sK = ring + (F8 ? 0 : stage * STAGE), *sV = sK + DTC_KEYS * LD;
         /* S = Q K^T: n-tiles of keys [0, 8) and [8, 16) */
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         const uint16_t *kb_base = sK + ((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8;
@@ -751,40 +850,52 @@ static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const 
     dec_merge_head<32>(a, q0, h, pb, ns, sm_w[warp]);
 }
 
-template <int GMAX, bool PIPE>
+template <int GMAX, bool PIPE, bool F8>
 static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
-    void (*kern)(const kc_attn_args) = a->tg <= 4    ? attn_decode_kernel<GMAX, 4, PIPE>
-                                       : a->tg <= 8  ? attn_decode_kernel<GMAX, 8, PIPE>
-                                       : a->tg <= 16 ? attn_decode_kernel<GMAX, 16, PIPE>
-                                                     : attn_decode_kernel<GMAX, 32, PIPE>;
+    void (*kern)(const kc_attn_args) = a->tg <= 4    ? attn_decode_kernel<GMAX, 4, PIPE, F8>
+                                       : a->tg <= 8  ? attn_decode_kernel<GMAX, 8, PIPE, F8>
+                                       : a->tg <= 16 ? attn_decode_kernel<GMAX, 16, PIPE, F8>
+                                                     : attn_decode_kernel<GMAX, 32, PIPE, F8>;
     kc_launch(kern, grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream, a->pdl != 0, *a);
 }
 
 template <int GMAX>
 static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
+    if (a->kv_fp8 && !a->tc) {
+        if (a->pipe)
+            dec_launch_g<GMAX, true, true>(st, a, grid);
+        else
+            dec_launch_g<GMAX, false, true>(st, a, grid);
+        return;
+    }
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
             void (*kern)(const kc_attn_args) =
-                a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>;
-            kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
+                a->kv_fp8 ? (a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64, true> : attn_decode_tc_kernel<GMAX, 128, true>)
+                          : (a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64, false>
+                                         : attn_decode_tc_kernel<GMAX, 128, false>);
+            kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd, a->kv_fp8), st->stream, a->pdl != 0, *a);
             return;
         }
     }
     if (a->pipe)
-        dec_launch_g<GMAX, true>(st, a, grid);
+        dec_launch_g<GMAX, true, false>(st, a, grid);
     else
-        dec_launch_g<GMAX, false>(st, a, grid);
+        dec_launch_g<GMAX, false, false>(st, a, grid);
 }
 
 /* The pipelined kernels' ring wants the largest shared-memory carveout, so
  * KC_ATTN_DEC_CTAS_PER_SM CTAs of DEC_RING_BYTES each stay resident. */
 template <int GMAX> static void dec_carveout_g(void)
 {
-    void (*k[4])(const kc_attn_args) = {attn_decode_kernel<GMAX, 4, true>, attn_decode_kernel<GMAX, 8, true>,
-                                        attn_decode_kernel<GMAX, 16, true>, attn_decode_kernel<GMAX, 32, true>};
-    for (int i = 0; i < 4; i++) {
+    void (*k[8])(const kc_attn_args) = {
+        attn_decode_kernel<GMAX, 4, true, false>,  attn_decode_kernel<GMAX, 8, true, false>,
+        attn_decode_kernel<GMAX, 16, true, false>, attn_decode_kernel<GMAX, 32, true, false>,
+        attn_decode_kernel<GMAX, 4, true, true>,   attn_decode_kernel<GMAX, 8, true, true>,
+        attn_decode_kernel<GMAX, 16, true, true>,  attn_decode_kernel<GMAX, 32, true, true>};
+    for (int i = 0; i < 8; i++) {
         CUDA_CHECK(cudaFuncSetAttribute(k[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                         (int)cudaSharedmemCarveoutMaxShared));
         /* the opt-in always: static shared memory beside a 48 KiB ring (or a
@@ -796,12 +907,12 @@ template <int GMAX> static void dec_carveout_g(void)
 
 /* The tensor-core body's tiles pass the default 48 KiB of dynamic shared
  * memory at head_dim 128: the opt-in, and the largest carveout. */
-template <int GMAX, int D> static void dtc_optin(void)
+template <int GMAX, int D, bool F8> static void dtc_optin(void)
 {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    (int)cudaSharedmemCarveoutMaxShared));
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)dtc_smem_bytes(D)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D, F8>,
+                                    cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)dtc_smem_bytes(D, F8)));
 }
 
 void kcuda_attn_decode_init(void)
@@ -810,10 +921,14 @@ void kcuda_attn_decode_init(void)
     dec_carveout_g<2>();
     dec_carveout_g<4>();
     dec_carveout_g<8>();
-    dtc_optin<4, 64>();
-    dtc_optin<4, 128>();
-    dtc_optin<8, 64>();
-    dtc_optin<8, 128>();
+    dtc_optin<4, 64, false>();
+    dtc_optin<4, 128, false>();
+    dtc_optin<8, 64, false>();
+    dtc_optin<8, 128, false>();
+    dtc_optin<4, 64, true>();
+    dtc_optin<4, 128, true>();
+    dtc_optin<8, 64, true>();
+    dtc_optin<8, 128, true>();
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of

@@ -240,6 +240,7 @@ static int nccl_dtype(kern_dtype dt)
     case KERN_DTYPE_F32: return NCCL_FLOAT32;
     case KERN_DTYPE_F16: return NCCL_FLOAT16;
     case KERN_DTYPE_BF16: return NCCL_BFLOAT16;
+    case KERN_DTYPE_FP8_E4M3: break;
     }
     INFERD_CHECK_MSG(false, "all_reduce: unknown dtype");
     return NCCL_FLOAT32;

@@ -40,7 +40,11 @@ extern "C" {
 }
 #include "common/half.h"
 #include "common/rng.h"
+#include "kernels/kern_fp8.h"
 #include "kernels/kern_internal.h"
+#if !defined(KEMU_H)
+#include <cuda_fp8.h>
+#endif
 
 /* One cached cuBLASLt plan (see gemm.cu). */
 typedef struct kcuda_gemm_plan kcuda_gemm_plan;
@@ -142,6 +146,53 @@ __device__ __forceinline__ uint4 kc_pack8(const float *f)
     for (int i = 0; i < 4; i++)
         w[i] = (uint32_t)kc_f2bf(f[2 * i]) | ((uint32_t)kc_f2bf(f[2 * i + 1]) << 16);
     return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* --- fp8 e4m3 KV cache elements (kern_fp8.h) --- */
+
+/* The e4m3 code of f, rounded to nearest even and saturated to +-448: the
+ * hardware conversion (cvt.rn.satfinite.e4m3x2.f32); the host emulator
+ * runs kern_fp8.h's, which test_cuda_kernels checks against it. */
+__device__ __forceinline__ uint8_t kc_f2e4m3(float f)
+{
+#if defined(KEMU_H)
+    return kern_f32_to_e4m3(f);
+#else
+    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+#endif
+}
+
+/* 8 e4m3 codes (byte i of v = element i) -> 8 floats, exactly: pairs
+ * through the hardware's e4m3x2 -> f16x2 conversion (every e4m3 value is
+ * an f16), then to fp32. */
+__device__ __forceinline__ void kc_unpack8_e4m3(uint2 v, float *f)
+{
+    const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const uint16_t pair = (uint16_t)(w[i] >> (16 * j));
+#if defined(KEMU_H)
+            f[4 * i + 2 * j] = kern_e4m3_to_f32((uint8_t)pair);
+            f[4 * i + 2 * j + 1] = kern_e4m3_to_f32((uint8_t)(pair >> 8));
+#else
+            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+            const float2 x = __half22float2(*(const __half2 *)&hr);
+            f[4 * i + 2 * j] = x.x;
+            f[4 * i + 2 * j + 1] = x.y;
+#endif
+        }
+}
+
+/* Element i of a KV cache: the bf16 bits b as they are, or, when fp8, the
+ * e4m3 code of b's value (kern_rope_kv_params.kv_fp8). */
+__device__ __forceinline__ void kc_kv_store(void *cache, int64_t i, uint16_t b, bool fp8)
+{
+    if (fp8)
+        static_cast<uint8_t *>(cache)[i] = kc_f2e4m3(kc_bf2f(b));
+    else
+        static_cast<uint16_t *>(cache)[i] = b;
 }
 
 /* Programmatic dependent launch, primary side: let the next kernel on the

@@ -164,7 +164,8 @@ __device__ __forceinline__ int gemv_row(const gemv_args &a, int gwarp, int r, bo
 /* RoPE + cache write of one pair of token t (ROPE_KV): x1, x2 are the bf16
  * products of rows row1 = h * hd + j and row1 + hd/2, biased; q and k pairs
  * are rotated (as rope_kv_kernel in ops.cu), v pairs stored as they are;
- * k and v also go to the cache slot of the token. */
+ * k and v also go to the cache slot of the token (bf16, or with kv_fp8
+ * their e4m3 codes). */
 __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int row1, float x1, float x2, int pos,
                                                int64_t slot)
 {
@@ -189,10 +190,10 @@ __device__ __forceinline__ void gemv_rope_pair(const gemv_args &a, int t, int ro
     const bool is_k = h < p.n_heads + p.n_kv_heads;
     const int kvh = h - p.n_heads - (is_k ? 0 : p.n_kv_heads);
     const int64_t blk = slot / p.block_size, off = slot - blk * p.block_size;
-    uint16_t *cache = static_cast<uint16_t *>(is_k ? p.k_cache : p.v_cache);
+    void *cache = is_k ? p.k_cache : p.v_cache;
     const int64_t dst = ((blk * p.n_kv_heads + kvh) * p.block_size + off) * hd + j;
-    cache[dst] = o1;
-    cache[dst + half] = o2;
+    kc_kv_store(cache, dst, o1, p.kv_fp8);
+    kc_kv_store(cache, dst + half, o2, p.kv_fp8);
 }
 
 /* What lane t's epilogue reads besides the sums, loaded before the main

@@ -319,8 +319,9 @@ struct rope_epi {
  * the squares of its bf16 values (inv_rms), then its pairs (j, j + half)
  * are rotated in place (a normed head's values are bf16((x * inv_rms) * w)
  * first, the bf16 tensor HF's Qwen3RMSNorm hands to RoPE), and a k head's
- * go to the cache slot too (the bf16 values stored back into qkv). The
- * arithmetic of every value is that of the block-per-token form. */
+ * go to the cache slot too (the bf16 values stored back into qkv; with
+ * kv_fp8 their e4m3 codes). The arithmetic of every value is that of the
+ * block-per-token form. */
 struct rope_kv_args {
     kern_rope_kv_params p;
     rope_epi e;
@@ -357,9 +358,9 @@ static __global__ void rope_kv_kernel(const rope_kv_args ra)
     const int64_t blk = slot >= 0 ? slot / p.block_size : 0, off = slot >= 0 ? slot % p.block_size : 0;
     if (h >= nh + nkv) { /* a v head: to the cache as it is */
         if (slot >= 0) {
-            uint16_t *dst = (uint16_t *)p.v_cache + ((blk * nkv + (h - nh - nkv)) * p.block_size + off) * hd;
+            const int64_t dst = ((blk * nkv + (h - nh - nkv)) * p.block_size + off) * hd;
             for (int i = lane; i < hd; i += 32)
-                dst[i] = v[i];
+                kc_kv_store(p.v_cache, dst + i, v[i], p.kv_fp8);
         }
         return;
     }
@@ -374,9 +375,7 @@ static __global__ void rope_kv_kernel(const rope_kv_args ra)
         r = (float)(1.0 / sqrt((double)ss / (double)hd + (double)e.eps));
         __syncwarp(); /* every lane read the head before any lane writes it */
     }
-    uint16_t *kdst = h >= nh && slot >= 0
-                         ? (uint16_t *)p.k_cache + ((blk * nkv + (h - nh)) * p.block_size + off) * hd
-                         : NULL;
+    const int64_t kdst = h >= nh && slot >= 0 ? ((blk * nkv + (h - nh)) * p.block_size + off) * hd : -1;
     for (int j = lane; j < half; j += 32) {
         float x1 = kc_bf2f(v[j]), x2 = kc_bf2f(v[j + half]);
         if (e.qn) {
@@ -388,9 +387,9 @@ static __global__ void rope_kv_kernel(const rope_kv_args ra)
         kc_rope_rotate(x1, x2, cs[j], sn[j], &o1, &o2);
         v[j] = o1;
         v[j + half] = o2;
-        if (kdst) {
-            kdst[j] = o1;
-            kdst[j + half] = o2;
+        if (kdst >= 0) {
+            kc_kv_store(p.k_cache, kdst + j, o1, p.kv_fp8);
+            kc_kv_store(p.k_cache, kdst + j + half, o2, p.kv_fp8);
         }
     }
 }

@@ -35,6 +35,9 @@
  * share prefix blocks between sequences (as prefix-cache hits do), GQA 1/4/8
  * and a head_dim the tensor-core kernel leaves to the fallback.
  *
+ * "fp8" runs decode, prefill and mixed cases with an fp8 e4m3 cache (the
+ * codes of the same values on both backends).
+ *
  * Tolerance: bf16 output of an fp32 softmax over bf16-exact inputs:
  * atol 2e-3, rtol 1e-2 (random), rtol 5e-3 (uniform: exact mean, one bf16
  * rounding).
@@ -46,6 +49,7 @@
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "kernels/kern_fp8.h"
 #include "kt_harness.h"
 
 #ifdef INFERD_HAVE_CUDA
@@ -121,7 +125,7 @@ static int rope_case(int nh, int nkv, int hd, int bs, int n_tokens, uint64_t see
     float *ckc = inferd_malloc(nc * sizeof(float)), *cvc = inferd_malloc(nc * sizeof(float));
     for (size_t i = 0; i < nc; i++)
         ckc[i] = cvc[i] = NAN;
-    kern_rope_kv_params pc = {cqkv, pos, slot, inv, ckc, cvc, n_tokens, nh, nkv, hd, bs, 1.0f}; /* mscale 1 */
+    kern_rope_kv_params pc = {cqkv, pos, slot, inv, ckc, cvc, n_tokens, nh, nkv, hd, bs, 1.0f, false}; /* mscale 1 */
     kern_rope_kv_write(kt_cpu, &pc);
 
     /* GPU */
@@ -132,7 +136,7 @@ static int rope_case(int nh, int nkv, int hd, int bs, int n_tokens, uint64_t see
     void *dkc = kt_gbuf_alloc(&gk, nc * 2, 0), *dvc = kt_gbuf_alloc(&gv, nc * 2, 0);
     void *dpos = kt_gpu_bytes(pos, (size_t)n_tokens * 4), *dslot = kt_gpu_bytes(slot, (size_t)n_tokens * 8);
     void *dinv = kt_gpu_bytes(inv, (size_t)(hd / 2) * 4);
-    kern_rope_kv_params pg = {dqkv, dpos, dslot, dinv, dkc, dvc, n_tokens, nh, nkv, hd, bs, 1.0f};
+    kern_rope_kv_params pg = {dqkv, dpos, dslot, dinv, dkc, dvc, n_tokens, nh, nkv, hd, bs, 1.0f, false};
     kern_rope_kv_write(kt_gpu, &pg);
 
     char what[80];
@@ -206,6 +210,9 @@ typedef struct {
 
 /* When non-zero, the attention scale of the next cases (else 1 / sqrt(hd)). */
 static float g_scale;
+/* When set, the next cases' caches hold fp8 e4m3: the codes of the scene's
+ * values, read by both backends (kv_fp8; CUDA with its kv_dequant copy). */
+static bool g_fp8;
 
 /* The host side of one attention scenario (CPU layout, F32). */
 typedef struct {
@@ -309,17 +316,37 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     scene_build(c, seed, &sc);
     const float scale = g_scale != 0.0f ? g_scale : 1.0f / sqrtf((float)hd);
 
+    /* fp8 (g_fp8): both backends read the e4m3 codes (NaN slots: the NaN code) */
+    uint8_t *k8 = NULL, *v8 = NULL;
+    if (g_fp8) {
+        k8 = inferd_malloc(sc.nc);
+        v8 = inferd_malloc(sc.nc);
+        for (size_t i = 0; i < sc.nc; i++) {
+            k8[i] = kern_f32_to_e4m3(sc.kc[i]);
+            v8[i] = kern_f32_to_e4m3(sc.vc[i]);
+        }
+    }
+
     /* CPU reference */
     float *ref = inferd_malloc(sc.no * sizeof(float));
     for (size_t i = 0; i < sc.no; i++)
         ref[i] = NAN;
     kern_attn_params pc = {ref, sc.qkv, sc.kc, sc.vc, sc.qsl, sc.lens, sc.bt, sc.qsl, sc.lens, NULL, ns,
-                           sc.n_tokens, sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale};
+                           sc.n_tokens, sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0};
+    if (g_fp8) {
+        pc.k_cache = k8;
+        pc.v_cache = v8;
+        pc.kv_fp8 = true;
+    }
     kern_attention(kt_cpu, &pc);
 
     /* GPU */
     uint16_t *hk = kt_to_bf16(sc.kc, sc.nc), *hv = kt_to_bf16(sc.vc, sc.nc);
-    void *dk = kt_gpu_bytes(hk, sc.nc * 2), *dv = kt_gpu_bytes(hv, sc.nc * 2);
+    void *dk = g_fp8 ? kt_gpu_bytes(k8, sc.nc) : kt_gpu_bytes(hk, sc.nc * 2);
+    void *dv = g_fp8 ? kt_gpu_bytes(v8, sc.nc) : kt_gpu_bytes(hv, sc.nc * 2);
+    kt_gbuf gd; /* fp8: the prefill's bf16 copy of the cache, guarded */
+    const size_t dqb = kern_attn_kv_dequant_bytes(kt_gpu, sc.total_blocks, nkv, bs, hd);
+    void *ddq = g_fp8 ? kt_gbuf_alloc(&gd, dqb, 0) : NULL;
     void *dq = kt_gpu_bf16(sc.qkv, sc.nq);
     void *dqsl = kt_gpu_bytes(sc.qsl, (size_t)(ns + 1) * 4), *dlens = kt_gpu_bytes(sc.lens, (size_t)ns * 4);
     void *dbt = kt_gpu_bytes(sc.bt, (size_t)ns * sc.max_blocks * 4);
@@ -328,7 +355,10 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     kt_gbuf go;
     void *dout = kt_gbuf_alloc(&go, sc.no * 2, 0);
     kern_attn_params pg = {dout, dq, dk, dv, dqsl, dlens, dbt, sc.qsl, sc.lens, ws, ns, sc.n_tokens,
-                           sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale};
+                           sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0};
+    pg.kv_fp8 = g_fp8;
+    pg.kv_dequant = ddq;
+    pg.n_blocks = sc.total_blocks;
     kern_attention(kt_gpu, &pg);
     const int splits = kcuda_attn_last_splits;
     static const char *const paths[] = {"-", "simt", "tc"};
@@ -345,14 +375,21 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     snprintf(what, sizeof what, "%s (splits %d)", c->name, splits);
     int bad = kt_compare("attention", what, got, ref, sc.no, c->uniform ? 1e-4 : 2e-3, c->uniform ? 5e-3 : 1e-2);
     bad += kt_gbuf_guards_bad(&go, c->name);
+    if (g_fp8) {
+        bad += kt_gbuf_guards_bad(&gd, "kv_dequant");
+        kt_gbuf_free(&gd);
+        inferd_free(k8);
+        inferd_free(v8);
+    }
     if (c->expect_split >= 0 && (splits > 1) != (c->expect_split == 1)) {
         printf("  attention %s: planned %d splits, expected %s\n", c->name, splits,
                c->expect_split ? "a split" : "no split");
         kt_record("attention", 1, 0, 0);
         bad++;
     }
-    printf("  attention %-28s nh=%-2d nkv=%-2d hd=%-3d bs=%-2d tokens=%-4d splits=%d ws=%zu prefill=%s %s\n",
-           c->name, nh, nkv, hd, bs, sc.n_tokens, splits, ws ? wsb : (size_t)0, path, bad ? "FAIL" : "ok");
+    printf("  attention %-28s nh=%-2d nkv=%-2d hd=%-3d bs=%-2d tokens=%-4d splits=%d ws=%zu prefill=%s%s %s\n",
+           c->name, nh, nkv, hd, bs, sc.n_tokens, splits, ws ? wsb : (size_t)0, path, g_fp8 ? " fp8" : "",
+           bad ? "FAIL" : "ok");
     kt_gbuf_free(&go);
     kern_free(kt_gpu, ws);
     kern_free(kt_gpu, dbt);
@@ -750,6 +787,49 @@ START_TEST(test_attention_random)
 }
 END_TEST
 
+/* The fp8 e4m3 cache (kv_fp8): decode on each body (the two CUDA-core
+ * ones, and the tensor-core one where it applies: GQA 3+, head_dim 64 /
+ * 128), splits, prefill and chunked prefill through the bf16 copy (kv_dequant,
+ * guarded), mixed batches, prefix blocks two sequences share, GQA 1..8,
+ * head_dim 8..256, block sizes 1/12/16/32, padding rows; each against the
+ * CPU twin reading the same codes. */
+START_TEST(test_attention_fp8)
+{
+    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
+    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
+    static const kt_seq gqa1[] = {{300, 1}, {7, 1}};
+    static const kt_seq b1_544[] = {{544, 1}};
+    static const kt_seq mixed[] = {{200, 45}, {50, 1}, {64, 64}, {1200, 1}, {33, 2}};
+    static const kt_seq chunked[] = {{200, 45}, {64, 64}};
+    static const kt_seq shared[] = {{160, 160}, {200, 40}, {170, 1}};
+    static const kt_seq wide[] = {{40, 40}, {600, 1}, {70, 35}};
+    const kt_attn_case cases[] = {
+        {"fp8 decode short gqa4", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0, 0},
+        {"fp8 decode split gqa8", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
+        {"fp8 decode split uniform", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, true, 1, 0},
+        {"fp8 decode gqa1 hd8 bs1", 4, 4, 8, 1, gqa1, NSEQ(gqa1), 0, true, false, 1, 0},
+        {"fp8 decode b1 544 llama3", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, false, 1, 0},
+        {"fp8 decode split bs12", 16, 2, 128, 12, long3, NSEQ(long3), 2, true, false, 1, 0},
+        {"fp8 mixed decode+prefill", 8, 2, 64, 16, mixed, NSEQ(mixed), 2, true, false, -1, 0},
+        {"fp8 chunked gqa8 hd128", 8, 1, 128, 32, chunked, NSEQ(chunked), 0, true, false, -1, 0},
+        {"fp8 shared prefix blocks", 32, 8, 128, 16, shared, NSEQ(shared), 1, true, false, -1, 8},
+        {"fp8 prefill hd256", 2, 1, 256, 16, wide, NSEQ(wide), 0, true, false, -1, 0},
+    };
+    int bad = 0;
+    g_fp8 = true;
+    for (int body = 0; body < 3; body++) { /* registers, the cp.async ring, tensor cores */
+        kcuda_attn_decode_tc_force = body == 2;
+        kcuda_attn_decode_pipe_force = body == 1;
+        for (int i = 0; i < NSEQ(cases); i++)
+            bad += attn_case(&cases[i], 9000 + (uint64_t)i);
+    }
+    kcuda_attn_decode_tc_force = -1;
+    kcuda_attn_decode_pipe_force = -1;
+    g_fp8 = false;
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* Runs case c with the prefill kernel forced to tensor cores (force 1) or
  * CUDA cores (force 0), then checks that the dispatcher ran the expected
  * one: tensor cores only for head_dim 64/128, nothing without a prefill
@@ -935,6 +1015,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode_merge);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
+    tcase_add_test(tc, test_attention_fp8);
     tcase_add_test(tc, test_attention_prefill_tc);
     tcase_add_test(tc, test_attention_prefill_tc_random);
     tcase_add_test(tc, test_attention_workspace);

@@ -13,7 +13,9 @@
  * of magnitude ~1). The tensor-core form's epilogues (no norm, n from
  * gemv_tc_min_n to 16: kern_matmul_epi_fusable) run the same cases at n =
  * 3..16 against the twin, and bitwise against the plain tensor-core
- * product followed by the unfused op (test_fused_tc_bitwise).
+ * product followed by the unfused op (test_fused_tc_bitwise). With an
+ * fp8 KV cache every route's cache elements are the e4m3 codes of the bf16
+ * values the bf16 cache gets (test_fused_fp8_cache).
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +23,9 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/half.h"
 #include "common/rng.h"
+#include "kernels/kern_fp8.h"
 #include "kernels/kern_internal.h"
 #include "kt_harness.h"
 
@@ -417,6 +421,115 @@ START_TEST(test_fused_tc_bitwise)
 }
 END_TEST
 
+/* One ROPE_KV step of n tokens (nh, nkv heads of hd, block size bs) twice,
+ * into a bf16 cache and into an fp8 one (kv_fp8), through the route picked
+ * by how: 0 kern_matmul + kern_rope_kv_write, 1 the fused GEMV with its
+ * norm prologue, 2 the fused product without a norm (the tensor-core
+ * epilogue for n >= gemv_tc_min_n). The qkv rows must be bitwise the same;
+ * every element of the fp8 cache must be kern_f32_to_e4m3 of the bf16
+ * cache's element where the step wrote one (the device's conversion agrees
+ * with kern_fp8.h), and keep the 0xFF fill elsewhere; guards intact. */
+static int rope_fp8_case(int n, int nh, int nkv, int hd, int bs, int how, uint64_t seed)
+{
+    const int R = (nh + 2 * nkv) * hd, C = 264;
+    const size_t ni = (size_t)n * C, nw = (size_t)R * C, nr = (size_t)n * R;
+    const fcase c = {.n = n, .nh = nh, .nkv = nkv, .hd = hd, .bs = bs};
+    rope_in ri;
+    rope_in_make(&ri, &c, seed);
+    float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
+    float *g = inferd_malloc((size_t)C * sizeof(float));
+    kt_rand_bf16(in, ni, seed + 1, -3.0f, 3.0f);
+    kt_rand_bf16(w, nw, seed + 2, -3.0f / sqrtf((float)C), 3.0f / sqrtf((float)C));
+    kt_rand_bf16(g, (size_t)C, seed + 3, 0.5f, 1.5f);
+    kern_weight wg = kt_weight_gpu(w, R, C), gg = kt_weight_gpu(g, 1, C);
+    void *gin = kt_gpu_bf16(in, ni);
+    void *dpos = kt_gpu_bytes(ri.pos, sizeof(int32_t) * (size_t)n);
+    void *dslot = kt_gpu_bytes(ri.slot, sizeof(int64_t) * (size_t)n);
+    void *dinv = kt_gpu_bytes(ri.inv, sizeof(float) * (size_t)(hd / 2));
+    kt_gbuf go[2], gk[2], gv[2];
+    for (int f8 = 0; f8 < 2; f8++) {
+        const size_t es = f8 ? 1 : 2;
+        void *out = kt_gbuf_alloc(&go[f8], nr * 2, 0);
+        kern_rope_kv_params rp = {.qkv = out, .positions = dpos, .slot_mapping = dslot, .inv_freq = dinv,
+                                  .k_cache = kt_gbuf_alloc(&gk[f8], ri.nc * es, 0),
+                                  .v_cache = kt_gbuf_alloc(&gv[f8], ri.nc * es, 0), .n_tokens = n,
+                                  .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs,
+                                  .kv_fp8 = f8 == 1};
+        if (how == 0) {
+            kern_matmul(kt_gpu, out, gin, &wg, n);
+            kern_rope_kv_write(kt_gpu, &rp);
+        } else {
+            ck_assert(how == 1 ? kern_matmul_fusable(kt_gpu, &wg, n) : kern_matmul_epi_fusable(kt_gpu, &wg, n));
+            const kern_fuse f = {.norm = how == 1 ? &gg : NULL, .eps = 1e-5f, .epi = KERN_EPI_ROPE_KV, .rope = &rp};
+            kern_matmul_fused(kt_gpu, out, gin, &wg, n, &f);
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "fp8 cache route %d n=%d nh=%d nkv=%d hd=%d bs=%d", how, n, nh, nkv, hd, bs);
+    uint16_t *h0 = inferd_malloc(ri.nc * 2 > nr * 2 ? ri.nc * 2 : nr * 2);
+    uint16_t *h1 = inferd_malloc(ri.nc * 2 > nr * 2 ? ri.nc * 2 : nr * 2);
+    kt_gbuf_read(&go[0], h0);
+    kt_gbuf_read(&go[1], h1);
+    int bad = memcmp(h0, h1, nr * 2) != 0;
+    if (bad)
+        printf("  %s: the qkv rows differ with an fp8 cache\n", what);
+    for (int kv = 0; kv < 2; kv++) {
+        kt_gbuf_read(kv ? &gv[0] : &gk[0], h0);
+        uint8_t *b8 = (uint8_t *)h1;
+        kt_gbuf_read(kv ? &gv[1] : &gk[1], b8);
+        int b = 0;
+        for (size_t i = 0; i < ri.nc; i++) {
+            const uint8_t want = h0[i] == 0xFFFF ? 0xFF : kern_f32_to_e4m3(half_bf16_to_f32(h0[i]));
+            if (b8[i] != want && b++ < 5)
+                printf("  %s: %s[%zu] = 0x%02x, want 0x%02x (bf16 0x%04x)\n", what, kv ? "v" : "k", i, b8[i], want,
+                       h0[i]);
+        }
+        bad += b;
+    }
+    for (int f8 = 0; f8 < 2; f8++) {
+        bad += kt_gbuf_guards_bad(&go[f8], what) + kt_gbuf_guards_bad(&gk[f8], "fp8 case k cache") +
+               kt_gbuf_guards_bad(&gv[f8], "fp8 case v cache");
+        kt_gbuf_free(&go[f8]);
+        kt_gbuf_free(&gk[f8]);
+        kt_gbuf_free(&gv[f8]);
+    }
+    kt_record("fused_fp8_cache", bad, 0, 0);
+    inferd_free(h1);
+    inferd_free(h0);
+    kern_free(kt_gpu, dinv);
+    kern_free(kt_gpu, dslot);
+    kern_free(kt_gpu, dpos);
+    kern_free(kt_gpu, gin);
+    kern_free(kt_gpu, gg.data);
+    kern_free(kt_gpu, wg.data);
+    inferd_free(g);
+    inferd_free(w);
+    inferd_free(in);
+    rope_in_free(&ri);
+    return bad;
+}
+
+/* The fp8 cache through every route that writes K/V: the rope kernel, the
+ * fused GEMV with a norm (n = 1 and KCUDA_FUSE_MAX_N), the tensor-core
+ * epilogue (n = 3, 9, 16); Llama GQA hd 128, hd 64 with block size 5, MHA hd 32 with block
+ * size 1. */
+START_TEST(test_fused_fp8_cache)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0);
+    const uint64_t seed = kt_seed() + 2300;
+    static const int shapes[][4] = {{8, 2, 128, 16}, {6, 2, 64, 5}, {4, 4, 32, 1}};
+    static const int route_n[][2] = {{0, 13}, {0, 1}, {1, 1}, {1, KCUDA_FUSE_MAX_N}, {2, 3}, {2, 9}, {2, 16}};
+    int bad = 0;
+    for (int s = 0; s < 3; s++)
+        for (int r = 0; r < (int)(sizeof route_n / sizeof route_n[0]); r++)
+            bad += rope_fp8_case(route_n[r][1], shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                                 route_n[r][0], seed + 10 * (uint64_t)s + (uint64_t)r);
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* kern_matmul_fusable and kern_matmul_epi_fusable: the run-time choices as tables. */
 START_TEST(test_fusable_table)
 {
@@ -507,6 +620,7 @@ TCase *kt_tcase_fused(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_fused_forms);
     tcase_add_test(tc, test_fused_tc_bitwise);
+    tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fusable_table);
     return tc;
 }
