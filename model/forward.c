@@ -216,7 +216,7 @@ static double attn_bytes(const model *m, const model_fwd_in *in)
     for (int i = 0; i < in->n_seqs; i++)
         ctx += m->h_seq_lens[i];
     double kv = ctx * 2.0 * c->n_kv_heads * c->head_dim, q = 2.0 * in->n_tokens * c->n_heads * c->head_dim;
-    return act_bytes(m, kv + q);
+    return kv * (double)kern_dtype_size(m->kv_dtype) + act_bytes(m, q);
 }
 
 static double gemm_flops(const kern_weight *w, int n)
@@ -328,6 +328,7 @@ static kern_rope_kv_params rope_params(const model *m, const model_layer *L, con
         .head_dim = c->head_dim,
         .block_size = m->block_size,
         .mscale = c->rope_attn_factor, /* YaRN: cos, sin times its attention factor; else 1 */
+        .kv_fp8 = model_kv_fp8(m),
     };
 }
 
@@ -358,6 +359,9 @@ static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
         .max_query_len = b->max_q,
         .max_seq_len = b->max_len,
         .scale = 1.0f / sqrtf((float)c->head_dim),
+        .kv_fp8 = model_kv_fp8(m),
+        .kv_dequant = m->kv_dequant, /* fp8 on CUDA: the prefill attention's act-dtype copy */
+        .n_blocks = m->n_blocks,
     };
     kern_attention(m->kc, &ap);
 }
@@ -814,7 +818,8 @@ void model_step_cost(const model *m, int n_seqs, int n_new, int ctx_len, model_c
     /* keys attended by the new tokens: earlier context for each, plus causal among them */
     double prior = (double)(ctx_len - n_new);
     double attended = (double)n_seqs * ((double)n_new * prior + (double)n_new * (n_new + 1) / 2.0);
-    double kv_row = (double)c->n_layers * c->n_kv_heads * c->head_dim * 2.0 * (double)kern_dtype_size(m->act_dtype);
+    double kv_row =
+        (double)c->n_layers * c->n_kv_heads * c->head_dim * 2.0 * (double)kern_dtype_size(m->kv_dtype);
     out->weight_bytes = wb;
     out->kv_bytes = (double)n_seqs * (double)ctx_len * kv_row + toks * kv_row;
     out->flops = 2.0 * toks * lin + 2.0 * (double)n_seqs * weight_elems(&m->lm_head) +

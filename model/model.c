@@ -8,7 +8,11 @@
  *    forward pass never allocates and decode graphs can be captured later;
  *  - the paged KV storage: --kv-cache-bytes, or on CUDA what is left of
  *    gpu_memory_utilization * device memory after weights and activations
- *    (CPU: max_num_seqs max-length sequences, at most 1/4 of available RAM).
+ *    (CPU: max_num_seqs max-length sequences, at most 1/4 of available RAM);
+ *    its element is --kv-cache-dtype's (the act dtype, or fp8 e4m3). An fp8
+ *    cache on CUDA also needs one layer's act-dtype copy of the pool for the
+ *    prefill attention (kern_attn_kv_dequant_bytes), carved from the same
+ *    budget: each block costs its KV bytes plus its share of that copy.
  * The numbers are logged; a model that does not fit gets an error with them.
  *
  * Two guards against a load that "works" and fails later: on the CPU the
@@ -21,6 +25,7 @@
  * could be admitted by length and never run).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,7 +118,7 @@ static int64_t kv_min_bytes(const model *m)
 {
     if (m->opts.kv_cache_bytes > 0)
         return m->opts.kv_cache_bytes;
-    return (KV_NULL_BLOCKS + 1) * model_kv_bytes_per_block(m);
+    return (KV_NULL_BLOCKS + 1) * model_kv_budget_per_block(m);
 }
 
 inferd_status model_check_host_memory(model *m, size_t weight_bytes)
@@ -167,11 +172,21 @@ static void fit_max_model_len(model *m, int64_t n_blocks, bool auto_sized)
     m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
 }
 
+/* Bytes of the fp8 cache's prefill copy (kv_dequant) for n_blocks blocks;
+ * 0 without fp8 or on the CPU (it reads fp8). */
+static size_t kv_dequant_bytes(const model *m, int64_t n_blocks)
+{
+    if (!model_kv_fp8(m))
+        return 0;
+    return kern_attn_kv_dequant_bytes(m->kc, n_blocks, m->lc.n_kv_heads, m->block_size, m->lc.head_dim);
+}
+
 /* How many KV blocks this rank's memory holds (>= 2, else NOMEM with the
- * numbers); *auto_sized: decided from free memory, not --kv-cache-bytes. */
+ * numbers); *auto_sized: decided from free memory, not --kv-cache-bytes.
+ * A block costs its KV bytes and its rows of the fp8 prefill copy. */
 inferd_status model_load_rank_kv(model *m, int64_t *n_blocks, bool *auto_sized)
 {
-    int64_t per_block = model_kv_bytes_per_block(m);
+    int64_t per_block = model_kv_budget_per_block(m);
     int64_t budget = m->opts.kv_cache_bytes;
     *auto_sized = budget <= 0;
     if (*auto_sized) {
@@ -213,6 +228,10 @@ inferd_status model_load_rank_alloc_kv(model *m, int64_t n_blocks, bool auto_siz
         return inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate the KV cache: %.1f MiB",
                                 m->kv_bytes / 1048576.0);
     kern_memset0(m->kc, m->kv_slab, m->kv_bytes);
+    m->kv_dequant_bytes = kv_dequant_bytes(m, n_blocks);
+    if (m->kv_dequant_bytes > 0 && !(m->kv_dequant = kern_alloc(m->kc, m->kv_dequant_bytes)))
+        return inferd_set_error(INFERD_ERR_NOMEM, "cannot allocate the fp8 KV cache's prefill copy: %.1f MiB",
+                                m->kv_dequant_bytes / 1048576.0);
     size_t layer_half = m->kv_bytes / (2 * (size_t)m->cfg.n_layers);
     char *p = m->kv_slab;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -243,11 +262,15 @@ static void log_plan(const model *m)
                         sh->kv_replicas > 1 ? " (replicated)" : "", (long long)sh->inter.begin,
                         (long long)(sh->inter.begin + sh->inter.count), (long long)sh->vocab.begin,
                         (long long)(sh->vocab.begin + sh->vocab.count));
-    INFERD_LOG_INFO("memory%s: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB = "
-                    "%d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
+    char dq[96] = "";
+    if (m->kv_dequant_bytes > 0)
+        snprintf(dq, sizeof dq, " + %.1f MiB %s prefill copy", m->kv_dequant_bytes / 1048576.0,
+                 kern_dtype_name(m->act_dtype));
+    INFERD_LOG_INFO("memory%s: weights %.1f MiB, activations %.1f MiB (%d tokens/step), KV cache %.1f MiB "
+                    "%s%s = %d blocks x %d = %lld tokens, max %.1f concurrent sequences at max length %d",
                     sh->tp > 1 ? " of this rank" : "", m->weight_bytes / 1048576.0, m->act_bytes / 1048576.0, m->T,
-                    m->kv_bytes / 1048576.0, m->n_blocks, m->block_size, (long long)kv_tokens,
-                    (double)kv_tokens / m->max_model_len, m->max_model_len);
+                    m->kv_bytes / 1048576.0, kern_dtype_name(m->kv_dtype), dq, m->n_blocks, m->block_size,
+                    (long long)kv_tokens, (double)kv_tokens / m->max_model_len, m->max_model_len);
 }
 
 /* The option rows' checks (model_opts.c), then the one bound that depends
@@ -340,6 +363,7 @@ static inferd_status load_begin(model *m, int rank, int local)
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
         return st;
     m->act_dtype = kern_act_dtype(m->kc);
+    m->kv_dtype = m->opts.kv_cache_dtype == MODEL_KV_CACHE_FP8_E4M3 ? KERN_DTYPE_FP8_E4M3 : m->act_dtype;
     m->block_size = m->opts.block_size;
     m->max_model_len = m->opts.max_model_len > 0 ? m->opts.max_model_len : model_config_context_len(&m->cfg);
     m->max_blocks_per_seq = INFERD_CEIL_DIV(m->max_model_len, m->block_size);
@@ -433,6 +457,7 @@ void model_free(model *m)
         kern_free(m->kc, m->weight_slab);
         kern_free(m->kc, m->act_slab);
         kern_free(m->kc, m->kv_slab);
+        kern_free(m->kc, m->kv_dequant);
         kern_ctx_free(m->kc);
     }
     inferd_free(m->layers);
@@ -481,5 +506,15 @@ int model_max_blocks_per_seq(const model *m)
 int64_t model_kv_bytes_per_block(const model *m)
 {
     return kv_bytes_per_block(m->cfg.n_layers, m->lc.n_kv_heads, m->cfg.head_dim, m->block_size,
-                              (int)kern_dtype_size(m->act_dtype));
+                              (int)kern_dtype_size(m->kv_dtype));
+}
+
+int64_t model_kv_budget_per_block(const model *m)
+{
+    return model_kv_bytes_per_block(m) + (int64_t)kv_dequant_bytes(m, 1);
+}
+
+kern_dtype model_kv_dtype(const model *m)
+{
+    return m->kv_dtype;
 }

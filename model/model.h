@@ -29,6 +29,11 @@ typedef enum { MODEL_LOAD_SAFETENSORS = 0, MODEL_LOAD_DUMMY } model_load_format;
  * activation dtype (half the bytes; every partial rounded). The CPU's
  * activations are fp32 either way. */
 typedef enum { MODEL_TP_REDUCE_F32 = 0, MODEL_TP_REDUCE_ACT } model_tp_reduce;
+/* The KV cache's element (--kv-cache-dtype, vLLM's): auto is the
+ * activation dtype (F32 on the CPU, BF16 on CUDA); fp8 stores e4m3 with
+ * scale 1 (kernels/kern_fp8.h), half the bytes of bf16 per token, so twice
+ * the tokens fit in the same memory, at the cost of a 3-bit mantissa. */
+typedef enum { MODEL_KV_CACHE_AUTO = 0, MODEL_KV_CACHE_FP8_E4M3 } model_kv_cache_dtype;
 
 /* Load options. Every field a user can set has one row in the model option
  * table (model_opts.c: model_opts_rows): its flag / config-key name, range,
@@ -47,6 +52,7 @@ typedef struct {
     int max_model_len;             /* 0 = config max_position_embeddings */
     int block_size;                /* KV block size (tokens) */
     int64_t kv_cache_bytes;        /* 0 = derive from gpu_memory_utilization */
+    int kv_cache_dtype;            /* model_kv_cache_dtype */
     float gpu_memory_utilization;  /* fraction of device memory (CUDA) */
     uint64_t dummy_seed;
     bool enforce_eager;            /* no CUDA graphs: every step runs op by op (vLLM's --enforce-eager) */
@@ -100,8 +106,17 @@ int model_max_model_len(const model *m);
 int model_max_num_batched_tokens(const model *m);
 int model_max_num_seqs(const model *m);
 int model_max_blocks_per_seq(const model *m);
-/* Bytes of KV storage per block over all layers (K and V). */
+/* Bytes of KV storage per block over all layers (K and V), in the KV
+ * cache's element (model_kv_dtype). */
 int64_t model_kv_bytes_per_block(const model *m);
+/* Bytes of the KV budget (--kv-cache-bytes, or the memory left) one block
+ * takes: model_kv_bytes_per_block, plus with an fp8 cache on CUDA the
+ * block's rows of the prefill attention's act-dtype copy (one layer's);
+ * a budget of n times this holds n blocks. */
+int64_t model_kv_budget_per_block(const model *m);
+/* The KV cache's element: the activation dtype, or KERN_DTYPE_FP8_E4M3
+ * (--kv-cache-dtype fp8). */
+kern_dtype model_kv_dtype(const model *m);
 
 /* One step's batch, host arrays (the model copies them to its device
  * buffers). See kernels.h for the layout. */
@@ -187,7 +202,8 @@ void model_graphs_free(model *m);
  * context of ctx_len tokens (new ones included), with logits for one row per
  * sequence. weight_bytes: every weight matrix read once (the embedding only
  * for the n_seqs * n_new looked-up rows); kv_bytes: K and V read over the
- * context plus the new rows written; flops: 2 per multiply-add of the
+ * context plus the new rows written, in the KV cache's element
+ * (model_kv_dtype: 1 byte for fp8); flops: 2 per multiply-add of the
  * linear layers and LM head, plus 4 * head_dim per (query head, attended
  * key) for the attention scores and the weighted sum. */
 typedef struct {

@@ -18,8 +18,8 @@ typedef struct {
     kern_weight qkv_bias;  /* [(n_heads + 2*n_kv_heads) * head_dim, 1]: q | k | v biases (Qwen2); rows 0 = none */
     kern_weight q_norm;    /* [1, head_dim] per-head RMSNorm of q (Qwen3); rows 0 = none */
     kern_weight k_norm;    /* [1, head_dim] per-head RMSNorm of k (Qwen3); rows 0 = none */
-    void *k_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
-    void *v_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] act dtype */
+    void *k_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] kv dtype (model.kv_dtype) */
+    void *v_cache;         /* [n_blocks, n_kv_heads, block_size, head_dim] kv dtype */
 } model_layer;
 
 /* Activation arena: every per-step buffer, sized once for T tokens, S seqs, R logits rows. */
@@ -133,8 +133,12 @@ struct model {
     size_t weight_bytes;
     void *act_slab;
     size_t act_bytes;
+    kern_dtype kv_dtype;    /* the KV cache's element: act_dtype, or FP8_E4M3 (--kv-cache-dtype fp8) */
     void *kv_slab;
     size_t kv_bytes;
+    void *kv_dequant;       /* fp8 on CUDA: one layer's act-dtype K and V, [2, n_blocks, nkv, bs, hd], the
+                               prefill attention's copy (kern_attn_params.kv_dequant); else NULL */
+    size_t kv_dequant_bytes;
     model_acts a;
     int T, S, R; /* arena limits: tokens, seqs, logits rows */
     int max_model_len, block_size, n_blocks, max_blocks_per_seq;
@@ -156,6 +160,12 @@ static inline bool model_has_comm_opts(const model_opts *o)
 static inline bool model_has_comm_planned(const model *m)
 {
     return model_has_comm_opts(&m->opts);
+}
+
+/* The KV cache holds fp8 e4m3 (kern_rope_kv_params / kern_attn_params.kv_fp8). */
+static inline bool model_kv_fp8(const model *m)
+{
+    return m->kv_dtype == KERN_DTYPE_FP8_E4M3;
 }
 
 /* Row-parallel partial sums in fp32 through the all-reduce (forward.c's

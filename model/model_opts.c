@@ -20,6 +20,8 @@
  *   generation-config auto|vllm|DIR: vLLM's --generation-config; which
  *       generation_config.json gives the sampling defaults (model.c).
  *   gpu-memory-utilization [0.01, 1]: a fraction of device memory.
+ *   kv-cache-dtype auto|fp8|fp8_e4m3: vLLM's --kv-cache-dtype (fp8 is
+ *       fp8_e4m3, scale 1; no fp8_e5m2: no kernel reads it).
  */
 #include <math.h>
 #include <stddef.h>
@@ -34,6 +36,11 @@
 
 static const opt_name k_formats[] = {
     {"safetensors", MODEL_LOAD_SAFETENSORS}, {"auto", MODEL_LOAD_SAFETENSORS}, {"dummy", MODEL_LOAD_DUMMY}, {NULL, 0}};
+
+static const opt_name k_kv_dtypes[] = {{"auto", MODEL_KV_CACHE_AUTO},
+                                       {"fp8", MODEL_KV_CACHE_FP8_E4M3},
+                                       {"fp8_e4m3", MODEL_KV_CACHE_FP8_E4M3},
+                                       {NULL, 0}};
 
 static const opt_name k_tp_reduce[] = {{"float32", MODEL_TP_REDUCE_F32}, {"bfloat16", MODEL_TP_REDUCE_ACT}, {NULL, 0}};
 
@@ -81,6 +88,10 @@ static const opt_row k_rows[] = {
      .help = "KV block size in tokens"},
     {.name = "kv-cache-bytes", .kind = OPT_INT64, .off = OFF(kv_cache_bytes), .min = 0, .max = 9.2e18, .def = 0,
      .meta = "BYTES", .help = "KV cache size (0 = from --gpu-memory-utilization)"},
+    {.name = "kv-cache-dtype", .kind = OPT_ENUM, .off = OFF(kv_cache_dtype), .names = k_kv_dtypes,
+     .def = MODEL_KV_CACHE_AUTO, .meta = "auto|fp8",
+     .help = "data type of the KV cache: auto (the activations' dtype: bfloat16 on cuda, float32 on cpu) "
+             "or fp8 (= fp8_e4m3, scale 1: half the bytes of bfloat16 per token)"},
     {.name = "max-model-len", .kind = OPT_INT, .off = OFF(max_model_len), .min = 0, .max = 1 << 24, .def = 0,
      .help = "context limit (0 = the model's)"},
     {.name = "enforce-eager", .kind = OPT_BOOL, .off = OFF(enforce_eager), .def = 0,

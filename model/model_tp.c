@@ -258,19 +258,22 @@ static inferd_status agree_kv(model_tp *g)
 
 /* The options every node must be given alike: they fix each step's shapes,
  * the decode-graph ladder and the collectives' dtypes, so nodes that
- * differ would meet in collectives of other sizes (a hang, or wrong sums).
+ * differ would meet in collectives of other sizes (a hang, or wrong sums);
+ * and the KV cache's element, so every rank's heads round K and V alike.
  * Node 0 sends its values with the communicator id; a follower with other
  * values refuses to load, naming the option. */
-#define TP_NODE_OPTS 9
+#define TP_NODE_OPTS 10
 static const char *const k_node_opt_flags[TP_NODE_OPTS] = {
-    "--tensor-parallel-size", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--block-size",
-    "--enforce-eager",        "--tp-reduce-dtype", "--load-format",         "--dummy-seed"};
+    "--tensor-parallel-size", "--max-num-seqs",    "--max-num-batched-tokens", "--max-model-len",
+    "--block-size",           "--enforce-eager",   "--tp-reduce-dtype",        "--load-format",
+    "--dummy-seed",           "--kv-cache-dtype"};
 
 static void node_opts_of(const model_opts *o, int64_t v[TP_NODE_OPTS])
 {
-    const int64_t w[TP_NODE_OPTS] = {o->tensor_parallel_size, o->max_num_seqs,  o->max_num_batched_tokens,
-                                     o->max_model_len,        o->block_size,    o->enforce_eager,
-                                     o->tp_reduce_dtype,      o->load_format,   (int64_t)o->dummy_seed};
+    const int64_t w[TP_NODE_OPTS] = {o->tensor_parallel_size, o->max_num_seqs,    o->max_num_batched_tokens,
+                                     o->max_model_len,        o->block_size,      o->enforce_eager,
+                                     o->tp_reduce_dtype,      o->load_format,     (int64_t)o->dummy_seed,
+                                     o->kv_cache_dtype};
     memcpy(v, w, sizeof w);
 }
 

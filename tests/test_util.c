@@ -89,6 +89,12 @@ bool test_enforce_eager(void)
     return e && strcmp(e, "1") == 0;
 }
 
+bool test_kv_fp8(void)
+{
+    const char *e = getenv("INFERD_TEST_KV_FP8");
+    return e && strcmp(e, "1") == 0;
+}
+
 void test_skip(const char *why)
 {
     printf("SKIP: %s\n", why);

@@ -23,6 +23,9 @@ int test_tp_size(void);
 /* INFERD_TEST_EAGER=1: the engine suites load with enforce_eager (no CUDA
  * graphs), to tell a graph-only failure from one of the ops. */
 bool test_enforce_eager(void);
+/* INFERD_TEST_KV_FP8=1: the engine suites load with an fp8 e4m3 KV cache
+ * (--kv-cache-dtype fp8): their invariances must hold on it too. */
+bool test_kv_fp8(void);
 /* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
 void test_skip(const char *why) __attribute__((noreturn));
 /* The parsed golden/stories260K.json (llama2.c greedy cases; caller frees

@@ -190,11 +190,39 @@ START_TEST(test_cpu_batch_in_parts)
 }
 END_TEST
 
+/* --kv-cache-dtype fp8: the JSON names the KV cache's element, and the
+ * roofline's KV bytes per step are a quarter of the fp32 cache's (1 byte an
+ * element, not 4) while the weight bytes stay. */
+START_TEST(test_cpu_kv_fp8)
+{
+    static const char *const auto_flags[] = {"--batch-size", "2", "--input-len", "20", "--output-len", "4",
+                                             "--num-iters-warmup", "0", "--num-iters", "1", NULL};
+    static const char *const fp8_flags[] = {"--batch-size", "2", "--input-len", "20", "--output-len", "4",
+                                            "--num-iters-warmup", "0", "--num-iters", "1",
+                                            "--kv-cache-dtype", "fp8", NULL};
+    bl_run a, f;
+    bl_start(&a, auto_flags);
+    bl_start(&f, fp8_flags);
+    ck_assert_str_eq(cJSON_GetObjectItem(a.root, "kv_cache_dtype")->valuestring, "F32");
+    ck_assert_str_eq(cJSON_GetObjectItem(f.root, "kv_cache_dtype")->valuestring, "FP8_E4M3");
+    ck_assert_msg(strstr(f.out, "KV cache FP8_E4M3"), "%s", f.out);
+    const cJSON *ra = cJSON_GetArrayItem(cJSON_GetObjectItem(a.root, "rows"), 0);
+    const cJSON *rf = cJSON_GetArrayItem(cJSON_GetObjectItem(f.root, "rows"), 0);
+    const double kva = cJSON_GetObjectItem(ra, "kv_bytes_per_step")->valuedouble;
+    const double kvf = cJSON_GetObjectItem(rf, "kv_bytes_per_step")->valuedouble;
+    ck_assert_msg(kvf > 0 && kva == 4 * kvf, "kv bytes/step: auto %g, fp8 %g", kva, kvf);
+    ck_assert(cJSON_GetObjectItem(ra, "weight_bytes_per_step")->valuedouble ==
+              cJSON_GetObjectItem(rf, "weight_bytes_per_step")->valuedouble);
+    bl_done(&a);
+    bl_done(&f);
+}
+END_TEST
+
 START_TEST(test_bad_flags)
 {
     static const char *k_bad[][2] = {
         {"--batch-size", "0"}, {"--batch-size", "1,,2"}, {"--input-len", "8,"}, {"--output-len", "x"},
-        {"--num-iters", "2,3"}, {"--no-such-flag", "1"},
+        {"--num-iters", "2,3"}, {"--no-such-flag", "1"}, {"--kv-cache-dtype", "fp16"},
     };
     for (size_t k = 0; k < sizeof k_bad / sizeof k_bad[0]; k++) {
         char *argv[] = {(char *)test_inferd_bin(), "bench", "latency", "--model", g_model, "--device", "cpu",
@@ -227,6 +255,7 @@ int main(void)
     tcase_add_test(tc, test_cpu_table_and_json);
     tcase_add_test(tc, test_cpu_profile_ops);
     tcase_add_test(tc, test_cpu_batch_in_parts);
+    tcase_add_test(tc, test_cpu_kv_fp8);
     tcase_add_test(tc, test_bad_flags);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

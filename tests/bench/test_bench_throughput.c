@@ -313,6 +313,7 @@ START_TEST(test_bad_flags)
         {{"--output-json"}, 2, "--output-json"},
         {{"--no-such-flag", "1"}, 2, "unknown flag"},
         {{"--max-num-seqs", "0"}, 2, "max-num-seqs"},
+        {{"--kv-cache-dtype", "fp16"}, 2, "--kv-cache-dtype: expected one of auto|fp8|fp8_e4m3"},
         {{"--dataset-name", "sharegpt", "--dataset-path", "/nonexistent/sharegpt.json"}, 1, "nonexistent"},
         {{"--input-len", "600", "--output-len", "4"}, 1, "max"},
     };

@@ -134,6 +134,25 @@ START_TEST(test_stop_string_equals_prompts_file)
 }
 END_TEST
 
+/* --kv-cache-dtype fp8 (and its alias fp8_e4m3) runs: the fp8 KV cache is
+ * logged, and text comes out. */
+START_TEST(test_kv_cache_fp8)
+{
+    static const char *const names[] = {"fp8", "fp8_e4m3"};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(names); i++) {
+        const char *const tail[] = {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "16",
+                                    "--log-level", "info", "--kv-cache-dtype", names[i], NULL};
+        char *out, *err;
+        gen(tail, &out, &err);
+        ck_assert_msg(strlen(out) > 10, "--kv-cache-dtype %s: stdout '%s'", names[i], out);
+        ck_assert_msg(strstr(err, "KV cache") && strstr(err, "FP8_E4M3"), "no fp8 KV cache in the log: %s",
+                      err);
+        inferd_free(out);
+        inferd_free(err);
+    }
+}
+END_TEST
+
 START_TEST(test_bad_invocations)
 {
     static const char *rows[][8] = {
@@ -154,6 +173,7 @@ START_TEST(test_bad_invocations)
         {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "100", NULL}, /* too small */
         {"--model", "@M", "--prompt-ids", "1", "--gpu-memory-utilization", "1.5", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--load-format", "gguf", NULL},
+        {"--model", "@M", "--prompt-ids", "1", "--kv-cache-dtype", "fp16", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--log-level", "loud", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--threads", "-1", NULL},
         {"--model", "@M", "--prompt-ids", "1", "--kv-cache-bytes", "1Q", NULL},
@@ -255,6 +275,7 @@ int main(void)
     tcase_add_test(tc, test_golden_from_ids);
     tcase_add_test(tc, test_golden_from_text);
     tcase_add_test(tc, test_stop_string_equals_prompts_file);
+    tcase_add_test(tc, test_kv_cache_fp8);
     tcase_add_test(tc, test_bad_invocations);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_two_nodes);

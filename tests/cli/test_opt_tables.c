@@ -261,6 +261,10 @@ START_TEST(test_binary_help)
         {{"serve", "--help"}, "[0, 65535] (default 8000)"},
         {{"generate", "--help"}, "KV block size in tokens [1, 1024] (default 16)"},
         {{"generate", "--help"}, "sequences per engine step [1, 65536] (default 64)"},
+        {{"generate", "--help"}, "--kv-cache-dtype auto|fp8"},
+        {{"serve", "--help"}, "--kv-cache-dtype auto|fp8"},
+        {{"bench", "latency", "--help"}, "--kv-cache-dtype auto|fp8"},
+        {{"bench", "throughput", "--help"}, "--kv-cache-dtype auto|fp8"},
         {{"bench", "serve", "--help"}, "server port [1, 65535] (default 8000)"},
     };
     for (size_t i = 0; i < INFERD_ARRAY_LEN(cases); i++) {

@@ -4,6 +4,7 @@
  * (cli_serve.c); the assertions are unchanged, the fields are reached
  * through srv_opts' model/engine members.
  */
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -35,11 +36,14 @@ START_TEST(test_opts)
                     "--device",
                     "cpu",
                     "--tp-reduce-dtype=bfloat16",
+                    "--kv-cache-dtype=fp8",
                     NULL};
     FILE *null = fopen("/dev/null", "w");
     ck_assert_int_eq(o.model.tp_reduce_dtype, MODEL_TP_REDUCE_F32); /* the default */
-    ck_assert_int_eq(cli_serve_parse(&o, NULL, 12, argv, null), 0);
+    ck_assert_int_eq(o.model.kv_cache_dtype, MODEL_KV_CACHE_AUTO);  /* the default */
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 13, argv, null), 0);
     ck_assert_int_eq(o.model.tp_reduce_dtype, MODEL_TP_REDUCE_ACT);
+    ck_assert_int_eq(o.model.kv_cache_dtype, MODEL_KV_CACHE_FP8_E4M3);
     ck_assert_str_eq(o.model.model_dir, "/m/dir/");
     ck_assert_str_eq(o.served_model_name, "dir");
     ck_assert_int_eq(o.port, 9100);
@@ -65,6 +69,8 @@ START_TEST(test_opts)
         {"serve", "--model", "m", "--log-level=loud"},
         {"serve", "--model", "m", "--load-format=gguf"},
         {"serve", "--model", "m", "--tp-reduce-dtype=fp8"},
+        {"serve", "--model", "m", "--kv-cache-dtype=fp16"},
+        {"serve", "--model", "m", "--kv-cache-dtype=fp8_e5m2"}, /* vLLM's other fp8: no kernel reads it */
         {"serve", "--model", "m", "--block-size=0"},
         {"serve", "--model", "m", "--max-model-len"},
         {"serve", "--model", "m", "--config"}, /* a trailing --config was ignored */
@@ -74,6 +80,33 @@ START_TEST(test_opts)
         ck_assert_msg(cli_serve_parse(&o, NULL, 4, (char **)bad[i], null) == 2, "row %zu accepted", i);
         srv_opts_free(&o);
     }
+    /* --kv-cache-dtype: every name, as a flag and a config key; a bad one
+     * is named with the accepted ones */
+    static const struct {
+        const char *name;
+        int value;
+    } kv[] = {{"auto", MODEL_KV_CACHE_AUTO}, {"fp8", MODEL_KV_CACHE_FP8_E4M3},
+              {"fp8_e4m3", MODEL_KV_CACHE_FP8_E4M3}};
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(kv); i++) {
+        char flag[64], json[96];
+        snprintf(flag, sizeof flag, "--kv-cache-dtype=%s", kv[i].name);
+        snprintf(json, sizeof json, "{\"model\": \"m\", \"kv_cache_dtype\": \"%s\"}", kv[i].name);
+        char *a[] = {"serve", "--model", "m", flag, NULL};
+        srv_opts_default(&o);
+        ck_assert_int_eq(cli_serve_parse(&o, NULL, 4, a, null), 0);
+        ck_assert_int_eq(o.model.kv_cache_dtype, kv[i].value);
+        srv_opts_free(&o);
+        srv_opts_default(&o);
+        ck_assert_msg(cli_serve_apply_json(&o, NULL, json, "c"), "%s: %s", json, inferd_last_error());
+        ck_assert_int_eq(o.model.kv_cache_dtype, kv[i].value);
+        srv_opts_free(&o);
+    }
+    srv_opts_default(&o);
+    char *kvbad[] = {"serve", "--model", "m", "--kv-cache-dtype", "fp16", NULL};
+    ck_assert_int_eq(cli_serve_parse(&o, NULL, 5, kvbad, null), 2);
+    const char *want = "--kv-cache-dtype: expected one of auto|fp8|fp8_e4m3, got 'fp16'";
+    ck_assert_msg(strstr(inferd_last_error(), want), "%s", inferd_last_error());
+    srv_opts_free(&o);
     srv_opts_default(&o);
     char *nomodel[] = {"serve", "--port", "1", NULL};
     ck_assert_int_eq(cli_serve_parse(&o, NULL, 3, nomodel, null), 2);

@@ -19,6 +19,7 @@
  *  - the same two checks on the fused decode layers (GEMV size threshold
  *    lowered so that stories260K takes them) and on the O and down products
  *    adding into the residual stream (size floor lowered, GEMV off).
+ *  - graphs vs eager again with the fp8 KV cache.
  *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
  */
 #include <cjson/cJSON.h>
@@ -39,6 +40,7 @@
 
 static cJSON *g_case0;
 static char *g_model_dir;
+static int g_kv_cache_dtype; /* model_kv_cache_dtype of the models load() makes */
 
 static model *load(bool eager)
 {
@@ -50,6 +52,7 @@ static model *load(bool eager)
     o.max_num_seqs = MAX_SEQS;
     o.kv_cache_bytes = 64 << 20;
     o.enforce_eager = eager;
+    o.kv_cache_dtype = g_kv_cache_dtype;
     model *m = NULL;
     ck_assert_msg(model_load(&o, &m) == INFERD_OK, "load: %s", inferd_last_error());
     return m;
@@ -326,6 +329,29 @@ START_TEST(test_accum_layers)
 }
 END_TEST
 
+/* The fp8 KV cache (--kv-cache-dtype fp8): graphs equal eager (bitwise at
+ * captured sizes, the same tokens everywhere) with the cache in e4m3, the
+ * decode kernel reading the bytes and the prefill attention their bf16
+ * copy (mixed steps included). No golden tokens: e4m3 keys and values
+ * move the logits of this tiny model by more than its token margins. */
+START_TEST(test_fp8_kv_cache)
+{
+    g_kv_cache_dtype = MODEL_KV_CACHE_FP8_E4M3;
+    model *g = load(false), *e = load(true);
+    g_kv_cache_dtype = MODEL_KV_CACHE_AUTO;
+    ck_assert(model_kv_dtype(g) == KERN_DTYPE_FP8_E4M3 && model_kv_dtype(e) == KERN_DTYPE_FP8_E4M3);
+    static const int batches[] = {1, 3, 16};
+    for (int k = 0; k < 3; k++) {
+        cmp_stats cs = {0};
+        run_batch(g, e, batches[k], &cs);
+        printf("fp8 KV cache, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n", batches[k],
+               cs.steps, cs.bitwise_steps, cs.max_abs);
+    }
+    model_free(g);
+    model_free(e);
+}
+END_TEST
+
 START_TEST(test_ceilings)
 {
     kern_ctx_opts ko = {.backend = KERN_BACKEND_CUDA};
@@ -354,6 +380,7 @@ int main(void)
     tcase_add_test(tc, test_golden_through_graphs);
     tcase_add_test(tc, test_fused_layers);
     tcase_add_test(tc, test_accum_layers);
+    tcase_add_test(tc, test_fp8_kv_cache);
     if (!getenv("INFERD_TEST_QUICK")) /* 1 GiB of scratch; skipped under the sanitizer */
         tcase_add_test(tc, test_ceilings);
     suite_add_tcase(s, tc);

@@ -21,6 +21,7 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     o.n_threads = 1;
     o.tensor_parallel_size = test_tp_size();
     o.enforce_eager = test_enforce_eager();
+    o.kv_cache_dtype = test_kv_fp8() ? MODEL_KV_CACHE_FP8_E4M3 : MODEL_KV_CACHE_AUTO;
     o.max_num_seqs = max_seqs;
     o.max_num_batched_tokens = max_tokens;
     o.kv_cache_bytes = 0;
@@ -28,7 +29,7 @@ model *etu_load_stories(int max_seqs, int max_tokens, int kv_blocks)
     if (kv_blocks > 0) { /* learn the bytes of a block from a probe load */
         o.kv_cache_bytes = 1 << 20;
         ck_assert_msg(model_load(&o, &m) == INFERD_OK, "model_load: %s", inferd_last_error());
-        o.kv_cache_bytes = (int64_t)kv_blocks * model_kv_bytes_per_block(m);
+        o.kv_cache_bytes = (int64_t)kv_blocks * model_kv_budget_per_block(m);
         model_free(m);
         m = NULL;
     }

@@ -767,7 +767,11 @@ int main(void)
     Suite *s = suite_create("engine_stories");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_golden_greedy); /* bf16 on CUDA: see tests/model/test_stories_gpu.c */
+    /* bf16 on CUDA: see tests/model/test_stories_gpu.c; not with an fp8
+     * cache (INFERD_TEST_KV_FP8): e4m3 keys and values move this tiny
+     * model's logits past its greedy margins, the invariances below hold */
+    if (!test_kv_fp8())
+        tcase_add_test(tc, test_golden_greedy);
     tcase_add_test(tc, test_concurrent_equals_alone);
     tcase_add_test(tc, test_submit_many);
     tcase_add_test(tc, test_preemption_invariance);
