@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -754,6 +754,51 @@ if [[ -n ${WAVE_ENVPF_TPUT:-} ]]; then
         with_env "$(variant_envs "$v")" tput_run "envpf-tput-${v%%:*}" 512 128 512 16384 512
     done
 fi
+fi
+# i4e. the fp8 KV cache (--kv-cache-dtype fp8): the attention and fused
+#      kernel cases (every decode body and the prefill's bf16 copy, the K/V
+#      writes of every route) at full sizes (and under memcheck, quick
+#      sizes, with WAVE_KVFP8_SAN=1; scripts/gpu-test.sh runs it too),
+#      graphs == eager with it (test_graphs_gpu); then the decode rows
+#      b1/16/64 x 512/1k with the cache in bf16 (auto), fp8 (the
+#      tensor-core decode body) and fp8 on the CUDA-core bodies
+#      (INFERD_ATTN_DEC_TC=0), processes alternating, WAVE_REPS runs; b256 x
+#      1k and b1 x 32k auto / fp8; prefill 2k and 16k auto / fp8
+if part kvfp8; then
+if checks; then
+    for c in attention fused; do
+        kcase "kvfp8-$c" 0 "$c"
+        [[ -n ${WAVE_KVFP8_SAN:-} ]] && kcase "kvfp8-$c-san" 1 "$c" memcheck
+    done
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda timeout 300 "$BUILD/tests/model/test_graphs_gpu") \
+          >"$W/kvfp8-graphs.log" 2>&1
+    then row "test_graphs_gpu (fp8 form among them) $(el)" PASS
+    else row "test_graphs_gpu (exit $?)" "FAIL (wave/kvfp8-graphs.log)"; fi
+    if (cd "$BUILD" && INFERD_TEST_KV_FP8=1 INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 \
+          "$BUILD/tests/scheduler/test_engine_stories") >"$W/kvfp8-engine.log" 2>&1
+    then row "test_engine_stories (cuda, fp8 KV) $(el)" PASS
+    else row "test_engine_stories (fp8 KV, exit $?)" "FAIL (wave/kvfp8-engine.log)"; fi
+fi
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for v in auto fp8 fp8simt; do
+        dt=${v%simt}
+        with_env "$([[ $v == fp8simt ]] && echo INFERD_ATTN_DEC_TC=0)" lat "kvfp8-$v-$rep" 150 \
+            "kv $v b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 --input-len 512,1024 \
+            --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 \
+            --max-model-len 2048 --kv-cache-dtype "$dt"
+    done
+done
+for dt in auto fp8; do
+    lat "kvfp8-b256-$dt" 150 "kv $dt b256 x 1k" --model $L8 --batch-size 256 --input-len 1024 --output-len 160 \
+        --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 2048 \
+        --kv-cache-dtype $dt
+    lat "kvfp8-b1-32k-$dt" 150 "kv $dt b1 x 32k" --model $L31 --batch-size 1 --input-len 32000 --output-len 64 \
+        --num-iters-warmup 0 --num-iters 1 --max-num-seqs 1 --max-num-batched-tokens 8192 --max-model-len 33000 \
+        --kv-cache-dtype $dt
+    lat "kvfp8-prefill-$dt" 150 "kv $dt prefill 2k/16k" --model $L31 --batch-size 1 --input-len 2048,16384 \
+        --output-len 4 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 16384 --max-model-len 16400 \
+        --kv-cache-dtype $dt
+done
 fi
 # i4d0. where the time between kernels goes: ncu's duration of every kernel
 #       of a short b1 x 512 run (graphs on, caches and clocks left alone),
