@@ -197,13 +197,15 @@ fi
 
 # i2. offline throughput against the engine's batch limits (issue 13): the same
 #     1000 requests with --max-num-seqs 256 / 512 / 1024 and a 16k token budget
-# tput_run NAME IN OUT SEQS TOKENS CAP: one 1000-request bench throughput
-# row (decode graphs up to CAP rows: INFERD_GRAPH_MAX_BATCH) into $W/NAME.txt
+# tput_run NAME IN OUT SEQS TOKENS CAP [ARGS...]: one 1000-request bench
+# throughput row (decode graphs up to CAP rows: INFERD_GRAPH_MAX_BATCH)
+# into $W/NAME.txt; ARGS go to bench throughput too
 tput_run() {
     local name=$1 il=$2 ol=$3 ns=$4 bt=$5 cap=$6
+    shift 6
     if INFERD_GRAPH_MAX_BATCH=$cap timeout 240 "$BIN" bench throughput --model $L8 --load-format dummy \
           --device cuda --input-len $il --output-len $ol --num-prompts 1000 --max-num-seqs $ns \
-          --max-num-batched-tokens $bt --output-json "$W/$name.json" >"$W/$name.txt" 2>&1
+          --max-num-batched-tokens $bt --output-json "$W/$name.json" "$@" >"$W/$name.txt" 2>&1
     then row "bench throughput $il/$ol seqs $ns tokens $bt graphs to $cap $(el)" ok
     else row "bench throughput $il/$ol seqs $ns graphs to $cap (exit $?)" FAILED; fi
     grep -E "^\| [0-9]|engine:|^time:" "$W/$name.txt" | tail -3
@@ -218,10 +220,13 @@ for io in "512 128" "128 128"; do
 done
 fi
 
-# i2a. the two throughput rows of issue 13 at --max-num-seqs 512 (16k budget)
+# i2a. the two throughput rows of issue 13 at --max-num-seqs 512 (16k budget);
+#      WAVE_TPUT_KV="auto fp8": each row per --kv-cache-dtype
 if part tput512; then
-tput_run "tput512-512-128" 512 128 512 16384 512
-tput_run "tput512-128-128" 128 128 512 16384 512
+for dt in ${WAVE_TPUT_KV:-auto}; do
+    tput_run "tput512-512-128-$dt" 512 128 512 16384 512 --kv-cache-dtype $dt
+    tput_run "tput512-128-128-$dt" 128 128 512 16384 512 --kv-cache-dtype $dt
+done
 fi
 
 # i2b. the same at --max-num-seqs 1024 with decode graphs up to 1024 rows
