@@ -63,8 +63,8 @@ typedef struct {
     int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
     int tc;                       /* decode: 1 = the tensor-core body (kcuda_attn_decode_tc_supported) */
     int pdl;                      /* decode: 1 = launched as programmatic dependents (attention.cu) */
-    int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (the CUDA-core bodies
-                                   * read them); the prefill kernels always read bf16 (attention.cu) */
+    int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (every decode body
+                                   * reads them); the prefill kernels always read bf16 (attention.cu) */
     float scale;
 } kc_attn_args;
 
@@ -124,25 +124,29 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
 /* Keys [k0, k0 + ROWS) of kv head kvh, gathered through the sequence's
  * block-table row bt into sK / sV [ROWS][LD] (element offsets, 16-byte
  * aligned rows) by NT threads (this one is tid < NT), 16 bytes a copy:
- * copy i takes row i / (D / 8), chunk i % (D / 8), so a warp's 32 copies
- * are consecutive chunks of consecutive rows. Keys at or past kv_end are
- * zero-filled without a read (k0 < kv_end: the tile has a key). Shared by
- * the tensor-core prefill (a CTA, 64 keys) and the tensor-core decode body
- * (a warp, 16 keys). SW = true: the wgmma prefill's layout instead (LD unused): 64-dim
- * halves [D / 64][ROWS][64], rows of 128 bytes whose 16-byte chunk c sits
- * at c ^ (row % 8) (the 128-byte swizzle, mma.cuh); 8 consecutive copies
- * fill one row. */
-template <int D, int LD, int ROWS, int NT, bool SW = false>
+ * copy i takes row i / CH, chunk i % CH (CH = the row's 16-byte chunks), so
+ * a warp's 32 copies are consecutive chunks of consecutive rows. Keys at or
+ * past kv_end are zero-filled without a read (k0 < kv_end: the tile has a
+ * key). T: the cache's element, uint16_t (bf16, 8 a chunk) or uint8_t
+ * (fp8 e4m3 bytes, 16 a chunk: the tensor-core decode body's fp8 ring).
+ * Shared by the tensor-core prefill (a CTA, 64 keys) and the tensor-core
+ * decode body (a warp, 16 keys). SW = true (bf16 only): the wgmma
+ * prefill's layout instead (LD unused): 64-dim halves [D / 64][ROWS][64],
+ * rows of 128 bytes whose 16-byte chunk c sits at c ^ (row % 8) (the
+ * 128-byte swizzle, mma.cuh); 8 consecutive copies fill one row. */
+template <int D, int LD, int ROWS, int NT, bool SW = false, class T = uint16_t>
 __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
-                                             int tid, uint16_t *sK, uint16_t *sV)
+                                             int tid, T *sK, T *sV)
 {
-    constexpr int CH = D / 8;
+    constexpr int EPC = 16 / (int)sizeof(T), CH = D / EPC; /* elements a chunk, chunks a row */
     static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
+    static_assert(!SW || sizeof(T) == 2, "the swizzled layout is bf16's");
     const int64_t blk = (int64_t)a.nkv * a.bs * D; /* elements a cache block */
+    const T *kc = (const T *)a.k_cache, *vc = (const T *)a.v_cache;
 #pragma unroll
     for (int j = 0; j < ROWS * CH / NT; j++) {
         const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
-        const int dst = SW ? (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8 : r * LD + ch * 8;
+        const int dst = SW ? (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8 : r * LD + ch * EPC;
         const bool ok = p < kv_end;
         /* keys past kv_end: the address of the last key (valid), no read */
         const int pc = ok ? p : kv_end - 1;
@@ -150,9 +154,9 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
          * block sizes are powers of two in practice. */
         const int bi = a.bs_log >= 0 ? pc >> a.bs_log : pc / a.bs;
         /* element offset into [n_blocks, nkv, bs, D] */
-        const int64_t off = (int64_t)__ldg(bt + bi) * blk + ((kvh * a.bs + pc - bi * a.bs) * D + ch * 8);
-        kc_cp_async16(sK + dst, a.k_cache + off, ok);
-        kc_cp_async16(sV + dst, a.v_cache + off, ok);
+        const int64_t off = (int64_t)__ldg(bt + bi) * blk + ((kvh * a.bs + pc - bi * a.bs) * D + ch * EPC);
+        kc_cp_async16(sK + dst, kc + off, ok);
+        kc_cp_async16(sV + dst, vc + off, ok);
     }
 }
 

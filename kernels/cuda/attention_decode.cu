@@ -656,27 +656,6 @@ static size_t dtc_smem_bytes(int hd, bool f8)
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-/* Keys [k0, k0 + DTC_KEYS) of an fp8 cache into this warp's fp8 tiles sK8,
- * sV8 ([DTC_KEYS][D] bytes), 16-byte copies (16 dims) as kc_gather_kv
- * makes for bf16; keys at or past kv_end zero-filled without a read. */
-template <int D>
-__device__ __forceinline__ void dtc_gather_f8(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
-                                              int lane, uint8_t *sK8, uint8_t *sV8)
-{
-    constexpr int CH = D / 16; /* 16-byte chunks a key */
-    const int64_t blk = (int64_t)a.nkv * a.bs * D;
-#pragma unroll
-    for (int j = 0; j < DTC_KEYS * CH / 32; j++) {
-        const int i = lane + 32 * j, r = i / CH, ch = i - r * CH, p = k0 + r;
-        const bool ok = p < kv_end;
-        const int pc = ok ? p : kv_end - 1;
-        const int bi = a.bs_log >= 0 ? pc >> a.bs_log : pc / a.bs;
-        const int64_t off = (int64_t)__ldg(bt + bi) * blk + ((kvh * a.bs + pc - bi * a.bs) * D + ch * 16);
-        kc_cp_async16(sK8 + r * D + ch * 16, (const uint8_t *)a.k_cache + off, ok);
-        kc_cp_async16(sV8 + r * D + ch * 16, (const uint8_t *)a.v_cache + off, ok);
-    }
-}
-
 /* This warp's fp8 tiles (sK8, sV8: [DTC_KEYS][D] bytes) into its bf16
  * tiles (sK, sV: [DTC_KEYS][LD]), exactly; 8 elements a lane a step. */
 template <int D, int LD>
@@ -720,8 +699,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
 
     if (warp < n_tiles) {
         if (F8)
-            dtc_gather_f8<D>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring8,
-                             ring8 + DTC_KEYS * D);
+            kc_gather_kv<D, D, DTC_KEYS, 32, false, uint8_t>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end,
+                                                             lane, ring8, ring8 + DTC_KEYS * D);
         else
             kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
                                               ring + DTC_KEYS * LD);
@@ -749,7 +728,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
              * ended with __syncwarp, so it is free to overwrite */
             if (F8) {
                 uint8_t *nx = ring8 + (stage ^ 1) * STAGE8;
-                dtc_gather_f8<D>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx, nx + DTC_KEYS * D);
+                kc_gather_kv<D, D, DTC_KEYS, 32, false, uint8_t>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end,
+                                                                 lane, nx, nx + DTC_KEYS * D);
             } else {
                 uint16_t *nx = ring + (stage ^ 1) * STAGE;
                 kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
