@@ -79,16 +79,17 @@ static void attn_run(attn_state *st, const float *q, const float *k, const float
     }
 }
 
-/* attn_run over n fp8 e4m3 keys/values, decoded to fp32 first.
+/* attn_run over n fp8 e4m3 keys/values, decoded to fp32 first through
+ * lut (the 256 codes' values, kern_e4m3_to_f32).
  * NOTE: 2 * ATTN_RUN * KCPU_MAX_HEAD_DIM floats (256 KiB) of stack. */
 static void attn_run_fp8(attn_state *st, const float *q, const uint8_t *k, const uint8_t *v, int n, int hd,
-                         float scale)
+                         float scale, const float *lut)
 {
     float kf[ATTN_RUN * KCPU_MAX_HEAD_DIM], vf[ATTN_RUN * KCPU_MAX_HEAD_DIM];
     const int64_t cnt = (int64_t)n * hd;
     for (int64_t i = 0; i < cnt; i++) {
-        kf[i] = kern_e4m3_to_f32(k[i]);
-        vf[i] = kern_e4m3_to_f32(v[i]);
+        kf[i] = lut[k[i]];
+        vf[i] = lut[v[i]];
     }
     attn_run(st, q, kf, vf, n, hd, scale);
 }
@@ -96,7 +97,7 @@ static void attn_run_fp8(attn_state *st, const float *q, const uint8_t *k, const
 /* Attention output of query q (token at position pos of sequence seq) over
  * positions 0..pos of kv head kvh, into out[hd]. */
 static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const float *q,
-                     float *out)
+                     float *out, const float *lut)
 {
     const int hd = p->head_dim, bs = p->block_size;
     const int32_t *bt = p->block_tables + (int64_t)seq * p->max_blocks_per_seq;
@@ -114,7 +115,7 @@ static void attn_one(const kern_attn_params *p, int seq, int pos, int kvh, const
             int64_t off = base + (int64_t)c0 * hd; /* element index in [n_blocks, n_kv_heads, bs, hd] */
             if (p->kv_fp8)
                 attn_run_fp8(&st, q, (const uint8_t *)p->k_cache + off, (const uint8_t *)p->v_cache + off, n,
-                             hd, p->scale);
+                             hd, p->scale, lut);
             else
                 attn_run(&st, q, (const float *)p->k_cache + off, (const float *)p->v_cache + off, n, hd,
                          p->scale);
@@ -145,6 +146,9 @@ void kcpu_attention(kern_ctx *ctx, const kern_attn_params *p)
     const int64_t qkv_row = (int64_t)(nh + 2 * nkv) * hd;
     const float *qkv = p->qkv; /* [n_tokens, (nh + 2*nkv) * hd] */
     float *out = p->out;       /* [n_tokens, nh * hd] */
+    float lut[256]; /* fp8: every code's value, decoded once a call */
+    for (int c = 0; p->kv_fp8 && c < 256; c++)
+        lut[c] = kern_e4m3_to_f32((uint8_t)c);
     const int64_t n_tasks = (int64_t)p->n_tokens * nh;
     int64_t work = n_tasks * (int64_t)(p->max_seq_len > 0 ? p->max_seq_len : 1) * hd * 2;
     int nt = kcpu_threads(ctx, work);
@@ -159,7 +163,7 @@ void kcpu_attention(kern_ctx *ctx, const kern_attn_params *p)
         }
         int q_len = p->query_start_loc[seq + 1] - p->query_start_loc[seq];
         int pos = p->seq_lens[seq] - q_len + (t - p->query_start_loc[seq]);
-        attn_one(p, seq, pos, h / group, qkv + (int64_t)t * qkv_row + (int64_t)h * hd, o);
+        attn_one(p, seq, pos, h / group, qkv + (int64_t)t * qkv_row + (int64_t)h * hd, o, lut);
     }
 }
 
