@@ -174,11 +174,14 @@ then
 else row "A/B build without the PDL trigger" "FAILED (wave/build-notrig.log)"; fi
 fi
 
-# h. where a decode step goes: the per-op table (eager, an event per op), batch 1 and 16 at 512
+# h. where a decode step goes: the per-op table (eager, an event per op), batch
+#    WAVE_PROFILE_BATCH (1,16) at context WAVE_PROFILE_LEN (512), cache WAVE_PROFILE_KV (auto)
 if part profile; then
-if timeout 120 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16 --input-len 512 \
-      --output-len 32 --num-iters-warmup 1 --num-iters 1 --max-num-batched-tokens 8192 --profile-ops >"$W/profile-ops.txt" 2>&1
-then row "bench latency --profile-ops b1/b16 x 512 $(el)" ok
+pb=${WAVE_PROFILE_BATCH:-1,16} pl=${WAVE_PROFILE_LEN:-512} pk=${WAVE_PROFILE_KV:-auto}
+if timeout 180 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size "$pb" --input-len "$pl" \
+      --output-len 32 --num-iters-warmup 1 --num-iters 1 --max-num-batched-tokens 8192 --max-num-seqs 64 \
+      --kv-cache-dtype "$pk" --profile-ops >"$W/profile-ops.txt" 2>&1
+then row "bench latency --profile-ops b$pb x $pl kv $pk $(el)" ok
 else row "bench latency --profile-ops (exit $?)" FAILED; fi
 grep -vE "^\[|^$|INFO" "$W/profile-ops.txt" | grep -E "^\||ops of" | head -60
 fi

@@ -130,23 +130,53 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
  * key). T: the cache's element, uint16_t (bf16, 8 a chunk) or uint8_t
  * (fp8 e4m3 bytes, 16 a chunk: the tensor-core decode body's fp8 ring).
  * Shared by the tensor-core prefill (a CTA, 64 keys) and the tensor-core
- * decode body (a warp, 16 keys). SW = true (bf16 only): the wgmma
- * prefill's layout instead (LD unused): 64-dim halves [D / 64][ROWS][64],
- * rows of 128 bytes whose 16-byte chunk c sits at c ^ (row % 8) (the
- * 128-byte swizzle, mma.cuh); 8 consecutive copies fill one row. */
-template <int D, int LD, int ROWS, int NT, bool SW = false, class T = uint16_t>
+ * decode body (a warp, 16 keys). LAY: where a row's chunks go.
+ * KC_TILE_ROWS: rows of LD elements, chunks in order. KC_TILE_SW128 (bf16
+ * only): the wgmma prefill's layout (LD unused): 64-dim halves
+ * [D / 64][ROWS][64], rows of 128 bytes whose 16-byte chunk c sits at
+ * c ^ (row % 8) (the 128-byte swizzle, mma.cuh); 8 consecutive copies fill
+ * one row. KC_TILE_DEC8 (fp8, D 64 or 128; LD unused): the fp8 decode
+ * body's [ROWS][D] bytes with the 16-byte chunks of each 128-byte line
+ * XORed by kc_dec8_swz(row) (kc_dec8_off). */
+enum { KC_TILE_ROWS = 0, KC_TILE_SW128 = 1, KC_TILE_DEC8 = 2 };
+
+/* The fp8 decode body's tile layout (attention_decode.cu): byte b of row r
+ * of a [rows][D] byte tile (D = 64 or 128) lives at
+ * (r D + b) ^ (kc_dec8_swz(r) << 4), i.e. the chunk index within its
+ * 128-byte line is XORed with (r & 1) | ((r / 4) % 4) * 2. Its two reads
+ * hit 32 distinct banks: a lane's 16-byte K pieces (rows 2n' and 2n' + 1 in
+ * a quarter warp) and the 4-byte V words of rows 4 c + i (c = 0..3, i
+ * fixed) at byte 32 Q + 4 g. */
+__device__ __forceinline__ int kc_dec8_swz(int r)
+{
+    return (r & 1) | ((r >> 2) & 3) << 1;
+}
+template <int D> __device__ __forceinline__ int kc_dec8_off(int r, int b)
+{
+    static_assert(D == 64 || D == 128, "the fp8 decode tile's swizzle covers 64 and 128 dims");
+    return (r * D + b) ^ (kc_dec8_swz(r) << 4);
+}
+
+template <int D, int LD, int ROWS, int NT, int LAY = KC_TILE_ROWS, class T = uint16_t>
 __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_t *bt, int kvh, int k0, int kv_end,
                                              int tid, T *sK, T *sV)
 {
     constexpr int EPC = 16 / (int)sizeof(T), CH = D / EPC; /* elements a chunk, chunks a row */
     static_assert(ROWS * CH % NT == 0, "K/V tile chunks per thread");
-    static_assert(!SW || sizeof(T) == 2, "the swizzled layout is bf16's");
+    static_assert(LAY != KC_TILE_SW128 || sizeof(T) == 2, "the swizzled layout is bf16's");
+    static_assert(LAY != KC_TILE_DEC8 || sizeof(T) == 1, "the fp8 decode layout is bytes");
     const int64_t blk = (int64_t)a.nkv * a.bs * D; /* elements a cache block */
     const T *kc = (const T *)a.k_cache, *vc = (const T *)a.v_cache;
 #pragma unroll
     for (int j = 0; j < ROWS * CH / NT; j++) {
         const int i = tid + j * NT, r = i / CH, ch = i - r * CH, p = k0 + r;
-        const int dst = SW ? (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8 : r * LD + ch * EPC;
+        int dst;
+        if constexpr (LAY == KC_TILE_SW128)
+            dst = (ch >> 3) * ROWS * 64 + r * 64 + ((ch ^ r) & 7) * 8;
+        else if constexpr (LAY == KC_TILE_DEC8)
+            dst = kc_dec8_off<D>(r, ch * 16);
+        else
+            dst = r * LD + ch * EPC;
         const bool ok = p < kv_end;
         /* keys past kv_end: the address of the last key (valid), no read */
         const int pc = ok ? p : kv_end - 1;

@@ -26,8 +26,9 @@
  * fp8 e4m3 cache (kc_attn_args.kv_fp8): the CUDA-core bodies read a lane's
  * 8 dims as 8 bytes (the ring holds twice the iterations in the same
  * bytes) and convert them exactly to fp32 (kc_unpack8_e4m3); the rest of
- * the arithmetic is the bf16 bodies'. The tensor-core body takes an fp8
- * cache through an fp8 ring whose tiles it converts to its bf16 tiles.
+ * the arithmetic is the bf16 bodies'. The tensor-core body has an fp8 twin
+ * (attn_decode_tc8_kernel): fp8 tiles in a deeper ring, converted to f16
+ * fragments in registers, products on f16 mma.
  *
  * The CUDA-core bodies, bitwise alike (same keys per lane, same arithmetic order):
  * the K/V pieces go straight to registers (dec_fold_keys: a warp's loads
@@ -643,46 +644,82 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
 #define DTC_PAD 8   /* bf16 of padding per shared row: ldmatrix rows on distinct banks */
 
 /* Dynamic shared memory of the tensor-core body: per warp two stages of a
- * K and a V tile (also the merge area afterwards); F8: one bf16 K and V
- * tile and two stages of the fp8 tiles they are converted from. */
-static size_t dtc_warp_bytes(int hd, bool f8)
+ * K and a V tile (also the merge area afterwards). */
+static size_t dtc_smem_bytes(int hd)
 {
-    const size_t bf = (size_t)2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t); /* a K and a V tile */
-    return f8 ? bf + (size_t)2 * 2 * DTC_KEYS * (size_t)hd : 2 * bf;
-}
-static size_t dtc_smem_bytes(int hd, bool f8)
-{
-    const size_t tiles = (size_t)DEC_WARPS * dtc_warp_bytes(hd, f8);
+    const size_t tiles = (size_t)DEC_WARPS * 2 * 2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t);
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-/* This warp's fp8 tiles (sK8, sV8: [DTC_KEYS][D] bytes) into its bf16
- * tiles (sK, sV: [DTC_KEYS][LD]), exactly; 8 elements a lane a step. */
-template <int D, int LD>
-__device__ __forceinline__ void dtc_convert_f8(const uint8_t *sK8, const uint8_t *sV8, int lane, uint16_t *sK,
-                                               uint16_t *sV)
+/* Online softmax of row g over this lane's four scores of a 16-key tile
+ * (s[n][e], e < 2; key[n][e] its key's offset from the tile's first key
+ * k0; keys at or past kv_end masked), in the log2 domain (sc = the score
+ * scale times log2 e): updates m (the row's running max) and l (this lane's
+ * partial sum), gives the probabilities p and returns the factor of the
+ * state before. The 4 lanes of a row (cc) agree on m. */
+__device__ __forceinline__ float dtc_softmax(float (&s)[2][4], const int (&key)[2][2], int k0, int kv_end, float sc,
+                                             float &m, float &l, float (&p)[2][2])
 {
+    float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < DTC_KEYS * D / 8 / 32; j++) {
-        const int e = (lane + 32 * j) * 8, r = e / D, col = e - r * D;
-        float f[8];
-        kc_unpack8_e4m3(*(const uint2 *)(sK8 + e), f);
-        *(uint4 *)(sK + r * LD + col) = kc_pack8(f);
-        kc_unpack8_e4m3(*(const uint2 *)(sV8 + e), f);
-        *(uint4 *)(sV + r * LD + col) = kc_pack8(f);
-    }
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (k0 + key[n][e] >= kv_end)
+                s[n][e] = -INFINITY;
+            mx = fmaxf(mx, s[n][e]);
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(m, mx * sc);
+    /* NOTE: a row with every key so far masked keeps m = -inf; base 0
+     * makes exp2(-inf - base) = 0 instead of NaN */
+    const float base = m_new == -INFINITY ? 0.0f : m_new;
+    const float corr = exp2f(m - base);
+    m = m_new;
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            p[n][e] = exp2f(fmaf(s[n][e], sc, -base));
+    l = l * corr + ((p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+    return corr;
 }
 
-/* F8: the cache holds e4m3 (kc_attn_args.kv_fp8): the warp's tiles come in
- * as fp8 through the two-stage ring and are converted (exactly) into one
- * bf16 K and V tile before the products; the rest is the bf16 body. */
-template <int GMAX, int D, bool F8>
+/* A warp's state into the cross-warp merge area, then the CTA's finish
+ * (dec_cta_finish): rows g < nhc of the accumulators, o[nt][e] (e < 2) the
+ * output dim dim(nt, e) of row g, m in log2 units. Every thread calls it
+ * after its last tile. */
+template <int GMAX, int D, class DIM>
+__device__ __forceinline__ void dtc_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX> &red,
+                                           float (&o)[D / 8][4], float m, float l, DIM dim)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
+    kc_cp_wait<0>();
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
+    if (g < c.nhc) {
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            red.acc[warp][g][dim(nt, 0)] = o[nt][0];
+            red.acc[warp][g][dim(nt, 1)] = o[nt][1];
+        }
+        if (cc == 0) {
+            red.m[warp][g] = m * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
+            red.l[warp][g] = l;
+        }
+    }
+    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
+    dec_cta_finish<GMAX>(a, c, red);
+}
+
+template <int GMAX, int D>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
     attn_decode_tc_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
-    constexpr int STAGE8 = 2 * DTC_KEYS * D;                    /* F8: K then V fp8 tile, bytes */
     kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
@@ -691,20 +728,13 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
     const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
-    /* bf16: [2][K, V][16][LD]; F8: [K, V][16][LD] then [2][K, V][16][D] bytes */
-    uint16_t *ring = (uint16_t *)((uint8_t *)dec_ring + warp * (F8 ? STAGE * 2 + 2 * STAGE8 : 2 * STAGE * 2));
-    uint8_t *ring8 = (uint8_t *)(ring + STAGE);
+    uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE; /* [2][K, V][16][LD] */
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
-    if (warp < n_tiles) {
-        if (F8)
-            kc_gather_kv<D, D, DTC_KEYS, 32, false, uint8_t>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end,
-                                                             lane, ring8, ring8 + DTC_KEYS * D);
-        else
-            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
-                                              ring + DTC_KEYS * LD);
-    }
+    if (warp < n_tiles)
+        kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
+                                          ring + DTC_KEYS * LD);
     kc_cp_commit();
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
     uint32_t qf[D / 16][2];
@@ -720,33 +750,23 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
+    const int key[2][2] = {{2 * cc, 2 * cc + 1}, {8 + 2 * cc, 9 + 2 * cc}}; /* score s[n][e]: key 8 n + 2 cc + e */
     int stage = 0;
     for (int t = warp; t < n_tiles; t += DEC_WARPS, stage ^= 1) {
         const int k0 = c.kv_begin + t * DTC_KEYS;
         if (t + DEC_WARPS < n_tiles) {
             /* NOTE: stage ^ 1 was read in the warp's previous tile, which
              * ended with __syncwarp, so it is free to overwrite */
-            if (F8) {
-                uint8_t *nx = ring8 + (stage ^ 1) * STAGE8;
-                kc_gather_kv<D, D, DTC_KEYS, 32, false, uint8_t>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end,
-                                                                 lane, nx, nx + DTC_KEYS * D);
-            } else {
-                uint16_t *nx = ring + (stage ^ 1) * STAGE;
-                kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
-                                                  nx + DTC_KEYS * LD);
-            }
+            uint16_t *nx = ring + (stage ^ 1) * STAGE;
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
+                                              nx + DTC_KEYS * LD);
             kc_cp_commit();
             kc_cp_wait<1>();
         } else {
             kc_cp_wait<0>();
         }
         __syncwarp(); /* every lane's copies of this tile have landed */
-        if (F8) {
-            const uint8_t *s8 = ring8 + stage * STAGE8;
-            dtc_convert_f8<D, LD>(s8, s8 + DTC_KEYS * D, lane, ring, ring + DTC_KEYS * LD);
-            __syncwarp(); /* the bf16 tiles are whole before any lane's ldmatrix */
-        }
-        const uint16_t *sK = ring + (F8 ? 0 : stage * STAGE), *sV = sK + DTC_KEYS * LD;
+        const uint16_t *sK = ring + stage * STAGE, *sV = sK + DTC_KEYS * LD;
         /* S = Q K^T: n-tiles of keys [0, 8) and [8, 16) */
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         const uint16_t *kb_base = sK + ((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8;
@@ -758,28 +778,9 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
             kc_mma_16816(s[0], af, kb[0], kb[1]);
             kc_mma_16816(s[1], af, kb[2], kb[3]);
         }
-        /* online softmax of row g over the tile's keys (8 n + 2 cc + e) */
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (k0 + 8 * n + 2 * cc + e >= c.kv_end)
-                    s[n][e] = -INFINITY;
-                mx = fmaxf(mx, s[n][e]);
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-        const float m_new = fmaxf(m, mx * scale_log2);
-        /* NOTE: a row with every key so far masked keeps m = -inf; base 0
-         * makes exp2(-inf - base) = 0 instead of NaN */
-        const float base = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2f(m - base);
-        m = m_new;
-        const float p00 = exp2f(fmaf(s[0][0], scale_log2, -base)), p01 = exp2f(fmaf(s[0][1], scale_log2, -base));
-        const float p10 = exp2f(fmaf(s[1][0], scale_log2, -base)), p11 = exp2f(fmaf(s[1][1], scale_log2, -base));
-        l = l * corr + ((p00 + p01) + (p10 + p11));
-        const uint32_t pa[4] = {kc_pack_bf16(p00, p01), 0u, kc_pack_bf16(p10, p11), 0u};
+        float p[2][2];
+        const float corr = dtc_softmax(s, key, k0, c.kv_end, scale_log2, m, l, p);
+        const uint32_t pa[4] = {kc_pack_bf16(p[0][0], p[0][1]), 0u, kc_pack_bf16(p[1][0], p[1][1]), 0u};
         /* O = O * corr + P V */
         const uint16_t *vb_base = sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
 #pragma unroll
@@ -795,23 +796,180 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         }
         __syncwarp(); /* the tile is consumed before the stage is refilled */
     }
-    kc_cp_wait<0>();
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
-    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
+    dtc_finish<GMAX, D>(a, c, red, o, m, l, [cc](int nt, int e) { return 8 * nt + 2 * cc + e; });
+}
+
+/* --- tensor-core body on an fp8 cache -----------------------------------------
+ * The same arithmetic plan on an e4m3 cache (kc_attn_args.kv_fp8), with
+ * f16 operands: every e4m3 value is an f16 and one instruction converts a
+ * pair (kc_e4m3x2_f16x2), so the tiles stay fp8 in shared memory and are
+ * converted in registers, never written back; the ring (DTC8_STAGES stages
+ * of fp8 K and V tiles a warp, 4 KiB a stage at 128 dims) keeps
+ * DTC8_STAGES - 1 tiles a warp in flight. mma fragments want, in one
+ * register, two elements adjacent in k; bytes are read 4 at a time, so the
+ * k orders of both products are permuted (a dot product does not see it):
+ *  - S = Q K^T: lane (g, cc) holds dims [cc D/4, (cc + 1) D/4) of a key row,
+ *    word kk (dims cc D/4 + 4 kk + 0..3) the k pairs 2cc, 2cc + 1 and
+ *    2cc + 8, 2cc + 9 of k-block kk; Q's fragments take the same dims;
+ *  - the tile's score columns are keys in the order pi(8 n + 2 c + e) =
+ *    4 c + 2 n + e, so P's k pairs (2cc, 2cc + 1 / 2cc + 8, 2cc + 9) are
+ *    keys 4 cc + 0, 1 / 4 cc + 2, 3: the lane reads those 4 key rows of V,
+ *    4 bytes (dims 32 q + 4 g + 0..3) each, and byte-permutes them into the
+ *    B fragments of n-tiles 4 q .. 4 q + 3, whose column g is output dim
+ *    32 q + 4 g + (n-tile % 4).
+ * kc_dec8_off's swizzle makes both reads conflict-free. Q is scaled by a
+ * power of two per head row (its largest |q| to [2^14, 2^15)) before it is
+ * rounded to f16, and the score scale by the inverse, so no q overflows an
+ * f16; P is rounded to f16 (the bf16 body rounds it to bf16). */
+#ifndef KC_DEC8_STAGES /* -DKC_DEC8_STAGES=N: A/B builds */
+#define KC_DEC8_STAGES 4
+#endif
+#define DTC8_STAGES KC_DEC8_STAGES
+
+/* Dynamic shared memory of the fp8 body: per warp DTC8_STAGES stages of a
+ * K and a V tile of e4m3 bytes (also the merge area afterwards). */
+static size_t dtc8_smem_bytes(int hd)
+{
+    const size_t tiles = (size_t)DEC_WARPS * DTC8_STAGES * 2 * DTC_KEYS * (size_t)hd;
+    return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
+}
+
+/* Q fragments of the fp8 body: row g's dims [cc D / 4, (cc + 1) D / 4)
+ * times 2^sh as f16 pairs, qf[kk] = dims cc D / 4 + 4 kk + {0, 1}, {2, 3};
+ * sh puts the row's largest |q| in [2^14, 2^15). Returns 2^-sh. */
+template <int D>
+__device__ __forceinline__ float dtc8_q(const kc_attn_args &a, const dec_cta &c, int g, int cc,
+                                        uint32_t (&qf)[D / 16][2])
+{
+    constexpr int QD = D / 4;
+    float q[QD];
     if (g < c.nhc) {
+        const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)(c.h0 + g) * D + cc * QD;
 #pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            red.acc[warp][g][8 * dn + 2 * cc] = o[dn][0];
-            red.acc[warp][g][8 * dn + 2 * cc + 1] = o[dn][1];
-        }
-        if (cc == 0) {
-            red.m[warp][g] = m * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
-            red.l[warp][g] = l;
-        }
+        for (int i = 0; i < QD / 8; i++)
+            kc_unpack8(*(const uint4 *)(qrow + 8 * i), q + 8 * i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < QD; i++)
+            q[i] = 0.0f;
     }
-    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
-    dec_cta_finish<GMAX>(a, c, red);
+    float mx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QD; i++)
+        mx = fmaxf(mx, fabsf(q[i]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    /* mx in [2^e, 2^(e + 1)): scale by 2^(14 - e), kept within +-64 (a
+     * zero row: any scale) */
+    const int e = (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127;
+    const int sh = max(-64, min(64, 14 - e));
+    const float up = __uint_as_float((uint32_t)(127 + sh) << 23);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        qf[kk][0] = kc_pack_f16(q[4 * kk] * up, q[4 * kk + 1] * up);
+        qf[kk][1] = kc_pack_f16(q[4 * kk + 2] * up, q[4 * kk + 3] * up);
+    }
+    return __uint_as_float((uint32_t)(127 - sh) << 23);
+}
+
+template <int GMAX, int D>
+static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
+    attn_decode_tc8_kernel(const kc_attn_args a)
+{
+    static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
+    constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
+    kc_pdl_trigger();
+    extern __shared__ uint4 dec_ring[];
+    dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
+    dec_cta c;
+    if (!dec_cta_make<GMAX>(a, c))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
+    const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
+    uint8_t *ring = (uint8_t *)dec_ring + warp * DTC8_STAGES * STAGE; /* [DTC8_STAGES][K, V][16][D], kc_dec8_off */
+    const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
+    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+
+    /* the warp's tiles warp + 4 i go to stage i % DTC8_STAGES; one commit
+     * group a tile (empty past the last), so wait counts stay fixed */
+#pragma unroll
+    for (int i = 0; i < DTC8_STAGES - 1; i++) {
+        const int t = warp + DEC_WARPS * i;
+        if (t < n_tiles)
+            kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,
+                                                                     c.kv_end, lane, ring + i * STAGE,
+                                                                     ring + i * STAGE + TILE);
+        kc_cp_commit();
+    }
+    uint32_t qf[D / 16][2];
+    const float sc = a.scale * 1.4426950408889634f * dtc8_q<D>(a, c, g, cc, qf);
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+        o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
+    /* score s[n][e] is key pi(8 n + 2 cc + e) = 4 cc + 2 n + e; K row of
+     * score column 8 n + g */
+    const int key[2][2] = {{4 * cc, 4 * cc + 1}, {4 * cc + 2, 4 * cc + 3}};
+    int i = 0;
+    for (int t = warp; t < n_tiles; t += DEC_WARPS, i++) {
+        const int k0 = c.kv_begin + t * DTC_KEYS, tn = t + (DTC8_STAGES - 1) * DEC_WARPS;
+        /* NOTE: stage (i - 1) % DTC8_STAGES was read in the warp's previous
+         * tile, which ended with __syncwarp, so it is free to overwrite */
+        if (tn < n_tiles) {
+            uint8_t *nx = ring + (i + DTC8_STAGES - 1) % DTC8_STAGES * STAGE;
+            kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + tn * DTC_KEYS,
+                                                                     c.kv_end, lane, nx, nx + TILE);
+        }
+        kc_cp_commit();
+        kc_cp_wait<DTC8_STAGES - 1>();
+        __syncwarp(); /* every lane's copies of this tile have landed */
+        const uint8_t *sK = ring + i % DTC8_STAGES * STAGE, *sV = sK + TILE;
+        /* S = Q K^T over the permuted k order: n-tile n's column g is K row
+         * pi(8 n + g) */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int r = 4 * (g >> 1) + 2 * n + (g & 1);
+            uint32_t kw[QD / 4];
+#pragma unroll
+            for (int h = 0; h < QD / 16; h++)
+                *(uint4 *)&kw[4 * h] = *(const uint4 *)(sK + kc_dec8_off<D>(r, cc * QD + 16 * h));
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t af[4] = {qf[kk][0], 0u, qf[kk][1], 0u};
+                kc_mma_16816_f16(s[n], af, kc_e4m3x2_f16x2<0>(kw[kk]), kc_e4m3x2_f16x2<1>(kw[kk]));
+            }
+        }
+        float p[2][2];
+        const float corr = dtc_softmax(s, key, k0, c.kv_end, sc, m, l, p);
+        const uint32_t pa[4] = {kc_pack_f16(p[0][0], p[0][1]), 0u, kc_pack_f16(p[1][0], p[1][1]), 0u};
+        /* O = O * corr + P V: keys 4 cc + j, dims 32 q + 4 g + 0..3 */
+#pragma unroll
+        for (int q = 0; q < D / 32; q++) {
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w[j] = *(const uint32_t *)(sV + kc_dec8_off<D>(4 * cc + j, 32 * q + 4 * g));
+            /* byte d of each key's word: keys (0, 1) -> b0, (2, 3) -> b1 */
+            const uint32_t b01[2] = {kc_prmt(w[0], w[1], 0x5140), kc_prmt(w[0], w[1], 0x7362)};
+            const uint32_t b23[2] = {kc_prmt(w[2], w[3], 0x5140), kc_prmt(w[2], w[3], 0x7362)};
+#pragma unroll
+            for (int d = 0; d < 4; d++) {
+                float(&od)[4] = o[4 * q + d];
+                od[0] *= corr;
+                od[1] *= corr;
+                const uint32_t b0 = d & 1 ? kc_e4m3x2_f16x2<1>(b01[d >> 1]) : kc_e4m3x2_f16x2<0>(b01[d >> 1]);
+                const uint32_t b1 = d & 1 ? kc_e4m3x2_f16x2<1>(b23[d >> 1]) : kc_e4m3x2_f16x2<0>(b23[d >> 1]);
+                kc_mma_16816_f16(od, pa, b0, b1);
+            }
+        }
+        __syncwarp(); /* the tile is consumed before the stage is refilled */
+    }
+    /* accumulator column 2 cc + e of n-tile nt = 4 q + d: output dim
+     * 32 q + 4 (2 cc + e) + d */
+    dtc_finish<GMAX, D>(a, c, red, o, m, l,
+                        [cc](int nt, int e) { return 32 * (nt >> 2) + 4 * (2 * cc + e) + (nt & 3); });
 }
 
 /* One CTA per (sequence, MERGE_HEADS heads), one warp per head:
@@ -852,11 +1010,12 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     }
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
-            void (*kern)(const kc_attn_args) =
-                a->kv_fp8 ? (a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64, true> : attn_decode_tc_kernel<GMAX, 128, true>)
-                          : (a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64, false>
-                                         : attn_decode_tc_kernel<GMAX, 128, false>);
-            kc_launch(kern, grid, DEC_THREADS, dtc_smem_bytes(a->hd, a->kv_fp8), st->stream, a->pdl != 0, *a);
+            if (a->kv_fp8)
+                kc_launch(a->hd == 64 ? attn_decode_tc8_kernel<GMAX, 64> : attn_decode_tc8_kernel<GMAX, 128>, grid,
+                          DEC_THREADS, dtc8_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
+            else
+                kc_launch(a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>, grid,
+                          DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
             return;
         }
     }
@@ -887,12 +1046,18 @@ template <int GMAX> static void dec_carveout_g(void)
 
 /* The tensor-core body's tiles pass the default 48 KiB of dynamic shared
  * memory at head_dim 128: the opt-in, and the largest carveout. */
-template <int GMAX, int D, bool F8> static void dtc_optin(void)
+template <class K> static void dtc_optin(K kern, size_t smem)
 {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D, F8>,
-                                    cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<GMAX, D, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)dtc_smem_bytes(D, F8)));
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    (int)cudaSharedmemCarveoutMaxShared));
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+template <int GMAX> static void dtc_optin_g(void)
+{
+    dtc_optin(attn_decode_tc_kernel<GMAX, 64>, dtc_smem_bytes(64));
+    dtc_optin(attn_decode_tc_kernel<GMAX, 128>, dtc_smem_bytes(128));
+    dtc_optin(attn_decode_tc8_kernel<GMAX, 64>, dtc8_smem_bytes(64));
+    dtc_optin(attn_decode_tc8_kernel<GMAX, 128>, dtc8_smem_bytes(128));
 }
 
 void kcuda_attn_decode_init(void)
@@ -901,14 +1066,8 @@ void kcuda_attn_decode_init(void)
     dec_carveout_g<2>();
     dec_carveout_g<4>();
     dec_carveout_g<8>();
-    dtc_optin<4, 64, false>();
-    dtc_optin<4, 128, false>();
-    dtc_optin<8, 64, false>();
-    dtc_optin<8, 128, false>();
-    dtc_optin<4, 64, true>();
-    dtc_optin<4, 128, true>();
-    dtc_optin<8, 64, true>();
-    dtc_optin<8, 128, true>();
+    dtc_optin_g<4>();
+    dtc_optin_g<8>();
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of

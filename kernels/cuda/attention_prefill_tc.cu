@@ -501,10 +501,10 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
 
     /* cp.async groups: Q with tile 0, then tile 1 */
     tc_load_q<D, WG_BQ, WG_THREADS>(a, t, sQ);
-    kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
+    kc_gather_kv<D, 0, BK, WG_THREADS, KC_TILE_SW128>(a, bt, t.kvh, 0, t.kv_end, threadIdx.x, sK, sV);
     kc_cp_commit();
     if (n_tiles > 1) {
-        kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, BK, t.kv_end, threadIdx.x, sK + ST, sV + ST);
+        kc_gather_kv<D, 0, BK, WG_THREADS, KC_TILE_SW128>(a, bt, t.kvh, BK, t.kv_end, threadIdx.x, sK + ST, sV + ST);
         kc_cp_commit();
         kc_cp_wait<1>();
     } else {
@@ -524,7 +524,7 @@ static __global__ void __launch_bounds__(WG_THREADS, 1) attn_prefill_wg_kernel(c
     auto load_next = [&](int j) {
         if (j + 2 < n_tiles) {
             const int st = (j + 2) % WG_STAGES;
-            kc_gather_kv<D, 0, BK, WG_THREADS, true>(a, bt, t.kvh, (j + 2) * BK, t.kv_end, threadIdx.x,
+            kc_gather_kv<D, 0, BK, WG_THREADS, KC_TILE_SW128>(a, bt, t.kvh, (j + 2) * BK, t.kv_end, threadIdx.x,
                                                         sK + st * ST, sV + st * ST);
             kc_cp_commit();
         }

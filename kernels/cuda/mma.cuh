@@ -27,12 +27,13 @@
  * scratch is the warp's private exchange area. */
 static uint32_t kc_mma_emu_a[KC_MMA_EMU_WARPS][32][4], kc_mma_emu_b[KC_MMA_EMU_WARPS][32][2];
 
-static inline float kc_mma_emu_half(uint32_t u, int hi)
+static inline float kc_mma_emu_half(uint32_t u, int hi, bool f16)
 {
-    return kc_bf2f((uint16_t)(hi ? u >> 16 : u & 0xFFFFu));
+    const uint16_t h = (uint16_t)(hi ? u >> 16 : u & 0xFFFFu);
+    return f16 ? half_f16_to_f32(h) : kc_bf2f(h);
 }
 
-static inline void kc_mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+static inline void kc_mma_emu(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, bool f16)
 {
     const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
     assert(w < KC_MMA_EMU_WARPS);
@@ -47,17 +48,34 @@ static inline void kc_mma_16816(float d[4], const uint32_t a[4], uint32_t b0, ui
         for (int k = 0; k < 16; k++) {
             const uint32_t ar = kc_mma_emu_a[w][4 * (row & 7) + (k & 7) / 2][(row >> 3) + 2 * (k >> 3)];
             const uint32_t br = kc_mma_emu_b[w][4 * col + (k & 7) / 2][k >> 3];
-            s += kc_mma_emu_half(ar, k & 1) * kc_mma_emu_half(br, k & 1);
+            s += kc_mma_emu_half(ar, k & 1, f16) * kc_mma_emu_half(br, k & 1, f16);
         }
         d[e] += s;
     }
     __syncwarp();
+}
+static inline void kc_mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    kc_mma_emu(d, a, b0, b1, false);
+}
+static inline void kc_mma_16816_f16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    kc_mma_emu(d, a, b0, b1, true);
 }
 #else
 /* d += A B, one m16n8k16 bf16 tile with fp32 accumulators. */
 __device__ __forceinline__ void kc_mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* The same with f16 operands (the fp8 decode body: e4m3 converts to f16 in
+ * one instruction). */
+__device__ __forceinline__ void kc_mma_16816_f16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -124,6 +142,48 @@ __device__ __forceinline__ uint32_t kc_pack_bf16(float x, float y)
 #else
     const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
     return *(const uint32_t *)&v;
+#endif
+}
+
+/* Two floats -> packed f16 pair (x in the low half), round to nearest even. */
+__device__ __forceinline__ uint32_t kc_pack_f16(float x, float y)
+{
+#if defined(KEMU_H)
+    return (uint32_t)half_f32_to_f16(x) | ((uint32_t)half_f32_to_f16(y) << 16);
+#else
+    const __half2 v = __floats2half2_rn(x, y);
+    return *(const uint32_t *)&v;
+#endif
+}
+
+/* Bytes of a and b picked by the selector's nibbles (prmt, __byte_perm):
+ * nibble i (0..7) of sel names byte i of the result among a's bytes 0..3
+ * and b's 4..7. */
+__device__ __forceinline__ uint32_t kc_prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+#if defined(KEMU_H)
+    const uint64_t v = (uint64_t)a | (uint64_t)b << 32;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (uint32_t)(v >> (8 * ((sel >> (4 * i)) & 7)) & 0xFFu) << (8 * i);
+    return r;
+#else
+    return __byte_perm(a, b, sel);
+#endif
+}
+
+/* Bytes 2i, 2i + 1 of w (e4m3 codes) -> an f16 pair, exactly (every e4m3
+ * value is an f16): one hardware conversion. */
+template <int I> __device__ __forceinline__ uint32_t kc_e4m3x2_f16x2(uint32_t w)
+{
+    static_assert(I == 0 || I == 1, "a word holds two pairs");
+    const uint16_t pair = (uint16_t)(w >> (16 * I));
+#if defined(KEMU_H)
+    return (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)pair)) |
+           (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)(pair >> 8))) << 16;
+#else
+    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+    return (uint32_t)hr.x | (uint32_t)hr.y << 16;
 #endif
 }
 
@@ -222,7 +282,7 @@ static inline void kc_wgmma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64
                     addr ^= ((addr >> 7) & 7) << 4; /* the 128-byte swizzle */
                     uint16_t b;
                     memcpy(&b, (const char *)kemu_dyn_smem + addr, 2);
-                    s += kc_mma_emu_half(ar, k & 1) * kc_bf2f(b);
+                    s += kc_mma_emu_half(ar, k & 1, false) * kc_bf2f(b);
                 }
                 float &dst = d[j][2 * h + e];
                 dst = (scale_d ? dst : 0.0f) + s;

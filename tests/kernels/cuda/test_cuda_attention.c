@@ -210,6 +210,9 @@ typedef struct {
 
 /* When non-zero, the attention scale of the next cases (else 1 / sqrt(hd)). */
 static float g_scale;
+/* When non-zero, the next cases' q values times this power of two (the
+ * fp8 tensor-core body scales each head's q into f16's range itself). */
+static float g_qmul;
 /* When set, the next cases' caches hold fp8 e4m3: the codes of the scene's
  * values, read by both backends (kv_fp8; CUDA with its kv_dequant copy). */
 static bool g_fp8;
@@ -289,6 +292,9 @@ static void scene_build(const kt_attn_case *c, uint64_t seed, kt_scene *sc)
     sc->no = (size_t)sc->n_tokens * nh * hd;
     sc->qkv = inferd_malloc(sc->nq * sizeof(float));
     kt_rand_bf16(sc->qkv, sc->nq, seed + 7, -2.0f, 2.0f);
+    if (g_qmul != 0.0f)
+        for (size_t i = 0; i < sc->nq; i++)
+            sc->qkv[i] *= g_qmul; /* a power of two: exact in bf16 */
     if (c->uniform)
         memset(sc->qkv, 0, sc->nq * sizeof(float));
 }
@@ -754,7 +760,8 @@ END_TEST
 
 /* Random scenarios from a fresh seed (INFERD_TEST_SEED to replay one):
  * head_dim 8..256 (incl. 72/80/96: partial lane groups), GQA 1..12, block
- * sizes 1/8/16/32, 1-5 sequences mixing decode and (chunked) prefill. */
+ * sizes 1/8/16/32, 1-5 sequences mixing decode and (chunked) prefill, a
+ * third of them on an fp8 e4m3 cache. */
 START_TEST(test_attention_random)
 {
     const uint64_t seed = kt_seed();
@@ -779,9 +786,11 @@ START_TEST(test_attention_random)
         const int pad = RND(3);
         const bool use_ws = RND(5) != 0;
         const bool uniform = RND(4) == 0;
+        g_fp8 = RND(3) == 0;
 #undef RND
-        kt_attn_case ac = {"random", nh, nkv, hd, bs, seqs, ns, pad, use_ws, uniform, -1, 0};
+        kt_attn_case ac = {g_fp8 ? "random fp8" : "random", nh, nkv, hd, bs, seqs, ns, pad, use_ws, uniform, -1, 0};
         bad += attn_case(&ac, seed + (uint64_t)c);
+        g_fp8 = false;
     }
     ck_assert_int_eq(bad, 0);
 }
@@ -815,6 +824,9 @@ START_TEST(test_attention_fp8)
         {"fp8 shared prefix blocks", 32, 8, 128, 16, shared, NSEQ(shared), 1, true, false, -1, 8},
         {"fp8 prefill hd256", 2, 1, 256, 16, wide, NSEQ(wide), 0, true, false, -1, 0},
     };
+    /* q far past f16's range and far below its normals, the score scale
+     * the inverse (the tensor-core body's per-row q scaling) */
+    static const float qmul[] = {1048576.0f, 1.0f / 1048576.0f};
     int bad = 0;
     g_fp8 = true;
     for (int body = 0; body < 3; body++) { /* registers, the cp.async ring, tensor cores */
@@ -822,6 +834,14 @@ START_TEST(test_attention_fp8)
         kcuda_attn_decode_pipe_force = body == 1;
         for (int i = 0; i < NSEQ(cases); i++)
             bad += attn_case(&cases[i], 9000 + (uint64_t)i);
+        for (int i = 0; i < 2; i++) {
+            g_qmul = qmul[i];
+            g_scale = 1.0f / (qmul[i] * sqrtf(128.0f));
+            bad += attn_case(&cases[4], 9100 + (uint64_t)i); /* b1 x 544, GQA 4, head_dim 128 */
+            bad += attn_case(&cases[0], 9110 + (uint64_t)i); /* GQA 4, head_dim 64 */
+        }
+        g_qmul = 0.0f;
+        g_scale = 0.0f;
     }
     kcuda_attn_decode_tc_force = -1;
     kcuda_attn_decode_pipe_force = -1;
