@@ -543,7 +543,9 @@ fi
 #       replays save little memory): the decode attention and merge kernels
 #       at batch 16 and 1 x 1k, and the tensor-core GEMV's four products at
 #       batch 16 (WAVE_NCU_SPEC: "NAME BATCH REGEX SKIP COUNT [ENV...]" lines;
-#       WAVE_NCU_ARGS: more ncu arguments, e.g. sections or metrics)
+#       WAVE_NCU_ARGS: more ncu arguments, e.g. sections or metrics;
+#       WAVE_NCU_BENCH_ARGS: more bench latency arguments, e.g.
+#       --kv-cache-dtype fp8)
 ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
     local name=$1 b=$2 rx=$3 skip=$4 cnt=$5
     shift 5
@@ -551,13 +553,14 @@ ncu_one() { # NAME BATCH REGEX SKIP COUNT [ENV...]
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     if env "$@" timeout 240 "$NCU" --clock-control none --kernel-name "regex:$rx" --launch-skip "$skip" \
           --launch-count "$cnt" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-          --section Occupancy --section LaunchStats --section SchedulerStats ${WAVE_NCU_ARGS:-} "$BIN" bench latency --model $L8 \
+          --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          ${WAVE_NCU_ARGS:-} "$BIN" bench latency --model $L8 \
           --load-format dummy --device cuda --batch-size "$b" --input-len 1024 --output-len 8 --num-iters-warmup 0 \
-          --num-iters 1 --enforce-eager --max-num-seqs 16 --max-model-len 2048 --gpu-memory-utilization 0.3 \
-          >"$W/ncu-$name.txt" 2>&1
+          --num-iters 1 --enforce-eager --max-num-seqs "$((b < 16 ? 16 : b))" --max-model-len 2048 \
+          --gpu-memory-utilization 0.3 ${WAVE_NCU_BENCH_ARGS:-} >"$W/ncu-$name.txt" 2>&1
     then row "ncu $name $(el)" ok
     else row "ncu $name (exit $?)" FAILED; fi
-    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Eligible Warps|No Eligible|Block Limit|Dynamic Shared" "$W/ncu-$name.txt" | head -60
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Eligible Warps|No Eligible|Block Limit|Dynamic Shared|Issue Slots Busy|Executed Ipc A" "$W/ncu-$name.txt" | head -60
 }
 if part ncudec; then
 while read -r spec; do
