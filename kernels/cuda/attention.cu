@@ -14,7 +14,8 @@
  * ceil(L / split_target) keys (rounded up to KC_ATTN_CHUNK_ALIGN, at least
  * min_chunk, attention_decode.cu), split_target = the splits per sequence
  * that fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM
- * (KC_ATTN_DEC_TC_CTAS_PER_SM for the tensor-core body) at n_plan
+ * (KC_ATTN_DEC_TC_CTAS_PER_SM for the tensor-core body, ..._TC8_... for its
+ * fp8 form) at n_plan
  * sequences (at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
  * (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
  * measurements). So, for Llama-3-8B (8 CTAs per sequence) on 132 SMs:
@@ -466,7 +467,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         int target = 0, max_splits = 1;
         a.tc = decode_use_tc(a.group, hd); /* the body first: the plan counts its CTAs a SM */
         kcuda_attn_last_decode_tc = a.tc;
-        const int per_sm = a.tc ? KC_ATTN_DEC_TC_CTAS_PER_SM : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group));
+        const int per_sm = a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
+                                : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group));
         if (p->workspace)
             max_splits =
                 plan_make(st->n_sms, per_sm, n_plan, ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);

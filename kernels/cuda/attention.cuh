@@ -33,7 +33,13 @@
 /* CTAs of the tensor-core decode body resident a SM (its K/V tiles: 68 KiB
  * at head_dim 128), the split plan's wave for it */
 #define KC_ATTN_DEC_TC_CTAS_PER_SM 3
+/* ... and of its fp8 form (attn_decode_tc8_kernel: half the accumulators,
+ * 48 KiB of fp8 tiles at head_dim 128) */
+#define KC_ATTN_DEC_TC8_CTAS_PER_SM 4
 #define KC_ATTN_TARGET_PER_SM 4   /* the largest of those (workspace bound) */
+#if KC_ATTN_DEC_TC8_CTAS_PER_SM > KC_ATTN_TARGET_PER_SM || KC_ATTN_DEC_TC_CTAS_PER_SM > KC_ATTN_TARGET_PER_SM
+#error "KC_ATTN_TARGET_PER_SM bounds every decode body's CTAs a SM"
+#endif
 /* Fused-merge counters a device holds: a launch splits only below
  * KC_ATTN_SPLIT_BELOW CTAs a SM unsplit, so its (sequence, CTA group)
  * pairs number fewer than this. */

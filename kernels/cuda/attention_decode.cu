@@ -800,29 +800,35 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
 }
 
 /* --- tensor-core body on an fp8 cache -----------------------------------------
- * The same arithmetic plan on an e4m3 cache (kc_attn_args.kv_fp8), with
- * f16 operands: every e4m3 value is an f16 and one instruction converts a
- * pair (kc_e4m3x2_f16x2), so the tiles stay fp8 in shared memory and are
- * converted in registers, never written back; the ring (DTC8_STAGES stages
- * of fp8 K and V tiles a warp, 4 KiB a stage at 128 dims) keeps
- * DTC8_STAGES - 1 tiles a warp in flight. mma fragments want, in one
- * register, two elements adjacent in k; bytes are read 4 at a time, so the
- * k orders of both products are permuted (a dot product does not see it):
- *  - S = Q K^T: lane (g, cc) holds dims [cc D/4, (cc + 1) D/4) of a key row,
- *    word kk (dims cc D/4 + 4 kk + 0..3) the k pairs 2cc, 2cc + 1 and
- *    2cc + 8, 2cc + 9 of k-block kk; Q's fragments take the same dims;
- *  - the tile's score columns are keys in the order pi(8 n + 2 c + e) =
- *    4 c + 2 n + e, so P's k pairs (2cc, 2cc + 1 / 2cc + 8, 2cc + 9) are
- *    keys 4 cc + 0, 1 / 4 cc + 2, 3: the lane reads those 4 key rows of V,
- *    4 bytes (dims 32 q + 4 g + 0..3) each, and byte-permutes them into the
- *    B fragments of n-tiles 4 q .. 4 q + 3, whose column g is output dim
- *    32 q + 4 g + (n-tile % 4).
+ * The tensor-core body's plan on an e4m3 cache (kc_attn_args.kv_fp8), in
+ * transposed form and with f16 operands. Every e4m3 value is an f16 and
+ * one instruction converts a pair (kc_e4m3x2_f16x2), so the tiles stay fp8
+ * in shared memory (a ring of DTC8_STAGES stages of K and V tiles a warp,
+ * 4 KiB a stage at 128 dims: DTC8_STAGES - 1 tiles in flight) and are
+ * converted in registers. Transposed: the 16 keys of a tile are the M rows
+ * and the group's heads the 8 N columns, S^T = K Q^T and O^T += V^T P^T,
+ * so no product spends half its rows on nothing (one QK mma a k-block
+ * instead of two, half the accumulators: 4 CTAs a SM,
+ * KC_ATTN_DEC_TC8_CTAS_PER_SM). P^T goes from the S^T accumulators to the
+ * B operand by one movmatrix a 8 x 8 block. Bytes are read 4 at a time and
+ * an mma register wants two elements adjacent in k, so the k orders are
+ * permuted (a dot product does not see it):
+ *  - S^T: lane (g, cc) holds dims [cc D/4, (cc + 1) D/4) of key rows
+ *    sigma(g) and sigma(g + 8); word kk (dims cc D/4 + 4 kk + 0..3) gives
+ *    the k pairs 2cc, 2cc + 1 and 2cc + 8, 2cc + 9 of k-block kk; Q's
+ *    fragments take the same dims;
+ *  - row m of S^T (and k m of O^T's product) is key sigma(m), sigma(2c + e)
+ *    = 4c + e and sigma(8 + 2c + e) = 4c + 2 + e, so a lane's four P^T k
+ *    entries are keys 4cc .. 4cc + 3: it reads those V rows, 4 bytes (dims
+ *    32q + 4g + 0..3) each, and byte-permutes them into the A fragments of
+ *    m-tiles 2q, 2q + 1, whose rows g and g + 8 are dims 32q + 4g + 2t and
+ *    + 1 (t = the m-tile's parity).
  * kc_dec8_off's swizzle makes both reads conflict-free. Q is scaled by a
- * power of two per head row (its largest |q| to [2^14, 2^15)) before it is
+ * power of two per head (its largest |q| to [2^14, 2^15)) before it is
  * rounded to f16, and the score scale by the inverse, so no q overflows an
  * f16; P is rounded to f16 (the bf16 body rounds it to bf16). */
 #ifndef KC_DEC8_STAGES /* -DKC_DEC8_STAGES=N: A/B builds */
-#define KC_DEC8_STAGES 4
+#define KC_DEC8_STAGES 3
 #endif
 #define DTC8_STAGES KC_DEC8_STAGES
 
@@ -834,9 +840,10 @@ static size_t dtc8_smem_bytes(int hd)
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-/* Q fragments of the fp8 body: row g's dims [cc D / 4, (cc + 1) D / 4)
- * times 2^sh as f16 pairs, qf[kk] = dims cc D / 4 + 4 kk + {0, 1}, {2, 3};
- * sh puts the row's largest |q| in [2^14, 2^15). Returns 2^-sh. */
+/* Q fragments of the fp8 body (the B operand of S^T: column g = head
+ * h0 + g, zero past the chunk): dims [cc D / 4, (cc + 1) D / 4) times 2^sh
+ * as f16 pairs, qf[kk] = dims cc D / 4 + 4 kk + {0, 1}, {2, 3}; sh puts
+ * the head's largest |q| in [2^14, 2^15). Returns 2^-sh. */
 template <int D>
 __device__ __forceinline__ float dtc8_q(const kc_attn_args &a, const dec_cta &c, int g, int cc,
                                         uint32_t (&qf)[D / 16][2])
@@ -873,10 +880,10 @@ __device__ __forceinline__ float dtc8_q(const kc_attn_args &a, const dec_cta &c,
 }
 
 template <int GMAX, int D>
-static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
+static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_SM)
     attn_decode_tc8_kernel(const kc_attn_args a)
 {
-    static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
+    static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
     kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
@@ -902,15 +909,21 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         kc_cp_commit();
     }
     uint32_t qf[D / 16][2];
-    const float sc = a.scale * 1.4426950408889634f * dtc8_q<D>(a, c, g, cc, qf);
-    float o[D / 8][4];
+    const float sc_row = a.scale * 1.4426950408889634f * dtc8_q<D>(a, c, g, cc, qf);
+    /* this lane's two heads (columns 2cc + h): their score scales, states */
+    float sc[2], m[2], l[2];
 #pragma unroll
-    for (int nt = 0; nt < D / 8; nt++)
-        o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-    float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
-    /* score s[n][e] is key pi(8 n + 2 cc + e) = 4 cc + 2 n + e; K row of
-     * score column 8 n + g */
-    const int key[2][2] = {{4 * cc, 4 * cc + 1}, {4 * cc + 2, 4 * cc + 3}};
+    for (int h = 0; h < 2; h++) {
+        sc[h] = __shfl_sync(0xFFFFFFFFu, sc_row, 4 * (2 * cc + h));
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+    }
+    float o[D / 16][4]; /* O^T: m-tile mt rows g, g + 8 (dims below), columns 2cc, 2cc + 1 */
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++)
+        o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    /* K rows of S^T rows g and g + 8 */
+    const int r0 = 4 * (g >> 1) + (g & 1), r1 = r0 + 2;
     int i = 0;
     for (int t = warp; t < n_tiles; t += DEC_WARPS, i++) {
         const int k0 = c.kv_begin + t * DTC_KEYS, tn = t + (DTC8_STAGES - 1) * DEC_WARPS;
@@ -925,51 +938,97 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         kc_cp_wait<DTC8_STAGES - 1>();
         __syncwarp(); /* every lane's copies of this tile have landed */
         const uint8_t *sK = ring + i % DTC8_STAGES * STAGE, *sV = sK + TILE;
-        /* S = Q K^T over the permuted k order: n-tile n's column g is K row
-         * pi(8 n + g) */
-        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        /* S^T = K Q^T over the permuted k order */
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const int r = 4 * (g >> 1) + 2 * n + (g & 1);
-            uint32_t kw[QD / 4];
+        for (int hh = 0; hh < QD / 16; hh++) {
+            uint32_t k0w[4], k1w[4];
+            *(uint4 *)k0w = *(const uint4 *)(sK + kc_dec8_off<D>(r0, cc * QD + 16 * hh));
+            *(uint4 *)k1w = *(const uint4 *)(sK + kc_dec8_off<D>(r1, cc * QD + 16 * hh));
 #pragma unroll
-            for (int h = 0; h < QD / 16; h++)
-                *(uint4 *)&kw[4 * h] = *(const uint4 *)(sK + kc_dec8_off<D>(r, cc * QD + 16 * h));
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t af[4] = {qf[kk][0], 0u, qf[kk][1], 0u};
-                kc_mma_16816_f16(s[n], af, kc_e4m3x2_f16x2<0>(kw[kk]), kc_e4m3x2_f16x2<1>(kw[kk]));
+            for (int j = 0; j < 4; j++) {
+                const int kk = 4 * hh + j;
+                const uint32_t af[4] = {kc_e4m3x2_f16x2<0>(k0w[j]), kc_e4m3x2_f16x2<0>(k1w[j]),
+                                        kc_e4m3x2_f16x2<1>(k0w[j]), kc_e4m3x2_f16x2<1>(k1w[j])};
+                kc_mma_16816_f16(s, af, qf[kk][0], qf[kk][1]);
             }
         }
-        float p[2][2];
-        const float corr = dtc_softmax(s, key, k0, c.kv_end, sc, m, l, p);
-        const uint32_t pa[4] = {kc_pack_f16(p[0][0], p[0][1]), 0u, kc_pack_f16(p[1][0], p[1][1]), 0u};
-        /* O = O * corr + P V: keys 4 cc + j, dims 32 q + 4 g + 0..3 */
+        /* online softmax of heads 2cc, 2cc + 1 (s[h], s[2 + h]: keys
+         * sigma(g), sigma(g + 8)) over the 8 lanes of the column */
+        if (k0 + r0 >= c.kv_end)
+            s[0] = s[1] = -INFINITY;
+        if (k0 + r1 >= c.kv_end)
+            s[2] = s[3] = -INFINITY;
+        float p[4], corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = fmaxf(s[h], s[2 + h]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
+            const float m_new = fmaxf(m[h], mx * sc[h]);
+            /* NOTE: a head with every key so far masked keeps m = -inf;
+             * base 0 makes exp2(-inf - base) = 0 instead of NaN */
+            const float base = m_new == -INFINITY ? 0.0f : m_new;
+            corr[h] = exp2f(m[h] - base);
+            m[h] = m_new;
+            p[h] = exp2f(fmaf(s[h], sc[h], -base));
+            p[2 + h] = exp2f(fmaf(s[2 + h], sc[h], -base));
+            l[h] = l[h] * corr[h] + (p[h] + p[2 + h]);
+        }
+        /* P^T as the B operand: rows m = keys sigma(m), column g = head g */
+        const uint32_t pb0 = kc_movmatrix_trans(kc_pack_f16(p[0], p[1]));
+        const uint32_t pb1 = kc_movmatrix_trans(kc_pack_f16(p[2], p[3]));
+        /* O^T = O^T * corr + V^T P^T: keys 4 cc + j, dims 32 q + 4 g + 0..3 */
 #pragma unroll
         for (int q = 0; q < D / 32; q++) {
             uint32_t w[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 w[j] = *(const uint32_t *)(sV + kc_dec8_off<D>(4 * cc + j, 32 * q + 4 * g));
-            /* byte d of each key's word: keys (0, 1) -> b0, (2, 3) -> b1 */
-            const uint32_t b01[2] = {kc_prmt(w[0], w[1], 0x5140), kc_prmt(w[0], w[1], 0x7362)};
-            const uint32_t b23[2] = {kc_prmt(w[2], w[3], 0x5140), kc_prmt(w[2], w[3], 0x7362)};
+            /* byte d of the keys' words: keys (0, 1) -> a0 / a1, (2, 3) -> a2 / a3 */
 #pragma unroll
-            for (int d = 0; d < 4; d++) {
-                float(&od)[4] = o[4 * q + d];
-                od[0] *= corr;
-                od[1] *= corr;
-                const uint32_t b0 = d & 1 ? kc_e4m3x2_f16x2<1>(b01[d >> 1]) : kc_e4m3x2_f16x2<0>(b01[d >> 1]);
-                const uint32_t b1 = d & 1 ? kc_e4m3x2_f16x2<1>(b23[d >> 1]) : kc_e4m3x2_f16x2<0>(b23[d >> 1]);
-                kc_mma_16816_f16(od, pa, b0, b1);
+            for (int t2 = 0; t2 < 2; t2++) {
+                const uint32_t sel = t2 ? 0x7362u : 0x5140u; /* dims 2 t2, 2 t2 + 1 */
+                const uint32_t x01 = kc_prmt(w[0], w[1], sel), x23 = kc_prmt(w[2], w[3], sel);
+                const uint32_t af[4] = {kc_e4m3x2_f16x2<0>(x01), kc_e4m3x2_f16x2<1>(x01), kc_e4m3x2_f16x2<0>(x23),
+                                        kc_e4m3x2_f16x2<1>(x23)};
+                float(&od)[4] = o[2 * q + t2];
+                od[0] *= corr[0];
+                od[1] *= corr[1];
+                od[2] *= corr[0];
+                od[3] *= corr[1];
+                kc_mma_16816_f16(od, af, pb0, pb1);
             }
         }
         __syncwarp(); /* the tile is consumed before the stage is refilled */
     }
-    /* accumulator column 2 cc + e of n-tile nt = 4 q + d: output dim
-     * 32 q + 4 (2 cc + e) + d */
-    dtc_finish<GMAX, D>(a, c, red, o, m, l,
-                        [cc](int nt, int e) { return 32 * (nt >> 2) + 4 * (2 * cc + e) + (nt & 3); });
+    kc_cp_wait<0>();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 4);
+        l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 8);
+        l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 16);
+    }
+    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int hd = 2 * cc + h;
+        if (hd < c.nhc) {
+#pragma unroll
+            for (int mt = 0; mt < D / 16; mt++) {
+                const int d = 32 * (mt >> 1) + 4 * g + 2 * (mt & 1); /* rows g, g + 8: dims d, d + 1 */
+                red.acc[warp][hd][d] = o[mt][h];
+                red.acc[warp][hd][d + 1] = o[mt][2 + h];
+            }
+            if (g == 0) {
+                red.m[warp][hd] = m[h] * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
+                red.l[warp][hd] = l[h];
+            }
+        }
+    }
+    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
+    dec_cta_finish<GMAX>(a, c, red);
 }
 
 /* One CTA per (sequence, MERGE_HEADS heads), one warp per head:

@@ -156,6 +156,32 @@ __device__ __forceinline__ uint32_t kc_pack_f16(float x, float y)
 #endif
 }
 
+/* The warp's 8 x 8 matrix of b16 pairs, transposed: lane (g, c) gives
+ * row g, columns 2c and 2c + 1 (low half first) and gets row g of the
+ * transpose, i.e. elements (2c, g) and (2c + 1, g) (movmatrix.trans: a C
+ * fragment's 8 x 8 block becomes a B fragment's). */
+#if defined(KEMU_H)
+static uint32_t kc_movm_emu[KC_MMA_EMU_WARPS][32];
+static inline uint32_t kc_movmatrix_trans(uint32_t x)
+{
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
+    kc_movm_emu[w][l] = x;
+    __syncwarp();
+    /* element (r, col) sits in lane 4 r + col / 2, half col % 2 */
+    const uint32_t lo = kc_movm_emu[w][4 * (2 * c) + g / 2] >> (16 * (g & 1)) & 0xFFFFu;
+    const uint32_t hi = kc_movm_emu[w][4 * (2 * c + 1) + g / 2] >> (16 * (g & 1)) & 0xFFFFu;
+    __syncwarp();
+    return lo | hi << 16;
+}
+#else
+__device__ __forceinline__ uint32_t kc_movmatrix_trans(uint32_t x)
+{
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+#endif
+
 /* Bytes of a and b picked by the selector's nibbles (prmt, __byte_perm):
  * nibble i (0..7) of sel names byte i of the result among a's bytes 0..3
  * and b's 4..7. */
