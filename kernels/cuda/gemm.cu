@@ -33,9 +33,18 @@
  */
 #include "kernels/cuda/common.cuh"
 
+/* Test hooks (test_cuda_kernels' GEMM bench): plans built while
+ * kcuda_gemm_pick = k > 0 take the heuristic's k-th candidate instead of
+ * its first (its first when it offers fewer); each plan build leaves the
+ * count of candidates, and the chosen one's split-K count and tile id, in
+ * kcuda_gemm_last_*. */
+extern "C" int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile;
+int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile;
+#define KCUDA_GEMM_PICKS 8 /* candidates a plan asks for under kcuda_gemm_pick */
+
 struct kcuda_gemm_plan {
     int64_t rows, cols, n;
-    int out_f32;
+    int out_f32, pick;
     uint32_t al_a, al_b, al_d;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -96,17 +105,28 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &pl->al_b, sizeof pl->al_b));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &pl->al_d, sizeof pl->al_d));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &pl->al_d, sizeof pl->al_d));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t all[KCUDA_GEMM_PICKS];
     int n_res = 0;
-    memset(&res, 0, sizeof res);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1,
-                                                       &res, &n_res);
+    memset(all, 0, sizeof all);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref,
+                                                       pl->pick > 0 ? KCUDA_GEMM_PICKS : 1, all, &n_res);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    const cublasLtMatmulHeuristicResult_t &res = all[pl->pick < n_res ? pl->pick : 0];
     pl->has_algo = hs == CUBLAS_STATUS_SUCCESS && n_res > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
                    res.workspaceSize <= st->gemm_ws_bytes;
-    if (pl->has_algo)
+    kcuda_gemm_last_n_res = hs == CUBLAS_STATUS_SUCCESS ? n_res : 0;
+    kcuda_gemm_last_splitk = kcuda_gemm_last_tile = -1;
+    if (pl->has_algo) {
         pl->algo = res.algo;
-    else
+        size_t sz;
+        uint32_t v;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof v, &sz) ==
+            CUBLAS_STATUS_SUCCESS)
+            kcuda_gemm_last_splitk = (int)v;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &v, sizeof v, &sz) ==
+            CUBLAS_STATUS_SUCCESS)
+            kcuda_gemm_last_tile = (int)v;
+    } else
         INFERD_LOG_DEBUG("cuda gemm: no cuBLASLt algorithm for R=%lld C=%lld n=%lld, using cublasGemmEx",
                   (long long)pl->rows, (long long)pl->cols, (long long)pl->n);
 }
@@ -119,7 +139,7 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     for (int i = 0; i < st->n_plans; i++) {
         kcuda_gemm_plan *pl = &st->plans[i];
         if (pl->rows == rows && pl->cols == cols && pl->n == n && pl->out_f32 == out_f32 &&
-            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d)
+            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d && pl->pick == kcuda_gemm_pick)
             return pl;
     }
     kcuda_gemm_plan *pl;
@@ -137,6 +157,7 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     pl->al_a = al_a;
     pl->al_b = al_b;
     pl->al_d = al_d;
+    pl->pick = kcuda_gemm_pick;
     plan_build(st, pl);
     return pl;
 }

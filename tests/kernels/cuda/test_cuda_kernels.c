@@ -601,10 +601,14 @@ START_TEST(test_gemv_batch_invariant)
 }
 END_TEST
 
+extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile; /* gemm.cu */
+
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
  * PDL, its variant 1 (n <= 2) and its tensor-core form with PDL on the
- * Llama-3-8B weight shapes for n = 1..16 and print
- * a table (us per product, GB/s of weight bytes, % of the copy bandwidth).
+ * Llama-3-8B weight shapes for n = 1..64 (the GEMV forms for n <= 16) and
+ * print a table (us per product, GB/s of weight bytes, % of the copy
+ * bandwidth); for n >= 16 also each of cuBLASLt's first 8 heuristic
+ * candidates (GEMM_PICK rows: split-K count and tile id of each).
  * Each shape rotates over enough weight copies (>= 256 MiB) that the L2
  * never holds them; weights random (kern_weight_fill_random). This is the
  * measurement behind KCUDA_GEMV_DEFAULT_MAX_N (docs/PERF.md). */
@@ -622,7 +626,8 @@ START_TEST(test_gemm_small_bench)
         int R, C, f32;
     } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
               {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
-    static const int ns[] = {1, 2, 4, 6, 8, 12, 16};
+    static const int ns[] = {1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+    enum { NMAX = 64 };
     const size_t rot_bytes = (size_t)256 << 20;
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
@@ -637,18 +642,29 @@ START_TEST(test_gemm_small_bench)
         ck_assert_ptr_nonnull(slab);
         kern_weight all = {slab, KERN_DTYPE_BF16, (int64_t)sh[s].R * copies, sh[s].C};
         kern_weight_fill_random(kt_gpu, &all, 5 + s, 0.02f);
-        const size_t ni = (size_t)16 * (size_t)sh[s].C;
+        const size_t ni = (size_t)NMAX * (size_t)sh[s].C;
         float *hin = inferd_malloc(ni * sizeof(float));
         kt_rand_bf16(hin, ni, 9 + s, -1.0f, 1.0f);
         void *in = kt_gpu_bf16(hin, ni);
-        void *out = kern_alloc(kt_gpu, (size_t)16 * (size_t)sh[s].R * 4);
+        void *out = kern_alloc(kt_gpu, (size_t)NMAX * (size_t)sh[s].R * 4);
         for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
             const int n = ns[ni_];
-            double us[4];
-            for (int mode = 0; mode < 4; mode++) {
-                kern_gemm_opts go = {.gemv_max_n = mode == 0 ? 0 : 16, .gemv_min_weight_bytes = 0, .pdl = true,
-                                     .gemv_variant = mode == 2, .gemv_tc_min_n = mode == 3 ? 1 : 0};
+            double us[4 + 7];
+            int splitk[8], tile[8], n_res = 1;
+            /* modes 0..3 as the columns; 4..10: cuBLASLt's candidates 1..7 (n >= 16) */
+            for (int mode = 0; mode < 11; mode++) {
+                const int pick = mode >= 4 ? mode - 3 : 0;
+                if (mode >= 4 && (n < 16 || pick >= n_res))
+                    continue;
+                if (mode >= 1 && mode <= 3 && n > 16) { /* the GEMV forms take n <= 16 */
+                    us[mode] = us[0];
+                    continue;
+                }
+                kern_gemm_opts go = {.gemv_max_n = mode == 0 || mode >= 4 ? 0 : 16, .gemv_min_weight_bytes = 0,
+                                     .pdl = true, .gemv_variant = mode == 2, .gemv_tc_min_n = mode == 3 ? 1 : 0};
                 kern_gemm_config(kt_gpu, &go);
+                kcuda_gemm_pick = pick;
+                kcuda_gemm_last_n_res = kcuda_gemm_last_splitk = kcuda_gemm_last_tile = -9; /* -9: no plan built */
                 const int reps = 6 * copies > 30 ? 6 * copies : 30;
                 for (int r = -copies; r < reps; r++) { /* first round: warm-up (plans, modules) */
                     if (r == 0)
@@ -662,12 +678,27 @@ START_TEST(test_gemm_small_bench)
                 kern_timer_record(kt_gpu, t, 1);
                 kern_sync(kt_gpu);
                 us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+                if (mode == 0 || mode >= 4) { /* a plan was built in this mode's warm-up */
+                    if (mode == 0)
+                        n_res = 8; /* a pick run asks again for up to 8 */
+                    splitk[pick] = kcuda_gemm_last_splitk;
+                    tile[pick] = kcuda_gemm_last_tile;
+                    if (mode >= 4 && kcuda_gemm_last_n_res >= 0)
+                        n_res = kcuda_gemm_last_n_res;
+                }
             }
+            kcuda_gemm_pick = 0;
             double pct[4];
             for (int mode = 0; mode < 4; mode++)
                 pct[mode] = 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps;
             printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
                    sh[s].name, sh[s].R, sh[s].C, n, us[0], us[1], us[2], us[3], pct[0], pct[1], pct[2], pct[3]);
+            for (int k = 0; n >= 16 && k < n_res && k < 8; k++) {
+                const double u = k == 0 ? us[0] : us[3 + k];
+                printf("GEMM_PICK | %s %dx%d | %d | candidate %d | %.1f us | %.1f%% | split-k %d | tile %d |\n",
+                       sh[s].name, sh[s].R, sh[s].C, n, k, u, 100.0 * ((double)wb / (u * 1e-6) / 1e9) / cl.copy_gbps,
+                       splitk[k], tile[k]);
+            }
         }
         kern_free(kt_gpu, out);
         kern_free(kt_gpu, in);
