@@ -205,7 +205,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
  * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
  * the GEMV's tensor-core form, 0 = off), INFERD_GEMM_ACCUM (accum, 0/1) and
- * INFERD_GEMM_ACCUM_MIN_BYTES override them at kern_ctx_create.
+ * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
+ * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create.
  * The choice depends only on
  * n and the weight, so a padded graph replay uses the same kernel as the
  * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
@@ -220,6 +221,12 @@ typedef struct {
     int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
+    int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
+                         on their plan's first use, outside graph capture, and keep the fastest (0 = never;
+                         INFERD_GEMM_SEARCH_MAX_N, 512) ... */
+    int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
+                                        the timed runs read the weight from HBM as the model does;
+                                        INFERD_GEMM_SEARCH_MIN_BYTES) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);

@@ -60,6 +60,7 @@ typedef struct {
     int n_sms;
     int cc;                     /* compute capability, 10 major + minor (90: Hopper) */
     size_t smem_optin;          /* max dynamic shared memory per block after opt-in */
+    size_t l2_bytes;            /* L2 cache size */
     char name[256];
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;

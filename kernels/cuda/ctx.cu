@@ -91,6 +91,7 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
     st->n_sms = prop.multiProcessorCount;
     st->cc = prop.major * 10 + prop.minor;
     st->smem_optin = prop.sharedMemPerBlockOptin;
+    st->l2_bytes = (size_t)prop.l2CacheSize;
     snprintf(st->name, sizeof st->name, "%s", prop.name);
     if (cudaMalloc(&st->gemm_ws, KCUDA_GEMM_WS_BYTES) != cudaSuccess) {
         st->gemm_ws = NULL;

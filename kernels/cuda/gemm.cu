@@ -26,6 +26,22 @@
  * so two contexts (or a graph and an eager step) always make the same
  * choice.
  *
+ * Search (kern_gemm_opts.search_max_n / search_min_weight_bytes): for
+ * products of at most 512 tokens (the decode graph sizes above the GEMV's
+ * 16, and prompt chunks that short) with weights of at least twice the L2
+ * (gate/up, down, lm_head of an 8B model; QKV and O fit in the L2, where a
+ * timing loop would read them from it), the plan's first build times the
+ * heuristic's first KCUDA_GEMM_SEARCH candidates (a warm-up and
+ * KCUDA_GEMM_SEARCH_REPS runs each into a scratch output, CUDA events)
+ * and keeps the fastest unless it wins by less than 2% over an earlier one.
+ * On an H200 the heuristic's first choice for gate/up at 64 tokens ran at
+ * 84.5% of the copy bandwidth, its second at 92.2% (docs/PERF.md,
+ * fifteenth session). Plans are built before a graph is captured (the
+ * graphs' eager warm-up step), and never searched inside a capture. The
+ * choice is timed, so two processes may choose differently (the bits of a
+ * product can then differ between runs, not within one: graphs and eager
+ * steps share the plan); INFERD_GEMM_SEARCH_MAX_N=0 turns it off.
+ *
  * NOTE: cuBLAS may pick a different kernel (tile shape, split-K) for a
  * different n, so a row's result can change in the last bits with the batch
  * size; the CPU backend is bitwise batch-invariant, this one is not (the
@@ -38,13 +54,19 @@
  * its first (its first when it offers fewer); each plan build leaves the
  * count of candidates, and the chosen one's split-K count and tile id, in
  * kcuda_gemm_last_*. */
-extern "C" int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile;
+extern "C" int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
+    kcuda_gemm_last_searched;
 int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile;
-#define KCUDA_GEMM_PICKS 8 /* candidates a plan asks for under kcuda_gemm_pick */
+/* ... and kcuda_gemm_last_searched: the candidates the last plan build
+ * timed (0: no search) */
+int kcuda_gemm_last_searched;
+#define KCUDA_GEMM_PICKS 8       /* candidates a plan asks for under kcuda_gemm_pick or a search */
+#define KCUDA_GEMM_SEARCH_REPS 5 /* timed runs a candidate */
 
 struct kcuda_gemm_plan {
     int64_t rows, cols, n;
     int out_f32, pick;
+    int search; /* built with the search (kern_gemm_opts), part of the cache key */
     uint32_t al_a, al_b, al_d;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -86,8 +108,79 @@ void kcuda_gemm_release(kcuda_state *st)
     st->n_plans = st->next_plan = 0;
 }
 
-/* Build descriptors and ask the heuristic for one algorithm. */
-static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
+/* Whether the search applies to a product of n tokens with weight w. */
+static bool search_wanted(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    const kcuda_state *st = kcuda_st(ctx);
+    const int64_t floor = ctx->gemm.search_min_weight_bytes >= 0 ? ctx->gemm.search_min_weight_bytes
+                                                                  : 2 * (int64_t)st->l2_bytes;
+    return n <= ctx->gemm.search_max_n && kern_weight_bytes(w) >= floor;
+}
+
+#ifndef KEMU_H
+/* Time the candidates c[0..n_c) of pl on the product's own operands into a
+ * scratch output (beta 0: an accumulating product's destination is left
+ * alone) and return the index of the fastest (an earlier one unless a
+ * later runs 2% faster); 0 when anything fails or the stream is capturing. */
+static int plan_search(kcuda_state *st, const kcuda_gemm_plan *pl, const cublasLtMatmulHeuristicResult_t *c,
+                       int n_c, const void *w, const void *in)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (n_c < 2 || cudaStreamIsCapturing(st->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+        return 0;
+    void *scratch = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cudaMalloc(&scratch, (size_t)pl->n * (size_t)pl->rows * (pl->out_f32 ? 4 : 2)) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: no search */
+        if (scratch)
+            CUDA_CHECK(cudaFree(scratch));
+        if (e0)
+            CUDA_CHECK(cudaEventDestroy(e0));
+        return 0;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    int best = 0, timed = 0;
+    float best_ms = INFINITY, first_ms = INFINITY;
+    for (int i = 0; i < n_c; i++) {
+        if (c[i].state != CUBLAS_STATUS_SUCCESS || c[i].workspaceSize > st->gemm_ws_bytes)
+            continue;
+        bool ok = true;
+        for (int r = -1; r < KCUDA_GEMM_SEARCH_REPS && ok; r++) {
+            if (r == 0)
+                CUDA_CHECK(cudaEventRecord(e0, st->stream));
+            ok = cublasLtMatmul(st->lt, pl->desc, &alpha, w, pl->la, in, pl->lb, &beta, scratch, pl->ld, scratch,
+                                pl->ld, &c[i].algo, st->gemm_ws, st->gemm_ws_bytes, st->stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        CUDA_CHECK(cudaEventRecord(e1, st->stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = INFINITY;
+        if (!ok || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            continue;
+        timed++;
+        if (timed == 1)
+            first_ms = ms;
+        if (ms < (timed == 1 ? INFINITY : 0.98f * best_ms)) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaFree(scratch));
+    kcuda_gemm_last_searched = timed;
+    if (best > 0)
+        INFERD_LOG_INFO("cuda gemm: %lld x %lld at %lld tokens: cuBLASLt candidate %d of %d, %.1f us against %.1f",
+                        (long long)pl->rows, (long long)pl->cols, (long long)pl->n, best + 1, timed,
+                        1e3 * best_ms / KCUDA_GEMM_SEARCH_REPS, 1e3 * first_ms / KCUDA_GEMM_SEARCH_REPS);
+    return best;
+}
+#endif
+
+/* Build descriptors and ask the heuristic for an algorithm: its first, or
+ * (pl->search) the fastest of its first KCUDA_GEMM_PICKS on the product's
+ * operands w and in. */
+static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl, const void *w, const void *in)
 {
     const cudaDataType_t out_t = pl->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -109,9 +202,18 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
     int n_res = 0;
     memset(all, 0, sizeof all);
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref,
-                                                       pl->pick > 0 ? KCUDA_GEMM_PICKS : 1, all, &n_res);
+                                                       pl->pick > 0 || pl->search ? KCUDA_GEMM_PICKS : 1, all, &n_res);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    const cublasLtMatmulHeuristicResult_t &res = all[pl->pick < n_res ? pl->pick : 0];
+    kcuda_gemm_last_searched = 0;
+    int pick = pl->pick < n_res ? pl->pick : 0;
+#ifndef KEMU_H
+    if (pl->search && pl->pick == 0 && hs == CUBLAS_STATUS_SUCCESS)
+        pick = plan_search(st, pl, all, n_res, w, in);
+#else
+    (void)w;
+    (void)in;
+#endif
+    const cublasLtMatmulHeuristicResult_t &res = all[pick];
     pl->has_algo = hs == CUBLAS_STATUS_SUCCESS && n_res > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
                    res.workspaceSize <= st->gemm_ws_bytes;
     kcuda_gemm_last_n_res = hs == CUBLAS_STATUS_SUCCESS ? n_res : 0;
@@ -132,14 +234,16 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl)
 }
 
 static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, int64_t n, int out_f32,
-                                 uint32_t al_a, uint32_t al_b, uint32_t al_d)
+                                 uint32_t al_a, uint32_t al_b, uint32_t al_d, int search, const void *w,
+                                 const void *in)
 {
     if (!st->plans)
         st->plans = (kcuda_gemm_plan *)inferd_calloc(KCUDA_GEMM_PLANS, sizeof(kcuda_gemm_plan));
     for (int i = 0; i < st->n_plans; i++) {
         kcuda_gemm_plan *pl = &st->plans[i];
         if (pl->rows == rows && pl->cols == cols && pl->n == n && pl->out_f32 == out_f32 &&
-            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d && pl->pick == kcuda_gemm_pick)
+            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d && pl->pick == kcuda_gemm_pick &&
+            pl->search == search)
             return pl;
     }
     kcuda_gemm_plan *pl;
@@ -158,23 +262,25 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     pl->al_b = al_b;
     pl->al_d = al_d;
     pl->pick = kcuda_gemm_pick;
-    plan_build(st, pl);
+    pl->search = search;
+    plan_build(st, pl, w, in);
     return pl;
 }
 
 /* out[n, w->rows] (bf16 or fp32) = in[n, w->cols] (bf16) @ w^T (bf16) + beta
  * out (beta 0 or 1; 1: cuBLAS's C is out itself, in place, C and D one
  * layout). */
-static void gemm_run(kcuda_state *st, void *out, int out_f32, const void *in, const kern_weight *w, int n,
+static void gemm_run(kern_ctx *ctx, void *out, int out_f32, const void *in, const kern_weight *w, int n,
                      float beta)
 {
+    kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK_MSG(w->dtype == KERN_DTYPE_BF16, "CUDA weights are BF16");
     INFERD_CHECK(w->rows > 0 && w->cols > 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX);
     if (n <= 0)
         return;
     const float alpha = 1.0f;
     kcuda_gemm_plan *pl = plan_get(st, w->rows, w->cols, n, out_f32, ptr_align(w->data), ptr_align(in),
-                                   ptr_align(out));
+                                   ptr_align(out), search_wanted(ctx, w, n), w->data, in);
     if (pl->has_algo) {
         CUBLAS_CHECK(cublasLtMatmul(st->lt, pl->desc, &alpha, w->data, pl->la, in, pl->lb, &beta, out, pl->ld,
                                     out, pl->ld, &pl->algo, st->gemm_ws, st->gemm_ws_bytes, st->stream));
@@ -209,7 +315,7 @@ void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, out, 0, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(kcuda_st(ctx), out, 0, in, w, n, 0.0f);
+        gemm_run(ctx, out, 0, in, w, n, 0.0f);
 }
 
 /* Contract (kern_logits): logits[n, w->rows] (fp32) = in[n, w->cols] @ w^T. */
@@ -218,7 +324,7 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, logits, 1, in, w, n, ctx->gemm.pdl);
     else
-        gemm_run(kcuda_st(ctx), logits, 1, in, w, n, 0.0f);
+        gemm_run(ctx, logits, 1, in, w, n, 0.0f);
 }
 
 /* Contract (kern_matmul_accum): resid = bf16(resid + in @ w^T), the fp32
@@ -228,7 +334,7 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
  * does not depend on beta). */
 void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
 {
-    gemm_run(kcuda_st(ctx), resid, 0, in, w, n, 1.0f);
+    gemm_run(ctx, resid, 0, in, w, n, 1.0f);
 }
 
 /* Contract (kern_matmul_accum_fast): the products kern_matmul gives to

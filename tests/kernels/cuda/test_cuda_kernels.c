@@ -505,6 +505,66 @@ START_TEST(test_matmul_accum)
 }
 END_TEST
 
+extern int kcuda_gemm_last_n_res, kcuda_gemm_last_searched; /* gemm.cu test hooks */
+
+/* The cuBLASLt candidate search (kern_gemm_opts.search_max_n), forced onto
+ * small weights: a searched plan's products against the CPU twin (plain,
+ * logits, and accumulating: the timed runs must leave the residual stream
+ * alone), the search run where the heuristic offers 2+ candidates, none
+ * past search_max_n, and a plan first built inside a graph capture (no
+ * search there: the capture must succeed) whose replay gives the eager
+ * product's bits. */
+START_TEST(test_gemm_search)
+{
+    kern_gemm_opts o0, o;
+    kern_gemm_config_get(kt_gpu, &o0);
+    o = o0;
+    o.gemv_max_n = 0; /* cuBLASLt at every n */
+    o.search_max_n = 64;
+    o.search_min_weight_bytes = 0;
+    kern_gemm_config(kt_gpu, &o);
+    int bad = 0;
+    bad += gemm_case(GEMM_MATMUL, 24, 512, 1024, 0, 41);
+    ck_assert(kcuda_gemm_last_n_res < 2 || kcuda_gemm_last_searched >= 1);
+    bad += gemm_case(GEMM_LOGITS, 17, 1000, 256, 0, 42);
+    bad += gemm_case(GEMM_ACCUM, 40, 768, 512, 0, 43);
+    ck_assert(kcuda_gemm_last_n_res < 2 || kcuda_gemm_last_searched >= 1);
+    bad += gemm_case(GEMM_MATMUL, 65, 512, 1024, 0, 44); /* past search_max_n */
+    ck_assert_int_eq(kcuda_gemm_last_searched, 0);
+
+    /* first built inside a capture: the heuristic's first choice */
+    const int n = 33, R = 640, C = 256;
+    float *hw = inferd_malloc((size_t)R * C * sizeof(float)), *hx = inferd_malloc((size_t)n * C * sizeof(float));
+    kt_rand_bf16(hw, (size_t)R * C, 45, -0.1f, 0.1f);
+    kt_rand_bf16(hx, (size_t)n * C, 46, -1.0f, 1.0f);
+    kern_weight wg = kt_weight_gpu(hw, R, C);
+    void *x = kt_gpu_bf16(hx, (size_t)n * C);
+    uint16_t *y = kern_alloc(kt_gpu, (size_t)n * R * 2), *hy = inferd_malloc((size_t)n * R * 2),
+             *hy2 = inferd_malloc((size_t)n * R * 2);
+    if (kern_graph_begin(kt_gpu) == INFERD_OK) {
+        kern_matmul(kt_gpu, y, x, &wg, n);
+        kern_graph *g = NULL;
+        ck_assert_int_eq(kern_graph_end(kt_gpu, &g), INFERD_OK);
+        ck_assert_int_eq(kcuda_gemm_last_searched, 0);
+        kern_graph_launch(kt_gpu, g);
+        kern_memcpy_d2h(kt_gpu, hy, y, (size_t)n * R * 2);
+        kern_matmul(kt_gpu, y, x, &wg, n); /* eager: the same plan */
+        kern_memcpy_d2h(kt_gpu, hy2, y, (size_t)n * R * 2);
+        ck_assert(memcmp(hy, hy2, (size_t)n * R * 2) == 0);
+        kern_graph_free(kt_gpu, g);
+    }
+    kern_gemm_config(kt_gpu, &o0);
+    kern_free(kt_gpu, y);
+    kern_free(kt_gpu, x);
+    kern_free(kt_gpu, wg.data);
+    inferd_free(hy2);
+    inferd_free(hy);
+    inferd_free(hx);
+    inferd_free(hw);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* --- small-batch GEMV (kernels/cuda/gemv.cu) ------------------------------------------ */
 
 /* Every n the GEMV takes (1..16; a subset under INFERD_TEST_QUICK), with
@@ -601,7 +661,7 @@ START_TEST(test_gemv_batch_invariant)
 }
 END_TEST
 
-extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile; /* gemm.cu */
+extern int kcuda_gemm_pick, kcuda_gemm_last_splitk, kcuda_gemm_last_tile; /* gemm.cu, and the two above */
 
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
  * PDL, its variant 1 (n <= 2) and its tensor-core form with PDL on the
@@ -969,6 +1029,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
     tcase_add_test(tc, test_matmul_accum);
+    tcase_add_test(tc, test_gemm_search);
     tcase_add_test(tc, test_gemv);
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemm_small_bench);

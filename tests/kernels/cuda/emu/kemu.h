@@ -184,7 +184,7 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFu
 enum cudaSharedCarveout { cudaSharedmemCarveoutMaxShared = 100 };
 struct cudaDeviceProp {
     char name[256];
-    int multiProcessorCount, major, minor;
+    int multiProcessorCount, major, minor, l2CacheSize;
     size_t sharedMemPerBlockOptin, totalGlobalMem;
 };
 inline size_t kemu_n_sms = 132;
