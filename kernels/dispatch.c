@@ -93,7 +93,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .gemv_tc_min_n = env_int("INFERD_GEMV_TC_MIN_N", KCUDA_GEMV_DEFAULT_TC_MIN_N),
                          .accum = env_int("INFERD_GEMM_ACCUM", 1) != 0,
                          .accum_min_weight_bytes = env_int("INFERD_GEMM_ACCUM_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
-                         .search_max_n = env_int("INFERD_GEMM_SEARCH_MAX_N", KCUDA_GEMM_SEARCH_MAX_N),
+                         .search_max_n = env_int("INFERD_GEMM_SEARCH_MAX_N", 512),
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
@@ -372,6 +372,11 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.fuse_max_n = INFERD_MAX(0, INFERD_MIN(o->fuse_max_n, KCUDA_FUSE_MAX_N));
     ctx->gemm.gemv_tc_min_n = INFERD_MAX(0, INFERD_MIN(o->gemv_tc_min_n, KCUDA_GEMV_MAX_N));
     ctx->gemm.search_max_n = INFERD_MAX(0, o->search_max_n);
+}
+
+void kern_gemm_search_window(kern_ctx *ctx, bool open)
+{
+    ctx->gemm_search_window = open;
 }
 
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o)

@@ -16,6 +16,7 @@ struct kern_ctx {
     int n_threads;  /* CPU backend */
     void *cuda;     /* CUDA backend state (kernels/cuda), NULL on CPU */
     kern_gemm_opts gemm; /* CUDA: small-batch GEMV choice (kern_gemm_config) */
+    bool gemm_search_window; /* CUDA: kern_gemm_search_window */
 };
 
 /* The most tokens the CUDA GEMV kernel (kernels/cuda/gemv.cu) takes, and
@@ -38,10 +39,6 @@ struct kern_ctx {
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */
 #define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
-/* The default of kern_gemm_opts::search_max_n (INFERD_GEMM_SEARCH_MAX_N):
- * cuBLASLt's candidates are timed for products of up to this many tokens
- * (the decode graph ladder's largest size), gemm.cu. */
-#define KCUDA_GEMM_SEARCH_MAX_N 512
 
 /* Event timers (kern_timer_*): n slots, each a CUDA event (ev) or a host
  * time in seconds (host_s: CPU backend and the kernel emulator). */

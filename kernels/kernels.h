@@ -222,13 +222,21 @@ typedef struct {
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
-                         on their plan's first use, outside graph capture, and keep the fastest (0 = never;
-                         INFERD_GEMM_SEARCH_MAX_N, 512) ... */
+                         when their plan is first built inside kern_gemm_search_window, outside graph
+                         capture, and keep the fastest (0 = never; INFERD_GEMM_SEARCH_MAX_N, 512) ... */
     int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
                                         the timed runs read the weight from HBM as the model does;
                                         INFERD_GEMM_SEARCH_MIN_BYTES) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
+/* CUDA: while the window is open, cuBLASLt plans first built for products
+ * the search covers (kern_gemm_opts.search_max_n, search_min_weight_bytes)
+ * time the heuristic's candidates (gemm.cu). model/graphs.c opens it
+ * around each decode size's eager warm-up before its capture, so the decode
+ * graph sizes are searched once at start-up and no step of another token
+ * count waits on a search; an eager step of a searched size uses the
+ * searched plan. Ignored by the CPU backend. */
+void kern_gemm_search_window(kern_ctx *ctx, bool open);
 void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
 
 /* out[r, d] = in[idx[j], :] for j < r. idx: [r] int32 backend memory. */

@@ -28,7 +28,9 @@
  *    block-table row width, ceil(bucket / block_size), so a step uploads
  *    only the table rows it needs.
  *  - cuBLASLt plans: each batch size runs once eagerly before its first
- *    capture, so no heuristic query happens inside a capture.
+ *    capture, so no heuristic query happens inside a capture; that run is
+ *    the search window of kernels/cuda/gemm.cu (the large products of the
+ *    graph sizes time cuBLASLt's candidates once, at start-up).
  * Mixed prefill + decode steps, batches above the largest size, and steps
  * with logits rows other than one per sequence run eagerly (model_step).
  *
@@ -184,9 +186,11 @@ static inferd_status capture_one(model *m, int si, int bi, bool warm, kern_graph
     upload_region(m, rows, w);
     model_fwd_in in;
     region_in(g, rows, w, L, &in);
-    if (warm) { /* loads the kernels and caches the cuBLASLt plans of this size */
+    if (warm) { /* loads the kernels and caches (and searches) the cuBLASLt plans of this size */
+        kern_gemm_search_window(m->kc, true);
         enqueue_step(m, &in);
         kern_sync(m->kc);
+        kern_gemm_search_window(m->kc, false);
     }
     inferd_status st = kern_graph_begin(m->kc);
     if (st != INFERD_OK)

@@ -26,21 +26,24 @@
  * so two contexts (or a graph and an eager step) always make the same
  * choice.
  *
- * Search (kern_gemm_opts.search_max_n / search_min_weight_bytes): for
- * products of at most 512 tokens (the decode graph sizes above the GEMV's
- * 16, and prompt chunks that short) with weights of at least twice the L2
- * (gate/up, down, lm_head of an 8B model; QKV and O fit in the L2, where a
- * timing loop would read them from it), the plan's first build times the
- * heuristic's first KCUDA_GEMM_SEARCH candidates (a warm-up and
+ * Search (kern_gemm_opts.search_max_n, INFERD_GEMM_SEARCH_MAX_N, and
+ * search_min_weight_bytes): a plan first built inside the search window
+ * (kern_gemm_search_window: the graph warm-ups of model/graphs.c, so the
+ * decode graph sizes) for at most search_max_n (512) tokens and a weight
+ * of at least twice the L2 (gate/up, down and lm_head of an 8B model;
+ * QKV and O fit in the L2, where a timing loop would read them from it)
+ * times the heuristic's first KCUDA_GEMM_PICKS candidates (a warm-up and
  * KCUDA_GEMM_SEARCH_REPS runs each into a scratch output, CUDA events)
- * and keeps the fastest unless it wins by less than 2% over an earlier one.
- * On an H200 the heuristic's first choice for gate/up at 64 tokens ran at
- * 84.5% of the copy bandwidth, its second at 92.2% (docs/PERF.md,
- * fifteenth session). Plans are built before a graph is captured (the
- * graphs' eager warm-up step), and never searched inside a capture. The
- * choice is timed, so two processes may choose differently (the bits of a
- * product can then differ between runs, not within one: graphs and eager
- * steps share the plan); INFERD_GEMM_SEARCH_MAX_N=0 turns it off.
+ * and keeps the fastest unless it wins by less than 2% over an earlier
+ * one; every other plan takes the heuristic's first. The window matters:
+ * searching every new token count on first use (eager steps of any size)
+ * cost offline throughput 4% on an H200 (docs/PERF.md, fifteenth session);
+ * inside it, gate/up and lm_head at 48-64 tokens went from 84-92% to
+ * 92-98% of the copy bandwidth. Never inside a capture. The choice is
+ * timed, so two processes may choose differently (a product's bits can
+ * then differ between runs, not within one: a graph and an eager step of
+ * its size share the plan), and a process with graphs (searched sizes)
+ * and one with --enforce-eager (none) may too, for models that large.
  *
  * NOTE: cuBLAS may pick a different kernel (tile shape, split-K) for a
  * different n, so a row's result can change in the last bits with the batch
@@ -66,7 +69,7 @@ int kcuda_gemm_last_searched;
 struct kcuda_gemm_plan {
     int64_t rows, cols, n;
     int out_f32, pick;
-    int search; /* built with the search (kern_gemm_opts), part of the cache key */
+    int search; /* built inside the search window (not part of the key: later uses of the size share it) */
     uint32_t al_a, al_b, al_d;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -114,7 +117,7 @@ static bool search_wanted(const kern_ctx *ctx, const kern_weight *w, int n)
     const kcuda_state *st = kcuda_st(ctx);
     const int64_t floor = ctx->gemm.search_min_weight_bytes >= 0 ? ctx->gemm.search_min_weight_bytes
                                                                   : 2 * (int64_t)st->l2_bytes;
-    return n <= ctx->gemm.search_max_n && kern_weight_bytes(w) >= floor;
+    return ctx->gemm_search_window && n <= ctx->gemm.search_max_n && kern_weight_bytes(w) >= floor;
 }
 
 #ifndef KEMU_H
@@ -242,8 +245,7 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     for (int i = 0; i < st->n_plans; i++) {
         kcuda_gemm_plan *pl = &st->plans[i];
         if (pl->rows == rows && pl->cols == cols && pl->n == n && pl->out_f32 == out_f32 &&
-            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d && pl->pick == kcuda_gemm_pick &&
-            pl->search == search)
+            pl->al_a == al_a && pl->al_b == al_b && pl->al_d == al_d && pl->pick == kcuda_gemm_pick)
             return pl;
     }
     kcuda_gemm_plan *pl;

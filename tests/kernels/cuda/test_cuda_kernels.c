@@ -511,9 +511,9 @@ extern int kcuda_gemm_last_n_res, kcuda_gemm_last_searched; /* gemm.cu test hook
  * small weights: a searched plan's products against the CPU twin (plain,
  * logits, and accumulating: the timed runs must leave the residual stream
  * alone), the search run where the heuristic offers 2+ candidates, none
- * past search_max_n, and a plan first built inside a graph capture (no
- * search there: the capture must succeed) whose replay gives the eager
- * product's bits. */
+ * past search_max_n or outside the search window, and a plan first built
+ * inside a graph capture within the window (no search there: the capture
+ * must succeed) whose replay gives the eager product's bits. */
 START_TEST(test_gemm_search)
 {
     kern_gemm_opts o0, o;
@@ -524,6 +524,9 @@ START_TEST(test_gemm_search)
     o.search_min_weight_bytes = 0;
     kern_gemm_config(kt_gpu, &o);
     int bad = 0;
+    bad += gemm_case(GEMM_MATMUL, 24, 512, 1000, 0, 40); /* the window closed: no search */
+    ck_assert_int_eq(kcuda_gemm_last_searched, 0);
+    kern_gemm_search_window(kt_gpu, true);
     bad += gemm_case(GEMM_MATMUL, 24, 512, 1024, 0, 41);
     ck_assert(kcuda_gemm_last_n_res < 2 || kcuda_gemm_last_searched >= 1);
     bad += gemm_case(GEMM_LOGITS, 17, 1000, 256, 0, 42);
@@ -553,6 +556,7 @@ START_TEST(test_gemm_search)
         ck_assert(memcmp(hy, hy2, (size_t)n * R * 2) == 0);
         kern_graph_free(kt_gpu, g);
     }
+    kern_gemm_search_window(kt_gpu, false);
     kern_gemm_config(kt_gpu, &o0);
     kern_free(kt_gpu, y);
     kern_free(kt_gpu, x);
