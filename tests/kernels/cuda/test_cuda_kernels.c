@@ -377,6 +377,16 @@ START_TEST(test_add_rmsnorm)
 }
 END_TEST
 
+#ifdef INFERD_HAVE_CUDA
+/* kernels/cuda/gemm.cu test hooks: the heuristic candidate a new plan takes
+ * (0: its first), and what the last plan build saw and did */
+extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
+    kcuda_gemm_last_searched;
+#else
+static int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
+    kcuda_gemm_last_searched;
+#endif
+
 /* --- matmul, logits ------------------------------------------------------------------ */
 
 /* What gemm_case runs: kern_matmul, kern_logits or kern_matmul_accum. */
@@ -504,8 +514,6 @@ START_TEST(test_matmul_accum)
     inferd_free(w);
 }
 END_TEST
-
-extern int kcuda_gemm_last_n_res, kcuda_gemm_last_searched; /* gemm.cu test hooks */
 
 /* The cuBLASLt candidate search (kern_gemm_opts.search_max_n), forced onto
  * small weights: a searched plan's products against the CPU twin (plain,
@@ -664,8 +672,6 @@ START_TEST(test_gemv_batch_invariant)
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
-
-extern int kcuda_gemm_pick, kcuda_gemm_last_splitk, kcuda_gemm_last_tile; /* gemm.cu, and the two above */
 
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
  * PDL, its variant 1 (n <= 2) and its tensor-core form with PDL on the
