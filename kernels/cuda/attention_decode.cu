@@ -651,69 +651,6 @@ static size_t dtc_smem_bytes(int hd)
     return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
 }
 
-/* Online softmax of row g over this lane's four scores of a 16-key tile
- * (s[n][e], e < 2; key[n][e] its key's offset from the tile's first key
- * k0; keys at or past kv_end masked), in the log2 domain (sc = the score
- * scale times log2 e): updates m (the row's running max) and l (this lane's
- * partial sum), gives the probabilities p and returns the factor of the
- * state before. The 4 lanes of a row (cc) agree on m. */
-__device__ __forceinline__ float dtc_softmax(float (&s)[2][4], const int (&key)[2][2], int k0, int kv_end, float sc,
-                                             float &m, float &l, float (&p)[2][2])
-{
-    float mx = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 2; n++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            if (k0 + key[n][e] >= kv_end)
-                s[n][e] = -INFINITY;
-            mx = fmaxf(mx, s[n][e]);
-        }
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    const float m_new = fmaxf(m, mx * sc);
-    /* NOTE: a row with every key so far masked keeps m = -inf; base 0
-     * makes exp2(-inf - base) = 0 instead of NaN */
-    const float base = m_new == -INFINITY ? 0.0f : m_new;
-    const float corr = exp2f(m - base);
-    m = m_new;
-#pragma unroll
-    for (int n = 0; n < 2; n++)
-#pragma unroll
-        for (int e = 0; e < 2; e++)
-            p[n][e] = exp2f(fmaf(s[n][e], sc, -base));
-    l = l * corr + ((p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
-    return corr;
-}
-
-/* A warp's state into the cross-warp merge area, then the CTA's finish
- * (dec_cta_finish): rows g < nhc of the accumulators, o[nt][e] (e < 2) the
- * output dim dim(nt, e) of row g, m in log2 units. Every thread calls it
- * after its last tile. */
-template <int GMAX, int D, class DIM>
-__device__ __forceinline__ void dtc_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX> &red,
-                                           float (&o)[D / 8][4], float m, float l, DIM dim)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, cc = lane & 3;
-    kc_cp_wait<0>();
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
-    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
-    if (g < c.nhc) {
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            red.acc[warp][g][dim(nt, 0)] = o[nt][0];
-            red.acc[warp][g][dim(nt, 1)] = o[nt][1];
-        }
-        if (cc == 0) {
-            red.m[warp][g] = m * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
-            red.l[warp][g] = l;
-        }
-    }
-    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
-    dec_cta_finish<GMAX>(a, c, red);
-}
-
 template <int GMAX, int D>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
     attn_decode_tc_kernel(const kc_attn_args a)
@@ -750,7 +687,6 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
-    const int key[2][2] = {{2 * cc, 2 * cc + 1}, {8 + 2 * cc, 9 + 2 * cc}}; /* score s[n][e]: key 8 n + 2 cc + e */
     int stage = 0;
     for (int t = warp; t < n_tiles; t += DEC_WARPS, stage ^= 1) {
         const int k0 = c.kv_begin + t * DTC_KEYS;
@@ -778,9 +714,28 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
             kc_mma_16816(s[0], af, kb[0], kb[1]);
             kc_mma_16816(s[1], af, kb[2], kb[3]);
         }
-        float p[2][2];
-        const float corr = dtc_softmax(s, key, k0, c.kv_end, scale_log2, m, l, p);
-        const uint32_t pa[4] = {kc_pack_bf16(p[0][0], p[0][1]), 0u, kc_pack_bf16(p[1][0], p[1][1]), 0u};
+        /* online softmax of row g over the tile's keys (8 n + 2 cc + e) */
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (k0 + 8 * n + 2 * cc + e >= c.kv_end)
+                    s[n][e] = -INFINITY;
+                mx = fmaxf(mx, s[n][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+        const float m_new = fmaxf(m, mx * scale_log2);
+        /* NOTE: a row with every key so far masked keeps m = -inf; base 0
+         * makes exp2(-inf - base) = 0 instead of NaN */
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = exp2f(m - base);
+        m = m_new;
+        const float p00 = exp2f(fmaf(s[0][0], scale_log2, -base)), p01 = exp2f(fmaf(s[0][1], scale_log2, -base));
+        const float p10 = exp2f(fmaf(s[1][0], scale_log2, -base)), p11 = exp2f(fmaf(s[1][1], scale_log2, -base));
+        l = l * corr + ((p00 + p01) + (p10 + p11));
+        const uint32_t pa[4] = {kc_pack_bf16(p00, p01), 0u, kc_pack_bf16(p10, p11), 0u};
         /* O = O * corr + P V */
         const uint16_t *vb_base = sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
 #pragma unroll
@@ -796,7 +751,23 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         }
         __syncwarp(); /* the tile is consumed before the stage is refilled */
     }
-    dtc_finish<GMAX, D>(a, c, red, o, m, l, [cc](int nt, int e) { return 8 * nt + 2 * cc + e; });
+    kc_cp_wait<0>();
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    __syncthreads(); /* every warp is done with its ring: it becomes the merge area */
+    if (g < c.nhc) {
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            red.acc[warp][g][8 * dn + 2 * cc] = o[dn][0];
+            red.acc[warp][g][8 * dn + 2 * cc + 1] = o[dn][1];
+        }
+        if (cc == 0) {
+            red.m[warp][g] = m * 0.6931471805599453f; /* natural units, as the CUDA-core bodies keep it */
+            red.l[warp][g] = l;
+        }
+    }
+    __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
+    dec_cta_finish<GMAX>(a, c, red);
 }
 
 /* --- tensor-core body on an fp8 cache -----------------------------------------
