@@ -69,7 +69,6 @@ int kcuda_gemm_last_searched;
 struct kcuda_gemm_plan {
     int64_t rows, cols, n;
     int out_f32, pick;
-    int search; /* built inside the search window (not part of the key: later uses of the size share it) */
     uint32_t al_a, al_b, al_d;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -181,9 +180,9 @@ static int plan_search(kcuda_state *st, const kcuda_gemm_plan *pl, const cublasL
 #endif
 
 /* Build descriptors and ask the heuristic for an algorithm: its first, or
- * (pl->search) the fastest of its first KCUDA_GEMM_PICKS on the product's
+ * (search) the fastest of its first KCUDA_GEMM_PICKS on the product's
  * operands w and in. */
-static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl, const void *w, const void *in)
+static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl, bool search, const void *w, const void *in)
 {
     const cudaDataType_t out_t = pl->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -205,14 +204,15 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl, const void *w, cons
     int n_res = 0;
     memset(all, 0, sizeof all);
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st->lt, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref,
-                                                       pl->pick > 0 || pl->search ? KCUDA_GEMM_PICKS : 1, all, &n_res);
+                                                       pl->pick > 0 || search ? KCUDA_GEMM_PICKS : 1, all, &n_res);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     kcuda_gemm_last_searched = 0;
     int pick = pl->pick < n_res ? pl->pick : 0;
 #ifndef KEMU_H
-    if (pl->search && pl->pick == 0 && hs == CUBLAS_STATUS_SUCCESS)
+    if (search && pl->pick == 0 && hs == CUBLAS_STATUS_SUCCESS)
         pick = plan_search(st, pl, all, n_res, w, in);
 #else
+    (void)search;
     (void)w;
     (void)in;
 #endif
@@ -236,10 +236,14 @@ static void plan_build(kcuda_state *st, kcuda_gemm_plan *pl, const void *w, cons
                   (long long)pl->rows, (long long)pl->cols, (long long)pl->n);
 }
 
-static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, int64_t n, int out_f32,
-                                 uint32_t al_a, uint32_t al_b, uint32_t al_d, int search, const void *w,
-                                 const void *in)
+/* The cached plan of this product, built on a miss (and searched when
+ * search_wanted: the plan of a size is the same whoever asks next). */
+static kcuda_gemm_plan *plan_get(kern_ctx *ctx, const kern_weight *w, int64_t n, int out_f32, const void *in,
+                                 const void *out)
 {
+    kcuda_state *st = kcuda_st(ctx);
+    const int64_t rows = w->rows, cols = w->cols;
+    const uint32_t al_a = ptr_align(w->data), al_b = ptr_align(in), al_d = ptr_align(out);
     if (!st->plans)
         st->plans = (kcuda_gemm_plan *)inferd_calloc(KCUDA_GEMM_PLANS, sizeof(kcuda_gemm_plan));
     for (int i = 0; i < st->n_plans; i++) {
@@ -264,8 +268,7 @@ static kcuda_gemm_plan *plan_get(kcuda_state *st, int64_t rows, int64_t cols, in
     pl->al_b = al_b;
     pl->al_d = al_d;
     pl->pick = kcuda_gemm_pick;
-    pl->search = search;
-    plan_build(st, pl, w, in);
+    plan_build(st, pl, search_wanted(ctx, w, (int)n), w->data, in);
     return pl;
 }
 
@@ -281,8 +284,7 @@ static void gemm_run(kern_ctx *ctx, void *out, int out_f32, const void *in, cons
     if (n <= 0)
         return;
     const float alpha = 1.0f;
-    kcuda_gemm_plan *pl = plan_get(st, w->rows, w->cols, n, out_f32, ptr_align(w->data), ptr_align(in),
-                                   ptr_align(out), search_wanted(ctx, w, n), w->data, in);
+    kcuda_gemm_plan *pl = plan_get(ctx, w, n, out_f32, in, out);
     if (pl->has_algo) {
         CUBLAS_CHECK(cublasLtMatmul(st->lt, pl->desc, &alpha, w->data, pl->la, in, pl->lb, &beta, out, pl->ld,
                                     out, pl->ld, &pl->algo, st->gemm_ws, st->gemm_ws_bytes, st->stream));
