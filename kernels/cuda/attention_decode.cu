@@ -919,8 +919,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int kk = 4 * hh + j;
-                const uint32_t af[4] = {kc_e4m3x2_f16x2<0>(k0w[j]), kc_e4m3x2_f16x2<0>(k1w[j]),
-                                        kc_e4m3x2_f16x2<1>(k0w[j]), kc_e4m3x2_f16x2<1>(k1w[j])};
+                const uint32_t af[4] = {kc_e4m3x2_f16x2(k0w[j], 0), kc_e4m3x2_f16x2(k1w[j], 0),
+                                        kc_e4m3x2_f16x2(k0w[j], 1), kc_e4m3x2_f16x2(k1w[j], 1)};
                 kc_mma_16816_f16(s, af, qf[kk][0], qf[kk][1]);
             }
         }
@@ -962,8 +962,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
             for (int t2 = 0; t2 < 2; t2++) {
                 const uint32_t sel = t2 ? 0x7362u : 0x5140u; /* dims 2 t2, 2 t2 + 1 */
                 const uint32_t x01 = kc_prmt(w[0], w[1], sel), x23 = kc_prmt(w[2], w[3], sel);
-                const uint32_t af[4] = {kc_e4m3x2_f16x2<0>(x01), kc_e4m3x2_f16x2<1>(x01), kc_e4m3x2_f16x2<0>(x23),
-                                        kc_e4m3x2_f16x2<1>(x23)};
+                const uint32_t af[4] = {kc_e4m3x2_f16x2(x01, 0), kc_e4m3x2_f16x2(x01, 1), kc_e4m3x2_f16x2(x23, 0),
+                                        kc_e4m3x2_f16x2(x23, 1)};
                 float(&od)[4] = o[2 * q + t2];
                 od[0] *= corr[0];
                 od[1] *= corr[1];

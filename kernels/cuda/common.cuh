@@ -163,9 +163,24 @@ __device__ __forceinline__ uint8_t kc_f2e4m3(float f)
 #endif
 }
 
+/* Bytes 2i, 2i + 1 of w (e4m3 codes, i = 0 or 1) -> an f16 pair (the
+ * lower byte in the lower half), exactly: every e4m3 value is an f16; one
+ * hardware conversion (the fp8 tensor-core decode body feeds f16 mma with
+ * it). */
+__device__ __forceinline__ uint32_t kc_e4m3x2_f16x2(uint32_t w, int i)
+{
+    const uint16_t pair = (uint16_t)(w >> (16 * i));
+#if defined(KEMU_H)
+    return (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)pair)) |
+           (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)(pair >> 8))) << 16;
+#else
+    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+    return (uint32_t)hr.x | (uint32_t)hr.y << 16;
+#endif
+}
+
 /* 8 e4m3 codes (byte i of v = element i) -> 8 floats, exactly: pairs
- * through the hardware's e4m3x2 -> f16x2 conversion (every e4m3 value is
- * an f16), then to fp32. */
+ * through kc_e4m3x2_f16x2, then to fp32. */
 __device__ __forceinline__ void kc_unpack8_e4m3(uint2 v, float *f)
 {
     const uint32_t w[2] = {v.x, v.y};
@@ -173,16 +188,9 @@ __device__ __forceinline__ void kc_unpack8_e4m3(uint2 v, float *f)
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            const uint16_t pair = (uint16_t)(w[i] >> (16 * j));
-#if defined(KEMU_H)
-            f[4 * i + 2 * j] = kern_e4m3_to_f32((uint8_t)pair);
-            f[4 * i + 2 * j + 1] = kern_e4m3_to_f32((uint8_t)(pair >> 8));
-#else
-            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
-            const float2 x = __half22float2(*(const __half2 *)&hr);
-            f[4 * i + 2 * j] = x.x;
-            f[4 * i + 2 * j + 1] = x.y;
-#endif
+            const uint32_t h = kc_e4m3x2_f16x2(w[i], j);
+            f[4 * i + 2 * j] = __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
+            f[4 * i + 2 * j + 1] = __half2float(__ushort_as_half((unsigned short)(h >> 16)));
         }
 }
 

@@ -198,21 +198,6 @@ __device__ __forceinline__ uint32_t kc_prmt(uint32_t a, uint32_t b, uint32_t sel
 #endif
 }
 
-/* Bytes 2i, 2i + 1 of w (e4m3 codes) -> an f16 pair, exactly (every e4m3
- * value is an f16): one hardware conversion. */
-template <int I> __device__ __forceinline__ uint32_t kc_e4m3x2_f16x2(uint32_t w)
-{
-    static_assert(I == 0 || I == 1, "a word holds two pairs");
-    const uint16_t pair = (uint16_t)(w >> (16 * I));
-#if defined(KEMU_H)
-    return (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)pair)) |
-           (uint32_t)half_f32_to_f16(kern_e4m3_to_f32((uint8_t)(pair >> 8))) << 16;
-#else
-    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
-    return (uint32_t)hr.x | (uint32_t)hr.y << 16;
-#endif
-}
-
 /* --- warpgroup products (wgmma, sm_90a) -------------------------------------------
  * kc_wgmma<N, TB>: d (64 x N, fp32) = (scale_d ? d : 0) + A B for one
  * wgmma.mma_async m64nNk16 bf16 of the calling warpgroup (4 warps, 128
