@@ -106,9 +106,16 @@ int test_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    const int failed = srunner_ntests_failed(sr);
+    TestResult **res = srunner_failures(sr);
+    int skipped = 0;
+    for (int i = 0; i < failed; i++)
+        skipped += tr_rtype(res[i]) == CK_ERROR && strstr(tr_msg(res[i]), "Early exit with return value 77") != NULL;
+    free(res);
     srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    if (skipped > 0 && skipped == failed)
+        printf("%d of the tests above skipped (exit 77 in their forked child): not failures\n", skipped);
+    return failed > skipped ? 1 : skipped > 0 ? 77 : 0;
 }
 
 void test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)

@@ -26,12 +26,17 @@ bool test_enforce_eager(void);
 /* INFERD_TEST_KV_FP8=1: the engine suites load with an fp8 e4m3 KV cache
  * (--kv-cache-dtype fp8): their invariances must hold on it too. */
 bool test_kv_fp8(void);
-/* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE). */
+/* Print a skip message and exit 77 (ctest SKIP_RETURN_CODE); inside a
+ * forked Check test the child exits 77 and test_run_suite counts it as a
+ * skip. */
 void test_skip(const char *why) __attribute__((noreturn));
 /* The parsed golden/stories260K.json (llama2.c greedy cases; caller frees
  * with cJSON_Delete); skips the test (77) when the fixture is absent. */
 struct cJSON *test_golden_stories(void);
-/* Run a suite, return the process exit code (0 when all passed). */
+/* Run a suite, return the process exit code: 0 when all passed, 1 when
+ * any failed, 77 (skip) when none failed but some skipped (a forked test
+ * that called test_skip, e.g. for want of a fixture on a fresh machine:
+ * Check reports its exit 77 as an error). */
 int test_run_suite(Suite *s);
 /* Deterministic uniform floats in [lo, hi). */
 void test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
