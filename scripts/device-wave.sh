@@ -622,6 +622,7 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
         done
     done
     for v in "${abv[@]}"; do
+        [[ ${WAVE_AB_32K:-1} == 0 ]] && break # WAVE_AB_32K=0: no b1 x 32k rows
         b=$BIN envs=()
         [[ $v == base ]] && b=$BASE
         [[ $v == *=* ]] && envs=("${v#*:}")

@@ -324,12 +324,15 @@ END_TEST
 
 /* Tolerance: resid is bf16(resid + add) on the GPU vs the exact fp32 sum on
  * the CPU (0.4% rel), out adds one more bf16 rounding: atol 2e-2 (values are
- * O(1)), rtol 2e-2. */
+ * O(1)), rtol 2e-2. The 16-byte path (d % 8 == 0, from 8 to 8192, up to
+ * 2201 rows) and the scalar one (d = 37). */
 START_TEST(test_add_rmsnorm)
 {
     const struct {
         int n, d, with_add;
-    } cases[] = {{1, 64, 1}, {5, 4096, 1}, {33, 37, 1}, {3, 1000, 0}, {7, 8192, 1}, {2, 72, 0}};
+    } cases[] = {{1, 64, 1}, {5, 4096, 1}, {33, 37, 1}, {3, 1000, 0},  {7, 8192, 1},
+                 {2, 72, 0}, {41, 4096, 1}, {9, 2048, 0}, {2, 4104, 1}, {17, 8, 1},
+                 {600, 64, 0}, {2201, 256, 1}};
     int bad = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n = cases[c].n, d = cases[c].d;
