@@ -204,7 +204,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * n >= 3 on the tensor-core form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES,
  * INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
  * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
- * the GEMV's tensor-core form, 0 = off), INFERD_GEMM_ACCUM (accum, 0/1) and
+ * the GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
+ * INFERD_GEMM_ACCUM (accum, 0/1) and
  * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
  * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create.
  * The choice depends only on
@@ -219,6 +220,8 @@ typedef struct {
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
     int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
     int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
+    int gemv_tc_ring;  /* the tensor-core form's weights through a shared-memory ring: 0 never, 1 where gemv.cu's
+                          rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates

@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -538,6 +538,38 @@ if INFERD_GEMV_MAX_N=16 INFERD_GEMV_TC_MIN_N=3 timeout 200 "$NCU" --clock-contro
 then row "ncu gemv_tc b16 $(el)" ok
 else row "ncu gemv_tc b16 (exit $?)" FAILED; fi
 grep -vE "^\[|^ +-+|^$|^==PROF==|INFO|^\|" "$W/gemvprof-ncu.txt" | grep -E "[0-9]|gemv" | head -150
+fi
+# i4c5. the tensor-core GEMV's shared-memory ring (INFERD_GEMV_TC_RING: 0
+#       off, 1 the rule, the default): the dense cases at full sizes with the
+#       GEMM_BENCH table (test_gemv, test_gemv_ring_bitwise: the ring's
+#       products bitwise the register form's), the fused cases at full sizes
+#       (every form with the ring off and forced), quick sizes of both under
+#       memcheck and the fused ones under racecheck; graphs == eager and
+#       engine invariance with the ring forced onto every size
+#       (INFERD_GEMV_TC_RING=2); the per-op profile at batch 1 / 16 x 512,
+#       ring off and on (the A/B of the steps: envab)
+if part ring; then
+INFERD_TEST_GEMM_BENCH=1 kcase ring-dense 0 dense
+grep -E "^GEMM_BENCH" "$W/ring-dense.log" | head -48
+kcase ring-fused 0 fused
+if checks; then
+    kcase ring-dense-memcheck 1 dense memcheck
+    kcase ring-fused-memcheck 1 fused memcheck
+    kcase ring-fused-racecheck 1 fused racecheck
+fi
+for t in model/test_graphs_gpu scheduler/test_engine_stories; do
+    if (cd "$BUILD" && INFERD_GEMV_TC_RING=2 INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") \
+          >"$W/ring-$(basename $t).log" 2>&1
+    then row "$(basename $t) (cuda, graphs, tensor-core ring forced) $(el)" PASS
+    else row "$(basename $t) (ring forced, exit $?)" "FAIL (wave/ring-$(basename $t).log)"; fi
+done
+for v in 0 1; do
+    [[ -n ${WAVE_RING_NO_PROFILE:-} ]] && break
+    INFERD_GEMV_TC_RING=$v lat "ring-ops-$v" 150 "--profile-ops b1/16 x 512, ring $v" --model $L8 --batch-size 1,16 \
+        --input-len 512 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 \
+        --max-num-batched-tokens 8192 --max-model-len 2048 --profile-ops
+    grep -vE "^\[|^$|INFO" "$W/ring-ops-$v.txt" | grep -E "^\||ops of" | head -60
+done
 fi
 # i4c4. ncu of decode kernels (eager, --gpu-memory-utilization 0.3 so the
 #       replays save little memory): the decode attention and merge kernels

@@ -204,6 +204,60 @@ __device__ __forceinline__ void kc_kv_store(void *cache, int64_t i, uint16_t b, 
         static_cast<uint16_t *>(cache)[i] = b;
 }
 
+/* Asynchronous 16-byte copies global -> shared (cp.async, sm_80+), used by
+ * the tensor-core prefill tiles, the decode kernel's pipeline and the GEMV's
+ * ring:
+ * kc_cp_async16 zero-fills the 16 bytes without reading memory when !valid;
+ * kc_cp_commit closes this thread's group of copies; kc_cp_wait<N> returns
+ * once at most N of its groups are in flight (the others' bytes are then
+ * visible to this thread; other threads need a barrier); kc_cp_async8
+ * copies 8 bytes (the fp8 decode ring). Under the host emulator (kemu.h)
+ * the copy is immediate. */
+#if defined(KEMU_H)
+static inline void kc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 16);
+    else
+        memset(smem, 0, 16);
+}
+static inline void kc_cp_async8(void *smem, const void *gmem, bool valid)
+{
+    if (valid)
+        memcpy(smem, gmem, 8);
+    else
+        memset(smem, 0, 8);
+}
+static inline void kc_cp_commit(void)
+{
+}
+template <int N> static inline void kc_cp_wait(void)
+{
+}
+#else
+__device__ __forceinline__ void kc_cp_async16(void *smem, const void *gmem, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+/* The same for 8 bytes (cp.async.ca: .cg copies only 16). */
+__device__ __forceinline__ void kc_cp_async8(void *smem, const void *gmem, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    const int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void kc_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void kc_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
 /* Programmatic dependent launch, primary side: let the next kernel on the
  * stream, when it is launched with the programmatic-serialization attribute
  * (the decode GEMV, gemv.cu), start now. Its CTAs then fill the SMs this

@@ -65,6 +65,11 @@
  * 7% / 6% / 3% faster than the CUDA-core GEMV and cuBLASLt). The four
  * warps' partial sums meet in shared memory and are added in warp order,
  * so a (row, token) result depends on C and the tiling alone, not on n.
+ * The ring (gemv_tc_ring): the weights through TCG_RING_S stages in shared
+ * memory by cp.async (48 KiB a CTA at TCG_U 4; the partial sums then
+ * overlay its front), two steps in flight a warp instead of one, and 128
+ * registers instead of 168 at two n-tiles; the input pieces stay one step
+ * ahead in registers. Bitwise the same products (test_gemv_ring_bitwise).
  * Its epilogues (kern_matmul_epi_fusable: no norm, n >= gemv_tc_min_n):
  * RESID, and the pair epilogues with a CTA's 16 rows as 8 pairs, rows m and
  * m + 8 the two rows of a pair (tcg_row), so one thread of the final
@@ -457,6 +462,12 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
 #else
 #define TCG_U KC_TCG_U
 #endif
+#define TCG_STAGE (TCG_U * 2 * 32) /* uint4 of a warp's ring stage: TCG_U chunks of both rows */
+#ifndef KC_TCG_RING_S
+#define TCG_RING_S 3 /* stages of a warp's ring, 48 KiB a CTA at TCG_U 4 (-DKC_TCG_RING_S=N) */
+#else
+#define TCG_RING_S KC_TCG_RING_S
+#endif
 
 /* Chunks q .. q + TCG_U - 1 (< q1) of the lane's two rows, elements
  * [32 q + 8c, +8); pieces past the warp's range or the row are zero. */
@@ -470,6 +481,26 @@ __device__ __forceinline__ void tcg_load_w(uint4 (&wv)[TCG_U][2], const uint16_t
         wv[u][0] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wa + k)) : make_uint4(0u, 0u, 0u, 0u);
         wv[u][1] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wb + k)) : make_uint4(0u, 0u, 0u, 0u);
     }
+}
+
+/* The ring form of tcg_load_w (gemv_tc_ring): the same chunks by cp.async into
+ * stage st of the warp's ring, slot (u, row h) of lane l at
+ * st[(2 u + h) * 32 + l]: zero-filled past the row end, not written past
+ * the warp's range (chunks the loop never multiplies, so no copy is in
+ * flight once it ends); closes the lane's group. */
+__device__ __forceinline__ void tcg_ring_issue(uint4 *st, const uint16_t *wa, const uint16_t *wb, int q, int q1,
+                                               int c, int C, int lane)
+{
+#pragma unroll
+    for (int u = 0; u < TCG_U; u++) {
+        const int k = 32 * (q + u) + 8 * c;
+        const bool ok = k < C;
+        if (q + u < q1) {
+            kc_cp_async16(st + (2 * u) * 32 + lane, ok ? wa + k : wa, ok);
+            kc_cp_async16(st + (2 * u + 1) * 32 + lane, ok ? wb + k : wb, ok);
+        }
+    }
+    kc_cp_commit();
 }
 
 /* The input pieces matching tcg_load_w's chunks: elements [32 q + 8c, +8)
@@ -534,10 +565,13 @@ __device__ __forceinline__ float tcg_sum(const float (&red)[TCG_WARPS][NT2][32][
  * then the epilogue EPI: STORE (fp32 with F32, else bf16), RESID, and the
  * pair epilogues SILU_MUL and ROPE_KV (one thread a pair and token), each
  * rounding as gemv_epilogue does. */
-template <int NT2, bool F32, int EPI>
-static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const gemv_args a)
+template <int NT2, int S, bool F32, int EPI>
+static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_kernel(const gemv_args a)
 {
-    __shared__ float red[TCG_WARPS][NT2][32][4];
+    /* the ring (S > 0: [TCG_WARPS][S][TCG_STAGE] uint4), then the partial sums
+     * red[TCG_WARPS][NT2][32][4] over its front once the loop is done */
+    extern __shared__ uint4 tcg_smem[];
+    float(&red)[TCG_WARPS][NT2][32][4] = *reinterpret_cast<float(*)[TCG_WARPS][NT2][32][4]>(tcg_smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int C = a.C;
     const int nq = (C + 31) >> 5, per = (nq + TCG_WARPS - 1) / TCG_WARPS;
@@ -550,20 +584,41 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
     for (int nt = 0; nt < NT2; nt++)
         d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
     uint4 wv[TCG_U][2], xv[TCG_U][NT2];
-    tcg_load_w(wv, wa, wb, q0, q1, c, C);
+    uint4 *ring = tcg_smem + (size_t)warp * S * TCG_STAGE; /* S > 0 */
+    if constexpr (S > 0) {
+#pragma unroll
+        for (int j = 0; j < S - 1; j++)
+            tcg_ring_issue(ring + j * TCG_STAGE, wa, wb, q0 + TCG_U * j, q1, c, C, lane);
+    } else {
+        tcg_load_w(wv, wa, wb, q0, q1, c, C);
+    }
     kc_pdl_wait(); /* the input is the previous kernel's output */
     tcg_load_x<NT2>(xv, a, q0, q1, c, g);
+    int stage = 0;
     for (int q = q0; q < q1; q += TCG_U) {
         uint4 cur[TCG_U][2], curx[TCG_U][NT2];
+        if constexpr (S > 0) { /* S - 1 steps' weights in flight during this step's math */
+            tcg_ring_issue(ring + (stage == 0 ? S - 1 : stage - 1) * TCG_STAGE, wa, wb, q + TCG_U * (S - 1), q1, c,
+                           C, lane);
+            kc_cp_wait<S - 1>();
+#pragma unroll
+            for (int u = 0; u < TCG_U; u++) {
+                cur[u][0] = ring[stage * TCG_STAGE + (2 * u) * 32 + lane];
+                cur[u][1] = ring[stage * TCG_STAGE + (2 * u + 1) * 32 + lane];
+            }
+            stage = stage == S - 1 ? 0 : stage + 1;
+        }
 #pragma unroll
         for (int u = 0; u < TCG_U; u++) {
-            cur[u][0] = wv[u][0], cur[u][1] = wv[u][1];
+            if constexpr (S == 0)
+                cur[u][0] = wv[u][0], cur[u][1] = wv[u][1];
 #pragma unroll
             for (int nt = 0; nt < NT2; nt++)
                 curx[u][nt] = xv[u][nt];
         }
         if (q + TCG_U < q1) { /* next step's loads in flight during this step's math */
-            tcg_load_w(wv, wa, wb, q + TCG_U, q1, c, C);
+            if constexpr (S == 0)
+                tcg_load_w(wv, wa, wb, q + TCG_U, q1, c, C);
             tcg_load_x<NT2>(xv, a, q + TCG_U, q1, c, g);
         }
 #pragma unroll
@@ -578,6 +633,10 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
                 kc_mma_16816(d[nt], a1, curx[u][nt].z, curx[u][nt].w);
             }
         }
+    }
+    if constexpr (S > 0) { /* red overlays other warps' stages */
+        kc_cp_wait<0>();
+        __syncthreads();
     }
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
@@ -621,24 +680,57 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32) gemv_tc_kernel(const ge
 
 /* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
  * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows. */
-template <int EPI> static void gemv_tc_launch_e(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
+template <int S, int EPI> static void gemv_tc_launch_e(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
 {
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
     const dim3 grid((unsigned)kcuda_cdiv(units, (int64_t)per));
-    void (*k)(const gemv_args) = a.n <= 8 ? (f32 ? gemv_tc_kernel<1, true, EPI> : gemv_tc_kernel<1, false, EPI>)
-                                          : (f32 ? gemv_tc_kernel<2, true, EPI> : gemv_tc_kernel<2, false, EPI>);
-    kc_launch(k, grid, TCG_WARPS * 32, 0, s, pdl, a);
+    const int nt2 = a.n <= 8 ? 1 : 2;
+    void (*k)(const gemv_args) = nt2 == 1 ? (f32 ? gemv_tc_kernel<1, S, true, EPI> : gemv_tc_kernel<1, S, false, EPI>)
+                                          : (f32 ? gemv_tc_kernel<2, S, true, EPI> : gemv_tc_kernel<2, S, false, EPI>);
+    size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
+    if constexpr (S > 0) {
+        const size_t ring = (size_t)TCG_WARPS * S * TCG_STAGE * sizeof(uint4);
+        smem = ring > smem ? ring : smem;
+    }
+    kc_launch(k, grid, TCG_WARPS * 32, smem, s, pdl, a);
 }
 
-static void gemv_tc_launch(cudaStream_t s, bool pdl, bool f32, int epi, const gemv_args &a)
+/* Whether a tensor-core product streams its weights through the ring
+ * (kern_gemm_opts::gemv_tc_ring): 2 always, 1 (the default) for two n-tiles
+ * (9..16 tokens) and a grid of at least 2.5 CTAs an SM, 0 never. Measured
+ * on an H200 (docs/PERF.md, sixteenth session), products of 16 tokens, %
+ * of the copy bandwidth, registers / ring: QKV (384 CTAs) 58.0 / 71.0,
+ * lm_head 82.3 / 91.0, gate/up 79.2 / 80.1, but O and down (256 CTAs, 1.9
+ * an SM) 65.2 / 61.4 and 78.6 / 74.3; at n <= 8 the ring was slower or
+ * even. The products are bitwise the same either way. */
+static bool gemv_tc_ring(const kern_ctx *ctx, const kcuda_state *st, const gemv_args &a)
+{
+    const int mode = ctx->gemm.gemv_tc_ring;
+    if (mode != 1)
+        return mode == 2;
+    const int64_t ctas = kcuda_cdiv((int64_t)a.R, (int64_t)TCG_ROWS);
+    return a.n > 8 && 2 * ctas >= 5 * (int64_t)st->n_sms;
+}
+
+/* ring: the weights through the shared-memory ring of TCG_RING_S stages. */
+static void gemv_tc_launch(cudaStream_t s, bool pdl, bool ring, bool f32, int epi, const gemv_args &a)
 {
     INFERD_CHECK(!f32 || epi == KERN_EPI_STORE);
+    if (ring) {
+        switch (epi) {
+        case KERN_EPI_STORE: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_STORE>(s, pdl, f32, a); break;
+        case KERN_EPI_RESID: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_RESID>(s, pdl, false, a); break;
+        case KERN_EPI_SILU_MUL: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
+        default: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
+        }
+        return;
+    }
     switch (epi) {
-    case KERN_EPI_STORE: gemv_tc_launch_e<KERN_EPI_STORE>(s, pdl, f32, a); break;
-    case KERN_EPI_RESID: gemv_tc_launch_e<KERN_EPI_RESID>(s, pdl, false, a); break;
-    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
-    default: gemv_tc_launch_e<KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
+    case KERN_EPI_STORE: gemv_tc_launch_e<0, KERN_EPI_STORE>(s, pdl, f32, a); break;
+    case KERN_EPI_RESID: gemv_tc_launch_e<0, KERN_EPI_RESID>(s, pdl, false, a); break;
+    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<0, KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
+    default: gemv_tc_launch_e<0, KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
     }
 }
 
@@ -683,7 +775,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (gemv_use_tc(ctx, n))
-        gemv_tc_launch(st->stream, pdl, out_f32 != 0, KERN_EPI_STORE, a);
+        gemv_tc_launch(st->stream, pdl, gemv_tc_ring(ctx, st, a), out_f32 != 0, KERN_EPI_STORE, a);
     else
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
@@ -731,7 +823,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         a.bias = f->qkv_bias ? static_cast<const uint16_t *>(f->qkv_bias->data) : NULL;
     }
     if (tc)
-        gemv_tc_launch(st->stream, ctx->gemm.pdl, false, f->epi, a);
+        gemv_tc_launch(st->stream, ctx->gemm.pdl, gemv_tc_ring(ctx, st, a), false, f->epi, a);
     else
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
     KCUDA_LAUNCH_CHECK();

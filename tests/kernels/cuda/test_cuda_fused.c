@@ -206,16 +206,18 @@ static int fused_case(const fcase *c, uint64_t seed)
 }
 
 /* GEMV route for every size: small test weights must take it too; the
+ * tensor-core form's shared-memory ring (0 or 2: off, forced; _i of the loop
+ * tests); the
  * tensor-core form from 3 tokens (the default); programmatic launches as
  * the engine's default (INFERD_GEMV_PDL=0: plain launches, to tell a
  * launch-order effect from a kernel's own). */
-static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes)
+static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes, int tc_ring)
 {
     kern_gemm_config_get(kt_gpu, saved);
     const char *pdl_env = getenv("INFERD_GEMV_PDL");
     const bool pdl = !(pdl_env && strcmp(pdl_env, "0") == 0);
     const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = pdl,
-                              .gemv_variant = 1, .fuse_max_n = fuse_max_n,
+                              .gemv_variant = 1, .fuse_max_n = fuse_max_n, .gemv_tc_ring = tc_ring,
                               .gemv_tc_min_n = KCUDA_GEMV_DEFAULT_TC_MIN_N};
     kern_gemm_config(kt_gpu, &o);
 }
@@ -223,9 +225,9 @@ static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes
 START_TEST(test_fused_forms)
 {
     kern_gemm_opts saved;
-    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0);
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 2 * _i);
     const uint64_t seed = kt_seed() + 900;
-    printf("test_fused_forms: seed %llu\n", (unsigned long long)seed);
+    printf("test_fused_forms: tensor-core ring %d, seed %llu\n", 2 * _i, (unsigned long long)seed);
     /* rows, cols of the dense forms: odd row counts, one row, pairs across CTAs */
     static const int dense[][2] = {{1, 8}, {37, 264}, {258, 72}, {1000, 512}};
     int bad = 0, k = 0;
@@ -405,7 +407,7 @@ static int tc_bitwise_case(kern_epilogue epi, int n, int R, int C, int nh, int n
 START_TEST(test_fused_tc_bitwise)
 {
     kern_gemm_opts saved;
-    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0);
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 2 * _i);
     const uint64_t seed = kt_seed() + 1900;
     static const int ns[] = {3, 9, 16};
     int bad = 0;
@@ -516,7 +518,7 @@ static int rope_fp8_case(int n, int nh, int nkv, int hd, int bs, int how, uint64
 START_TEST(test_fused_fp8_cache)
 {
     kern_gemm_opts saved;
-    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0);
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 0);
     const uint64_t seed = kt_seed() + 2300;
     static const int shapes[][4] = {{8, 2, 128, 16}, {6, 2, 64, 5}, {4, 4, 32, 1}};
     static const int route_n[][2] = {{0, 13}, {0, 1}, {1, 1}, {1, KCUDA_FUSE_MAX_N}, {2, 3}, {2, 9}, {2, 16}};
@@ -618,8 +620,8 @@ TCase *kt_tcase_fused(void)
 {
     TCase *tc = tcase_create("fused");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_fused_forms);
-    tcase_add_test(tc, test_fused_tc_bitwise);
+    tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
+    tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fusable_table);
     return tc;

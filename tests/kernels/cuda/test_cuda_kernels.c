@@ -599,11 +599,13 @@ START_TEST(test_gemv)
     const uint64_t seed = kt_seed();
     printf("test_gemv: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
-    /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1, tensor-core form with PDL, without */
-    for (int mode = 0; mode < 6; mode++) {
+    /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1, tensor-core form with PDL, without, and with
+     * its weights through the shared-memory ring (forced) */
+    for (int mode = 0; mode < 7; mode++) {
         const bool tc = mode >= 4;
         kern_gemm_opts go = {.gemv_max_n = mode == 2 ? 0 : 16, .gemv_min_weight_bytes = 0,
-                             .pdl = mode != 0 && mode != 5, .gemv_variant = mode == 3, .gemv_tc_min_n = tc ? 1 : 0};
+                             .pdl = mode != 0 && mode != 5, .gemv_variant = mode == 3, .gemv_tc_min_n = tc ? 1 : 0,
+                             .gemv_tc_ring = mode == 6 ? 2 : 0};
         kern_gemm_config(kt_gpu, &go);
         for (int n = 1; n <= 16; n++) {
             const bool quick_n = tc ? n == 1 || n == 3 || n == 8 || n == 9 || n == 16
@@ -632,6 +634,76 @@ START_TEST(test_gemv)
 }
 END_TEST
 
+/* A logits product's buffers for the GEMV's bitwise tests: N input rows
+ * and an R x C weight, random bf16 values of seed, on the GPU; ref and got
+ * hold N x R host results. */
+typedef struct {
+    float *in, *w, *ref, *got; /* host: [N, C], [R, C], [N, R], [N, R] */
+    kern_weight wg;
+    void *gin;   /* [N, C] bf16 */
+    float *gout; /* [N, R] */
+} gemv_bufs;
+
+static void gemv_bufs_make(gemv_bufs *b, int N, int R, int C, uint64_t seed)
+{
+    b->in = inferd_malloc(sizeof(float) * (size_t)N * C);
+    b->w = inferd_malloc(sizeof(float) * (size_t)R * C);
+    kt_rand_bf16(b->in, (size_t)N * C, seed, -1.0f, 1.0f);
+    kt_rand_bf16(b->w, (size_t)R * C, seed + 1, -0.1f, 0.1f);
+    b->wg = kt_weight_gpu(b->w, R, C);
+    b->gin = kt_gpu_bf16(b->in, (size_t)N * C);
+    b->gout = kern_alloc(kt_gpu, sizeof(float) * (size_t)N * R);
+    b->ref = inferd_malloc(sizeof(float) * (size_t)N * R);
+    b->got = inferd_malloc(sizeof(float) * (size_t)N * R);
+}
+
+static void gemv_bufs_free(gemv_bufs *b)
+{
+    kern_free(kt_gpu, b->gout);
+    kern_free(kt_gpu, b->gin);
+    kern_free(kt_gpu, b->wg.data);
+    inferd_free(b->got);
+    inferd_free(b->ref);
+    inferd_free(b->w);
+    inferd_free(b->in);
+}
+
+/* The tensor-core form's shared-memory ring (gemv_tc_ring) changes where
+ * the weights wait, not the arithmetic: its products equal the register
+ * form's bit for bit, n on both sides of the 8-token n-tile, rows off the
+ * CTA tile, C shorter than a warp's chunks and past the ring's stages. */
+START_TEST(test_gemv_ring_bitwise)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    static const int shapes[][2] = {{3, 8}, {203, 520}, {1000, 64}, {61, 4096}};
+    static const int ns[] = {1, 2, 3, 5, 9, 16};
+    const uint64_t seed = kt_seed() + 91;
+    int bad = 0;
+    for (int si = 0; si < 4; si++) {
+        const int R = shapes[si][0], C = shapes[si][1];
+        gemv_bufs b;
+        gemv_bufs_make(&b, 16, R, C, seed + 10 * (uint64_t)si);
+        for (int i = 0; i < 6; i++) {
+            const int n = ns[i];
+            for (int ring = 0; ring <= 2; ring += 2) {
+                const kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true,
+                                           .gemv_variant = 1, .gemv_tc_min_n = 1, .gemv_tc_ring = ring};
+                kern_gemm_config(kt_gpu, &go);
+                kern_logits(kt_gpu, b.gout, b.gin, &b.wg, n);
+                kern_memcpy_d2h(kt_gpu, ring ? b.got : b.ref, b.gout, sizeof(float) * (size_t)n * R);
+            }
+            if (memcmp(b.got, b.ref, sizeof(float) * (size_t)n * R) != 0 && bad++ < 10)
+                printf("  gemv ring: %d x %d at n = %d differs from the register form\n", R, C, n);
+        }
+        gemv_bufs_free(&b);
+    }
+    kt_record("gemv_ring_bitwise", bad, 0, 0);
+    kern_gemm_config(kt_gpu, &go0);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* The GEMV's result for a token does not depend on how many tokens share
  * the launch (what makes a padded graph replay equal the eager step):
  * logits of token t computed in a batch of n equal those of a batch of 16
@@ -644,19 +716,14 @@ START_TEST(test_gemv_batch_invariant)
     const kern_gemm_opts go = {.gemv_max_n = 16, .gemv_min_weight_bytes = 0, .pdl = true, .gemv_tc_min_n = _i};
     kern_gemm_config(kt_gpu, &go);
     const int R = 203, C = 520, N = 16;
-    const uint64_t seed = kt_seed() + 77;
-    float *in = inferd_malloc(sizeof(float) * N * C), *w = inferd_malloc(sizeof(float) * R * C);
-    kt_rand_bf16(in, (size_t)N * C, seed, -1.0f, 1.0f);
-    kt_rand_bf16(w, (size_t)R * C, seed + 1, -0.1f, 0.1f);
-    kern_weight wg = kt_weight_gpu(w, R, C);
-    void *gin = kt_gpu_bf16(in, (size_t)N * C);
-    float *gout = kern_alloc(kt_gpu, sizeof(float) * N * R);
-    float *ref = inferd_malloc(sizeof(float) * N * R), *got = inferd_malloc(sizeof(float) * N * R);
-    kern_logits(kt_gpu, gout, gin, &wg, N);
+    gemv_bufs b;
+    gemv_bufs_make(&b, N, R, C, kt_seed() + 77);
+    float *ref = b.ref, *got = b.got, *gout = b.gout;
+    kern_logits(kt_gpu, gout, b.gin, &b.wg, N);
     kern_memcpy_d2h(kt_gpu, ref, gout, sizeof(float) * N * R);
     int bad = 0;
     for (int n = 1; n < N; n++) {
-        kern_logits(kt_gpu, gout, gin, &wg, n);
+        kern_logits(kt_gpu, gout, b.gin, &b.wg, n);
         kern_memcpy_d2h(kt_gpu, got, gout, sizeof(float) * (size_t)n * R);
         if (memcmp(got, ref, sizeof(float) * (size_t)n * R) != 0) {
             printf("  gemv%s: batch of %d differs from batch of %d\n", _i ? " (tensor cores)" : "", n, N);
@@ -665,19 +732,14 @@ START_TEST(test_gemv_batch_invariant)
     }
     kt_record("gemv_batch_invariant", bad, 0, 0);
     kern_gemm_config(kt_gpu, &go0);
-    kern_free(kt_gpu, gout);
-    kern_free(kt_gpu, gin);
-    kern_free(kt_gpu, wg.data);
-    inferd_free(got);
-    inferd_free(ref);
-    inferd_free(w);
-    inferd_free(in);
+    gemv_bufs_free(&b);
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
- * PDL, its variant 1 (n <= 2) and its tensor-core form with PDL on the
+ * PDL, its variant 1 (n <= 2), its tensor-core form with PDL, without and
+ * with the shared-memory ring (forced), on the
  * Llama-3-8B weight shapes for n = 1..64 (the GEMV forms for n <= 16) and
  * print a table (us per product, GB/s of weight bytes, % of the copy
  * bandwidth); for n >= 16 also each of cuBLASLt's first 8 heuristic
@@ -700,13 +762,13 @@ START_TEST(test_gemm_small_bench)
     } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
               {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
     static const int ns[] = {1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-    enum { NMAX = 64 };
+    enum { NMAX = 64, NCOL = 5 };
     const size_t rot_bytes = (size_t)256 << 20;
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nGEMM_BENCH copy %.0f GB/s; us per product (GB/s of weights, %% copy BW)\n", cl.copy_gbps);
-    printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | GEMV TC+PDL us | cuBLASLt %%BW | "
-           "GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW |\n");
+    printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | GEMV TC+PDL us | GEMV TC ring us | "
+           "cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW | GEMV TC ring %%BW |\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
         int copies = (int)((rot_bytes + wb - 1) / wb);
@@ -722,19 +784,20 @@ START_TEST(test_gemm_small_bench)
         void *out = kern_alloc(kt_gpu, (size_t)NMAX * (size_t)sh[s].R * 4);
         for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
             const int n = ns[ni_];
-            double us[4 + 7];
+            double us[NCOL + 7];
             int splitk[8], tile[8], n_res = 1;
-            /* modes 0..3 as the columns; 4..10: cuBLASLt's candidates 1..7 (n >= 16) */
-            for (int mode = 0; mode < 11; mode++) {
-                const int pick = mode >= 4 ? mode - 3 : 0;
-                if (mode >= 4 && (n < 16 || pick >= n_res))
+            /* modes 0..NCOL-1 as the columns; NCOL..: cuBLASLt's candidates 1..7 (n >= 16) */
+            for (int mode = 0; mode < NCOL + 7; mode++) {
+                const int pick = mode >= NCOL ? mode - NCOL + 1 : 0;
+                if (mode >= NCOL && (n < 16 || pick >= n_res))
                     continue;
-                if (mode >= 1 && mode <= 3 && n > 16) { /* the GEMV forms take n <= 16 */
+                if (mode >= 1 && mode < NCOL && n > 16) { /* the GEMV forms take n <= 16 */
                     us[mode] = us[0];
                     continue;
                 }
-                kern_gemm_opts go = {.gemv_max_n = mode == 0 || mode >= 4 ? 0 : 16, .gemv_min_weight_bytes = 0,
-                                     .pdl = true, .gemv_variant = mode == 2, .gemv_tc_min_n = mode == 3 ? 1 : 0};
+                kern_gemm_opts go = {.gemv_max_n = mode == 0 || mode >= NCOL ? 0 : 16, .gemv_min_weight_bytes = 0,
+                                     .pdl = true, .gemv_variant = mode == 2, .gemv_tc_min_n = mode == 3 || mode == 4,
+                                     .gemv_tc_ring = mode == 4 ? 2 : 0};
                 kern_gemm_config(kt_gpu, &go);
                 kcuda_gemm_pick = pick;
                 kcuda_gemm_last_n_res = kcuda_gemm_last_splitk = kcuda_gemm_last_tile = -9; /* -9: no plan built */
@@ -751,23 +814,25 @@ START_TEST(test_gemm_small_bench)
                 kern_timer_record(kt_gpu, t, 1);
                 kern_sync(kt_gpu);
                 us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
-                if (mode == 0 || mode >= 4) { /* a plan was built in this mode's warm-up */
+                if (mode == 0 || mode >= NCOL) { /* a plan was built in this mode's warm-up */
                     if (mode == 0)
                         n_res = 8; /* a pick run asks again for up to 8 */
                     splitk[pick] = kcuda_gemm_last_splitk;
                     tile[pick] = kcuda_gemm_last_tile;
-                    if (mode >= 4 && kcuda_gemm_last_n_res >= 0)
+                    if (mode >= NCOL && kcuda_gemm_last_n_res >= 0)
                         n_res = kcuda_gemm_last_n_res;
                 }
             }
             kcuda_gemm_pick = 0;
-            double pct[4];
-            for (int mode = 0; mode < 4; mode++)
+            double pct[NCOL];
+            for (int mode = 0; mode < NCOL; mode++)
                 pct[mode] = 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps;
-            printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
-                   sh[s].name, sh[s].R, sh[s].C, n, us[0], us[1], us[2], us[3], pct[0], pct[1], pct[2], pct[3]);
+            printf("GEMM_BENCH | %s %dx%d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% | %.1f%% | "
+                   "%.1f%% |\n",
+                   sh[s].name, sh[s].R, sh[s].C, n, us[0], us[1], us[2], us[3], us[4], pct[0], pct[1], pct[2], pct[3],
+                   pct[4]);
             for (int k = 0; n >= 16 && k < n_res && k < 8; k++) {
-                const double u = k == 0 ? us[0] : us[3 + k];
+                const double u = k == 0 ? us[0] : us[NCOL - 1 + k];
                 printf("GEMM_PICK | %s %dx%d | %d | candidate %d | %.1f us | %.1f%% | split-k %d | tile %d |\n",
                        sh[s].name, sh[s].R, sh[s].C, n, k, u, 100.0 * ((double)wb / (u * 1e-6) / 1e9) / cl.copy_gbps,
                        splitk[k], tile[k]);
@@ -1045,6 +1110,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_gemm_search);
     tcase_add_test(tc, test_gemv);
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
+    tcase_add_test(tc, test_gemv_ring_bitwise);
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_f32_to_act);
