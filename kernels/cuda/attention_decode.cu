@@ -516,7 +516,7 @@ template <int GMAX>
 __device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX> &red)
 {
     const int hd = a.hd;
-    if (threadIdx.x < c.nhc) {
+    if ((int)threadIdx.x < c.nhc) {
         const int g = threadIdx.x;
         float mx = -INFINITY;
 #pragma unroll
