@@ -678,59 +678,57 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
     }
 }
 
-/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
- * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows. */
-template <int S, int EPI> static void gemv_tc_launch_e(cudaStream_t s, bool pdl, bool f32, const gemv_args &a)
-{
-    const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
-    const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
-    const dim3 grid((unsigned)kcuda_cdiv(units, (int64_t)per));
-    const int nt2 = a.n <= 8 ? 1 : 2;
-    void (*k)(const gemv_args) = nt2 == 1 ? (f32 ? gemv_tc_kernel<1, S, true, EPI> : gemv_tc_kernel<1, S, false, EPI>)
-                                          : (f32 ? gemv_tc_kernel<2, S, true, EPI> : gemv_tc_kernel<2, S, false, EPI>);
-    size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
-    if constexpr (S > 0) {
-        const size_t ring = (size_t)TCG_WARPS * S * TCG_STAGE * sizeof(uint4);
-        smem = ring > smem ? ring : smem;
-    }
-    kc_launch(k, grid, TCG_WARPS * 32, smem, s, pdl, a);
-}
-
-/* Whether a tensor-core product streams its weights through the ring
- * (kern_gemm_opts::gemv_tc_ring): 2 always, 1 (the default) for two n-tiles
- * (9..16 tokens) and a grid of at least 2.5 CTAs an SM, 0 never. Measured
- * on an H200 (docs/PERF.md, sixteenth session), products of 16 tokens, %
- * of the copy bandwidth, registers / ring: QKV (384 CTAs) 58.0 / 71.0,
+/* Whether a tensor-core launch of nt2 n-tiles and ctas CTAs streams its
+ * weights through the ring (mode: kern_gemm_opts::gemv_tc_ring): 2 always,
+ * 1 (the default) for two n-tiles (9..16 tokens) and a grid of at least 2.5
+ * CTAs an SM, 0 never. Measured on an H200 (docs/PERF.md, sixteenth
+ * session), products of 16 tokens, % of the copy bandwidth, registers /
+ * ring: QKV (384 CTAs) 58.0 / 71.0,
  * lm_head 82.3 / 91.0, gate/up 79.2 / 80.1, but O and down (256 CTAs, 1.9
  * an SM) 65.2 / 61.4 and 78.6 / 74.3; at n <= 8 the ring was slower or
  * even. The products are bitwise the same either way. */
-static bool gemv_tc_ring(const kern_ctx *ctx, const kcuda_state *st, const gemv_args &a)
+static bool gemv_tc_ring(int mode, int nt2, int64_t ctas, int n_sms)
 {
-    const int mode = ctx->gemm.gemv_tc_ring;
     if (mode != 1)
         return mode == 2;
-    const int64_t ctas = kcuda_cdiv((int64_t)a.R, (int64_t)TCG_ROWS);
-    return a.n > 8 && 2 * ctas >= 5 * (int64_t)st->n_sms;
+    return nt2 == 2 && 2 * ctas >= 5 * (int64_t)n_sms;
 }
 
-/* ring: the weights through the shared-memory ring of TCG_RING_S stages. */
-static void gemv_tc_launch(cudaStream_t s, bool pdl, bool ring, bool f32, int epi, const gemv_args &a)
+/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
+ * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows; the
+ * ring as gemv_tc_ring says (ring_mode, n_sms). */
+template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32))(const gemv_args)
+{
+    if (ring)
+        return f32 ? gemv_tc_kernel<NT2, TCG_RING_S, true, EPI> : gemv_tc_kernel<NT2, TCG_RING_S, false, EPI>;
+    return f32 ? gemv_tc_kernel<NT2, 0, true, EPI> : gemv_tc_kernel<NT2, 0, false, EPI>;
+}
+
+template <int EPI>
+static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, const gemv_args &a)
+{
+    const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
+    const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
+    const int64_t ctas = kcuda_cdiv(units, (int64_t)per);
+    const int nt2 = a.n <= 8 ? 1 : 2;
+    const bool ring = gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
+    size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
+    if (ring) {
+        const size_t bytes = (size_t)TCG_WARPS * TCG_RING_S * TCG_STAGE * sizeof(uint4);
+        smem = bytes > smem ? bytes : smem;
+    }
+    kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32) : tcg_kernel<2, EPI>(ring, f32), dim3((unsigned)ctas),
+              TCG_WARPS * 32, smem, s, pdl, a);
+}
+
+static void gemv_tc_launch(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, int epi, const gemv_args &a)
 {
     INFERD_CHECK(!f32 || epi == KERN_EPI_STORE);
-    if (ring) {
-        switch (epi) {
-        case KERN_EPI_STORE: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_STORE>(s, pdl, f32, a); break;
-        case KERN_EPI_RESID: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_RESID>(s, pdl, false, a); break;
-        case KERN_EPI_SILU_MUL: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
-        default: gemv_tc_launch_e<TCG_RING_S, KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
-        }
-        return;
-    }
     switch (epi) {
-    case KERN_EPI_STORE: gemv_tc_launch_e<0, KERN_EPI_STORE>(s, pdl, f32, a); break;
-    case KERN_EPI_RESID: gemv_tc_launch_e<0, KERN_EPI_RESID>(s, pdl, false, a); break;
-    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<0, KERN_EPI_SILU_MUL>(s, pdl, false, a); break;
-    default: gemv_tc_launch_e<0, KERN_EPI_ROPE_KV>(s, pdl, false, a); break;
+    case KERN_EPI_STORE: gemv_tc_launch_e<KERN_EPI_STORE>(s, pdl, ring_mode, n_sms, f32, a); break;
+    case KERN_EPI_RESID: gemv_tc_launch_e<KERN_EPI_RESID>(s, pdl, ring_mode, n_sms, false, a); break;
+    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<KERN_EPI_SILU_MUL>(s, pdl, ring_mode, n_sms, false, a); break;
+    default: gemv_tc_launch_e<KERN_EPI_ROPE_KV>(s, pdl, ring_mode, n_sms, false, a); break;
     }
 }
 
@@ -775,7 +773,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (gemv_use_tc(ctx, n))
-        gemv_tc_launch(st->stream, pdl, gemv_tc_ring(ctx, st, a), out_f32 != 0, KERN_EPI_STORE, a);
+        gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, a);
     else
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     KCUDA_LAUNCH_CHECK();
@@ -823,7 +821,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         a.bias = f->qkv_bias ? static_cast<const uint16_t *>(f->qkv_bias->data) : NULL;
     }
     if (tc)
-        gemv_tc_launch(st->stream, ctx->gemm.pdl, gemv_tc_ring(ctx, st, a), false, f->epi, a);
+        gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, a);
     else
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
     KCUDA_LAUNCH_CHECK();

@@ -327,18 +327,35 @@ struct rope_kv_args {
     rope_epi e;
 };
 
-/* The bf16 values x[0..1] of a packed pair (low half first) and back. */
-__device__ __forceinline__ void rope_unpack2(uint32_t u, float *x)
+/* N (1, 2 or 4) adjacent bf16 values at p (N-element aligned) in one access. */
+template <int N> __device__ __forceinline__ void rope_ld(const uint16_t *p, uint16_t (&x)[N])
 {
-    x[0] = kc_bf2f((uint16_t)(u & 0xFFFFu));
-    x[1] = kc_bf2f((uint16_t)(u >> 16));
+    if constexpr (N == 1) {
+        x[0] = *p;
+    } else if constexpr (N == 2) {
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(p);
+        x[0] = (uint16_t)(u & 0xFFFFu), x[1] = (uint16_t)(u >> 16);
+    } else {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        x[0] = (uint16_t)(u.x & 0xFFFFu), x[1] = (uint16_t)(u.x >> 16);
+        x[2] = (uint16_t)(u.y & 0xFFFFu), x[3] = (uint16_t)(u.y >> 16);
+    }
+}
+template <int N> __device__ __forceinline__ void rope_st(uint16_t *p, const uint16_t (&x)[N])
+{
+    static_assert(N == 1 || N == 2, "stores of 1 or 2 values");
+    if constexpr (N == 1)
+        *p = x[0];
+    else
+        *reinterpret_cast<uint32_t *>(p) = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
 }
 
-/* V2 (head_dim % 8 == 0, 16-byte aligned rows and caches): a lane moves 2
- * adjacent elements of each half (4-byte accesses) in the rotation and 4 of
- * a v head in its copy, so a 128-dim head is one load-store round trip a
- * lane instead of two (four for a v head). The same arithmetic per element. */
-template <bool V2> static __global__ void rope_kv_kernel(const rope_kv_args ra)
+/* P: adjacent elements of each half a lane rotates (2 when head_dim % 8 ==
+ * 0 and the rows and caches are 16-byte aligned, else 1), and 2 P of a v
+ * head it copies (1 when P = 1): a 128-dim head is then one load-store
+ * round trip a lane instead of two (a v head one instead of four). The same
+ * arithmetic per element either way. */
+template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
 {
     kc_pdl_trigger();
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
@@ -370,17 +387,13 @@ template <bool V2> static __global__ void rope_kv_kernel(const rope_kv_args ra)
     if (h >= nh + nkv) { /* a v head: to the cache as it is */
         if (slot >= 0) {
             const int64_t dst = ((blk * nkv + (h - nh - nkv)) * p.block_size + off) * hd;
-            if (V2) {
-                for (int i = 4 * lane; i < hd; i += 128) {
-                    const uint2 u = *reinterpret_cast<const uint2 *>(v + i);
-                    kc_kv_store(p.v_cache, dst + i, (uint16_t)(u.x & 0xFFFFu), p.kv_fp8);
-                    kc_kv_store(p.v_cache, dst + i + 1, (uint16_t)(u.x >> 16), p.kv_fp8);
-                    kc_kv_store(p.v_cache, dst + i + 2, (uint16_t)(u.y & 0xFFFFu), p.kv_fp8);
-                    kc_kv_store(p.v_cache, dst + i + 3, (uint16_t)(u.y >> 16), p.kv_fp8);
-                }
-            } else {
-                for (int i = lane; i < hd; i += 32)
-                    kc_kv_store(p.v_cache, dst + i, v[i], p.kv_fp8);
+            constexpr int VC = P == 2 ? 4 : 1;
+            for (int i = VC * lane; i < hd; i += 32 * VC) {
+                uint16_t x[VC];
+                rope_ld<VC>(v + i, x);
+#pragma unroll
+                for (int q = 0; q < VC; q++)
+                    kc_kv_store(p.v_cache, dst + i + q, x[q], p.kv_fp8);
             }
         }
         return;
@@ -397,46 +410,27 @@ template <bool V2> static __global__ void rope_kv_kernel(const rope_kv_args ra)
         __syncwarp(); /* every lane read the head before any lane writes it */
     }
     const int64_t kdst = h >= nh && slot >= 0 ? ((blk * nkv + (h - nh)) * p.block_size + off) * hd : -1;
-    if constexpr (V2) {
-        for (int j = 2 * lane; j < half; j += 64) {
-            float x1[2], x2[2];
-            rope_unpack2(*reinterpret_cast<const uint32_t *>(v + j), x1);
-            rope_unpack2(*reinterpret_cast<const uint32_t *>(v + j + half), x2);
-            uint16_t o1[2], o2[2];
+    for (int j = P * lane; j < half; j += 32 * P) {
+        uint16_t a1[P], a2[P], o1[P], o2[P];
+        rope_ld<P>(v + j, a1);
+        rope_ld<P>(v + j + half, a2);
 #pragma unroll
-            for (int q = 0; q < 2; q++) {
-                if (e.qn) {
-                    const uint16_t *w = h < nh ? e.qn : e.kn;
-                    x1[q] = kc_bf2f(kc_f2bf((x1[q] * r) * kc_bf2f(w[j + q])));
-                    x2[q] = kc_bf2f(kc_f2bf((x2[q] * r) * kc_bf2f(w[j + q + half])));
-                }
-                kc_rope_rotate(x1[q], x2[q], cs[j + q], sn[j + q], &o1[q], &o2[q]);
-            }
-            *reinterpret_cast<uint32_t *>(v + j) = (uint32_t)o1[0] | ((uint32_t)o1[1] << 16);
-            *reinterpret_cast<uint32_t *>(v + j + half) = (uint32_t)o2[0] | ((uint32_t)o2[1] << 16);
-            if (kdst >= 0) {
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    kc_kv_store(p.k_cache, kdst + j + q, o1[q], p.kv_fp8);
-                    kc_kv_store(p.k_cache, kdst + j + q + half, o2[q], p.kv_fp8);
-                }
-            }
-        }
-    } else {
-        for (int j = lane; j < half; j += 32) {
-            float x1 = kc_bf2f(v[j]), x2 = kc_bf2f(v[j + half]);
+        for (int q = 0; q < P; q++) {
+            float x1 = kc_bf2f(a1[q]), x2 = kc_bf2f(a2[q]);
             if (e.qn) {
                 const uint16_t *w = h < nh ? e.qn : e.kn;
-                x1 = kc_bf2f(kc_f2bf((x1 * r) * kc_bf2f(w[j])));
-                x2 = kc_bf2f(kc_f2bf((x2 * r) * kc_bf2f(w[j + half])));
+                x1 = kc_bf2f(kc_f2bf((x1 * r) * kc_bf2f(w[j + q])));
+                x2 = kc_bf2f(kc_f2bf((x2 * r) * kc_bf2f(w[j + q + half])));
             }
-            uint16_t o1, o2;
-            kc_rope_rotate(x1, x2, cs[j], sn[j], &o1, &o2);
-            v[j] = o1;
-            v[j + half] = o2;
-            if (kdst >= 0) {
-                kc_kv_store(p.k_cache, kdst + j, o1, p.kv_fp8);
-                kc_kv_store(p.k_cache, kdst + j + half, o2, p.kv_fp8);
+            kc_rope_rotate(x1, x2, cs[j + q], sn[j + q], &o1[q], &o2[q]);
+        }
+        rope_st<P>(v + j, o1);
+        rope_st<P>(v + j + half, o2);
+        if (kdst >= 0) {
+#pragma unroll
+            for (int q = 0; q < P; q++) {
+                kc_kv_store(p.k_cache, kdst + j + q, o1[q], p.kv_fp8);
+                kc_kv_store(p.k_cache, kdst + j + q + half, o2[q], p.kv_fp8);
             }
         }
     }
@@ -449,7 +443,7 @@ static void launch_rope_kv(cudaStream_t s, bool pdl, const kern_rope_kv_params *
     const rope_kv_args a = {*p, *e};
     const bool v2 = p->head_dim % 8 == 0 && kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->k_cache, 16) &&
                     kcuda_aligned(p->v_cache, 16);
-    kc_launch(v2 ? rope_kv_kernel<true> : rope_kv_kernel<false>, grid, ROPE_HEADS * 32, smem, s, pdl, a);
+    kc_launch(v2 ? rope_kv_kernel<2> : rope_kv_kernel<1>, grid, ROPE_HEADS * 32, smem, s, pdl, a);
 }
 
 /* Contract (kern_rope_kv_write_ex): the epilogue first when e is not NULL
