@@ -31,6 +31,17 @@ struct kern_ctx {
  * (fused layers). 3 - 1 = 2 is a graph ladder size, so a padded replay
  * picks the eager step's kernel. */
 #define KCUDA_GEMV_DEFAULT_TC_MIN_N 3
+/* The default of kern_ctx::gemv_lt_min_bytes (INFERD_GEMV_LT_MIN_BYTES
+ * overrides it): products of 9..16 tokens (the tensor-core form's two
+ * n-tiles) with weights of 64 MiB and more run on cuBLASLt. On an H200
+ * (docs/PERF.md, seventeenth session) the form reads 16 tokens' inputs
+ * for every 16 weight rows and its L2 traffic caps it at 77-83% of the
+ * copy bandwidth on Llama-3-8B's gate/up, down and lm_head (cuBLASLt: 85-
+ * 102%): batch 16 decode steps 5-6% faster on cuBLASLt with the SiLU kernel
+ * beside it; QKV and O (48 and 32 MiB), where cuBLASLt reaches 59-71%, stay.
+ * 8 is a graph ladder size, so a padded replay picks the eager step's
+ * kernel. */
+#define KCUDA_GEMV_DEFAULT_LT_MIN_BYTES ((int64_t)64 << 20)
 /* The most tokens of a fused GEMV (kern_matmul_fused), a size of the graph
  * ladder; larger batches run the unfused ops. Measured on an H100
  * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%

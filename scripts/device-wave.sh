@@ -548,7 +548,11 @@ fi
 #       engine invariance with the ring forced onto every size
 #       (INFERD_GEMV_TC_RING=2); the per-op profile at batch 1 / 16 x 512,
 #       ring off and on (the A/B of the steps: envab)
+# (WAVE_RING_VAR: the switch the graph / engine tests force to 2 and the
+#  profiles set to 0 / 1, INFERD_GEMV_TC_RING unless named, e.g.
+#  INFERD_GEMV_TC_SPLIT for the split form)
 if part ring; then
+RV=${WAVE_RING_VAR:-INFERD_GEMV_TC_RING}
 INFERD_TEST_GEMM_BENCH=1 kcase ring-dense 0 dense
 grep -E "^GEMM_BENCH" "$W/ring-dense.log" | head -48
 kcase ring-fused 0 fused
@@ -558,14 +562,14 @@ if checks; then
     kcase ring-fused-racecheck 1 fused racecheck
 fi
 for t in model/test_graphs_gpu scheduler/test_engine_stories; do
-    if (cd "$BUILD" && INFERD_GEMV_TC_RING=2 INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") \
+    if (cd "$BUILD" && export "$RV=2" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") \
           >"$W/ring-$(basename $t).log" 2>&1
-    then row "$(basename $t) (cuda, graphs, tensor-core ring forced) $(el)" PASS
-    else row "$(basename $t) (ring forced, exit $?)" "FAIL (wave/ring-$(basename $t).log)"; fi
+    then row "$(basename $t) (cuda, graphs, $RV=2) $(el)" PASS
+    else row "$(basename $t) ($RV=2, exit $?)" "FAIL (wave/ring-$(basename $t).log)"; fi
 done
 for v in 0 1; do
     [[ -n ${WAVE_RING_NO_PROFILE:-} ]] && break
-    INFERD_GEMV_TC_RING=$v lat "ring-ops-$v" 150 "--profile-ops b1/16 x 512, ring $v" --model $L8 --batch-size 1,16 \
+    lat_env "$RV=$v" "ring-ops-$v" 150 "--profile-ops b1/16 x 512, $RV=$v" --model $L8 --batch-size 1,16 \
         --input-len 512 --output-len 16 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 \
         --max-num-batched-tokens 8192 --max-model-len 2048 --profile-ops
     grep -vE "^\[|^$|INFO" "$W/ring-ops-$v.txt" | grep -E "^\||ops of" | head -60

@@ -738,8 +738,10 @@ static void gemv_tc_launch(cudaStream_t s, bool pdl, int ring_mode, int n_sms, b
  * products'. Depends only on n and w. */
 bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return n >= 1 && n <= ctx->gemm.gemv_max_n &&
-           kern_weight_bytes(w) >= ctx->gemm.gemv_min_weight_bytes &&
+    const int64_t bytes = kern_weight_bytes(w);
+    if (n > 8 && ctx->gemm.gemv_lt_min_bytes > 0 && bytes >= ctx->gemm.gemv_lt_min_bytes)
+        return false;
+    return n >= 1 && n <= ctx->gemm.gemv_max_n && bytes >= ctx->gemm.gemv_min_weight_bytes &&
            w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
            kcuda_aligned(w->data, 16);
 }

@@ -584,24 +584,29 @@ START_TEST(test_fusable_table)
         bool cpu;
         int n;
         bool want;
+        int64_t lt_bytes; /* gemv_lt_min_bytes (0: never) */
     } erows[] = {
-        {2, 16, 3, 0, &wg, false, 1, true},          /* the CUDA-core fused form */
-        {2, 16, 3, 0, &wg, false, 3, true},          /* the tensor-core form */
-        {2, 16, 3, 0, &wg, false, 16, true},
-        {2, 16, 3, 0, &wg, false, 17, false},        /* past the GEMV */
-        {2, 8, 3, 0, &wg, false, 9, false},          /* past gemv_max_n */
-        {2, 16, 0, 0, &wg, false, 5, false},         /* tensor-core form off */
-        {2, 16, 5, 0, &wg, false, 4, false},         /* between the two forms */
-        {0, 16, 3, 0, &wg, false, 1, false},         /* fusion off, below the tensor-core form */
-        {0, 16, 3, 0, &wg, false, 4, true},          /* fusion off: the tensor-core form still */
-        {2, 16, 3, wbytes + 1, &wg, false, 8, false}, /* weight below the GEMV threshold */
-        {2, 16, 3, 0, &odd, false, 8, false},        /* cols % 8 != 0 */
-        {2, 16, 3, 0, &wc, true, 8, false},          /* never on the CPU */
+        {2, 16, 3, 0, &wg, false, 1, true, 0},          /* the CUDA-core fused form */
+        {2, 16, 3, 0, &wg, false, 3, true, 0},          /* the tensor-core form */
+        {2, 16, 3, 0, &wg, false, 16, true, 0},
+        {2, 16, 3, 0, &wg, false, 17, false, 0},        /* past the GEMV */
+        {2, 8, 3, 0, &wg, false, 9, false, 0},          /* past gemv_max_n */
+        {2, 16, 0, 0, &wg, false, 5, false, 0},         /* tensor-core form off */
+        {2, 16, 5, 0, &wg, false, 4, false, 0},         /* between the two forms */
+        {0, 16, 3, 0, &wg, false, 1, false, 0},         /* fusion off, below the tensor-core form */
+        {0, 16, 3, 0, &wg, false, 4, true, 0},          /* fusion off: the tensor-core form still */
+        {2, 16, 3, wbytes + 1, &wg, false, 8, false, 0}, /* weight below the GEMV threshold */
+        {2, 16, 3, 0, &odd, false, 8, false, 0},        /* cols % 8 != 0 */
+        {2, 16, 3, 0, &wc, true, 8, false, 0},          /* never on the CPU */
+        {2, 16, 3, 0, &wg, false, 8, true, wbytes},  /* cuBLASLt for large weights: not at 8 tokens */
+        {2, 16, 3, 0, &wg, false, 9, false, wbytes}, /* ... at 9..16 */
+        {2, 16, 3, 0, &wg, false, 16, false, wbytes},
+        {2, 16, 3, 0, &wg, false, 9, true, wbytes + 1}, /* the weight below that size */
     };
     for (size_t i = 0; i < sizeof erows / sizeof erows[0]; i++) {
         const kern_gemm_opts o = {.gemv_max_n = erows[i].gemv_max_n, .gemv_min_weight_bytes = erows[i].min_bytes,
                                   .pdl = true, .gemv_variant = 1, .fuse_max_n = erows[i].fuse_max_n,
-                                  .gemv_tc_min_n = erows[i].tc_min_n};
+                                  .gemv_tc_min_n = erows[i].tc_min_n, .gemv_lt_min_bytes = erows[i].lt_bytes};
         kern_gemm_config(kt_gpu, &o);
         const bool got = kern_matmul_epi_fusable(erows[i].cpu ? kt_cpu : kt_gpu, erows[i].w, erows[i].n);
         if (got != erows[i].want && bad++ < 20)
