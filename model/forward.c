@@ -518,11 +518,14 @@ static bool use_accum(const model *m, int n)
  * (QKV with the norm, O adding into x: kern_matmul_fusable, the GEMV's
  * tensor-core form with gemv_tc_norm) and the MLP unfused with down adding
  * into x (kern_matmul_accum_fast): decode steps of 9..16 tokens whose
- * large MLP weights run on cuBLASLt (gemv_lt_min_bytes). No communicator,
- * no per-head q/k norms. Depends only on n and the weights. */
+ * large MLP weights run on cuBLASLt (gemv_lt_min_bytes). Only with
+ * gemv_tc_norm; no communicator, no per-head q/k norms. Depends only on n,
+ * the weights and the kernel options. */
 static bool use_mixed_layers(const model *m, int n)
 {
-    if (m->comm)
+    kern_gemm_opts go;
+    kern_gemm_config_get(m->kc, &go);
+    if (m->comm || !go.gemv_tc_norm) /* it comes with the norm prologue (untimed, off by default) */
         return false;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const model_layer *L = &m->layers[l];

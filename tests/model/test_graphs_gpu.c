@@ -271,18 +271,30 @@ START_TEST(test_golden_through_graphs)
 }
 END_TEST
 
-/* A graph model and an eager one loaded with each variable of vars set to
- * "0" (read when a model's kernel context is made): graphs equal eager for
- * every batch size of batches (bitwise at captured sizes), then the golden
- * tokens of case 0 through a fresh pair, graphs and eager. */
+/* Set (on) or unset each of vars: "NAME=VALUE", or "NAME" for NAME=0. */
+static void set_vars(const char *const *vars, int n_vars, bool on)
+{
+    for (int v = 0; v < n_vars; v++) {
+        char name[64];
+        const char *eq = strchr(vars[v], '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - vars[v]) : (int)strlen(vars[v]), vars[v]);
+        if (on)
+            setenv(name, eq ? eq + 1 : "0", 1);
+        else
+            unsetenv(name);
+    }
+}
+
+/* A graph model and an eager one loaded with the variables of vars set
+ * (set_vars; read when a model's kernel context is made): graphs equal
+ * eager for every batch size of batches (bitwise at captured sizes), then
+ * the golden tokens of case 0 through a fresh pair, graphs and eager. */
 static void forms_case(const char *what, const char *const *vars, int n_vars, const int *batches, int n_batches)
 {
     for (int pass = 0; pass < 2; pass++) {
-        for (int v = 0; v < n_vars; v++)
-            setenv(vars[v], "0", 1);
+        set_vars(vars, n_vars, true);
         model *g = load(false), *e = load(true);
-        for (int v = 0; v < n_vars; v++)
-            unsetenv(vars[v]);
+        set_vars(vars, n_vars, false);
         for (int k = 0; pass == 0 && k < n_batches; k++) {
             cmp_stats cs = {0};
             run_batch(g, e, batches[k], &cs);
@@ -326,6 +338,22 @@ START_TEST(test_accum_layers)
     static const char *const vars[] = {"INFERD_GEMM_ACCUM_MIN_BYTES", "INFERD_GEMV_MAX_N"};
     static const int batches[] = {1, 3, 16};
     forms_case("products into the residual stream", vars, 2, batches, 3);
+}
+END_TEST
+
+/* The tensor-core GEMV's norm prologue (INFERD_GEMV_TC_NORM=1, off by
+ * default): with the GEMV's size threshold and the accumulate's floor
+ * lowered, stories260K's layers run mixed (forward.c mixed_layer: its down
+ * weight, 172 columns, is off the GEMV route, so the MLP runs unfused with
+ * down adding into x) with the QKV product norming x in its prologue: on
+ * the CUDA-core form at 1 token, on the tensor-core form at 3 and 16.
+ * Graphs equal eager (bitwise at captured sizes), golden tokens through
+ * both. */
+START_TEST(test_tc_norm_layers)
+{
+    static const char *const vars[] = {"INFERD_GEMV_MIN_BYTES", "INFERD_GEMM_ACCUM_MIN_BYTES", "INFERD_GEMV_TC_NORM=1"};
+    static const int batches[] = {1, 3, 16};
+    forms_case("tensor-core norm prologue", vars, 3, batches, 3);
 }
 END_TEST
 
@@ -380,6 +408,7 @@ int main(void)
     tcase_add_test(tc, test_golden_through_graphs);
     tcase_add_test(tc, test_fused_layers);
     tcase_add_test(tc, test_accum_layers);
+    tcase_add_test(tc, test_tc_norm_layers);
     tcase_add_test(tc, test_fp8_kv_cache);
     if (!getenv("INFERD_TEST_QUICK")) /* 1 GiB of scratch; skipped under the sanitizer */
         tcase_add_test(tc, test_ceilings);
