@@ -19,6 +19,9 @@
  *  - the same two checks on the fused decode layers (GEMV size threshold
  *    lowered so that stories260K takes them) and on the O and down products
  *    adding into the residual stream (size floor lowered, GEMV off).
+ *  - the same on the tensor-core GEMV's norm prologue (INFERD_GEMV_TC_NORM=1)
+ *    and, on a Llama-3-shaped dummy whose weights the GEMV takes, graphs
+ *    vs eager in every decode form (test_dummy_forms).
  *  - graphs vs eager again with the fp8 KV cache.
  *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
  */
@@ -40,6 +43,7 @@
 
 static cJSON *g_case0;
 static char *g_model_dir;
+static const char *g_dummy_dir; /* load(): this config with dummy weights instead of stories260K */
 static int g_kv_cache_dtype; /* model_kv_cache_dtype of the models load() makes */
 
 static model *load(bool eager)
@@ -47,6 +51,11 @@ static model *load(bool eager)
     model_opts o;
     model_opts_default(&o);
     o.model_dir = g_model_dir;
+    if (g_dummy_dir) { /* a config with dummy weights, 512 positions (the KV budget holds 17 sequences) */
+        o.model_dir = g_dummy_dir;
+        o.load_format = MODEL_LOAD_DUMMY;
+        o.max_model_len = 512;
+    }
     o.backend = KERN_BACKEND_CUDA;
     o.max_num_batched_tokens = 256;
     o.max_num_seqs = MAX_SEQS;
@@ -357,6 +366,42 @@ START_TEST(test_tc_norm_layers)
 }
 END_TEST
 
+/* The decode forms on a Llama-3-shaped dummy (configs/models/test-llama3-
+ * small: every weight of 1 MiB and more, 8-aligned, so the GEMV takes them
+ * at the default thresholds): graphs equal eager (bitwise at captured
+ * sizes) at 1 token (the fused layers), 3 and 8 (the tensor-core form's
+ * epilogues) and 16, as they are by default, with the tensor-core norm
+ * prologue (INFERD_GEMV_TC_NORM=1: layers of 3..16 tokens fused too), and
+ * with it and the MLP's weights on cuBLASLt past 8 tokens (the mixed
+ * layers at 16). No golden tokens: the weights are random. */
+START_TEST(test_dummy_forms)
+{
+    static const char *const tc_norm[] = {"INFERD_GEMV_TC_NORM=1"};
+    static const char *const mixed[] = {"INFERD_GEMV_TC_NORM=1", "INFERD_GEMV_LT_MIN_BYTES=4194304"};
+    const struct {
+        const char *what;
+        const char *const *vars;
+        int n_vars;
+    } forms[] = {{"defaults", NULL, 0}, {"tensor-core norm", tc_norm, 1}, {"mixed layers", mixed, 2}};
+    static const int batches[] = {1, 3, 8, 16};
+    g_dummy_dir = INFERD_TEST_SOURCE_DIR "/configs/models/test-llama3-small";
+    for (int f = 0; f < 3; f++) {
+        set_vars(forms[f].vars, forms[f].n_vars, true);
+        model *g = load(false), *e = load(true);
+        set_vars(forms[f].vars, forms[f].n_vars, false);
+        for (int k = 0; k < 4; k++) {
+            cmp_stats cs = {0};
+            run_batch(g, e, batches[k], &cs);
+            printf("dummy Llama-3 small, %s, batch %d: %ld steps, logits bitwise equal in %ld, max |diff| %g\n",
+                   forms[f].what, batches[k], cs.steps, cs.bitwise_steps, cs.max_abs);
+        }
+        model_free(g);
+        model_free(e);
+    }
+    g_dummy_dir = NULL;
+}
+END_TEST
+
 /* The fp8 KV cache (--kv-cache-dtype fp8): graphs equal eager (bitwise at
  * captured sizes, the same tokens everywhere) with the cache in e4m3, the
  * decode kernel reading the bytes and the prefill attention their bf16
@@ -409,6 +454,7 @@ int main(void)
     tcase_add_test(tc, test_fused_layers);
     tcase_add_test(tc, test_accum_layers);
     tcase_add_test(tc, test_tc_norm_layers);
+    tcase_add_test(tc, test_dummy_forms);
     tcase_add_test(tc, test_fp8_kv_cache);
     if (!getenv("INFERD_TEST_QUICK")) /* 1 GiB of scratch; skipped under the sanitizer */
         tcase_add_test(tc, test_ceilings);
