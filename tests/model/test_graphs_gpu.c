@@ -319,14 +319,15 @@ static void forms_case(const char *what, const char *const *vars, int n_vars, co
     }
 }
 
-/* The fused decode layers (model/forward.c fused_layer, kern_matmul_fused):
- * stories260K's weights are below the GEMV's size threshold, so it is
- * lowered to 0 for these models; batches of up to KCUDA_FUSE_MAX_N (2)
- * tokens then run fused, 3 and 4 the tensor-core GEMV with RoPE and SiLU
- * in its epilogues (kern_matmul_epi_fusable). Graphs equal eager bitwise
- * on the fused path too (both fuse: the choice depends on the row count
- * only), and the golden tokens come out of the fused path, graphs and
- * eager. */
+/* The fused products (kern_matmul_fused): stories260K's weights are below
+ * the GEMV's size threshold, so it is lowered to 0 for these models; its
+ * QKV and gate/up products then end with RoPE + K/V write and SiLU * up in
+ * the GEMV's epilogue, on the CUDA-core form at 1 and 2 tokens and the
+ * tensor-core form at 3 and 4 (kern_matmul_epi_fusable). (Its down weight,
+ * 172 columns, is off the GEMV route, so its layers never run whole as
+ * fused_layer: test_dummy_forms does.) Graphs equal eager bitwise on these
+ * paths too (the choice depends on the row count only), and the golden
+ * tokens come out of them, graphs and eager. */
 START_TEST(test_fused_layers)
 {
     static const char *const vars[] = {"INFERD_GEMV_MIN_BYTES"};
