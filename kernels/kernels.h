@@ -202,19 +202,20 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * programmatic dependent launch (its first weight loads overlap the previous
  * kernel). Defaults: n <= 16 (n <= 8 for weights of 64 MiB and more),
  * weights >= 1 MiB, PDL on, plain products of n >= 3 on the tensor-core
- * form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1), INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 =
- * off) and INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on
- * the GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
+ * form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1),
+ * INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 = off),
+ * INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on the
+ * GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
  * with weights of at least this size on cuBLASLt, 64 MiB; 0 = never),
- * INFERD_GEMM_ACCUM (accum, 0/1) and
+ * INFERD_GEMV_TC_NORM (gemv_tc_norm), INFERD_GEMM_ACCUM (accum, 0/1),
  * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
- * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create.
- * The choice depends only on
- * n and the weight, so a padded graph replay uses the same kernel as the
- * eager step when gemv_max_n and gemv_tc_min_n - 1 are sizes of the graph
- * ladder (1, 2, 4, 8, 16; the gemv_lt_min_bytes switch is at 8). Ignored
- * by the CPU backend. Never while a graph is being captured. */
+ * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create. The
+ * choice depends only on n and the weight, so a padded graph replay uses
+ * the same kernel as the eager step when gemv_max_n and gemv_tc_min_n - 1
+ * are sizes of the graph ladder (1, 2, 4, 8, 16; the gemv_lt_min_bytes
+ * switch is at 8). Ignored by the CPU backend. Never while a graph is
+ * being captured. */
 typedef struct {
     int gemv_max_n;
     int64_t gemv_min_weight_bytes;

@@ -549,8 +549,8 @@ fi
 #       (INFERD_GEMV_TC_RING=2); the per-op profile at batch 1 / 16 x 512,
 #       ring off and on (the A/B of the steps: envab)
 # (WAVE_RING_VAR: the switch the graph / engine tests force to 2 and the
-#  profiles set to 0 / 1, INFERD_GEMV_TC_RING unless named, e.g.
-#  INFERD_GEMV_TC_SPLIT for the split form)
+#  profiles set to 0 / 1, INFERD_GEMV_TC_RING unless another 0/1/2 switch
+#  of a GEMV form is named)
 if part ring; then
 RV=${WAVE_RING_VAR:-INFERD_GEMV_TC_RING}
 INFERD_TEST_GEMM_BENCH=1 kcase ring-dense 0 dense

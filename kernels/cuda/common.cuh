@@ -344,6 +344,27 @@ __device__ __forceinline__ void kc_rope_rotate(float x1, float x2, float cs, flo
     *o2 = kc_f2bf(fmaf(x2, cs, __fmul_rn(x1, sn)));
 }
 
+/* RMSNorm's scale 1 / sqrt(ss / n + eps) from a row's sum of squares ss
+ * over n elements, in double and rounded once to float: every norm (the
+ * add + RMSNorm kernel, Qwen3's q/k norms, the GEMVs' prologues) takes it
+ * from here, so their bits agree. */
+__device__ __forceinline__ float kc_inv_rms(float ss, int n, float eps)
+{
+    return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
+}
+
+/* The norm prologue on 8 input values: their squares added to *ss in
+ * element order, each then multiplied by its norm weight (the GEMVs fold
+ * the 1 / rms into their sums afterwards). */
+__device__ __forceinline__ void kc_norm8(float *x, const float *g, float *ss)
+{
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        *ss = fmaf(x[e], x[e], *ss);
+        x[e] *= g[e];
+    }
+}
+
 /* silu(g) * u in fp32 (kern_silu_mul and the fused GEMV's epilogue). */
 __device__ __forceinline__ float kc_silu_mul(float g, float u)
 {

@@ -269,13 +269,8 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
                                             float *ss)
 {
     kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
-    if (NORM) {
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            *ss = fmaf(xf[e], xf[e], *ss);
-            xf[e] *= g[e];
-        }
-    }
+    if (NORM)
+        kc_norm8(xf, g, ss);
 }
 
 /* For t < NT and the warp's RPW row slots: the dot product of input row t
@@ -352,7 +347,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     for (int t = 0; t < NT; t++) {
         float inv = 1.0f;
         if (NORM) /* kern_add_rmsnorm's formula; the warp saw the whole row */
-            inv = (float)(1.0 / sqrt((double)kc_warp_sum(ss[t]) / (double)a.C + (double)a.eps));
+            inv = kc_inv_rms(kc_warp_sum(ss[t]), a.C, a.eps);
         float s[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
@@ -586,11 +581,7 @@ __device__ __forceinline__ uint4 tcg_norm_x(uint4 x, uint4 g, float *ss)
     float xf[8], gf[8];
     kc_unpack8(x, xf);
     kc_unpack8(g, gf);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        *ss = fmaf(xf[e], xf[e], *ss);
-        xf[e] *= gf[e];
-    }
+    kc_norm8(xf, gf, ss);
     return kc_pack8(xf);
 }
 
@@ -605,7 +596,7 @@ __device__ __forceinline__ float tcg_inv(const float (&ssm)[TCG_WARPS][NT2][8], 
 #pragma unroll
     for (int w = 1; w < TCG_WARPS; w++)
         ss += ssm[w][t >> 3][t & 7];
-    return (float)(1.0 / sqrt((double)ss / (double)a.C + (double)a.eps));
+    return kc_inv_rms(ss, a.C, a.eps);
 }
 
 /* One CTA: the 16 rows of tcg_row for t < a.n (NT2 n-tiles of 8 tokens),
@@ -784,13 +775,13 @@ static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms,
     const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
     const int64_t ctas = kcuda_cdiv(units, (int64_t)per);
     const int nt2 = a.n <= 8 ? 1 : 2;
-    const bool ring = !a.norm && gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
-    size_t smem = (size_t)TCG_WARPS * nt2 * (32 * 4 + (a.norm ? 8 : 0)) * sizeof(float); /* red (and ssm) */
+    const bool norm = a.norm != NULL;
+    const bool ring = !norm && gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
+    size_t smem = (size_t)TCG_WARPS * nt2 * (32 * 4 + (norm ? 8 : 0)) * sizeof(float); /* red (and ssm) */
     if (ring) {
         const size_t bytes = (size_t)TCG_WARPS * TCG_RING_S * TCG_STAGE * sizeof(uint4);
         smem = bytes > smem ? bytes : smem;
     }
-    const bool norm = a.norm != NULL;
     kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32, norm) : tcg_kernel<2, EPI>(ring, f32, norm), dim3((unsigned)ctas),
               TCG_WARPS * 32, smem, s, pdl, a);
 }

@@ -187,7 +187,7 @@ template <bool VEC8> static __global__ void add_rmsnorm_kernel(const add_rmsnorm
         }
     }
     const float tot = kc_block_sum(ss, red);
-    const float inv = (float)(1.0 / sqrt((double)tot / (double)d + (double)eps));
+    const float inv = kc_inv_rms(tot, d, eps);
     if (VEC8) {
         for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
             float x[8], g[8];
@@ -406,7 +406,7 @@ template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
             ss += a * a;
         }
         ss = kc_warp_sum(ss);
-        r = (float)(1.0 / sqrt((double)ss / (double)hd + (double)e.eps));
+        r = kc_inv_rms(ss, hd, e.eps);
         __syncwarp(); /* every lane read the head before any lane writes it */
     }
     const int64_t kdst = h >= nh && slot >= 0 ? ((blk * nkv + (h - nh)) * p.block_size + off) * hd : -1;
