@@ -853,20 +853,22 @@ fi
 # i4d0. where the time between kernels goes: ncu's duration of every kernel
 #       of a short b1 x 512 run (graphs on, caches and clocks left alone),
 #       the kernels of each decode step to be summed against the step time
-#       of the same run without ncu (wave/ncustep-*.csv); then the
+#       of the same run without ncu (wave/ncustep-*.csv; WAVE_STEP_BATCHES,
+#       WAVE_STEP_LEN context, WAVE_STEP_ARGS more bench arguments); then the
 #       tensor-core prefill kernel at layer 16 of a 16k prompt with the full
 #       section set and its per-SASS-instruction stall samples
 #       (wave/ncutcsrc-sass.csv)
 if part ncustep; then
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+sl=${WAVE_STEP_LEN:-512}
 for b in ${WAVE_STEP_BATCHES:-1}; do
-    lat "ncustep-plain-b$b" 120 "b$b x 512 without ncu" --model $L8 --batch-size $b --input-len 512 --output-len 8 \
-        --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 --max-num-batched-tokens 8192 --max-model-len 1024
+    sargs=(--model $L8 --batch-size $b --input-len $sl --output-len 8 --num-iters-warmup 0 --num-iters 1
+           --max-num-seqs $((b > 16 ? b : 16)) --max-num-batched-tokens 8192 --max-model-len $((2 * sl)) ${WAVE_STEP_ARGS:-})
+    lat "ncustep-plain-b$b" 120 "b$b x $sl without ncu" "${sargs[@]}"
     if timeout 400 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-          --print-units base "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size $b \
-          --input-len 512 --output-len 8 --num-iters-warmup 0 --num-iters 1 --max-num-seqs 16 \
-          --max-num-batched-tokens 8192 --max-model-len 1024 >"$W/ncustep-b$b.csv" 2>"$W/ncustep-b$b.err"
-    then row "ncu every kernel b$b x 512 $(el)" "ok $(grep -c gpu__time_duration "$W/ncustep-b$b.csv") kernels"
+          --print-units base "$BIN" bench latency --load-format dummy --device cuda "${sargs[@]}" \
+          >"$W/ncustep-b$b.csv" 2>"$W/ncustep-b$b.err"
+    then row "ncu every kernel b$b x $sl $(el)" "ok $(grep -c gpu__time_duration "$W/ncustep-b$b.csv") kernels"
     else row "ncu every kernel b$b (exit $?)" FAILED; tail -5 "$W/ncustep-b$b.err"; fi
 done
 fi
