@@ -208,7 +208,7 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
  * with weights of at least this size on cuBLASLt, 64 MiB; 0 = never),
- * INFERD_GEMV_TC_NORM (gemv_tc_norm), INFERD_GEMM_ACCUM (accum, 0/1),
+ * INFERD_GEMM_ACCUM (accum, 0/1),
  * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
  * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create. The
  * choice depends only on n and the weight, so a padded graph replay uses
@@ -227,9 +227,6 @@ typedef struct {
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
                                   instead of the GEMV (0 = never; INFERD_GEMV_LT_MIN_BYTES) */
-    bool gemv_tc_norm; /* kern_matmul_fusable takes the tensor-core form with its norm prologue too, so decode
-                          layers of gemv_tc_min_n..16 tokens fuse their norms (INFERD_GEMV_TC_NORM=1; off by
-                          default: built, not yet timed) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
@@ -344,18 +341,16 @@ typedef struct {
     const kern_weight *qkv_bias;     /* ROPE_KV: [w->rows] or NULL */
 } kern_fuse;
 /* Whether kern_matmul_fused runs as one kernel for n tokens of w on ctx:
- * CUDA, the GEMV route of kern_matmul (n and the weight's size and
- * alignment, see kern_gemm_opts) and n <= kern_gemm_opts.fuse_max_n (the
- * CUDA-core form), or with gemv_tc_norm n from gemv_tc_min_n (the
- * tensor-core form with its norm prologue: x * g rounded to bf16 feeds the
- * mma, the sum is scaled by 1 / rms). Never on the CPU. Callers run the
- * unfused ops when it is false; the answer depends only on n and w, so a
- * padded graph replay fuses as the eager step does. */
+ * CUDA, n <= kern_gemm_opts.fuse_max_n, and the GEMV route of kern_matmul
+ * (n and the weight's size and alignment, see kern_gemm_opts). Never on the
+ * CPU. Callers run the unfused ops when it is false; the answer depends
+ * only on n and w, so a padded graph replay fuses as the eager step does. */
 bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
 /* Whether kern_matmul_fused with no norm (kern_fuse.norm NULL) runs as one
  * kernel: kern_matmul_fusable, or n from gemv_tc_min_n to gemv_max_n with
  * the GEMV route's weight (the GEMV's tensor-core form then runs the
- * epilogue). Its outputs are bitwise those of the plain
+ * epilogue; its norm stays a kernel of its own: a CTA holds 16 rows, not
+ * the input row's squares). Its outputs are bitwise those of the plain
  * tensor-core product followed by the unfused op (the same roundings in
  * the same order). Never on the CPU; depends only on n and w. */
 bool kern_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n);

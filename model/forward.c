@@ -16,11 +16,7 @@
  * epilogues, and the O and down products add straight into x. Batches of
  * up to 16 tokens past those keep the norms as kernels but run RoPE + KV
  * write and SiLU * up in the epilogues of the GEMV's tensor-core form
- * (kern_matmul_epi_fusable; the same bits as the unfused ops). With the
- * form's norm prologue (kern_gemm_opts.gemv_tc_norm) they fuse as the small
- * batches do, or, where the MLP's large weights run on cuBLASLt (9..16
- * tokens), fuse the attention half and add the down product into x
- * (use_mixed_layers, mixed_layer).
+ * (kern_matmul_epi_fusable; the same bits as the unfused ops).
  * Larger batches of large models on the GPU (cuBLASLt's products) fold the
  * residual add into the O and down products instead (use_accum: beta = 1),
  * so each norm reads x alone.
@@ -514,41 +510,14 @@ static bool use_accum(const model *m, int n)
     return true;
 }
 
-/* Whether the layers run mixed (mixed_layer): the attention half fused
- * (QKV with the norm, O adding into x: kern_matmul_fusable, the GEMV's
- * tensor-core form with gemv_tc_norm) and the MLP unfused with down adding
- * into x (kern_matmul_accum_fast): decode steps of 9..16 tokens whose
- * large MLP weights run on cuBLASLt (gemv_lt_min_bytes). Only with
- * gemv_tc_norm; no communicator, no per-head q/k norms. Depends only on n,
- * the weights and the kernel options. */
-static bool use_mixed_layers(const model *m, int n)
-{
-    kern_gemm_opts go;
-    kern_gemm_config_get(m->kc, &go);
-    if (m->comm || !go.gemv_tc_norm) /* it comes with the norm prologue (untimed, off by default) */
-        return false;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const model_layer *L = &m->layers[l];
-        if (L->q_norm.rows > 0 || !kern_matmul_fusable(m->kc, &L->wqkv, n) || !kern_matmul_fusable(m->kc, &L->wo, n) ||
-            !kern_matmul_accum_fast(m->kc, &L->w_down, n))
-            return false;
-    }
-    return true;
-}
-
-/* How the layers of a batch of n tokens run: fused (use_fused_layers),
- * mixed (use_mixed_layers), unfused with the products adding into x
- * (use_accum), or unfused with the add in the next norm. With any of the
- * first three the last sub-block's output is already in x when the head
- * runs (folded). */
-typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FUSED, LAYERS_MIXED } layers_form;
+/* How the layers of a batch of n tokens run: fused (use_fused_layers), or
+ * unfused with the products adding into x (use_accum), or unfused with the
+ * add in the next norm. With either of the first two the last sub-block's
+ * output is already in x when the head runs (folded). */
+typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FUSED } layers_form;
 static layers_form layers_form_of(const model *m, int n)
 {
-    if (use_fused_layers(m, n))
-        return LAYERS_FUSED;
-    if (use_mixed_layers(m, n))
-        return LAYERS_MIXED;
-    return use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
+    return use_fused_layers(m, n) ? LAYERS_FUSED : use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
 }
 
 /* A row-parallel fused product: out = in @ w^T added into the residual
@@ -576,9 +545,13 @@ static void fused_resid(model *m, const void *in, const kern_weight *w, int n, c
     kern_add_rmsnorm(m->kc, a->h, a->x, a->proj, norm, n, m->cfg.rms_norm_eps);
 }
 
-/* The attention half of a fused layer: the QKV product norms x on the fly
- * and ends with RoPE and the cache write, the O product adds into x. */
-static void fused_attention(model *m, const model_layer *L, const model_fwd_in *b)
+/* One layer as four fused GEMVs and the attention (kern_matmul_fused, the
+ * same arithmetic as the unfused ops but for the norm's summation order):
+ * the QKV and gate/up products norm the residual stream x on the fly, QKV
+ * ends with RoPE and the cache write, gate/up with SiLU * up, and the O and
+ * down products add straight into x (fused_resid; a->proj and a->h are not
+ * used without a communicator). */
+static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
 {
     const model_config *c = &m->cfg;
     model_acts *a = &m->a;
@@ -591,37 +564,11 @@ static void fused_attention(model *m, const model_layer *L, const model_fwd_in *
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
     fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm);
-}
-
-/* One layer as four fused GEMVs and the attention (kern_matmul_fused, the
- * same arithmetic as the unfused ops but for the norm's summation order):
- * the QKV and gate/up products norm the residual stream x on the fly, QKV
- * ends with RoPE and the cache write, gate/up with SiLU * up, and the O and
- * down products add straight into x (fused_resid; a->proj and a->h are not
- * used without a communicator). */
-static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
-{
-    const model_config *c = &m->cfg;
-    model_acts *a = &m->a;
-    const int n = b->n_tokens;
-    fused_attention(m, L, b);
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
     kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
     fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm);
-}
-
-/* A mixed layer (use_mixed_layers): the attention half fused, then the
- * norm of x (nothing to add: O added into x) and the MLP on cuBLASLt, down
- * adding into x (kern_matmul_accum). */
-static void mixed_layer(model *m, const model_layer *L, const model_fwd_in *b)
-{
-    const int n = b->n_tokens;
-    fused_attention(m, L, b);
-    PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, 2.0 * n * (double)m->cfg.hidden_size), 0);
-    kern_add_rmsnorm(m->kc, m->a.h, m->a.x, NULL, &L->mlp_norm, n, m->cfg.rms_norm_eps);
-    mlp_block(m, L, n, true);
 }
 
 /* logits [n, vocab] (F32) of the normed rows a->gn: this rank's vocabulary
@@ -686,8 +633,8 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     }
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
-        if (form == LAYERS_FUSED || form == LAYERS_MIXED) {
-            (form == LAYERS_FUSED ? fused_layer : mixed_layer)(m, L, in);
+        if (form == LAYERS_FUSED) {
+            fused_layer(m, L, in);
             continue;
         }
         const bool add = l > 0 && !accum; /* a->proj holds the previous sub-block's output */

@@ -346,7 +346,7 @@ __device__ __forceinline__ void kc_rope_rotate(float x1, float x2, float cs, flo
 
 /* RMSNorm's scale 1 / sqrt(ss / n + eps) from a row's sum of squares ss
  * over n elements, in double and rounded once to float: every norm (the
- * add + RMSNorm kernel, Qwen3's q/k norms, the GEMVs' prologues) takes it
+ * add + RMSNorm kernel, Qwen3's q/k norms, the GEMV's prologue) takes it
  * from here, so their bits agree. */
 __device__ __forceinline__ float kc_inv_rms(float ss, int n, float eps)
 {
@@ -354,8 +354,8 @@ __device__ __forceinline__ float kc_inv_rms(float ss, int n, float eps)
 }
 
 /* The norm prologue on 8 input values: their squares added to *ss in
- * element order, each then multiplied by its norm weight (the GEMVs fold
- * the 1 / rms into their sums afterwards). */
+ * element order, each then multiplied by its norm weight (the GEMV folds
+ * the 1 / rms into its sums afterwards). */
 __device__ __forceinline__ void kc_norm8(float *x, const float *g, float *ss)
 {
 #pragma unroll

@@ -74,13 +74,7 @@
  * RESID, and the pair epilogues with a CTA's 16 rows as 8 pairs, rows m and
  * m + 8 the two rows of a pair (tcg_row), so one thread of the final
  * reduction holds both: SiLU * up and RoPE + K/V write (gemv_rope_pair)
- * with the roundings of the unfused ops, bit for bit. Its norm prologue
- * (gemv_tc_norm, so kern_matmul_fusable holds from gemv_tc_min_n tokens):
- * a lane multiplies its input pieces by the norm weights, x * g rounded to
- * bf16 feeding the mma, and sums x^2 on the side; the lanes' and warps'
- * squares meet in shared memory and the 1 / rms scales each token's sum
- * before the epilogue (not bitwise the unfused ops: one more rounding,
- * another summation order; the register form only, the ring spilled).
+ * with the roundings of the unfused ops, bit for bit.
  *
  * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
  * a norm and an epilogue, so a decode layer runs four GEMVs, the attention
@@ -562,58 +556,17 @@ __device__ __forceinline__ float tcg_sum(const float (&red)[TCG_WARPS][NT2][32][
     return sum;
 }
 
-/* The norm weights matching tcg_load_x's chunks q .. q + TCG_U - 1 (zero
- * past the warp's range or the row). */
-__device__ __forceinline__ void tcg_load_g(uint4 (&gv)[TCG_U], const gemv_args &a, int q, int q1, int c)
-{
-#pragma unroll
-    for (int u = 0; u < TCG_U; u++) {
-        const int k = 32 * (q + u) + 8 * c;
-        gv[u] = q + u < q1 && k < a.C ? __ldg(reinterpret_cast<const uint4 *>(a.norm + k)) : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-/* The norm prologue on an input piece: x's squares added to *ss (in
- * element order) and x * g rounded to bf16, the mma's B operand; the
- * 1 / rms scales the sum (tcg_inv). */
-__device__ __forceinline__ uint4 tcg_norm_x(uint4 x, uint4 g, float *ss)
-{
-    float xf[8], gf[8];
-    kc_unpack8(x, xf);
-    kc_unpack8(g, gf);
-    kc_norm8(xf, gf, ss);
-    return kc_pack8(xf);
-}
-
-/* Token t's 1 / rms from the warps' sums of squares (added in warp order;
- * kern_add_rmsnorm's formula), 1 without NORM. */
-template <bool NORM, int NT2>
-__device__ __forceinline__ float tcg_inv(const float (&ssm)[TCG_WARPS][NT2][8], const gemv_args &a, int t)
-{
-    if (!NORM)
-        return 1.0f;
-    float ss = ssm[0][t >> 3][t & 7];
-#pragma unroll
-    for (int w = 1; w < TCG_WARPS; w++)
-        ss += ssm[w][t >> 3][t & 7];
-    return kc_inv_rms(ss, a.C, a.eps);
-}
-
 /* One CTA: the 16 rows of tcg_row for t < a.n (NT2 n-tiles of 8 tokens),
  * then the epilogue EPI: STORE (fp32 with F32, else bf16), RESID, and the
  * pair epilogues SILU_MUL and ROPE_KV (one thread a pair and token), each
  * rounding as gemv_epilogue does. */
-template <int NT2, int S, bool F32, int EPI, bool NORM>
+template <int NT2, int S, bool F32, int EPI>
 static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_kernel(const gemv_args a)
 {
     /* the ring (S > 0: [TCG_WARPS][S][TCG_STAGE] uint4), then the partial sums
-     * red[TCG_WARPS][NT2][32][4] over its front once the loop is done, and
-     * with NORM the squares' sums ssm[TCG_WARPS][NT2][8] behind them */
+     * red[TCG_WARPS][NT2][32][4] over its front once the loop is done */
     extern __shared__ uint4 tcg_smem[];
     float(&red)[TCG_WARPS][NT2][32][4] = *reinterpret_cast<float(*)[TCG_WARPS][NT2][32][4]>(tcg_smem);
-    float(&ssm)[TCG_WARPS][NT2][8] =
-        *reinterpret_cast<float(*)[TCG_WARPS][NT2][8]>(reinterpret_cast<float *>(tcg_smem) + TCG_WARPS * NT2 * 32 * 4);
-    static_assert(!NORM || !F32, "no fp32 output with the norm");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int C = a.C;
     const int nq = (C + 31) >> 5, per = (nq + TCG_WARPS - 1) / TCG_WARPS;
@@ -621,7 +574,7 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
     bool ok;
     const uint16_t *wa = a.w + (size_t)tcg_row<EPI>(a, g, &ok) * (size_t)C;     /* [C] */
     const uint16_t *wb = a.w + (size_t)tcg_row<EPI>(a, g + 8, &ok) * (size_t)C; /* [C] */
-    float d[NT2][4], ss[NT2] = {}; /* ss: with NORM, this lane's squares of token g + 8 nt */
+    float d[NT2][4];
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
         d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
@@ -638,9 +591,7 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
     tcg_load_x<NT2>(xv, a, q0, q1, c, g);
     int stage = 0;
     for (int q = q0; q < q1; q += TCG_U) {
-        uint4 cur[TCG_U][2], curx[TCG_U][NT2], curg[TCG_U];
-        if constexpr (NORM) /* this step's norm weights (L1 hits after the first CTA) */
-            tcg_load_g(curg, a, q, q1, c);
+        uint4 cur[TCG_U][2], curx[TCG_U][NT2];
         if constexpr (S > 0) { /* S - 1 steps' weights in flight during this step's math */
             tcg_ring_issue(ring + (stage == 0 ? S - 1 : stage - 1) * TCG_STAGE, wa, wb, q + TCG_U * (S - 1), q1, c,
                            C, lane);
@@ -673,18 +624,9 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
             const uint32_t a1[4] = {cur[u][0].z, cur[u][1].z, cur[u][0].w, cur[u][1].w};
 #pragma unroll
             for (int nt = 0; nt < NT2; nt++) {
-                if constexpr (NORM)
-                    curx[u][nt] = tcg_norm_x(curx[u][nt], curg[u], &ss[nt]);
                 kc_mma_16816(d[nt], a0, curx[u][nt].x, curx[u][nt].y);
                 kc_mma_16816(d[nt], a1, curx[u][nt].z, curx[u][nt].w);
             }
-        }
-    }
-    if constexpr (NORM) { /* a token's squares over the warp's chunks: its 4 lanes (g, c) summed */
-#pragma unroll
-        for (int nt = 0; nt < NT2; nt++) {
-            ss[nt] += __shfl_xor_sync(0xffffffffu, ss[nt], 1);
-            ss[nt] += __shfl_xor_sync(0xffffffffu, ss[nt], 2);
         }
     }
     if constexpr (S > 0) { /* red overlays other warps' stages */
@@ -692,19 +634,16 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
         __syncthreads();
     }
 #pragma unroll
-    for (int nt = 0; nt < NT2; nt++) {
+    for (int nt = 0; nt < NT2; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             red[warp][nt][lane][e] = d[nt][e];
-        if (NORM && c == 0)
-            ssm[warp][nt][g] = ss[nt];
-    }
     __syncthreads();
     if constexpr (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
         /* consecutive threads take consecutive rows of one token */
         for (int i = threadIdx.x; i < TCG_ROWS * 8 * NT2; i += TCG_WARPS * 32) {
             const int m = i % TCG_ROWS, t = i / TCG_ROWS;
-            const float sum = tcg_sum<NT2>(red, m, t) * tcg_inv<NORM, NT2>(ssm, a, t);
+            const float sum = tcg_sum<NT2>(red, m, t);
             const int row = tcg_row<EPI>(a, m, &ok);
             if (t >= a.n || !ok)
                 continue;
@@ -720,9 +659,8 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
         /* the pair epilogues: thread (pair m < 8, token t) has both rows */
         for (int i = threadIdx.x; i < (TCG_ROWS / 2) * 8 * NT2; i += TCG_WARPS * 32) {
             const int m = i % (TCG_ROWS / 2), t = i / (TCG_ROWS / 2);
-            const float inv = tcg_inv<NORM, NT2>(ssm, a, t);
-            const float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t) * inv));
-            const float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t) * inv));
+            const float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t)));
+            const float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t)));
             const int row = tcg_row<EPI>(a, m, &ok);
             if (t >= a.n || !ok)
                 continue;
@@ -751,23 +689,16 @@ static bool gemv_tc_ring(int mode, int nt2, int64_t ctas, int n_sms)
     return nt2 == 2 && 2 * ctas >= 5 * (int64_t)n_sms;
 }
 
-/* The tensor-core kernel of NT2 n-tiles with epilogue EPI: through the
- * ring or not, fp32 output or the norm prologue. */
-template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32, bool norm))(const gemv_args)
+/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
+ * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows; the
+ * ring as gemv_tc_ring says (ring_mode, n_sms). */
+template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32))(const gemv_args)
 {
-    if (norm) { /* the register form (under the ring's 128 registers the norm spilled) */
-        INFERD_CHECK(!f32 && !ring);
-        return gemv_tc_kernel<NT2, 0, false, EPI, true>;
-    }
     if (ring)
-        return f32 ? gemv_tc_kernel<NT2, TCG_RING_S, true, EPI, false> : gemv_tc_kernel<NT2, TCG_RING_S, false, EPI, false>;
-    return f32 ? gemv_tc_kernel<NT2, 0, true, EPI, false> : gemv_tc_kernel<NT2, 0, false, EPI, false>;
+        return f32 ? gemv_tc_kernel<NT2, TCG_RING_S, true, EPI> : gemv_tc_kernel<NT2, TCG_RING_S, false, EPI>;
+    return f32 ? gemv_tc_kernel<NT2, 0, true, EPI> : gemv_tc_kernel<NT2, 0, false, EPI>;
 }
 
-/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
- * (fp32 output only with STORE and no norm; the norm prologue when
- * a.norm): a CTA 16 rows, or 8 pairs of rows; the ring as gemv_tc_ring
- * says (ring_mode, n_sms), never with the norm. */
 template <int EPI>
 static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, const gemv_args &a)
 {
@@ -775,14 +706,13 @@ static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms,
     const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
     const int64_t ctas = kcuda_cdiv(units, (int64_t)per);
     const int nt2 = a.n <= 8 ? 1 : 2;
-    const bool norm = a.norm != NULL;
-    const bool ring = !norm && gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
-    size_t smem = (size_t)TCG_WARPS * nt2 * (32 * 4 + (norm ? 8 : 0)) * sizeof(float); /* red (and ssm) */
+    const bool ring = gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
+    size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
     if (ring) {
         const size_t bytes = (size_t)TCG_WARPS * TCG_RING_S * TCG_STAGE * sizeof(uint4);
         smem = bytes > smem ? bytes : smem;
     }
-    kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32, norm) : tcg_kernel<2, EPI>(ring, f32, norm), dim3((unsigned)ctas),
+    kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32) : tcg_kernel<2, EPI>(ring, f32), dim3((unsigned)ctas),
               TCG_WARPS * 32, smem, s, pdl, a);
 }
 
@@ -846,46 +776,31 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     KCUDA_LAUNCH_CHECK();
 }
 
-/* The CUDA-core fused form: the GEMV route for n <= fuse_max_n
+/* Contract (kern_matmul_fusable): the GEMV route for n <= fuse_max_n
  * (kern_gemm_config keeps it <= KCUDA_FUSE_MAX_N). */
-static bool gemv_core_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
-{
-    return n <= ctx->gemm.fuse_max_n && kcuda_gemv_route(ctx, w, n);
-}
-
-/* The tensor-core form on the GEMV route (its epilogues; its norm prologue
- * with gemv_tc_norm). */
-static bool gemv_tc_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
-{
-    return gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
-}
-
-/* Contract (kern_matmul_fusable): the CUDA-core fused form, or with
- * gemv_tc_norm the tensor-core form (its norm prologue and epilogues). */
 bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return gemv_core_fusable(ctx, w, n) || (ctx->gemm.gemv_tc_norm && gemv_tc_fusable(ctx, w, n));
+    return n <= ctx->gemm.fuse_max_n && kcuda_gemv_route(ctx, w, n);
 }
 
 /* Contract (kern_matmul_epi_fusable): the CUDA-core fused form, or the
  * tensor-core form's epilogues on the GEMV route. */
 bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return gemv_core_fusable(ctx, w, n) || gemv_tc_fusable(ctx, w, n);
+    return kcuda_matmul_fusable(ctx, w, n) || (gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n));
 }
 
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
  * whose prologue and epilogue are defined in kernels.h: the CUDA-core form
- * (n <= fuse_max_n), else the tensor-core form (kern_matmul_epi_fusable;
- * with a norm only with gemv_tc_norm); kern_matmul_fused has checked the
- * shapes.
+ * (kern_matmul_fusable), else, without a norm, the tensor-core form
+ * (kern_matmul_epi_fusable); kern_matmul_fused has checked the shapes.
  * Aborts when the product is not fusable or a bf16 operand (norm, bias,
  * cache) has another dtype. */
 void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     kcuda_state *st = kcuda_st(ctx);
-    const bool core = gemv_core_fusable(ctx, w, n);
-    const bool tc = !core && (!f->norm || ctx->gemm.gemv_tc_norm) && gemv_tc_fusable(ctx, w, n);
+    const bool core = kcuda_matmul_fusable(ctx, w, n);
+    const bool tc = !core && !f->norm && gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
     INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");
     INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
     gemv_args a = {};

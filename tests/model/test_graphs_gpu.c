@@ -19,9 +19,8 @@
  *  - the same two checks on the fused decode layers (GEMV size threshold
  *    lowered so that stories260K takes them) and on the O and down products
  *    adding into the residual stream (size floor lowered, GEMV off).
- *  - the same on the tensor-core GEMV's norm prologue (INFERD_GEMV_TC_NORM=1)
- *    and, on a Llama-3-shaped dummy whose weights the GEMV takes, graphs
- *    vs eager in every decode form (test_dummy_forms).
+ *  - on a Llama-3-shaped dummy whose weights the GEMV takes, graphs vs
+ *    eager in the default decode forms (test_dummy_forms).
  *  - graphs vs eager again with the fp8 KV cache.
  *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
  */
@@ -353,39 +352,17 @@ START_TEST(test_accum_layers)
 }
 END_TEST
 
-/* The tensor-core GEMV's norm prologue (INFERD_GEMV_TC_NORM=1, off by
- * default): with the GEMV's size threshold and the accumulate's floor
- * lowered, stories260K's layers run mixed (forward.c mixed_layer: its down
- * weight, 172 columns, is off the GEMV route, so the MLP runs unfused with
- * down adding into x) with the QKV product norming x in its prologue: on
- * the CUDA-core form at 1 token, on the tensor-core form at 3 and 16.
- * Graphs equal eager (bitwise at captured sizes), golden tokens through
- * both. */
-START_TEST(test_tc_norm_layers)
-{
-    static const char *const vars[] = {"INFERD_GEMV_MIN_BYTES", "INFERD_GEMM_ACCUM_MIN_BYTES", "INFERD_GEMV_TC_NORM=1"};
-    static const int batches[] = {1, 3, 16};
-    forms_case("tensor-core norm prologue", vars, 3, batches, 3, true);
-}
-END_TEST
-
 /* The decode forms on a Llama-3-shaped dummy (configs/models/test-llama3-
  * small: every weight of 1 MiB and more, 8-aligned, so the GEMV takes them
  * at the default thresholds): graphs equal eager (bitwise at captured
  * sizes) at 1 token (the fused layers), 3 and 8 (the tensor-core form's
- * epilogues) and 16, as they are by default, with the tensor-core norm
- * prologue (INFERD_GEMV_TC_NORM=1: layers of 3..16 tokens fused too), and
- * with it and the MLP's weights on cuBLASLt past 8 tokens (the mixed
- * layers at 16). No golden tokens: the weights are random. */
+ * epilogues) and 16, as they are by default. No golden tokens: the
+ * weights are random. */
 START_TEST(test_dummy_forms)
 {
-    static const char *const tc_norm[] = {"INFERD_GEMV_TC_NORM=1"};
-    static const char *const mixed[] = {"INFERD_GEMV_TC_NORM=1", "INFERD_GEMV_LT_MIN_BYTES=4194304"};
     static const int batches[] = {1, 3, 8, 16};
     g_dummy_dir = INFERD_TEST_SOURCE_DIR "/configs/models/test-llama3-small";
     forms_case("dummy Llama-3 small, defaults", NULL, 0, batches, 4, false);
-    forms_case("dummy Llama-3 small, tensor-core norm", tc_norm, 1, batches, 4, false);
-    forms_case("dummy Llama-3 small, mixed layers", mixed, 2, batches, 4, false);
     g_dummy_dir = NULL;
 }
 END_TEST
@@ -441,9 +418,8 @@ int main(void)
     tcase_add_test(tc, test_golden_through_graphs);
     tcase_add_test(tc, test_fused_layers);
     tcase_add_test(tc, test_accum_layers);
-    tcase_add_test(tc, test_tc_norm_layers);
     tcase_add_test(tc, test_fp8_kv_cache);
-    if (!getenv("INFERD_TEST_QUICK")) { /* skipped under the sanitizer: 1 GiB of scratch; six 200 MiB models */
+    if (!getenv("INFERD_TEST_QUICK")) { /* skipped under the sanitizer: 1 GiB of scratch; two 200 MiB models */
         tcase_add_test(tc, test_ceilings);
         tcase_add_test(tc, test_dummy_forms);
     }

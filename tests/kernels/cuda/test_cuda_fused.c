@@ -206,20 +206,18 @@ static int fused_case(const fcase *c, uint64_t seed)
 }
 
 /* GEMV route for every size: small test weights must take it too; the
- * tensor-core form as form says (_i of the loop tests): 0 its register
- * form, 1 its shared-memory ring forced, 2 its norm prologue on
- * (gemv_tc_norm, the ring by its rule); the
+ * tensor-core form's shared-memory ring (0 or 2: off, forced; _i of the loop
+ * tests); the
  * tensor-core form from 3 tokens (the default); programmatic launches as
  * the engine's default (INFERD_GEMV_PDL=0: plain launches, to tell a
  * launch-order effect from a kernel's own). */
-static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes, int form)
+static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes, int tc_ring)
 {
     kern_gemm_config_get(kt_gpu, saved);
     const char *pdl_env = getenv("INFERD_GEMV_PDL");
     const bool pdl = !(pdl_env && strcmp(pdl_env, "0") == 0);
     const kern_gemm_opts o = {.gemv_max_n = 16, .gemv_min_weight_bytes = min_bytes, .pdl = pdl,
-                              .gemv_variant = 1, .fuse_max_n = fuse_max_n,
-                              .gemv_tc_ring = form == 1 ? 2 : form == 2 ? 1 : 0, .gemv_tc_norm = form == 2,
+                              .gemv_variant = 1, .fuse_max_n = fuse_max_n, .gemv_tc_ring = tc_ring,
                               .gemv_tc_min_n = KCUDA_GEMV_DEFAULT_TC_MIN_N};
     kern_gemm_config(kt_gpu, &o);
 }
@@ -227,10 +225,9 @@ static void fuse_config(kern_gemm_opts *saved, int fuse_max_n, int64_t min_bytes
 START_TEST(test_fused_forms)
 {
     kern_gemm_opts saved;
-    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, _i);
-    const bool tc_norm = _i == 2; /* the tensor-core cases take a norm too */
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 2 * _i);
     const uint64_t seed = kt_seed() + 900;
-    printf("test_fused_forms: tensor-core form %d, seed %llu\n", _i, (unsigned long long)seed);
+    printf("test_fused_forms: tensor-core ring %d, seed %llu\n", 2 * _i, (unsigned long long)seed);
     /* rows, cols of the dense forms: odd row counts, one row, pairs across CTAs */
     static const int dense[][2] = {{1, 8}, {37, 264}, {258, 72}, {1000, 512}};
     int bad = 0, k = 0;
@@ -256,25 +253,23 @@ START_TEST(test_fused_forms)
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
     }
-    /* the tensor-core form's epilogues, n = 3..16 (one n-tile and two): no norm, or with gemv_tc_norm
-     * every other case with its norm prologue (the plain product too) */
+    /* the tensor-core form's epilogues: no norm, n = 3..16 (one n-tile and two) */
     static const int tc_n[] = {3, 8, 9, 16};
     for (int i = 0; i < 4; i++) {
         const int n = tc_n[i];
-        for (int epi = tc_norm ? KERN_EPI_STORE : KERN_EPI_RESID; epi <= KERN_EPI_SILU_MUL; epi++)
+        for (int epi = KERN_EPI_RESID; epi <= KERN_EPI_SILU_MUL; epi++)
             for (int s = 0; s < 4; s++, k++) {
                 if (kt_quick && (s + i) % 2)
                     continue;
-                fcase c = {.epi = (kern_epilogue)epi, .norm = tc_norm && (epi == KERN_EPI_STORE || k % 2 == 0),
-                           .n = n, .rows = dense[s][0], .cols = dense[s][1]};
+                fcase c = {.epi = (kern_epilogue)epi, .n = n, .rows = dense[s][0], .cols = dense[s][1]};
                 if (epi == KERN_EPI_SILU_MUL && c.rows % 2)
                     c.rows++;
                 bad += fused_case(&c, seed + (uint64_t)k * 16);
             }
         static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
         for (int s = 0; s < 4; s++, k++) {
-            fcase c = {.epi = KERN_EPI_ROPE_KV, .norm = tc_norm && (k % 2) == 0, .bias = rp[s][4] != 0, .n = n,
-                       .cols = 136, .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            fcase c = {.epi = KERN_EPI_ROPE_KV, .bias = rp[s][4] != 0, .n = n, .cols = 136, .nh = rp[s][0],
+                       .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
             c.rows = (c.nh + 2 * c.nkv) * c.hd;
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
@@ -290,9 +285,8 @@ START_TEST(test_fused_forms)
         for (int i = 0; i < 4; i++)
             bad += fused_case(&big[i], seed + 5000 + (uint64_t)i);
         const fcase big_tc[] = { /* and at batch 16 on the tensor-core form */
-            {.epi = KERN_EPI_ROPE_KV, .norm = tc_norm, .n = 16, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
-             .hd = 128, .bs = 16},
-            {.epi = KERN_EPI_SILU_MUL, .norm = tc_norm, .n = 13, .rows = 28672, .cols = 4096},
+            {.epi = KERN_EPI_ROPE_KV, .n = 16, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8, .hd = 128, .bs = 16},
+            {.epi = KERN_EPI_SILU_MUL, .n = 13, .rows = 28672, .cols = 4096},
         };
         for (int i = 0; i < 2; i++)
             bad += fused_case(&big_tc[i], seed + 6000 + (uint64_t)i);
@@ -413,7 +407,7 @@ static int tc_bitwise_case(kern_epilogue epi, int n, int R, int C, int nh, int n
 START_TEST(test_fused_tc_bitwise)
 {
     kern_gemm_opts saved;
-    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, _i);
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 2 * _i);
     const uint64_t seed = kt_seed() + 1900;
     static const int ns[] = {3, 9, 16};
     int bad = 0;
@@ -582,30 +576,6 @@ START_TEST(test_fusable_table)
         if (got != rows[i].want && bad++ < 20)
             printf("  fusable row %zu: got %d want %d\n", i, got, rows[i].want);
     }
-    /* with gemv_tc_norm the tensor-core form takes the norm too: n from gemv_tc_min_n on the GEMV route */
-    const struct {
-        bool tc_norm;
-        int tc_min_n, n;
-        int64_t lt_bytes;
-        bool want;
-    } nrows[] = {
-        {false, 3, 3, 0, false},      /* off: the CUDA-core form alone (fuse_max_n 2) */
-        {true, 3, 3, 0, true},        /* the tensor-core form from 3 tokens */
-        {true, 3, 16, 0, true},
-        {true, 3, 17, 0, false},      /* past the GEMV */
-        {true, 5, 4, 0, false},       /* between the two forms */
-        {true, 3, 9, wbytes, false},  /* the weight on cuBLASLt at 9..16 */
-        {true, 3, 8, wbytes, true},
-    };
-    for (size_t i = 0; i < sizeof nrows / sizeof nrows[0]; i++) {
-        const kern_gemm_opts o = {.gemv_max_n = 16, .pdl = true, .gemv_variant = 1, .fuse_max_n = 2,
-                                  .gemv_tc_min_n = nrows[i].tc_min_n, .gemv_lt_min_bytes = nrows[i].lt_bytes,
-                                  .gemv_tc_norm = nrows[i].tc_norm};
-        kern_gemm_config(kt_gpu, &o);
-        const bool got = kern_matmul_fusable(kt_gpu, &wg, nrows[i].n);
-        if (got != nrows[i].want && bad++ < 20)
-            printf("  tc norm fusable row %zu: got %d want %d\n", i, got, nrows[i].want);
-    }
     /* kern_matmul_epi_fusable: kern_matmul_fusable, or the tensor-core form from gemv_tc_min_n */
     const struct {
         int fuse_max_n, gemv_max_n, tc_min_n;
@@ -655,7 +625,7 @@ TCase *kt_tcase_fused(void)
 {
     TCase *tc = tcase_create("fused");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_fused_forms, 0, 3); /* _i: the tensor-core form (fuse_config) */
+    tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fusable_table);
