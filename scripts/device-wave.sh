@@ -854,7 +854,9 @@ fi
 #       of a short b1 x 512 run (graphs on, caches and clocks left alone),
 #       the kernels of each decode step to be summed against the step time
 #       of the same run without ncu (wave/ncustep-*.csv; WAVE_STEP_BATCHES,
-#       WAVE_STEP_LEN context, WAVE_STEP_ARGS more bench arguments); then the
+#       WAVE_STEP_LEN context, WAVE_STEP_ARGS more bench arguments; the last
+#       pure decode step's kernels grouped by scripts/ncu_steps.py into
+#       wave/ncustep-b*-table.txt); then the
 #       tensor-core prefill kernel at layer 16 of a 16k prompt with the full
 #       section set and its per-SASS-instruction stall samples
 #       (wave/ncutcsrc-sass.csv)
@@ -869,6 +871,8 @@ for b in ${WAVE_STEP_BATCHES:-1}; do
           --print-units base "$BIN" bench latency --load-format dummy --device cuda "${sargs[@]}" \
           >"$W/ncustep-b$b.csv" 2>"$W/ncustep-b$b.err"
     then row "ncu every kernel b$b x $sl $(el)" "ok $(grep -c gpu__time_duration "$W/ncustep-b$b.csv") kernels"
+        $PY scripts/ncu_steps.py "$W/ncustep-b$b.csv" --batch $b >"$W/ncustep-b$b-table.txt" 2>&1
+        head -16 "$W/ncustep-b$b-table.txt"
     else row "ncu every kernel b$b (exit $?)" FAILED; tail -5 "$W/ncustep-b$b.err"; fi
 done
 fi
