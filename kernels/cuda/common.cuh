@@ -353,18 +353,6 @@ __device__ __forceinline__ float kc_inv_rms(float ss, int n, float eps)
     return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
 }
 
-/* The norm prologue on 8 input values: their squares added to *ss in
- * element order, each then multiplied by its norm weight (the GEMV folds
- * the 1 / rms into its sums afterwards). */
-__device__ __forceinline__ void kc_norm8(float *x, const float *g, float *ss)
-{
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        *ss = fmaf(x[e], x[e], *ss);
-        x[e] *= g[e];
-    }
-}
-
 /* silu(g) * u in fp32 (kern_silu_mul and the fused GEMV's epilogue). */
 __device__ __forceinline__ float kc_silu_mul(float g, float u)
 {

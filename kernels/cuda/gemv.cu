@@ -263,8 +263,13 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
                                             float *ss)
 {
     kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
-    if (NORM)
-        kc_norm8(xf, g, ss);
+    if (NORM) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            *ss = fmaf(xf[e], xf[e], *ss);
+            xf[e] *= g[e];
+        }
+    }
 }
 
 /* For t < NT and the warp's RPW row slots: the dot product of input row t
@@ -689,9 +694,8 @@ static bool gemv_tc_ring(int mode, int nt2, int64_t ctas, int n_sms)
     return nt2 == 2 && 2 * ctas >= 5 * (int64_t)n_sms;
 }
 
-/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
- * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows; the
- * ring as gemv_tc_ring says (ring_mode, n_sms). */
+/* The tensor-core kernel of NT2 n-tiles and epilogue EPI, with or
+ * without the ring, fp32 or bf16 output. */
 template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32))(const gemv_args)
 {
     if (ring)
@@ -699,6 +703,9 @@ template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32))(const
     return f32 ? gemv_tc_kernel<NT2, 0, true, EPI> : gemv_tc_kernel<NT2, 0, false, EPI>;
 }
 
+/* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
+ * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows; the
+ * ring as gemv_tc_ring says (ring_mode, n_sms). */
 template <int EPI>
 static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, const gemv_args &a)
 {
