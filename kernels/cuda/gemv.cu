@@ -457,6 +457,7 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
 
 #define TCG_WARPS 4 /* warps per CTA: a row's chunks split four ways */
 #define TCG_ROWS 16 /* output rows per CTA: one m-tile */
+#define TCG_NT 8    /* tokens of an n-tile (the mma's n): 1..8 tokens one tile, 9..16 two */
 #ifndef KC_TCG_U
 #define TCG_U 4 /* chunks (32 elements) of both rows in flight per lane (-DKC_TCG_U=N: A/B builds) */
 #else
@@ -515,7 +516,7 @@ __device__ __forceinline__ void tcg_load_x(uint4 (&xv)[TCG_U][NT2], const gemv_a
         const int k = 32 * (q + u) + 8 * c;
 #pragma unroll
         for (int nt = 0; nt < NT2; nt++) {
-            const int t = g + 8 * nt;
+            const int t = g + TCG_NT * nt;
             xv[u][nt] = q + u < q1 && k < a.C && t < a.n
                             ? __ldg(reinterpret_cast<const uint4 *>(a.in + (size_t)t * (size_t)a.C + k))
                             : make_uint4(0u, 0u, 0u, 0u);
@@ -646,7 +647,7 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
     __syncthreads();
     if constexpr (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
         /* consecutive threads take consecutive rows of one token */
-        for (int i = threadIdx.x; i < TCG_ROWS * 8 * NT2; i += TCG_WARPS * 32) {
+        for (int i = threadIdx.x; i < TCG_ROWS * TCG_NT * NT2; i += TCG_WARPS * 32) {
             const int m = i % TCG_ROWS, t = i / TCG_ROWS;
             const float sum = tcg_sum<NT2>(red, m, t);
             const int row = tcg_row<EPI>(a, m, &ok);
@@ -662,7 +663,7 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
         }
     } else {
         /* the pair epilogues: thread (pair m < 8, token t) has both rows */
-        for (int i = threadIdx.x; i < (TCG_ROWS / 2) * 8 * NT2; i += TCG_WARPS * 32) {
+        for (int i = threadIdx.x; i < (TCG_ROWS / 2) * TCG_NT * NT2; i += TCG_WARPS * 32) {
             const int m = i % (TCG_ROWS / 2), t = i / (TCG_ROWS / 2);
             const float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t)));
             const float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t)));
@@ -712,7 +713,7 @@ static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms,
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
     const int64_t ctas = kcuda_cdiv(units, (int64_t)per);
-    const int nt2 = a.n <= 8 ? 1 : 2;
+    const int nt2 = a.n <= TCG_NT ? 1 : 2;
     const bool ring = gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
     size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
     if (ring) {
@@ -741,7 +742,7 @@ static void gemv_tc_launch(cudaStream_t s, bool pdl, int ring_mode, int n_sms, b
 bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n)
 {
     const int64_t bytes = kern_weight_bytes(w);
-    if (n > 8 && ctx->gemm.gemv_lt_min_bytes > 0 && bytes >= ctx->gemm.gemv_lt_min_bytes)
+    if (n > TCG_NT && ctx->gemm.gemv_lt_min_bytes > 0 && bytes >= ctx->gemm.gemv_lt_min_bytes)
         return false;
     return n >= 1 && n <= ctx->gemm.gemv_max_n && bytes >= ctx->gemm.gemv_min_weight_bytes &&
            w->dtype == KERN_DTYPE_BF16 && w->cols % 8 == 0 && w->rows <= INT32_MAX && w->cols <= INT32_MAX &&
