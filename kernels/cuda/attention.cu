@@ -55,8 +55,9 @@
  * (attention_decode.cu; bitwise the same output either way). Split
  * partials: merged by a second launch, or with INFERD_ATTN_MERGE=fused by
  * the last split CTA of each group through the context's counters (no
- * launch; bitwise the same output). INFERD_ATTN_PDL=1 launches the decode
- * and merge kernels as programmatic dependents (attention_decode.cu).
+ * launch; bitwise the same output). The decode and merge kernels launch
+ * as programmatic dependents (attn_use_pdl: where and how they trigger
+ * theirs; INFERD_ATTN_PDL=0|1 for the other forms).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
  * form by INFERD_PREFILL_TC=mma1|mma2|wg|wgk128, default wg: wgmma on
@@ -164,13 +165,28 @@ extern "C" int kcuda_attn_last_pdl;
 int kcuda_attn_pdl_force = -1;
 int kcuda_attn_last_pdl = 0;
 
-/* Whether the decode attention of an n-token step launches with PDL: as
- * the other small kernels (kcuda_ops_pdl), or at every n with
- * INFERD_ATTN_PDL=1 (read once). The output is the same either way. */
-static bool attn_use_pdl(const kern_ctx *ctx, int n)
+/* How the decode attention of an n-token step launches (kc_attn_args.pdl):
+ * as a programmatic dependent always; its CTAs trigger their own
+ * dependents (the merge, then the product behind it) at their start where
+ * the other small kernels do (1: kcuda_ops_pdl, n > gemv_max_n), else at
+ * their end (2), so only the attention's launch overlaps the GEMV before
+ * it and no later kernel takes SM slots while it runs (the early trigger
+ * behind the GEMVs cost batch 16 6%; the late one took 0.5-0.8% off
+ * batch 1 and 0.2% off batch 16 on an H200, docs/PERF.md, nineteenth
+ * session). INFERD_ATTN_PDL (read once): 1 = the early trigger at every
+ * n, 0 = the plain launch at n <= gemv_max_n (the earlier default). The
+ * output is the same either way. */
+static int attn_use_pdl(const kern_ctx *ctx, int n)
 {
-    static const bool env_on = env_is("INFERD_ATTN_PDL", "1", "decode attention launched as programmatic dependents");
-    return kcuda_attn_pdl_force >= 0 ? kcuda_attn_pdl_force == 1 : env_on || kcuda_ops_pdl(ctx, n);
+    static const bool env_early =
+        env_is("INFERD_ATTN_PDL", "1", "decode attention as programmatic dependents, triggering at their start");
+    static const bool env_plain =
+        env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
+    if (kcuda_attn_pdl_force >= 0)
+        return kcuda_attn_pdl_force;
+    if (env_early || kcuda_ops_pdl(ctx, n))
+        return 1;
+    return env_plain ? 0 : 2;
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_form_force picks the tensor-core

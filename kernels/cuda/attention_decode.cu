@@ -62,7 +62,9 @@
  * PDL (a.pdl): the decode and merge kernels are launched as programmatic
  * dependents of the kernel before them, so their launch overlaps its end;
  * each reads only the step's uploaded inputs (query_start_loc, seq_lens)
- * before kc_pdl_wait, and q, K/V and the partials after it.
+ * before kc_pdl_wait, and q, K/V and the partials after it. A decode CTA
+ * triggers its own dependents at its start (a.pdl 1) or, with a.pdl 2,
+ * at its exit (the merge's launch then only overlaps the decode's end).
  */
 #include <type_traits>
 
@@ -565,7 +567,8 @@ template <int GMAX, int TG, bool PIPE, bool F8>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
-    kc_pdl_trigger();
+    if (a.pdl != 2)
+        kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
     dec_red<GMAX> &red = *(PIPE ? (dec_red<GMAX> *)dec_ring : (dec_red<GMAX> *)&red_static);
@@ -657,7 +660,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
-    kc_pdl_trigger();
+    if (a.pdl != 2)
+        kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
     dec_cta c;
@@ -856,7 +860,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
 {
     static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
-    kc_pdl_trigger();
+    if (a.pdl != 2)
+        kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
     dec_cta c;

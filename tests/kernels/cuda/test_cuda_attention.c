@@ -63,7 +63,7 @@ extern int kcuda_attn_last_prefill_form;
 extern int kcuda_attn_prefill_wg_device(void); /* 1: this device runs the wgmma forms */
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
 extern int kcuda_attn_last_merge_fused;
-extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents */
+extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents, 2 the same triggering at exit */
 extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (where supported) */
 extern int kcuda_attn_last_decode_tc;
 #else
@@ -632,7 +632,8 @@ END_TEST
  * block sizes 1/12/16/32, splits and none, tiles cut by the split and the
  * sequence end at odd lengths, padding rows, a warp with no tile (short
  * splits), batch 1 at 544 and 4,100 keys, 40 sequences without a split,
- * and programmatic-dependent launches. */
+ * plain launches and programmatic-dependent ones (the CTAs triggering
+ * their dependents at their start, and at their end). */
 START_TEST(test_attention_decode_tc)
 {
     static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
@@ -658,7 +659,7 @@ START_TEST(test_attention_decode_tc)
         {"dec tc b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
     };
     int bad = 0;
-    for (int pdl = 0; pdl < 2; pdl++) {
+    for (int pdl = 0; pdl < 3; pdl++) {
         kcuda_attn_pdl_force = pdl;
         kcuda_attn_decode_tc_force = 1;
         for (int i = 0; i < NSEQ(cases); i++) {
@@ -711,8 +712,9 @@ START_TEST(test_attention_decode_merge)
     };
     /* (CUDA-core body, PDL launches, tensor-core body where supported): the
      * ring and the registers, plain; the ring as programmatic dependents;
-     * the tensor-core body plain and as programmatic dependents */
-    static const int k_runs[][3] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}};
+     * the tensor-core body plain and as programmatic dependents (triggering
+     * at their start, and at their end) */
+    static const int k_runs[][3] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 1}};
     int bad = 0;
     for (int r = 0; r < NSEQ(k_runs); r++) {
         kcuda_attn_decode_pipe_force = k_runs[r][0];
