@@ -16,8 +16,9 @@
  * that fill one wave of KC_ATTN_DEC_CTAS_PER_SM CTAs per SM
  * (KC_ATTN_DEC_TC_CTAS_PER_SM for the tensor-core body, ..._TC8_... for its
  * fp8 form) at n_plan
- * sequences (at most KC_ATTN_MAX_SPLITS), min_chunk = KC_ATTN_MIN_CHUNK keys
- * (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
+ * sequences (at most KC_ATTN_MAX_SPLITS; INFERD_ATTN_SPLIT_WAVES=W sizes
+ * it for W waves instead, for measurements), min_chunk = KC_ATTN_MIN_CHUNK
+ * keys (INFERD_ATTN_MIN_CHUNK, read once per process, overrides it for
  * measurements). So, for Llama-3-8B (8 CTAs per sequence) on 132 SMs:
  *  - batch 1 at 544 tokens: 17 splits of 32 keys; at 32k: 64 of 512;
  *  - batch 16 at 544 tokens: 4 splits of 160 keys (32-key chunks at every
@@ -272,6 +273,30 @@ static int attn_min_chunk(void)
     return v;
 }
 
+/* Waves of the decode grid the split plan fills, read once per process:
+ * INFERD_ATTN_SPLIT_WAVES (1..4; anything else is ignored with a
+ * warning), else 1. Both the launch's plan and the workspace bound
+ * (kcuda_attn_workspace_bytes) count per_sm times this, so the partials
+ * always fit. For measurements: more, shorter splits a sequence. */
+static int attn_split_waves(void)
+{
+    static int v = 0;
+    if (v == 0) {
+        int w = 1;
+        const char *e = getenv("INFERD_ATTN_SPLIT_WAVES");
+        if (e && *e) {
+            char *end = NULL;
+            const long x = strtol(e, &end, 10);
+            if (*end == '\0' && x >= 1 && x <= 4)
+                w = (int)x;
+            else
+                INFERD_LOG_WARN("cuda: INFERD_ATTN_SPLIT_WAVES=%.32s ignored (1..4 wanted)", e);
+        }
+        v = w;
+    }
+    return v;
+}
+
 /* Decode CTAs per sequence: kv heads x head chunks of GMAX heads (as
  * kcuda_attn_decode_launch). */
 static int ctas_per_seq(int nh, int nkv)
@@ -325,8 +350,8 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
     int64_t worst = 0;
     for (int64_t n = 1; n < 2 * rows; n *= 2) {
         int target;
-        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM, n, cps_min, max_seq_len, KC_ATTN_CHUNK_ALIGN,
-                                    &target);
+        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM * attn_split_waves(), n, cps_min, max_seq_len,
+                                    KC_ATTN_CHUNK_ALIGN, &target);
         const int64_t r = (n < rows ? n : rows) * s;
         if (s > 1 && r > worst)
             worst = r;
@@ -483,8 +508,9 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         int target = 0, max_splits = 1;
         a.tc = decode_use_tc(a.group, hd); /* the body first: the plan counts its CTAs a SM */
         kcuda_attn_last_decode_tc = a.tc;
-        const int per_sm = a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
-                                : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group));
+        const int per_sm = (a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
+                                 : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
+                           attn_split_waves();
         if (p->workspace)
             max_splits =
                 plan_make(st->n_sms, per_sm, n_plan, ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
