@@ -470,6 +470,14 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
 #define TCG_RING_S KC_TCG_RING_S
 #endif
 
+/* The first element of lane column c's 16-byte piece of chunk q (32
+ * elements a chunk, 8 a piece): what tcg_load_w, tcg_ring_issue and
+ * tcg_load_x read at chunk q + u. */
+__device__ __forceinline__ int tcg_elem(int q, int c)
+{
+    return 32 * q + 8 * c;
+}
+
 /* Chunks q .. q + TCG_U - 1 (< q1) of the lane's two rows, elements
  * [32 q + 8c, +8); pieces past the warp's range or the row are zero. */
 __device__ __forceinline__ void tcg_load_w(uint4 (&wv)[TCG_U][2], const uint16_t *wa, const uint16_t *wb, int q,
@@ -477,7 +485,7 @@ __device__ __forceinline__ void tcg_load_w(uint4 (&wv)[TCG_U][2], const uint16_t
 {
 #pragma unroll
     for (int u = 0; u < TCG_U; u++) {
-        const int k = 32 * (q + u) + 8 * c;
+        const int k = tcg_elem(q + u, c);
         const bool ok = q + u < q1 && k < C;
         wv[u][0] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wa + k)) : make_uint4(0u, 0u, 0u, 0u);
         wv[u][1] = ok ? gemv_ld_stream(reinterpret_cast<const uint4 *>(wb + k)) : make_uint4(0u, 0u, 0u, 0u);
@@ -494,7 +502,7 @@ __device__ __forceinline__ void tcg_ring_issue(uint4 *st, const uint16_t *wa, co
 {
 #pragma unroll
     for (int u = 0; u < TCG_U; u++) {
-        const int k = 32 * (q + u) + 8 * c;
+        const int k = tcg_elem(q + u, c);
         const bool ok = k < C;
         if (q + u < q1) {
             kc_cp_async16(st + (2 * u) * 32 + lane, ok ? wa + k : wa, ok);
@@ -513,7 +521,7 @@ __device__ __forceinline__ void tcg_load_x(uint4 (&xv)[TCG_U][NT2], const gemv_a
 {
 #pragma unroll
     for (int u = 0; u < TCG_U; u++) {
-        const int k = 32 * (q + u) + 8 * c;
+        const int k = tcg_elem(q + u, c);
 #pragma unroll
         for (int nt = 0; nt < NT2; nt++) {
             const int t = g + TCG_NT * nt;
