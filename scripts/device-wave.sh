@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
+# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -888,7 +888,29 @@ then row "ncu --set full tc prefill 16k $(el)" ok
     grep -E "Duration|Registers|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|Grid Size|Block Limit" \
         "$W/ncutcsrc-details.txt" | head -12
     echo "sass rows: $(wc -l <"$W/ncutcsrc-sass.csv")"
+    $PY scripts/ncu_sass.py "$W/ncutcsrc-sass.csv" >"$W/ncutcsrc-sass-table.txt" 2>&1 && head -40 "$W/ncutcsrc-sass-table.txt"
 else row "ncu --set full tc prefill 16k (exit $?)" FAILED; fi
+fi
+# i4d1. one decode attention launch of a pure decode step, ncu --set full
+#       with its per-instruction samples, summed by scripts/ncu_sass.py
+#       (wave/ncudecsrc-sass-table.txt): WAVE_DECSRC_KERNEL (regex, default
+#       attn_decode_tc8), batch WAVE_DECSRC_BATCH (16) at WAVE_DECSRC_LEN
+#       (1024) context, WAVE_DECSRC_ARGS (default --kv-cache-dtype fp8)
+if part ncudecsrc; then
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+db=${WAVE_DECSRC_BATCH:-16}
+dl=${WAVE_DECSRC_LEN:-1024}
+if timeout 300 "$NCU" --clock-control none --kernel-name regex:${WAVE_DECSRC_KERNEL:-attn_decode_tc8} \
+      --launch-skip 600 --launch-count 1 --set full -f -o "$W/ncudecsrc" "$BIN" bench latency --model $L8 \
+      --load-format dummy --device cuda --batch-size $db --input-len $dl --output-len 48 --num-iters-warmup 0 \
+      --num-iters 1 --max-num-seqs $((db > 16 ? db : 16)) --max-num-batched-tokens 8192 --max-model-len $((2 * dl)) \
+      ${WAVE_DECSRC_ARGS:---kv-cache-dtype fp8} >"$W/ncudecsrc.txt" 2>&1
+then row "ncu --set full decode attention b$db x $dl $(el)" ok
+    "$NCU" -i "$W/ncudecsrc.ncu-rep" --page details --print-units base >"$W/ncudecsrc-details.txt" 2>&1 || true
+    "$NCU" -i "$W/ncudecsrc.ncu-rep" --page source --csv --print-source sass >"$W/ncudecsrc-sass.csv" 2>&1 || true
+    grep -E "Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Grid Size" "$W/ncudecsrc-details.txt" | head -6
+    $PY scripts/ncu_sass.py "$W/ncudecsrc-sass.csv" >"$W/ncudecsrc-sass-table.txt" 2>&1 && head -40 "$W/ncudecsrc-sass-table.txt"
+else row "ncu --set full decode attention b$db x $dl (exit $?)" FAILED; fi
 fi
 # i4d. ncu of the tensor-core prefill attention kernel (one launch, layer 16
 #      of a 16k prompt): speed of light, pipes, stalls, occupancy

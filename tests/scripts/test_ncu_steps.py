@@ -7,15 +7,11 @@ header, quoted fields, thousands separators), plain and gzipped: the table
 shows the last decode step of the asked batch, grouped and ordered by time;
 a batch with no pure decode step, a file that is not ncu's CSV and a batch
 below 1 fail with a message and a non-zero exit."""
-import gzip
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
-SRC = os.environ.get("INFERD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT = os.path.join(SRC, "scripts", "ncu_steps.py")
+import script_case
+
 HEAD = ['ID', 'Process ID', 'Process Name', 'Host Name', 'Kernel Name', 'Context', 'Stream', 'Block Size',
         'Grid Size', 'Device', 'CC', 'Section Name', 'Metric Name', 'Metric Value']
 
@@ -46,27 +42,13 @@ def csv_text():
     return "\n".join(lines) + "\n"
 
 
-def run(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
-
-
-class NcuSteps(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.plain = os.path.join(cls.tmp.name, "steps.csv")
-        cls.gz = cls.plain + ".gz"
-        with open(cls.plain, "w") as f:
-            f.write(csv_text())
-        with gzip.open(cls.gz, "wt") as f:
-            f.write(csv_text())
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class NcuSteps(script_case.CsvScriptCase):
+    SCRIPT = script_case.script("ncu_steps.py")
+    NAME = "steps.csv"
+    csv_text = staticmethod(csv_text)
 
     def table(self, path, batch, *more):
-        r = run(path, "--batch", str(batch), *more)
+        r = self.run_script(path, "--batch", str(batch), *more)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout.splitlines()
 
@@ -98,7 +80,7 @@ class NcuSteps(unittest.TestCase):
         for args, msg in [((self.plain, "--batch", "3"), "no pure decode step of 3 sequences among 13 kernels"),
                           ((self.plain, "--batch", "0"), "--batch must be at least 1"),
                           ((bad, "--batch", "1"), "not ncu's CSV")]:
-            r = run(*args)
+            r = self.run_script(*args)
             self.assertNotEqual(r.returncode, 0, args)
             self.assertIn(msg, r.stderr, args)
 
