@@ -180,7 +180,7 @@ int kcuda_attn_last_pdl = 0;
 static int attn_use_pdl(const kern_ctx *ctx, int n)
 {
     static const bool env_early =
-        env_is("INFERD_ATTN_PDL", "1", "decode attention as programmatic dependents, triggering at their start");
+        env_is("INFERD_ATTN_PDL", "1", "decode attention triggering its dependents early");
     static const bool env_plain =
         env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
     if (kcuda_attn_pdl_force >= 0)
@@ -350,8 +350,8 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
     int64_t worst = 0;
     for (int64_t n = 1; n < 2 * rows; n *= 2) {
         int target;
-        const int64_t s = plan_make(st->n_sms, KC_ATTN_TARGET_PER_SM * attn_split_waves(), n, cps_min, max_seq_len,
-                                    KC_ATTN_CHUNK_ALIGN, &target);
+        const int per_sm = KC_ATTN_TARGET_PER_SM * attn_split_waves();
+        const int64_t s = plan_make(st->n_sms, per_sm, n, cps_min, max_seq_len, KC_ATTN_CHUNK_ALIGN, &target);
         const int64_t r = (n < rows ? n : rows) * s;
         if (s > 1 && r > worst)
             worst = r;

@@ -63,7 +63,8 @@ extern int kcuda_attn_last_prefill_form;
 extern int kcuda_attn_prefill_wg_device(void); /* 1: this device runs the wgmma forms */
 extern int kcuda_attn_merge_fused_force; /* -1 env, 0 merge kernel, 1 fused into the last split */
 extern int kcuda_attn_last_merge_fused;
-extern int kcuda_attn_pdl_force; /* -1 env, 0 plain launches, 1 programmatic dependents, 2 the same triggering at exit */
+/* -1 env, 0 plain launches, 1 programmatic dependents, 2 the same triggering at exit */
+extern int kcuda_attn_pdl_force;
 extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (where supported) */
 extern int kcuda_attn_last_decode_tc;
 #else
