@@ -250,50 +250,39 @@ static int dec_gmax(int group)
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
-/* The shortest decode split, read once per process: INFERD_ATTN_MIN_CHUNK
- * (a multiple of KC_ATTN_CHUNK_ALIGN; anything else is ignored with a
- * warning), else KC_ATTN_MIN_CHUNK. */
+/* Environment variable name as an integer in [lo, hi] and a multiple of
+ * step, else def (a value that is set but not one of those is ignored
+ * with a warning naming the range). The knobs below read it once per
+ * process. */
+static int env_int_in(const char *name, int def, long lo, long hi, long step)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return def;
+    char *end = NULL;
+    const long x = strtol(e, &end, 10);
+    if (*end == '\0' && x >= lo && x <= hi && x % step == 0)
+        return (int)x;
+    INFERD_LOG_WARN("cuda: %s=%.32s ignored (%ld..%ld, a multiple of %ld, wanted)", name, e, lo, hi, step);
+    return def;
+}
+
+/* The shortest decode split: INFERD_ATTN_MIN_CHUNK (a multiple of
+ * KC_ATTN_CHUNK_ALIGN), else KC_ATTN_MIN_CHUNK. */
 static int attn_min_chunk(void)
 {
-    static int v = 0;
-    if (v == 0) {
-        int c = KC_ATTN_MIN_CHUNK;
-        const char *e = getenv("INFERD_ATTN_MIN_CHUNK");
-        if (e && *e) {
-            char *end = NULL;
-            const long x = strtol(e, &end, 10);
-            if (*end == '\0' && x >= KC_ATTN_CHUNK_ALIGN && x <= 1 << 20 && x % KC_ATTN_CHUNK_ALIGN == 0)
-                c = (int)x;
-            else
-                INFERD_LOG_WARN("cuda: INFERD_ATTN_MIN_CHUNK=%.32s ignored (a multiple of %d wanted)", e,
-                                KC_ATTN_CHUNK_ALIGN);
-        }
-        v = c;
-    }
+    static const int v =
+        env_int_in("INFERD_ATTN_MIN_CHUNK", KC_ATTN_MIN_CHUNK, KC_ATTN_CHUNK_ALIGN, 1 << 20, KC_ATTN_CHUNK_ALIGN);
     return v;
 }
 
-/* Waves of the decode grid the split plan fills, read once per process:
- * INFERD_ATTN_SPLIT_WAVES (1..4; anything else is ignored with a
- * warning), else 1. Both the launch's plan and the workspace bound
+/* Waves of the decode grid the split plan fills: INFERD_ATTN_SPLIT_WAVES
+ * (1..4), else 1. Both the launch's plan and the workspace bound
  * (kcuda_attn_workspace_bytes) count per_sm times this, so the partials
  * always fit. For measurements: more, shorter splits a sequence. */
 static int attn_split_waves(void)
 {
-    static int v = 0;
-    if (v == 0) {
-        int w = 1;
-        const char *e = getenv("INFERD_ATTN_SPLIT_WAVES");
-        if (e && *e) {
-            char *end = NULL;
-            const long x = strtol(e, &end, 10);
-            if (*end == '\0' && x >= 1 && x <= 4)
-                w = (int)x;
-            else
-                INFERD_LOG_WARN("cuda: INFERD_ATTN_SPLIT_WAVES=%.32s ignored (1..4 wanted)", e);
-        }
-        v = w;
-    }
+    static const int v = env_int_in("INFERD_ATTN_SPLIT_WAVES", 1, 1, 4, 1);
     return v;
 }
 
@@ -347,10 +336,10 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
         return 0;
     const kcuda_state *st = kcuda_st(ctx);
     const int64_t cps_min = (n_heads + 7) / 8;
+    const int per_sm = KC_ATTN_TARGET_PER_SM * attn_split_waves();
     int64_t worst = 0;
     for (int64_t n = 1; n < 2 * rows; n *= 2) {
         int target;
-        const int per_sm = KC_ATTN_TARGET_PER_SM * attn_split_waves();
         const int64_t s = plan_make(st->n_sms, per_sm, n, cps_min, max_seq_len, KC_ATTN_CHUNK_ALIGN, &target);
         const int64_t r = (n < rows ? n : rows) * s;
         if (s > 1 && r > worst)
