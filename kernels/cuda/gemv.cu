@@ -763,6 +763,13 @@ static bool gemv_use_tc(const kern_ctx *ctx, int n)
     return ctx->gemm.gemv_tc_min_n > 0 && n >= ctx->gemm.gemv_tc_min_n;
 }
 
+/* Whether n tokens of w run the tensor-core form on the GEMV route (its
+ * epilogues: kern_matmul_epi_fusable past the CUDA-core fused form). */
+static bool gemv_tc_route(const kern_ctx *ctx, const kern_weight *w, int n)
+{
+    return gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
+}
+
 /* Contract: true when the GEMV kernel can compute this product (see the
  * requirements at the top); the choice of using it is gemm.cu's. */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n)
@@ -803,7 +810,7 @@ bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
  * tensor-core form's epilogues on the GEMV route. */
 bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return kcuda_matmul_fusable(ctx, w, n) || (gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n));
+    return kcuda_matmul_fusable(ctx, w, n) || gemv_tc_route(ctx, w, n);
 }
 
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
@@ -816,7 +823,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
 {
     kcuda_state *st = kcuda_st(ctx);
     const bool core = kcuda_matmul_fusable(ctx, w, n);
-    const bool tc = !core && !f->norm && gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
+    const bool tc = !core && !f->norm && gemv_tc_route(ctx, w, n);
     INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");
     INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
     gemv_args a = {};
