@@ -42,6 +42,14 @@ struct kern_ctx {
  * 8 is a graph ladder size, so a padded replay picks the eager step's
  * kernel. */
 #define KCUDA_GEMV_DEFAULT_LT_MIN_BYTES ((int64_t)64 << 20)
+/* The default of kern_ctx::gemv_preload (INFERD_GEMV_PRELOAD overrides
+ * it): at 1..2 tokens the O product copies 12 of each lane's 16 chunks of
+ * Llama-3-8B's 4096-column rows (48 KiB a CTA) into shared memory while
+ * the decode attention and its merge run, and the attention triggers its
+ * dependents at its start. On an H200 (docs/PERF.md, twentieth session)
+ * batch 1 decode steps 0.7-0.9% faster than without, batch 2 within noise
+ * (4 and 8 chunks: within noise). */
+#define KCUDA_GEMV_DEFAULT_PRELOAD 12
 /* The most tokens of a fused GEMV (kern_matmul_fused), a size of the graph
  * ladder; larger batches run the unfused ops. Measured on an H100
  * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%
@@ -165,6 +173,10 @@ void kcuda_all_gather(kern_ctx *ctx, kern_comm *c, void *dst, const void *src, s
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n);
 bool kcuda_gemv_route(const kern_ctx *ctx, const kern_weight *w, int n);
 void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const kern_weight *w, int n, bool pdl);
+/* Chunks a lane the GEMV of an n-token product after the decode attention
+ * copies into shared memory before its PDL wait (kern_gemm_opts.gemv_preload;
+ * 0: none); the attention then triggers its dependents at its start. */
+int kcuda_gemv_preload(const kern_ctx *ctx, int n);
 /* Event timers on the ctx's stream (kernels/cuda/timer.cu). */
 bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);
 void kcuda_timer_record(kern_ctx *ctx, kern_timer *t, int i);

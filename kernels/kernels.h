@@ -223,6 +223,11 @@ typedef struct {
     int gemv_variant; /* 1 (default): n <= 2 use the more-warps tile of gemv.cu; 0: the same tile for all n <= 4 */
     int fuse_max_n;   /* kern_matmul_fusable up to this many tokens (0 = never, at most KCUDA_FUSE_MAX_N) */
     int gemv_tc_min_n; /* plain GEMV products of n >= this many tokens on tensor cores (0 = never) */
+    int gemv_preload;  /* chunks a lane of the CUDA-core GEMV (1..2 tokens) copies into shared memory
+                          before its PDL wait in the product after the decode attention
+                          (kern_fuse.after_attention), which then triggers its dependents early
+                          (0 = off; INFERD_GEMV_PRELOAD, default KCUDA_GEMV_DEFAULT_PRELOAD = 12,
+                          at most 12) */
     int gemv_tc_ring;  /* the tensor-core form's weights through a shared-memory ring: 0 never, 1 where gemv.cu's
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
@@ -339,6 +344,10 @@ typedef struct {
     void *resid;                     /* RESID: [n, w->rows] */
     const kern_rope_kv_params *rope; /* ROPE_KV: positions, slots, cache, heads (qkv and n_tokens: out and n) */
     const kern_weight *qkv_bias;     /* ROPE_KV: [w->rows] or NULL */
+    bool after_attention;            /* a hint: the product right after the decode attention (O), whose
+                                        kernels leave the HBM idle; the CUDA GEMV may copy the head of
+                                        its weights into shared memory while they run (kcuda_gemv_preload).
+                                        Never changes a result. */
 } kern_fuse;
 /* Whether kern_matmul_fused runs as one kernel for n tokens of w on ctx:
  * CUDA, n <= kern_gemm_opts.fuse_max_n, and the GEMV route of kern_matmul

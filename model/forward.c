@@ -526,12 +526,15 @@ static layers_form layers_form_of(const model *m, int n)
  * ranks, and the add of kern_add_rmsnorm (whose normed output, a->h, is
  * not used: the next fused product norms x itself) puts it into x with
  * the same rounding as the epilogue, so tp 1 with a communicator gives
- * the bits of tp 1 without. norm: any [1, d] weight for that add. */
-static void fused_resid(model *m, const void *in, const kern_weight *w, int n, const kern_weight *norm)
+ * the bits of tp 1 without. norm: any [1, d] weight for that add.
+ * after_attention: the product right after the decode attention (O; the
+ * kern_fuse hint). */
+static void fused_resid(model *m, const void *in, const kern_weight *w, int n, const kern_weight *norm,
+                        bool after_attention)
 {
     model_acts *a = &m->a;
     if (!m->comm) {
-        const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = a->x};
+        const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = a->x, .after_attention = after_attention};
         kern_matmul_fused(m->kc, NULL, in, w, n, &f);
         return;
     }
@@ -563,12 +566,12 @@ static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
     kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
-    fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm);
+    fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm, true);
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
     kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
-    fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm);
+    fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm, false);
 }
 
 /* logits [n, vocab] (F32) of the normed rows a->gn: this rank's vocabulary

@@ -174,7 +174,10 @@ int kcuda_attn_last_pdl = 0;
  * it and no later kernel takes SM slots while it runs (the early trigger
  * behind the GEMVs cost batch 16 6%; the late one took 0.5-0.8% off
  * batch 1 and 0.2% off batch 16 on an H200, docs/PERF.md, nineteenth
- * session). INFERD_ATTN_PDL (read once): 1 = the early trigger at every
+ * session). Where the O product behind it preloads its weights
+ * (kcuda_gemv_preload: 1..2 tokens) the trigger is at the start too, so
+ * the merge and O launch while the attention runs. INFERD_ATTN_PDL (read
+ * once): 1 = the early trigger at every
  * n, 0 = the plain launch at n <= gemv_max_n (the earlier default). The
  * output is the same either way. */
 static int attn_use_pdl(const kern_ctx *ctx, int n)
@@ -185,7 +188,7 @@ static int attn_use_pdl(const kern_ctx *ctx, int n)
         env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
     if (kcuda_attn_pdl_force >= 0)
         return kcuda_attn_pdl_force;
-    if (env_early || kcuda_ops_pdl(ctx, n))
+    if (env_early || kcuda_ops_pdl(ctx, n) || kcuda_gemv_preload(ctx, n) > 0)
         return 1;
     return env_plain ? 0 : 2;
 }

@@ -26,6 +26,13 @@
  *    weights were read was timed twice (docs/PERF.md, eleventh and twelfth
  *    sessions; clean under compute-sanitizer once the RoPE rounding was
  *    fixed) and ran batch 1 within noise of the plain end of the grid.
+ * Preload (a.pre, kcuda_gemv_preload; the O product after the decode
+ * attention, 1..2 tokens): the lane's first a.pre chunks of its rows go to
+ * shared memory by cp.async before the PDL wait. The attention and its
+ * merge then trigger their dependents at their start, so this kernel is
+ * resident while they run and those bytes arrive while the HBM would
+ * otherwise idle; after the wait the chunks are multiplied from shared
+ * memory first, in the same k order (the same bits).
  * RPW and U shrink/grow with n so registers stay under ~128 per thread and
  * the L1 traffic of the input (n / RPW input chunks per weight chunk) stays
  * under the L1 rate: n <= 2: RPW 2, U 2 and 8 CTAs per SM (variant 1, the
@@ -96,7 +103,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
-#define GEMV_WARPS 4 /* warps per CTA */
+#define GEMV_WARPS 4        /* warps per CTA */
+#define GEMV_MAX_PRELOAD 12 /* chunks a lane preloaded (a.pre): 48 KiB a CTA at two rows a warp */
 
 /* 16 bytes of weights, streamed: no L1 allocation, read-only path. */
 __device__ __forceinline__ uint4 gemv_ld_stream(const uint4 *p)
@@ -138,7 +146,9 @@ struct gemv_args {
     uint16_t *resid;      /* RESID: [NT, R] */
     const uint16_t *bias; /* ROPE_KV: [R] or NULL */
     kern_rope_kv_params rope;
-    int n; /* tokens (the tensor-core form; the CUDA-core one has NT) */
+    int n;   /* tokens (the tensor-core form; the CUDA-core one has NT) */
+    int pre; /* the CUDA-core form: chunks a lane copies into shared memory before its PDL wait
+              * (kcuda_gemv_preload), 0: none */
 };
 
 /* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
@@ -272,12 +282,43 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
     }
 }
 
+/* Chunk k of the warp's RPW rows (w[r], 16 bytes each) times chunk k of
+ * every token's input row (normed with NORM: g the norm's chunk), into
+ * acc; with NORM, x's squares into ss. */
+template <int NT, int RPW, bool NORM>
+__device__ __forceinline__ void gemv_chunk(const uint4 (&w)[RPW], const uint4 *x, const uint4 *gn, int nch,
+                                           int k, float (&acc)[RPW][NT], float (&ss)[NT])
+{
+    float wf[RPW][8], g[8] = {};
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+        kc_unpack8(w[r], wf[r]);
+    if (NORM)
+        kc_unpack8(__ldg(gn + k), g);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float xf[8];
+        gemv_load_x<NORM>(x, nch, t, k, g, xf, &ss[t]);
+#pragma unroll
+        for (int r = 0; r < RPW; r++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[r][t] = fmaf(wf[r][j], xf[j], acc[r][t]);
+    }
+}
+
 /* For t < NT and the warp's RPW row slots: the dot product of input row t
  * (normed with NORM) and the slot's weight row, then the epilogue EPI.
- * Pipelining, PDL and the summation order as described at the top. */
+ * Pipelining, PDL and the summation order as described at the top. With
+ * a.pre, the lane's first a.pre chunks of each row (k = lane + 32 j, j <
+ * a.pre) are copied into shared memory (cp.async, [GEMV_WARPS][pre][RPW]
+ * [32] uint4) before the PDL wait, while the kernels before this one run,
+ * and multiplied from there first; the rest streams as before, so the
+ * chunks are summed in the same order and the bits do not change. */
 template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
 {
+    extern __shared__ uint4 gemv_pre_smem[];
     const int lane = threadIdx.x & 31;
     const int gwarp = (int)(blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5));
     const int nch = a.C >> 3; /* 16-byte chunks per row */
@@ -303,13 +344,33 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
         kc_pdl_wait();
         return;
     }
+    /* only the O product's form (RESID, no norm) preloads: the other forms keep their registers */
+    const int pre = EPI == KERN_EPI_RESID && !NORM ? a.pre : 0, k1 = lane + 32 * pre; /* streamed from k1 */
+    uint4 *ps = gemv_pre_smem + (size_t)(threadIdx.x >> 5) * pre * RPW * 32 +
+                lane; /* slot (j, r) at (j RPW + r) 32 */
+    if (pre > 0) {
+        for (int j = 0; j < pre && lane + 32 * j < nch; j++)
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+                kc_cp_async16(ps + (j * RPW + r) * 32, wr[r] + lane + 32 * j, true);
+        kc_cp_commit();
+    }
     uint4 wv[RPW][U];
-    gemv_load_w<RPW, U>(wv, wr, lane, nch);
+    gemv_load_w<RPW, U>(wv, wr, k1, nch);
     kc_pdl_wait(); /* the input is the previous kernel's output */
-    gemv_pre<RPW> pre = {};
+    gemv_pre<RPW> pre_e = {};
     if (lane < NT)
-        gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre);
-    for (int k0 = lane; k0 < nch; k0 += 32 * U) {
+        gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre_e);
+    if (pre > 0)
+        kc_cp_wait<0>(); /* this lane's copies (it alone reads its slots) */
+    for (int j = 0; j < pre && lane + 32 * j < nch; j++) {
+        uint4 w[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; r++)
+            w[r] = ps[(j * RPW + r) * 32];
+        gemv_chunk<NT, RPW, NORM>(w, x, gn, nch, lane + 32 * j, acc, ss);
+    }
+    for (int k0 = k1; k0 < nch; k0 += 32 * U) {
         uint4 cur[RPW][U];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
@@ -323,22 +384,11 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
             const int k = k0 + 32 * u;
             if (k >= nch)
                 break;
-            float wf[RPW][8], g[8] = {};
+            uint4 w[RPW];
 #pragma unroll
             for (int r = 0; r < RPW; r++)
-                kc_unpack8(cur[r][u], wf[r]);
-            if (NORM)
-                kc_unpack8(__ldg(gn + k), g);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float xf[8];
-                gemv_load_x<NORM>(x, nch, t, k, g, xf, &ss[t]);
-#pragma unroll
-                for (int r = 0; r < RPW; r++)
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        acc[r][t] = fmaf(wf[r][j], xf[j], acc[r][t]);
-            }
+                w[r] = cur[r][u];
+            gemv_chunk<NT, RPW, NORM>(w, x, gn, nch, k, acc, ss);
         }
     }
     /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
@@ -352,7 +402,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
         for (int r = 0; r < RPW; r++)
             s[r] = kc_warp_sum(acc[r][t]) * inv;
         if (lane == t)
-            gemv_epilogue<EPI, RPW, F32>(a, gwarp, t, s, pre);
+            gemv_epilogue<EPI, RPW, F32>(a, gwarp, t, s, pre_e);
     }
 }
 
@@ -366,7 +416,8 @@ static void gemv_launch(cudaStream_t s, bool pdl, const gemv_args &a)
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const unsigned grid = kcuda_cdiv(units, (int64_t)(EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? RPW : RPW / 2) *
                                                 GEMV_WARPS);
-    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>, dim3(grid), GEMV_WARPS * 32, 0, s, pdl, a);
+    const size_t smem = (size_t)GEMV_WARPS * a.pre * RPW * 32 * sizeof(uint4); /* the preloaded chunks */
+    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>, dim3(grid), GEMV_WARPS * 32, smem, s, pdl, a);
 }
 
 /* Shapes per n: RPW rows per warp, U chunks per row in flight, MINB CTAs
@@ -799,6 +850,20 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     KCUDA_LAUNCH_CHECK();
 }
 
+/* Contract (kern_internal.h): gemv_preload (at most GEMV_MAX_PRELOAD) where
+ * the product after the attention runs the CUDA-core form of 1..2 tokens
+ * (two rows a warp: pre x 4 KiB of shared memory a CTA) launched as a
+ * programmatic dependent, else 0. A function of n alone (and the options),
+ * so a padded graph replay launches as the eager step does. */
+int kcuda_gemv_preload(const kern_ctx *ctx, int n)
+{
+    if (n < 1 || n > 2 || !ctx->gemm.pdl || gemv_use_tc(ctx, n) || ctx->gemm.gemv_max_n < n)
+        return 0;
+    return ctx->gemm.gemv_preload < 0                  ? 0
+           : ctx->gemm.gemv_preload > GEMV_MAX_PRELOAD ? GEMV_MAX_PRELOAD
+                                                       : ctx->gemm.gemv_preload;
+}
+
 /* Contract (kern_matmul_fusable): the GEMV route for n <= fuse_max_n
  * (kern_gemm_config keeps it <= KCUDA_FUSE_MAX_N). */
 bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
@@ -840,6 +905,8 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         a.rope = *f->rope;
         a.bias = f->qkv_bias ? static_cast<const uint16_t *>(f->qkv_bias->data) : NULL;
     }
+    a.pre =
+        f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
     if (tc)
         gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, a);
     else

@@ -34,8 +34,13 @@ typedef struct {
     kern_epilogue epi;
     bool norm, bias;
     int n, rows, cols;
-    int nh, nkv, hd, bs; /* ROPE_KV */
+    int nh, nkv, hd, bs;  /* ROPE_KV */
+    bool after_attention; /* kern_fuse's hint (the CUDA GEMV's preload) */
 } fcase;
+
+/* When set, fused_case copies the GPU's residual stream (n x rows bf16)
+ * here (test_fused_preload: bitwise comparisons). */
+static uint16_t *g_keep_resid;
 
 /* The ROPE_KV inputs of a case (host arrays) and their device copies. */
 typedef struct {
@@ -152,8 +157,13 @@ static int fused_case(const fcase *c, uint64_t seed)
     kern_rope_kv_params rg = {.positions = dpos, .slot_mapping = dslot, .inv_freq = dinv, .k_cache = gkc,
                               .v_cache = gvc, .n_heads = c->nh, .n_kv_heads = c->nkv, .head_dim = c->hd,
                               .block_size = c->bs};
-    kern_fuse fg = {.norm = c->norm ? &gg : NULL, .eps = 1e-5f, .epi = c->epi, .resid = gres, .rope = &rg,
-                    .qkv_bias = c->bias ? &bg : NULL};
+    kern_fuse fg = {.norm = c->norm ? &gg : NULL,
+                    .eps = 1e-5f,
+                    .epi = c->epi,
+                    .resid = gres,
+                    .rope = &rg,
+                    .qkv_bias = c->bias ? &bg : NULL,
+                    .after_attention = c->after_attention};
     ck_assert(c->norm ? kern_matmul_fusable(kt_gpu, &wg, n) : kern_matmul_epi_fusable(kt_gpu, &wg, n));
     kern_matmul_fused(kt_gpu, gout, gin, &wg, n, &fg);
 
@@ -173,6 +183,8 @@ static int fused_case(const fcase *c, uint64_t seed)
         inferd_free(r0);
     }
     bad += kt_gbuf_guards_bad(&gr, "fused resid");
+    if (g_keep_resid)
+        kt_gbuf_read(&gr, g_keep_resid);
     kt_gbuf_free(&gr);
     if (c->epi == KERN_EPI_ROPE_KV) {
         bad += cmp_bf16("k cache", &gk, ckc, ri.nc) + cmp_bf16("v cache", &gv, cvc, ri.nc);
@@ -533,6 +545,60 @@ START_TEST(test_fused_fp8_cache)
 END_TEST
 
 /* kern_matmul_fusable and kern_matmul_epi_fusable: the run-time choices as tables. */
+/* The O product's preload (kern_fuse.after_attention, gemv_preload): its
+ * CUDA-core form at 1 and 2 tokens copies the head of each lane's chunks
+ * into shared memory before its PDL wait and multiplies them first; the
+ * residual stream it leaves is bitwise the one without the preload, and
+ * within the twin's tolerance, for preloads shorter than a row's chunks, as
+ * long as them, and longer (rows of 8 to 4096 columns, odd row counts), and
+ * kcuda_gemv_preload reports the preload only where that form runs. */
+START_TEST(test_fused_preload)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 0);
+    kern_gemm_opts o;
+    kern_gemm_config_get(kt_gpu, &o);
+    o.pdl = true; /* the preload is a programmatic launch's */
+    static const int shapes[][2] = {{1, 8}, {37, 264}, {61, 72}, {1000, 512}, {258, 4096}};
+    static const int pres[] = {0, 1, 3, 12};
+    const uint64_t seed = kt_seed() + 2700;
+    int bad = 0;
+    for (int n = 1; n <= 2; n++)
+        for (int si = 0; si < 5; si++) {
+            const int R = shapes[si][0], C = shapes[si][1];
+            uint16_t *ref = inferd_malloc((size_t)n * R * 2), *got = inferd_malloc((size_t)n * R * 2);
+            for (int p = 0; p < 4; p++) {
+                o.gemv_preload = pres[p];
+                kern_gemm_config(kt_gpu, &o);
+#ifdef INFERD_HAVE_CUDA
+                if (kcuda_gemv_preload(kt_gpu, n) != pres[p] && bad++ < 20)
+                    printf("  preload at n = %d: %d, set %d\n", n, kcuda_gemv_preload(kt_gpu, n), pres[p]);
+#endif
+                const fcase c = {
+                    .epi = KERN_EPI_RESID, .n = n, .rows = R, .cols = C, .after_attention = true};
+                g_keep_resid = p == 0 ? ref : got;
+                bad += fused_case(&c, seed + (uint64_t)(10 * si + n));
+                if (p > 0 && memcmp(ref, got, (size_t)n * R * 2) != 0 && bad++ < 20)
+                    printf("  preload %d: %d x %d at n = %d differs from no preload\n", pres[p], R, C, n);
+            }
+            inferd_free(got);
+            inferd_free(ref);
+        }
+    g_keep_resid = NULL;
+#ifdef INFERD_HAVE_CUDA
+    /* no preload where the tensor-core form runs (3 tokens), nor without PDL */
+    o.gemv_preload = 3;
+    kern_gemm_config(kt_gpu, &o);
+    ck_assert_int_eq(kcuda_gemv_preload(kt_gpu, 3), 0);
+    o.pdl = false;
+    kern_gemm_config(kt_gpu, &o);
+    ck_assert_int_eq(kcuda_gemv_preload(kt_gpu, 1), 0);
+#endif
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_fusable_table)
 {
     kern_gemm_opts saved;
@@ -628,6 +694,7 @@ TCase *kt_tcase_fused(void)
     tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
     tcase_add_test(tc, test_fused_fp8_cache);
+    tcase_add_test(tc, test_fused_preload);
     tcase_add_test(tc, test_fusable_table);
     return tc;
 }
