@@ -176,10 +176,10 @@ int kcuda_attn_last_pdl = 0;
  * batch 1 and 0.2% off batch 16 on an H200, docs/PERF.md, nineteenth
  * session). Where the O product behind it preloads its weights
  * (kcuda_gemv_preload: 1..2 tokens) the trigger is at the start too, so
- * the merge and O launch while the attention runs. INFERD_ATTN_PDL (read
- * once): 1 = the early trigger at every
- * n, 0 = the plain launch at n <= gemv_max_n (the earlier default). The
- * output is the same either way. */
+ * the merge and O launch while the attention runs (twentieth session).
+ * INFERD_ATTN_PDL (read once): 1 = the early trigger at every n, 0 = the
+ * plain launch at n <= gemv_max_n (the earlier default). The output is the
+ * same either way. */
 static int attn_use_pdl(const kern_ctx *ctx, int n)
 {
     static const bool env_early =
@@ -188,9 +188,11 @@ static int attn_use_pdl(const kern_ctx *ctx, int n)
         env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
     if (kcuda_attn_pdl_force >= 0)
         return kcuda_attn_pdl_force;
-    if (env_early || kcuda_ops_pdl(ctx, n) || kcuda_gemv_preload(ctx, n) > 0)
+    if (env_early || kcuda_ops_pdl(ctx, n))
         return 1;
-    return env_plain ? 0 : 2;
+    if (env_plain)
+        return 0;
+    return kcuda_gemv_preload(ctx, n) > 0 ? 1 : 2;
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_form_force picks the tensor-core
