@@ -326,6 +326,37 @@ static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t
     return (int)s;
 }
 
+/* Test hooks: kcuda_attn_fold_force folds split plans into one CTA a
+ * sequence (-1: as INFERD_ATTN_FOLD says, 0: never, 1: where it applies);
+ * kcuda_attn_last_fold tells the warps a CTA of the last decode launch
+ * that folded (0: none). */
+extern "C" int kcuda_attn_fold_force, kcuda_attn_last_fold;
+int kcuda_attn_fold_force = -1, kcuda_attn_last_fold = 0;
+
+/* Warps a CTA when the fp8 tensor-core body runs the split plan of
+ * n_plan sequences (cps CTAs each, per_sm CTAs an SM) as one CTA a
+ * sequence of 4 warps a split over the whole context: where the plan
+ * targets 2..4 splits a sequence (its split_target, a function of n_plan
+ * alone, never of the batch's lengths: graphs and eager steps of a size
+ * fold alike, and a sequence's warps do not depend on its neighbours) and
+ * the device has the shared memory, else 0. One wave of the plan's CTAs
+ * then holds the same warps an SM, each warp the same tiles, but the warps
+ * merge in shared memory: no partials, no merge kernel. INFERD_ATTN_FOLD=1
+ * (read once) turns it on; off by default until measured on a GPU. */
+static int attn_fold_warps(const kcuda_state *st, const kc_attn_args *a, int64_t n_plan, int64_t cps,
+                           int per_sm)
+{
+    static const bool env_fold = env_is("INFERD_ATTN_FOLD", "1", "split plans of 2..4 folded into one CTA");
+    const bool want = kcuda_attn_fold_force >= 0 ? kcuda_attn_fold_force == 1 : env_fold;
+    if (!want || !a->tc || !a->kv_fp8)
+        return 0;
+    int target;
+    const int splits = plan_make(st->n_sms, per_sm, n_plan, cps, (int64_t)1 << 30, a->min_chunk, &target);
+    if (splits < 2 || splits > 4)
+        return 0;
+    return kcuda_attn_dec_warps_fit(st, a->hd, 4 * splits) ? 4 * splits : 0;
+}
+
 /* Contract (kern_attn_workspace_bytes): bytes of decode split partials for
  * any batch of at most max_seqs sequences (max_tokens when max_seqs <= 0) and
  * contexts of at most max_seq_len tokens; 0 when no plan can split. The
@@ -357,7 +388,7 @@ size_t kcuda_attn_workspace_bytes(const kern_ctx *ctx, int max_tokens, int max_s
 
 bool kcuda_attn_init(kcuda_state *st)
 {
-    kcuda_attn_decode_init();
+    kcuda_attn_decode_init(st);
     kcuda_attn_prefill_tc_init(st);
     const size_t bytes = KC_ATTN_MERGE_COUNTERS(st->n_sms) * sizeof(int);
     if (cudaMalloc(&st->attn_merge_cnt, bytes) != cudaSuccess) {
@@ -444,6 +475,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
     kcuda_attn_last_splits = 0;
     kcuda_attn_last_prefill = 0;
     kcuda_attn_last_merge_fused = 0;
+    kcuda_attn_last_fold = 0;
     if (p->n_seqs == 0) {
         zero_rows(st, p, 0, p->n_tokens);
         return;
@@ -505,7 +537,9 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         const int per_sm = (a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
                                  : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
                            attn_split_waves();
-        if (p->workspace)
+        a.warps = attn_fold_warps(st, &a, n_plan, ctas_per_seq(nh, nkv), per_sm);
+        kcuda_attn_last_fold = a.warps;
+        if (p->workspace && a.warps == 0) /* folded: the plan's splits are the CTA's warps */
             max_splits =
                 plan_make(st->n_sms, per_sm, n_plan, ctas_per_seq(nh, nkv), max_dec_len, a.min_chunk, &target);
         if (max_splits > 1) {

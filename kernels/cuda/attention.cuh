@@ -72,6 +72,9 @@ typedef struct {
                                    * 2 = the same, its CTAs triggering theirs at exit */
     int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (every decode body
                                    * reads them); the prefill kernels always read bf16 (attention.cu) */
+    int warps;                    /* decode, the fp8 tensor-core body: warps a CTA, 4, or 8 / 12 / 16
+                                   * where a split plan of 2..4 splits is folded into one CTA a
+                                   * sequence (attention.cu, INFERD_ATTN_FOLD) */
     float scale;
 } kc_attn_args;
 
@@ -148,12 +151,14 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
 bool kcuda_attn_decode_tc_supported(int group, int hd);
+/* Whether this device runs the fp8 tensor-core body with w warps a CTA. */
+bool kcuda_attn_dec_warps_fit(const kcuda_state *st, int hd, int w);
 
 /* Per-device set-up of the attention kernels' function attributes, so no
  * launch sets any: the decode ring's shared-memory carveout, the
  * tensor-core prefill's shared-memory opt-in. kcuda_attn_init (attention.cu)
  * runs both; the kcuda context calls it on its device at creation. */
-void kcuda_attn_decode_init(void);
+void kcuda_attn_decode_init(const kcuda_state *st);
 void kcuda_attn_prefill_tc_init(const kcuda_state *st);
 /* Also allocates st->attn_merge_cnt (zeroed); false when it cannot. */
 bool kcuda_attn_init(kcuda_state *st);

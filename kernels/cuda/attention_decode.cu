@@ -59,6 +59,12 @@
  * to 0 for the next launch (and graph replay). At batch 1 the merge launch
  * is one kernel boundary per layer on the decode step's critical path.
  *
+ * Folded plan (a.warps > DEC_WARPS, the fp8 tensor-core body;
+ * INFERD_ATTN_FOLD, attention.cu): a plan of 2..4 splits a sequence runs as
+ * one CTA of 4 warps a split over the whole context, tile t to warp t % W,
+ * the warps merged in shared memory as a CTA's 4 always are: no partials,
+ * no merge kernel.
+ *
  * PDL (a.pdl): the decode and merge kernels are launched as programmatic
  * dependents of the kernel before them, so their launch overlaps its end;
  * each reads only the step's uploaded inputs (query_start_loc, seq_lens)
@@ -461,12 +467,12 @@ __device__ __forceinline__ void dec_fused_merge(const kc_attn_args &a, int seq, 
                           scratch + warp * KC_ATTN_MAX_SPLITS);
 }
 
-/* Cross-warp merge area of a decode CTA: the warps' states, then each
- * head's warp weights f (exp(m_w - max)) and weighted sum of l. */
-template <int GMAX> struct dec_red {
-    float acc[DEC_WARPS][GMAX][KC_ATTN_MAX_HD];
-    float m[DEC_WARPS][GMAX], l[DEC_WARPS][GMAX];
-    float f[GMAX][DEC_WARPS], sum[GMAX];
+/* Cross-warp merge area of a decode CTA of W warps: the warps' states,
+ * then each head's warp weights f (exp(m_w - max)) and weighted sum of l. */
+template <int GMAX, int W = DEC_WARPS> struct dec_red {
+    float acc[W][GMAX][KC_ATTN_MAX_HD];
+    float m[W][GMAX], l[W][GMAX];
+    float f[GMAX][W], sum[GMAX];
 };
 struct dec_no_red {
 };
@@ -510,23 +516,23 @@ template <int GMAX> __device__ __forceinline__ bool dec_cta_make(const kc_attn_a
     return true;
 }
 
-/* After every warp's state is in red (a barrier later): across warps (each
- * head's warp weights once, thread g, then every output dim), then the
- * bf16 output (no split) or the split's partial, and the fused merge. Every
- * thread of the CTA calls it. */
-template <int GMAX>
-__device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX> &red)
+/* After every warp's state is in red (a barrier later): across the W
+ * warps (each head's warp weights once, thread g, then every output dim),
+ * then the bf16 output (no split) or the split's partial, and the fused
+ * merge. Every thread of the CTA calls it. */
+template <int GMAX, int W = DEC_WARPS>
+__device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX, W> &red)
 {
     const int hd = a.hd;
     if ((int)threadIdx.x < c.nhc) {
         const int g = threadIdx.x;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++)
+        for (int w = 0; w < W; w++)
             mx = fmaxf(mx, red.m[w][g]);
         float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
+        for (int w = 0; w < W; w++) {
             const float f = kc_exp_diff(red.m[w][g], mx);
             red.f[g][w] = f;
             sum += red.l[w][g] * f;
@@ -540,10 +546,10 @@ __device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_
     __syncthreads();
     for (int g = 0; g < c.nhc; g++) {
         const float sum = red.sum[g];
-        for (int d = threadIdx.x; d < hd; d += DEC_THREADS) {
+        for (int d = threadIdx.x; d < hd; d += W * 32) {
             float o = 0.0f;
 #pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++)
+            for (int w = 0; w < W; w++)
                 o += red.acc[w][g][d] * red.f[g][w];
             const int h = c.h0 + g;
             const float res = sum > 0.0f ? o / sum : 0.0f;
@@ -807,13 +813,19 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
 #endif
 #define DTC8_STAGES KC_DEC8_STAGES
 
-/* Dynamic shared memory of the fp8 body: per warp DTC8_STAGES stages of a
- * K and a V tile of e4m3 bytes (also the merge area afterwards). */
-static size_t dtc8_smem_bytes(int hd)
+/* Dynamic shared memory of the fp8 body with W warps: per warp
+ * DTC8_STAGES stages of a K and a V tile of e4m3 bytes (also the merge
+ * area afterwards). */
+template <int W = DEC_WARPS> static size_t dtc8_smem_bytes(int hd)
 {
-    const size_t tiles = (size_t)DEC_WARPS * DTC8_STAGES * 2 * DTC_KEYS * (size_t)hd;
-    return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
+    const size_t tiles = (size_t)W * DTC8_STAGES * 2 * DTC_KEYS * (size_t)hd;
+    return tiles > sizeof(dec_red<8, W>) ? tiles : sizeof(dec_red<8, W>);
 }
+
+/* CTAs an SM of the fp8 body with W warps: as many warps an SM as
+ * KC_ATTN_DEC_TC8_CTAS_PER_SM CTAs of DEC_WARPS (the register bound). */
+#define DTC8_WARPS_PER_SM (DEC_WARPS * KC_ATTN_DEC_TC8_CTAS_PER_SM)
+#define DTC8_MINB(W) (DTC8_WARPS_PER_SM / (W) > 0 ? DTC8_WARPS_PER_SM / (W) : 1)
 
 /* Q fragments of the fp8 body (the B operand of S^T: column g = head
  * h0 + g, zero past the chunk): dims [cc D / 4, (cc + 1) D / 4) times 2^sh
@@ -854,16 +866,18 @@ __device__ __forceinline__ float dtc8_q(const kc_attn_args &a, const dec_cta &c,
     return __uint_as_float((uint32_t)(127 - sh) << 23);
 }
 
-template <int GMAX, int D>
-static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_SM)
-    attn_decode_tc8_kernel(const kc_attn_args a)
+/* W warps a CTA: DEC_WARPS, or (kc_attn_args.warps, the folded split
+ * plan, attention.cu) 8..16 covering a sequence's whole context, tile t
+ * to warp t % W. */
+template <int GMAX, int D, int W = DEC_WARPS>
+static __global__ void __launch_bounds__(W * 32, DTC8_MINB(W)) attn_decode_tc8_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
     if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
-    dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
+    dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
     dec_cta c;
     if (!dec_cta_make<GMAX>(a, c))
         return;
@@ -873,11 +887,11 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
-    /* the warp's tiles warp + 4 i go to stage i % DTC8_STAGES; one commit
+    /* the warp's tiles warp + W i go to stage i % DTC8_STAGES; one commit
      * group a tile (empty past the last), so wait counts stay fixed */
 #pragma unroll
     for (int i = 0; i < DTC8_STAGES - 1; i++) {
-        const int t = warp + DEC_WARPS * i;
+        const int t = warp + W * i;
         if (t < n_tiles)
             kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,
                                                                      c.kv_end, lane, ring + i * STAGE,
@@ -901,8 +915,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
     /* K rows of S^T rows g and g + 8 */
     const int r0 = 4 * (g >> 1) + (g & 1), r1 = r0 + 2;
     int i = 0;
-    for (int t = warp; t < n_tiles; t += DEC_WARPS, i++) {
-        const int k0 = c.kv_begin + t * DTC_KEYS, tn = t + (DTC8_STAGES - 1) * DEC_WARPS;
+    for (int t = warp; t < n_tiles; t += W, i++) {
+        const int k0 = c.kv_begin + t * DTC_KEYS, tn = t + (DTC8_STAGES - 1) * W;
         /* NOTE: stage (i - 1) % DTC8_STAGES was read in the warp's previous
          * tile, which ended with __syncwarp, so it is free to overwrite */
         if (tn < n_tiles) {
@@ -1004,7 +1018,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC8_CTAS_PER_S
         }
     }
     __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
-    dec_cta_finish<GMAX>(a, c, red);
+    dec_cta_finish<GMAX, W>(a, c, red);
 }
 
 /* One CTA per (sequence, MERGE_HEADS heads), one warp per head:
@@ -1033,6 +1047,13 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     kc_launch(kern, grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream, a->pdl != 0, *a);
 }
 
+/* The fp8 tensor-core body with W warps a CTA. */
+template <int GMAX, int W> static void dtc8_launch(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
+{
+    kc_launch(a->hd == 64 ? attn_decode_tc8_kernel<GMAX, 64, W> : attn_decode_tc8_kernel<GMAX, 128, W>, grid,
+              W * 32, dtc8_smem_bytes<W>(a->hd), st->stream, a->pdl != 0, *a);
+}
+
 template <int GMAX>
 static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
 {
@@ -1045,10 +1066,14 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     }
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
-            if (a->kv_fp8)
-                kc_launch(a->hd == 64 ? attn_decode_tc8_kernel<GMAX, 64> : attn_decode_tc8_kernel<GMAX, 128>, grid,
-                          DEC_THREADS, dtc8_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
-            else
+            if (a->kv_fp8) {
+                switch (a->warps) {
+                case 8: dtc8_launch<GMAX, 8>(st, a, grid); break;
+                case 12: dtc8_launch<GMAX, 12>(st, a, grid); break;
+                case 16: dtc8_launch<GMAX, 16>(st, a, grid); break;
+                default: dtc8_launch<GMAX, DEC_WARPS>(st, a, grid); break;
+                }
+            } else
                 kc_launch(a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>, grid,
                           DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
             return;
@@ -1087,22 +1112,45 @@ template <class K> static void dtc_optin(K kern, size_t smem)
                                     (int)cudaSharedmemCarveoutMaxShared));
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
-template <int GMAX> static void dtc_optin_g(void)
+/* The fp8 body's opt-in for W warps, where the device has the shared
+ * memory (optin bytes; kcuda_attn_dec_warps_fit: the host folds no plan
+ * into a CTA that does not fit). */
+template <int GMAX, int W> static void dtc8_optin_w(size_t optin)
+{
+    if (dtc8_smem_bytes<W>(64) <= optin)
+        dtc_optin(attn_decode_tc8_kernel<GMAX, 64, W>, dtc8_smem_bytes<W>(64));
+    if (dtc8_smem_bytes<W>(128) <= optin)
+        dtc_optin(attn_decode_tc8_kernel<GMAX, 128, W>, dtc8_smem_bytes<W>(128));
+}
+template <int GMAX> static void dtc_optin_g(size_t optin)
 {
     dtc_optin(attn_decode_tc_kernel<GMAX, 64>, dtc_smem_bytes(64));
     dtc_optin(attn_decode_tc_kernel<GMAX, 128>, dtc_smem_bytes(128));
-    dtc_optin(attn_decode_tc8_kernel<GMAX, 64>, dtc8_smem_bytes(64));
-    dtc_optin(attn_decode_tc8_kernel<GMAX, 128>, dtc8_smem_bytes(128));
+    dtc8_optin_w<GMAX, DEC_WARPS>(optin);
+    dtc8_optin_w<GMAX, 8>(optin);
+    dtc8_optin_w<GMAX, 12>(optin);
+    dtc8_optin_w<GMAX, 16>(optin);
 }
 
-void kcuda_attn_decode_init(void)
+void kcuda_attn_decode_init(const kcuda_state *st)
 {
     dec_carveout_g<1>();
     dec_carveout_g<2>();
     dec_carveout_g<4>();
     dec_carveout_g<8>();
-    dtc_optin_g<4>();
-    dtc_optin_g<8>();
+    dtc_optin_g<4>(st->smem_optin);
+    dtc_optin_g<8>(st->smem_optin);
+}
+
+/* Contract: whether this device runs the fp8 tensor-core body with w
+ * warps a CTA (4, 8, 12, 16) at head_dim hd: its shared memory. */
+bool kcuda_attn_dec_warps_fit(const kcuda_state *st, int hd, int w)
+{
+    const size_t b = w == 8    ? dtc8_smem_bytes<8>(hd)
+                     : w == 12 ? dtc8_smem_bytes<12>(hd)
+                     : w == 16 ? dtc8_smem_bytes<16>(hd)
+                               : dtc8_smem_bytes<DEC_WARPS>(hd);
+    return b <= st->smem_optin;
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of

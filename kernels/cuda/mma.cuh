@@ -22,7 +22,7 @@
 #include "kernels/cuda/common.cuh"
 
 #if defined(KEMU_H)
-#define KC_MMA_EMU_WARPS 8 /* warps a CTA of the emulated kernels may have */
+#define KC_MMA_EMU_WARPS 16 /* warps a CTA of the emulated kernels may have (the folded decode plan: 16) */
 /* NOTE: blocks run one at a time in the emulator, so a static per-warp
  * scratch is the warp's private exchange area. */
 static uint32_t kc_mma_emu_a[KC_MMA_EMU_WARPS][32][4], kc_mma_emu_b[KC_MMA_EMU_WARPS][32][2];

@@ -67,7 +67,11 @@ extern int kcuda_attn_last_merge_fused;
 extern int kcuda_attn_pdl_force;
 extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (where supported) */
 extern int kcuda_attn_last_decode_tc;
+/* split plans folded into one CTA a sequence: -1 env, 0 never, 1 where it applies; warps of the last fold */
+extern int kcuda_attn_fold_force, kcuda_attn_last_fold;
 #else
+static int kcuda_attn_fold_force;
+static int kcuda_attn_last_fold __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
 static int kcuda_attn_decode_tc_force;
 static int kcuda_attn_last_decode_tc __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
 static int kcuda_attn_pdl_force;
@@ -732,6 +736,69 @@ START_TEST(test_attention_decode_merge)
 }
 END_TEST
 
+/* A split plan of 2..4 splits folded into one CTA a sequence (the fp8
+ * tensor-core body with 8, 12 or 16 warps, kcuda_attn_fold_force): every
+ * case vs the CPU twin, the plan without the fold first, then with it; the
+ * fold must run where the plan had 2..4 splits, with 4 warps a split and
+ * no split left, and not where it had more. Cases: Llama-3 shapes at 16 and 11 sequences
+ * (4 splits: 16 warps, lengths from 5 to 1,030, tiles cut by the end), 32
+ * sequences (2 splits: 8 warps), GQA 8 at head_dim 64 (a merge area larger
+ * than the tiles), block size 12, and batch 1 at 4,100 keys (more splits:
+ * no fold). */
+START_TEST(test_attention_decode_fold)
+{
+    kt_seq b16[16], b11[11], b32[32], g8[40];
+    for (int i = 0; i < 16; i++)
+        b16[i] = (kt_seq){1030 - 61 * i, 1};
+    for (int i = 0; i < 11; i++)
+        b11[i] = (kt_seq){i == 3 ? 5 : 200 + 83 * i, 1};
+    for (int i = 0; i < 32; i++)
+        b32[i] = (kt_seq){100 + 29 * i, 1};
+    for (int i = 0; i < 40; i++)
+        g8[i] = (kt_seq){40 + 13 * i, 1};
+    static const kt_seq b1_4100[] = {{4100, 1}};
+    const kt_attn_case cases[] = {
+        {"fold b16 llama3", 32, 8, 128, 16, b16, NSEQ(b16), 0, true, false, -1, 0},
+        {"fold b11 llama3 pad", 32, 8, 128, 16, b11, NSEQ(b11), 1, true, false, -1, 0},
+        {"fold b32 llama3", 32, 8, 128, 16, b32, NSEQ(b32), 0, true, false, -1, 0},
+        {"fold gqa8 hd64 b40", 32, 4, 64, 16, g8, NSEQ(g8), 0, true, false, -1, 0},
+        {"fold b16 bs12", 32, 8, 128, 12, b16, NSEQ(b16), 0, true, false, -1, 0},
+        {"fold b1 4100 (no fold)", 32, 8, 128, 16, b1_4100, NSEQ(b1_4100), 0, true, false, -1, 0},
+    };
+    int bad = 0, folded = 0;
+    g_fp8 = true;
+    kcuda_attn_decode_tc_force = 1;
+    for (int i = 0; i < NSEQ(cases); i++) {
+        const kt_attn_case *c = &cases[i];
+        kcuda_attn_fold_force = 0;
+        bad += attn_case(c, 9300 + (uint64_t)i);
+        const int s0 = kcuda_attn_last_splits;
+        kcuda_attn_fold_force = 1;
+        bad += attn_case(c, 9300 + (uint64_t)i);
+#ifdef INFERD_HAVE_CUDA
+        /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do not */
+        const int f = kcuda_attn_last_fold;
+        const bool ok = s0 >= 2 && s0 <= 4 ? f == 4 * s0 : s0 > 4 ? f == 0 : true;
+        folded += f > 0;
+        if (!ok || (f > 0 && kcuda_attn_last_splits != 1)) {
+            printf("  attention %s: folded into %d warps with %d splits (plan: %d splits)\n", c->name, f,
+                   kcuda_attn_last_splits, s0);
+            kt_record("attention", 1, 0, 0);
+            bad++;
+        }
+#endif
+    }
+#ifdef INFERD_HAVE_CUDA
+    ck_assert_int_ge(folded, 3); /* the cases above reach the fold (on 96..160 SMs) */
+#endif
+    (void)folded;
+    kcuda_attn_fold_force = -1;
+    kcuda_attn_decode_tc_force = -1;
+    g_fp8 = false;
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_attention_prefill)
 {
     static const kt_seq one[] = {{77, 77}};
@@ -1036,6 +1103,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode_pipe);
     tcase_add_test(tc, test_attention_decode_tc);
     tcase_add_test(tc, test_attention_decode_merge);
+    tcase_add_test(tc, test_attention_decode_fold);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
     tcase_add_test(tc, test_attention_fp8);
