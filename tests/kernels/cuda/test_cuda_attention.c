@@ -786,6 +786,8 @@ START_TEST(test_attention_decode_fold)
             kt_record("attention", 1, 0, 0);
             bad++;
         }
+#else
+        (void)s0;
 #endif
     }
 #ifdef INFERD_HAVE_CUDA
