@@ -1047,11 +1047,25 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     kc_launch(kern, grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream, a->pdl != 0, *a);
 }
 
-/* The fp8 tensor-core body with W warps a CTA. */
-template <int GMAX, int W> static void dtc8_launch(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
+/* The fp8 tensor-core body for w warps a CTA (DEC_WARPS, 8, 12 or 16;
+ * anything else: DEC_WARPS) at head_dim hd (64, else 128): its kernel and
+ * dynamic shared memory. The one place a run-time warp count becomes a
+ * template argument (launch, opt-in, kcuda_attn_dec_warps_fit). */
+typedef struct {
+    void (*kern)(const kc_attn_args);
+    size_t smem;
+} dtc8_form;
+template <int GMAX, int W> static dtc8_form dtc8_form_w(int hd)
 {
-    kc_launch(a->hd == 64 ? attn_decode_tc8_kernel<GMAX, 64, W> : attn_decode_tc8_kernel<GMAX, 128, W>, grid,
-              W * 32, dtc8_smem_bytes<W>(a->hd), st->stream, a->pdl != 0, *a);
+    return {hd == 64 ? attn_decode_tc8_kernel<GMAX, 64, W> : attn_decode_tc8_kernel<GMAX, 128, W>,
+            dtc8_smem_bytes<W>(hd)};
+}
+template <int GMAX> static dtc8_form dtc8_form_of(int w, int hd)
+{
+    return w == 8    ? dtc8_form_w<GMAX, 8>(hd)
+           : w == 12 ? dtc8_form_w<GMAX, 12>(hd)
+           : w == 16 ? dtc8_form_w<GMAX, 16>(hd)
+                     : dtc8_form_w<GMAX, DEC_WARPS>(hd);
 }
 
 template <int GMAX>
@@ -1067,12 +1081,9 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
             if (a->kv_fp8) {
-                switch (a->warps) {
-                case 8: dtc8_launch<GMAX, 8>(st, a, grid); break;
-                case 12: dtc8_launch<GMAX, 12>(st, a, grid); break;
-                case 16: dtc8_launch<GMAX, 16>(st, a, grid); break;
-                default: dtc8_launch<GMAX, DEC_WARPS>(st, a, grid); break;
-                }
+                const int w = a->warps > 0 ? a->warps : DEC_WARPS;
+                const dtc8_form f = dtc8_form_of<GMAX>(w, a->hd);
+                kc_launch(f.kern, grid, (unsigned)w * 32, f.smem, st->stream, a->pdl != 0, *a);
             } else
                 kc_launch(a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>, grid,
                           DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
@@ -1112,24 +1123,20 @@ template <class K> static void dtc_optin(K kern, size_t smem)
                                     (int)cudaSharedmemCarveoutMaxShared));
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
-/* The fp8 body's opt-in for W warps, where the device has the shared
- * memory (optin bytes; kcuda_attn_dec_warps_fit: the host folds no plan
- * into a CTA that does not fit). */
-template <int GMAX, int W> static void dtc8_optin_w(size_t optin)
-{
-    if (dtc8_smem_bytes<W>(64) <= optin)
-        dtc_optin(attn_decode_tc8_kernel<GMAX, 64, W>, dtc8_smem_bytes<W>(64));
-    if (dtc8_smem_bytes<W>(128) <= optin)
-        dtc_optin(attn_decode_tc8_kernel<GMAX, 128, W>, dtc8_smem_bytes<W>(128));
-}
+/* The fp8 body's opt-in for each warp count, where the device has the
+ * shared memory (optin bytes; kcuda_attn_dec_warps_fit: the host folds no
+ * plan into a CTA that does not fit). */
+static const int dtc8_warps[] = {DEC_WARPS, 8, 12, 16};
 template <int GMAX> static void dtc_optin_g(size_t optin)
 {
     dtc_optin(attn_decode_tc_kernel<GMAX, 64>, dtc_smem_bytes(64));
     dtc_optin(attn_decode_tc_kernel<GMAX, 128>, dtc_smem_bytes(128));
-    dtc8_optin_w<GMAX, DEC_WARPS>(optin);
-    dtc8_optin_w<GMAX, 8>(optin);
-    dtc8_optin_w<GMAX, 12>(optin);
-    dtc8_optin_w<GMAX, 16>(optin);
+    for (int w : dtc8_warps)
+        for (int hd : {64, 128}) {
+            const dtc8_form f = dtc8_form_of<GMAX>(w, hd);
+            if (f.smem <= optin)
+                dtc_optin(f.kern, f.smem);
+        }
 }
 
 void kcuda_attn_decode_init(const kcuda_state *st)
@@ -1146,11 +1153,7 @@ void kcuda_attn_decode_init(const kcuda_state *st)
  * warps a CTA (4, 8, 12, 16) at head_dim hd: its shared memory. */
 bool kcuda_attn_dec_warps_fit(const kcuda_state *st, int hd, int w)
 {
-    const size_t b = w == 8    ? dtc8_smem_bytes<8>(hd)
-                     : w == 12 ? dtc8_smem_bytes<12>(hd)
-                     : w == 16 ? dtc8_smem_bytes<16>(hd)
-                               : dtc8_smem_bytes<DEC_WARPS>(hd);
-    return b <= st->smem_optin;
+    return dtc8_form_of<8>(w, hd).smem <= st->smem_optin; /* the merge area is sized for 8 heads */
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of

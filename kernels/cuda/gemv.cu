@@ -346,10 +346,11 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     }
     /* only the O product's form (RESID, no norm) preloads: the other forms keep their registers */
     const int pre = EPI == KERN_EPI_RESID && !NORM ? a.pre : 0, k1 = lane + 32 * pre; /* streamed from k1 */
+    const int npre = min(pre, (nch - lane + 31) / 32); /* this lane's preloaded chunks (those in the row) */
     uint4 *ps = gemv_pre_smem + (size_t)(threadIdx.x >> 5) * pre * RPW * 32 +
                 lane; /* slot (j, r) at (j RPW + r) 32 */
     if (pre > 0) {
-        for (int j = 0; j < pre && lane + 32 * j < nch; j++)
+        for (int j = 0; j < npre; j++)
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 kc_cp_async16(ps + (j * RPW + r) * 32, wr[r] + lane + 32 * j, true);
@@ -363,7 +364,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
         gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre_e);
     if (pre > 0)
         kc_cp_wait<0>(); /* this lane's copies (it alone reads its slots) */
-    for (int j = 0; j < pre && lane + 32 * j < nch; j++) {
+    for (int j = 0; j < npre; j++) {
         uint4 w[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
