@@ -59,8 +59,8 @@
  * to 0 for the next launch (and graph replay). At batch 1 the merge launch
  * is one kernel boundary per layer on the decode step's critical path.
  *
- * Folded plan (a.warps > DEC_WARPS, the fp8 tensor-core body;
- * INFERD_ATTN_FOLD, attention.cu): a plan of 2..4 splits a sequence runs as
+ * Folded plan (a.warps > DEC_WARPS, the fp8 tensor-core body; on by
+ * default, INFERD_ATTN_FOLD=0 turns it off, attention.cu): a plan of 2..4 splits a sequence runs as
  * one CTA of 4 warps a split over the whole context, tile t to warp t % W,
  * the warps merged in shared memory as a CTA's 4 always are: no partials,
  * no merge kernel.
