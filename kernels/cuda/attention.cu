@@ -358,6 +358,25 @@ static int attn_fold_warps(const kcuda_state *st, const kc_attn_args *a, int64_t
     return kcuda_attn_dec_warps_fit(st, a->hd, 4 * splits) ? 4 * splits : 0;
 }
 
+/* Test hooks: kcuda_attn_early_kv_force picks whether the tensor-core
+ * decode bodies gather the tiles of keys before the step's own ahead of
+ * their PDL wait (-1: as INFERD_ATTN_EARLY_KV says, 0: no, 1: yes);
+ * kcuda_attn_last_early_kv tells what the last decode launch did. */
+extern "C" int kcuda_attn_early_kv_force, kcuda_attn_last_early_kv;
+int kcuda_attn_early_kv_force = -1, kcuda_attn_last_early_kv = 0;
+
+/* Whether the tensor-core decode bodies gather K/V tiles before their PDL
+ * wait (kc_attn_args.early_kv): the keys before the step's own were
+ * written by earlier steps, so their loads may overlap the kernel before
+ * (at batch 1, 63 of 64 split CTAs then wait only for q and their last
+ * tile). INFERD_ATTN_EARLY_KV=1 (read once) turns it on; off by default
+ * until measured on a GPU. The output is the same either way. */
+static int attn_early_kv(void)
+{
+    static const bool env_on = env_is("INFERD_ATTN_EARLY_KV", "1", "K/V tiles gathered before the PDL wait");
+    return kcuda_attn_early_kv_force >= 0 ? kcuda_attn_early_kv_force == 1 : env_on;
+}
+
 /* Contract (kern_attn_workspace_bytes): bytes of decode split partials for
  * any batch of at most max_seqs sequences (max_tokens when max_seqs <= 0) and
  * contexts of at most max_seq_len tokens; 0 when no plan can split. The
@@ -560,6 +579,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_decode_pipe = a.pipe;
         a.pdl = attn_use_pdl(ctx, p->n_tokens);
         kcuda_attn_last_pdl = a.pdl;
+        a.early_kv = a.tc && attn_early_kv();
+        kcuda_attn_last_early_kv = a.early_kv;
         kcuda_attn_decode_launch(st, &a);
     }
     if (n_pre > 0) {

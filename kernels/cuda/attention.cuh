@@ -75,6 +75,9 @@ typedef struct {
     int warps;                    /* decode, the fp8 tensor-core body: warps a CTA, 8 / 12 / 16 where a
                                    * split plan of 2..4 splits is folded into one CTA a sequence
                                    * (attention.cu, INFERD_ATTN_FOLD), else 0 (4 warps) */
+    int early_kv;                 /* decode, the tensor-core bodies: gather the tiles of keys before
+                                   * the step's own ahead of the PDL wait (INFERD_ATTN_EARLY_KV,
+                                   * attention.cu; dec_tile_early) */
     float scale;
 } kc_attn_args;
 

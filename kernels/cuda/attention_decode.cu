@@ -516,6 +516,16 @@ template <int GMAX> __device__ __forceinline__ bool dec_cta_make(const kc_attn_a
     return true;
 }
 
+/* Whether a tensor-core body may gather the tile of keys [k0, k0 + keys)
+ * before its PDL wait (a.early_kv): every key in it precedes the step's
+ * own (position L - 1, which the kernel before writes). Earlier keys were
+ * written by earlier steps; a block being written this step is never one
+ * a sequence shares, and the block tables are uploaded inputs. */
+__device__ __forceinline__ bool dec_tile_early(const kc_attn_args &a, const dec_cta &c, int k0, int keys)
+{
+    return a.early_kv && k0 + keys <= c.L - 1;
+}
+
 /* After every warp's state is in red (a barrier later): across the W
  * warps (each head's warp weights once, thread g, then every output dim),
  * then the bf16 output (no split) or the split's partial, and the fused
@@ -677,12 +687,18 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
     uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE; /* [2][K, V][16][LD] */
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
-    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
-
-    if (warp < n_tiles)
-        kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
-                                          ring + DTC_KEYS * LD);
-    kc_cp_commit();
+    /* the warp's first tile, before the PDL wait where it may (dec_tile_early) */
+    const bool early = warp < n_tiles && dec_tile_early(a, c, c.kv_begin + warp * DTC_KEYS, DTC_KEYS);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+        if (early != (pass == 0))
+            continue;
+        if (warp < n_tiles)
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
+                                              ring + DTC_KEYS * LD);
+        kc_cp_commit();
+    }
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
     uint32_t qf[D / 16][2];
     const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)(c.h0 + g) * D + 2 * cc;
@@ -885,12 +901,22 @@ static __global__ void __launch_bounds__(W * 32, DTC8_MINB(W)) attn_decode_tc8_k
     const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
     uint8_t *ring = (uint8_t *)dec_ring + warp * DTC8_STAGES * STAGE; /* [DTC8_STAGES][K, V][16][D], kc_dec8_off */
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
-    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
 
     /* the warp's tiles warp + W i go to stage i % DTC8_STAGES; one commit
-     * group a tile (empty past the last), so wait counts stay fixed */
-#pragma unroll
-    for (int i = 0; i < DTC8_STAGES - 1; i++) {
+     * group a tile (empty past the last), so wait counts stay fixed. The
+     * first tiles that may (dec_tile_early, in order: only the last tile
+     * holds the step's key) before the PDL wait, the rest after it */
+    int i0 = 0;
+    while (i0 < DTC8_STAGES - 1 && warp + W * i0 < n_tiles &&
+           dec_tile_early(a, c, c.kv_begin + (warp + W * i0) * DTC_KEYS, DTC_KEYS)) {
+        const int t = warp + W * i0;
+        kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS, c.kv_end,
+                                                                 lane, ring + i0 * STAGE, ring + i0 * STAGE + TILE);
+        kc_cp_commit();
+        i0++;
+    }
+    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+    for (int i = i0; i < DTC8_STAGES - 1; i++) {
         const int t = warp + W * i;
         if (t < n_tiles)
             kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,

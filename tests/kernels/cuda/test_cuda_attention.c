@@ -69,7 +69,11 @@ extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (
 extern int kcuda_attn_last_decode_tc;
 /* split plans folded into one CTA a sequence: -1 env, 0 never, 1 where it applies; warps of the last fold */
 extern int kcuda_attn_fold_force, kcuda_attn_last_fold;
+/* K/V tiles gathered before the PDL wait: -1 env, 0 no, 1 yes; what the last decode launch did */
+extern int kcuda_attn_early_kv_force, kcuda_attn_last_early_kv;
 #else
+static int kcuda_attn_early_kv_force;
+static int kcuda_attn_last_early_kv;
 static int kcuda_attn_fold_force;
 static int kcuda_attn_last_fold __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
 static int kcuda_attn_decode_tc_force;
@@ -801,6 +805,46 @@ START_TEST(test_attention_decode_fold)
 }
 END_TEST
 
+/* K/V tiles gathered before the PDL wait (kcuda_attn_early_kv_force: the
+ * tiles of keys before the step's own): the tensor-core bodies on fp8 and
+ * bf16 caches, every case both ways, each vs the CPU twin, bitwise alike,
+ * the hook's report checked. Cases: batch 1 at 544 and 4,100 keys (split:
+ * every split but the last gathers all its first tiles early), 16
+ * sequences of ~1k (folded on fp8), contexts of 1, 17 and 100 keys (no
+ * early tile, or one), GQA 12 (two head chunks) and block size 12 with
+ * odd lengths and a padding row. */
+START_TEST(test_attention_decode_early_kv)
+{
+    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
+    static const kt_seq mid[] = {{257, 1}, {64, 1}, {129, 1}, {33, 1}};
+    static const kt_seq b1_544[] = {{544, 1}};
+    static const kt_seq b1_4100[] = {{4100, 1}};
+    static const kt_seq odd[] = {{1001, 1}, {97, 1}, {2049, 1}};
+    kt_seq b16[16];
+    for (int i = 0; i < 16; i++)
+        b16[i] = (kt_seq){1030 - 61 * i, 1};
+    const kt_attn_case cases[] = {
+        {"early b1 544 llama3", 32, 8, 128, 16, b1_544, NSEQ(b1_544), 0, true, false, 1, 0},
+        {"early b1 4100 llama3", 32, 8, 128, 16, b1_4100, NSEQ(b1_4100), 0, true, false, 1, 0},
+        {"early b16 llama3", 32, 8, 128, 16, b16, NSEQ(b16), 0, true, false, -1, 0},
+        {"early short gqa4 hd64", 8, 2, 64, 16, short3, NSEQ(short3), 0, true, false, 0, 0},
+        {"early gqa12 (2 chunks)", 24, 2, 64, 16, mid, NSEQ(mid), 0, true, false, -1, 0},
+        {"early gqa4 bs12 odd pad", 8, 2, 128, 12, odd, NSEQ(odd), 1, true, false, -1, 0},
+    };
+    int bad = 0;
+    kcuda_attn_decode_tc_force = 1;
+    for (int f8 = 1; f8 >= 0; f8--) {
+        g_fp8 = f8 == 1;
+        for (int i = 0; i < NSEQ(cases); i++)
+            bad += attn_ab(&cases[i], 9700 + (uint64_t)i, &kcuda_attn_early_kv_force, &kcuda_attn_last_early_kv,
+                           "K/V before the PDL wait", 1);
+    }
+    g_fp8 = false;
+    kcuda_attn_decode_tc_force = -1;
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_attention_prefill)
 {
     static const kt_seq one[] = {{77, 77}};
@@ -1106,6 +1150,7 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode_tc);
     tcase_add_test(tc, test_attention_decode_merge);
     tcase_add_test(tc, test_attention_decode_fold);
+    tcase_add_test(tc, test_attention_decode_early_kv);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
     tcase_add_test(tc, test_attention_fp8);
