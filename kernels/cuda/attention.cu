@@ -369,12 +369,13 @@ int kcuda_attn_early_kv_force = -1, kcuda_attn_last_early_kv = 0;
  * wait (kc_attn_args.early_kv): the keys before the step's own were
  * written by earlier steps, so their loads may overlap the kernel before
  * (at batch 1, 63 of 64 split CTAs then wait only for q and their last
- * tile). INFERD_ATTN_EARLY_KV=1 (read once) turns it on; off by default
- * until measured on a GPU. The output is the same either way. */
+ * tile). On by default (batch 1 0.4-1.3% faster on an H200, batch 16
+ * within noise, docs/PERF.md); INFERD_ATTN_EARLY_KV=0 (read once) gathers
+ * every tile after the wait. The output is the same either way. */
 static int attn_early_kv(void)
 {
-    static const bool env_on = env_is("INFERD_ATTN_EARLY_KV", "1", "K/V tiles gathered before the PDL wait");
-    return kcuda_attn_early_kv_force >= 0 ? kcuda_attn_early_kv_force == 1 : env_on;
+    static const bool env_off = env_is("INFERD_ATTN_EARLY_KV", "0", "K/V tiles gathered after the PDL wait");
+    return kcuda_attn_early_kv_force >= 0 ? kcuda_attn_early_kv_force == 1 : !env_off;
 }
 
 /* Contract (kern_attn_workspace_bytes): bytes of decode split partials for

@@ -76,8 +76,8 @@ typedef struct {
                                    * split plan of 2..4 splits is folded into one CTA a sequence
                                    * (attention.cu, INFERD_ATTN_FOLD), else 0 (4 warps) */
     int early_kv;                 /* decode, the tensor-core bodies: gather the tiles of keys before
-                                   * the step's own ahead of the PDL wait (INFERD_ATTN_EARLY_KV,
-                                   * attention.cu; dec_tile_early) */
+                                   * the step's own ahead of the PDL wait (default; INFERD_ATTN_EARLY_KV=0
+                                   * off, attention.cu; dec_tile_early) */
     float scale;
 } kc_attn_args;
 

@@ -687,13 +687,15 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     const int32_t *bt = a.block_tables + (int64_t)c.seq * a.max_blocks; /* [max_blocks] */
     uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE; /* [2][K, V][16][LD] */
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
-    /* the warp's first tile, before the PDL wait where it may (dec_tile_early) */
+    /* the warp's first tile: before the PDL wait where it may (dec_tile_early), else after it */
     const bool early = warp < n_tiles && dec_tile_early(a, c, c.kv_begin + warp * DTC_KEYS, DTC_KEYS);
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1)
-            kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
-        if (early != (pass == 0))
-            continue;
+    if (early) {
+        kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
+                                          ring + DTC_KEYS * LD);
+        kc_cp_commit();
+    }
+    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+    if (!early) {
         if (warp < n_tiles)
             kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
                                               ring + DTC_KEYS * LD);
