@@ -697,8 +697,8 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
     if (!early) {
         if (warp < n_tiles)
-            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
-                                              ring + DTC_KEYS * LD);
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane,
+                                              ring, ring + DTC_KEYS * LD);
         kc_cp_commit();
     }
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
@@ -912,8 +912,9 @@ static __global__ void __launch_bounds__(W * 32, DTC8_MINB(W)) attn_decode_tc8_k
     while (i0 < DTC8_STAGES - 1 && warp + W * i0 < n_tiles &&
            dec_tile_early(a, c, c.kv_begin + (warp + W * i0) * DTC_KEYS, DTC_KEYS)) {
         const int t = warp + W * i0;
-        kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS, c.kv_end,
-                                                                 lane, ring + i0 * STAGE, ring + i0 * STAGE + TILE);
+        kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,
+                                                                c.kv_end, lane, ring + i0 * STAGE,
+                                                                ring + i0 * STAGE + TILE);
         kc_cp_commit();
         i0++;
     }

@@ -836,8 +836,8 @@ START_TEST(test_attention_decode_early_kv)
     for (int f8 = 1; f8 >= 0; f8--) {
         g_fp8 = f8 == 1;
         for (int i = 0; i < NSEQ(cases); i++)
-            bad += attn_ab(&cases[i], 9700 + (uint64_t)i, &kcuda_attn_early_kv_force, &kcuda_attn_last_early_kv,
-                           "K/V before the PDL wait", 1);
+            bad += attn_ab(&cases[i], 9700 + (uint64_t)i, &kcuda_attn_early_kv_force,
+                           &kcuda_attn_last_early_kv, "K/V before the PDL wait", 1);
     }
     g_fp8 = false;
     kcuda_attn_decode_tc_force = -1;
