@@ -374,6 +374,7 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.gemv_max_n = INFERD_MAX(0, INFERD_MIN(o->gemv_max_n, KCUDA_GEMV_MAX_N));
     ctx->gemm.fuse_max_n = INFERD_MAX(0, INFERD_MIN(o->fuse_max_n, KCUDA_FUSE_MAX_N));
     ctx->gemm.gemv_tc_min_n = INFERD_MAX(0, INFERD_MIN(o->gemv_tc_min_n, KCUDA_GEMV_MAX_N));
+    ctx->gemm.gemv_preload = INFERD_MAX(0, INFERD_MIN(o->gemv_preload, KCUDA_GEMV_MAX_PRELOAD));
     ctx->gemm.search_max_n = INFERD_MAX(0, o->search_max_n);
 }
 

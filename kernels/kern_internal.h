@@ -50,6 +50,7 @@ struct kern_ctx {
  * batch 1 decode steps 0.7-0.9% faster than without, batch 2 within noise
  * (4 and 8 chunks: within noise). */
 #define KCUDA_GEMV_DEFAULT_PRELOAD 12
+#define KCUDA_GEMV_MAX_PRELOAD 12 /* its bound: 48 KiB of shared memory a CTA at two rows a warp */
 /* The most tokens of a fused GEMV (kern_matmul_fused), a size of the graph
  * ladder; larger batches run the unfused ops. Measured on an H100
  * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%

@@ -60,10 +60,10 @@
  * is one kernel boundary per layer on the decode step's critical path.
  *
  * Folded plan (a.warps > DEC_WARPS, the fp8 tensor-core body; on by
- * default, INFERD_ATTN_FOLD=0 turns it off, attention.cu): a plan of 2..4 splits a sequence runs as
- * one CTA of 4 warps a split over the whole context, tile t to warp t % W,
- * the warps merged in shared memory as a CTA's 4 always are: no partials,
- * no merge kernel.
+ * default, INFERD_ATTN_FOLD=0 turns it off, attention.cu): a plan of 2..4
+ * splits a sequence runs as one CTA of 4 warps a split over the whole
+ * context, tile t to warp t % W, the warps merged in shared memory as a
+ * CTA's 4 always are: no partials, no merge kernel.
  *
  * PDL (a.pdl): the decode and merge kernels are launched as programmatic
  * dependents of the kernel before them, so their launch overlaps its end;
@@ -516,16 +516,6 @@ template <int GMAX> __device__ __forceinline__ bool dec_cta_make(const kc_attn_a
     return true;
 }
 
-/* Whether a tensor-core body may gather the tile of keys [k0, k0 + keys)
- * before its PDL wait (a.early_kv): every key in it precedes the step's
- * own (position L - 1, which the kernel before writes). Earlier keys were
- * written by earlier steps; a block being written this step is never one
- * a sequence shares, and the block tables are uploaded inputs. */
-__device__ __forceinline__ bool dec_tile_early(const kc_attn_args &a, const dec_cta &c, int k0, int keys)
-{
-    return a.early_kv && k0 + keys <= c.L - 1;
-}
-
 /* After every warp's state is in red (a barrier later): across the W
  * warps (each head's warp weights once, thread g, then every output dim),
  * then the bf16 output (no split) or the split's partial, and the fused
@@ -662,6 +652,16 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
 #define DTC_KEYS 16 /* keys a tile */
 #define DTC_PAD 8   /* bf16 of padding per shared row: ldmatrix rows on distinct banks */
 
+/* Whether a tensor-core body may gather the tile of keys [k0, k0 +
+ * DTC_KEYS) before its PDL wait (a.early_kv): every key in it precedes the
+ * step's own (position L - 1, which the kernel before writes). Earlier
+ * keys were written by earlier steps; a block being written this step is
+ * never one a sequence shares, and the block tables are uploaded inputs. */
+__device__ __forceinline__ bool dec_tile_early(const kc_attn_args &a, const dec_cta &c, int k0)
+{
+    return a.early_kv && k0 + DTC_KEYS <= c.L - 1;
+}
+
 /* Dynamic shared memory of the tensor-core body: per warp two stages of a
  * K and a V tile (also the merge area afterwards). */
 static size_t dtc_smem_bytes(int hd)
@@ -688,19 +688,15 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     uint16_t *ring = (uint16_t *)dec_ring + warp * 2 * STAGE; /* [2][K, V][16][LD] */
     const int n_tiles = (c.kv_end - c.kv_begin + DTC_KEYS - 1) / DTC_KEYS;
     /* the warp's first tile: before the PDL wait where it may (dec_tile_early), else after it */
-    const bool early = warp < n_tiles && dec_tile_early(a, c, c.kv_begin + warp * DTC_KEYS, DTC_KEYS);
-    if (early) {
+    const bool early = warp < n_tiles && dec_tile_early(a, c, c.kv_begin + warp * DTC_KEYS);
+    if (!early)
+        kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+    if (warp < n_tiles)
         kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane, ring,
                                           ring + DTC_KEYS * LD);
-        kc_cp_commit();
-    }
-    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
-    if (!early) {
-        if (warp < n_tiles)
-            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, c.kv_begin + warp * DTC_KEYS, c.kv_end, lane,
-                                              ring, ring + DTC_KEYS * LD);
-        kc_cp_commit();
-    }
+    kc_cp_commit();
+    if (early)
+        kc_pdl_wait();
     /* Q fragments (A operand, rows = heads h0 + g, g < nhc; rows g + 8 zero) */
     uint32_t qf[D / 16][2];
     const uint16_t *qrow = a.qkv + (int64_t)c.q0 * a.qkv_stride + (int64_t)(c.h0 + g) * D + 2 * cc;
@@ -906,27 +902,24 @@ static __global__ void __launch_bounds__(W * 32, DTC8_MINB(W)) attn_decode_tc8_k
 
     /* the warp's tiles warp + W i go to stage i % DTC8_STAGES; one commit
      * group a tile (empty past the last), so wait counts stay fixed. The
-     * first tiles that may (dec_tile_early, in order: only the last tile
-     * holds the step's key) before the PDL wait, the rest after it */
-    int i0 = 0;
-    while (i0 < DTC8_STAGES - 1 && warp + W * i0 < n_tiles &&
-           dec_tile_early(a, c, c.kv_begin + (warp + W * i0) * DTC_KEYS, DTC_KEYS)) {
-        const int t = warp + W * i0;
-        kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,
-                                                                c.kv_end, lane, ring + i0 * STAGE,
-                                                                ring + i0 * STAGE + TILE);
-        kc_cp_commit();
-        i0++;
-    }
-    kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
-    for (int i = i0; i < DTC8_STAGES - 1; i++) {
+     * PDL wait comes before the first tile that may not be gathered early
+     * (dec_tile_early; only the last tile holds the step's key) */
+    bool waited = false;
+#pragma unroll
+    for (int i = 0; i < DTC8_STAGES - 1; i++) {
         const int t = warp + W * i;
+        if (!waited && !(t < n_tiles && dec_tile_early(a, c, c.kv_begin + t * DTC_KEYS))) {
+            kc_pdl_wait(); /* q and this step's K/V are the previous kernel's output */
+            waited = true;
+        }
         if (t < n_tiles)
             kc_gather_kv<D, 0, DTC_KEYS, 32, KC_TILE_DEC8, uint8_t>(a, bt, c.kvh, c.kv_begin + t * DTC_KEYS,
                                                                      c.kv_end, lane, ring + i * STAGE,
                                                                      ring + i * STAGE + TILE);
         kc_cp_commit();
     }
+    if (!waited) /* every first tile was gathered early */
+        kc_pdl_wait();
     uint32_t qf[D / 16][2];
     const float sc_row = a.scale * 1.4426950408889634f * dtc8_q<D>(a, c, g, cc, qf);
     /* this lane's two heads (columns 2cc + h): their score scales, states */

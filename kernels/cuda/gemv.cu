@@ -103,8 +103,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
-#define GEMV_WARPS 4        /* warps per CTA */
-#define GEMV_MAX_PRELOAD 12 /* chunks a lane preloaded (a.pre): 48 KiB a CTA at two rows a warp */
+#define GEMV_WARPS 4 /* warps per CTA */
 
 /* 16 bytes of weights, streamed: no L1 allocation, read-only path. */
 __device__ __forceinline__ uint4 gemv_ld_stream(const uint4 *p)
@@ -851,18 +850,17 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     KCUDA_LAUNCH_CHECK();
 }
 
-/* Contract (kern_internal.h): gemv_preload (at most GEMV_MAX_PRELOAD) where
- * the product after the attention runs the CUDA-core form of 1..2 tokens
- * (two rows a warp: pre x 4 KiB of shared memory a CTA) launched as a
- * programmatic dependent, else 0. A function of n alone (and the options),
- * so a padded graph replay launches as the eager step does. */
+/* Contract (kern_internal.h): gemv_preload (kern_gemm_config keeps it in
+ * 0..KCUDA_GEMV_MAX_PRELOAD) where the product after the attention runs the
+ * CUDA-core form of 1..2 tokens (two rows a warp: pre x 4 KiB of shared
+ * memory a CTA) launched as a programmatic dependent, else 0. A function of
+ * n alone (and the options), so a padded graph replay launches as the
+ * eager step does. */
 int kcuda_gemv_preload(const kern_ctx *ctx, int n)
 {
     if (n < 1 || n > 2 || !ctx->gemm.pdl || gemv_use_tc(ctx, n) || ctx->gemm.gemv_max_n < n)
         return 0;
-    return ctx->gemm.gemv_preload < 0                  ? 0
-           : ctx->gemm.gemv_preload > GEMV_MAX_PRELOAD ? GEMV_MAX_PRELOAD
-                                                       : ctx->gemm.gemv_preload;
+    return ctx->gemm.gemv_preload;
 }
 
 /* Contract (kern_matmul_fusable): the GEMV route for n <= fuse_max_n
