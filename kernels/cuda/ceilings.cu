@@ -8,8 +8,12 @@
  * the convention of docs/PERF.md's earlier PyTorch measurement.
  * GEMM: D[m, n] = A[m, k] B[k, n] with m = n = k = GEMM_DIM, bf16 in and
  * out, the heuristic's first algorithm with the ctx's workspace; the rate is
- * 2 m n k / time. Inputs are zeros (memset): the tensor cores' rate does not
- * depend on the values on Hopper at these sizes.
+ * 2 m n k / time. Inputs are uniform random values in [-1, 1] (the dummy
+ * weights' generator), not zeros: a GEMM's rate depends on its data through
+ * power. Zero operands toggle no multiplier bits, draw less power and keep
+ * the boost clock, so an H200 ran the zeros product 10-12% faster than
+ * torch.matmul on randn data or this model's own products (docs/PERF.md,
+ * twenty-second session). The ceiling is the rate real operands reach.
  *
  * Scratch (2 x 512 MiB + 3 x 128 MiB) is allocated and freed here: this is
  * a start-up measurement, never on the forward path.
@@ -109,7 +113,14 @@ static bool gemm_plan_make(kcuda_state *st, gemm_plan *p, int d)
     return true;
 }
 
-static inferd_status measure_gemm(kcuda_state *st, kern_ceilings *out)
+/* Uniform values in [-1, 1] into a d x d bf16 scratch matrix. */
+static void fill_operand(kern_ctx *ctx, void *p, int d, uint64_t seed)
+{
+    kern_weight w = {.data = p, .dtype = KERN_DTYPE_BF16, .rows = d, .cols = d};
+    kcuda_weight_fill_random_part(ctx, &w, 0, d, seed, 1.0f, 0, 0, d);
+}
+
+static inferd_status measure_gemm(kern_ctx *ctx, kcuda_state *st, kern_ceilings *out)
 {
     const int d = GEMM_DIM;
     const size_t bytes = (size_t)d * d * 2;
@@ -124,8 +135,8 @@ static inferd_status measure_gemm(kcuda_state *st, kern_ceilings *out)
         return inferd_set_error(INFERD_ERR_NOMEM, "ceilings: cannot allocate 3 x %zu MiB for the GEMM",
                                 bytes >> 20);
     }
-    CUDA_CHECK(cudaMemsetAsync(a, 0, bytes, st->stream));
-    CUDA_CHECK(cudaMemsetAsync(b, 0, bytes, st->stream));
+    fill_operand(ctx, a, d, 0x6365696cULL);
+    fill_operand(ctx, b, d, 0x696e6773ULL);
     gemm_plan p;
     memset(&p, 0, sizeof p);
     inferd_status rc = INFERD_OK;
@@ -161,7 +172,7 @@ inferd_status kcuda_measure_ceilings(kern_ctx *ctx, kern_ceilings *out)
     CUDA_CHECK(cudaStreamSynchronize(st->stream));
     inferd_status rc = measure_copy(st, out);
     if (rc == INFERD_OK)
-        rc = measure_gemm(st, out);
+        rc = measure_gemm(ctx, st, out);
     return rc;
 }
 
