@@ -13,6 +13,9 @@ Decode is bound by reading the weights once per token: achieved bandwidth =
 weight bytes / decode time per token. Prefill is bound by GEMM FLOPs:
 2 * n_params * prompt tokens (+ attention) / prefill time.
 Both engines use random (dummy) weights of the same config in bf16.
+--hf-compile times only HF's fast path instead (static KV cache +
+torch.compile "reduce-overhead", i.e. CUDA graphs), in its own process:
+compiling an 8B model takes minutes and may not work on every machine.
 """
 import argparse
 import json
@@ -115,7 +118,7 @@ def run_hf_batch(torch, model, prompts, gen):
     return len(prompts) * gen / el, el
 
 
-def run_hf(torch, a, cfg, ids, prompts):
+def hf_model(torch, cfg):
     from transformers import LlamaConfig, LlamaForCausalLM
     conf = LlamaConfig(**cfg)
     with torch.device("meta"):
@@ -125,6 +128,11 @@ def run_hf(torch, a, cfg, ids, prompts):
         for p in model.parameters():
             p.uniform_(-0.02, 0.02)
     model.generation_config.pad_token_id = 0
+    return model
+
+
+def run_hf(torch, a, cfg, ids, prompts):
+    model = hf_model(torch, cfg)
     x = torch.tensor([ids], device="cuda")
     res = []
     with torch.no_grad():
@@ -150,23 +158,80 @@ def run_hf(torch, a, cfg, ids, prompts):
     return min(r[0] for r in res), min(r[1] for r in res), batch
 
 
+def run_hf_compiled(torch, a, cfg, ids):
+    """HF's fast path: a static KV cache and torch.compile(mode="reduce-overhead",
+    fullgraph=True) on the forward (CUDA graphs). Prefill = a generate of one
+    token; decode = (a generate of a.gen tokens - that) / (a.gen - 1). Both
+    are compiled in untimed runs first (returned as the compile seconds)."""
+    model = hf_model(torch, cfg)
+    model.generation_config.cache_implementation = "static"
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    x = torch.tensor([ids], device="cuda")
+
+    def gen(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) * 1e3
+
+    with torch.no_grad():
+        t = time.perf_counter()
+        for _ in range(2):
+            gen(1), gen(a.gen)
+        compile_s = time.perf_counter() - t
+        res = []
+        for _ in range(a.runs):
+            p_ms, g_ms = gen(1), gen(a.gen)
+            res.append((p_ms, (g_ms - p_ms) / max(1, a.gen - 1)))
+    del model
+    torch.cuda.empty_cache()
+    return min(r[0] for r in res), min(r[1] for r in res), compile_s
+
+
+def print_rows(torch, a, bw, gemm, total, per_step, rows, mem):
+    name = torch.cuda.get_device_name()
+    print(f"device: {name}; copy bandwidth {bw/1e9:.0f} GB/s; bf16 GEMM {gemm/1e12:.0f} TFLOP/s")
+    print(f"model: {a.config} ({total/1e9:.2f} B params, {per_step*2/1e9:.2f} GB bf16 read per decode step)")
+    if mem:
+        print(f"inferd {mem.strip()}")
+    print(f"batch 1, prompt {a.prompt_len} tokens, {a.gen} generated; best of {a.runs}")
+    print(f"| {'engine':<24} | {'prefill ms':>10} | {'prefill tok/s':>13} | {'% GEMM peak':>11} | "
+          f"{'decode ms/tok':>13} | {'decode tok/s':>12} | {'% copy BW':>9} |")
+    print("|" + "|".join("-" * w for w in (26, 12, 15, 13, 15, 14, 11)) + "|")
+    for n, p_ms, d_ms in rows:
+        flops = 2 * total * a.prompt_len
+        print(f"| {n:<24} | {p_ms:>10.2f} | {a.prompt_len/(p_ms/1e3):>13.0f} | "
+              f"{100*flops/(p_ms/1e3)/gemm:>10.1f}% | {d_ms:>13.3f} | {1e3/d_ms:>12.1f} | "
+              f"{100*per_step*2/(d_ms/1e3)/bw:>8.1f}% |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--inferd", required=True)
+    ap.add_argument("--inferd", help="the inferd binary (required unless --hf-compile)")
     ap.add_argument("--config", default="configs/models/llama3-8b")
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--hf-compile", action="store_true",
+                    help="only the peer with a static cache + torch.compile (no inferd, no eager rows)")
     ap.add_argument("--batch", type=int, default=64, help="prompts for the throughput row (0 = skip)")
     ap.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
                     help="decode step time at batch 1/8/32/64")
     a = ap.parse_args()
+    if not a.inferd and not a.hf_compile:
+        ap.error("--inferd is required")
     import torch
     cfg = json.load(open(os.path.join(a.config, "config.json")))
     total, per_step = n_params(cfg)
     ids = [(i * 7919) % (cfg["vocab_size"] - 1000) + 500 for i in range(a.prompt_len)]
     bw, gemm = ceilings(torch)
+    if a.hf_compile:
+        hp, hd, cs = run_hf_compiled(torch, a, cfg, ids)
+        print_rows(torch, a, bw, gemm, total, per_step, [("HF static + compile", hp, hd)], "")
+        print(f"compile + warm-up runs: {cs:.1f} s")
+        return
     (ip, idt), mem = run_inferd(a, ids)
     rows = [("inferd", ip, idt)]
     prompts = [[(i * 7919 + 104729 * b) % (cfg["vocab_size"] - 1000) + 500 for i in range(a.prompt_len)]
@@ -177,19 +242,7 @@ def main():
         rows.append(("HF transformers (eager)", hp, hd))
         if hb:
             tput.append(("HF transformers generate",) + hb)
-    name = torch.cuda.get_device_name()
-    print(f"device: {name}; copy bandwidth {bw/1e9:.0f} GB/s; bf16 GEMM {gemm/1e12:.0f} TFLOP/s")
-    print(f"model: {a.config} ({total/1e9:.2f} B params, {per_step*2/1e9:.2f} GB bf16 read per decode step)")
-    print(f"inferd {mem.strip()}")
-    print(f"batch 1, prompt {a.prompt_len} tokens, {a.gen} generated; best of {a.runs}")
-    print(f"| {'engine':<24} | {'prefill ms':>10} | {'prefill tok/s':>13} | {'% GEMM peak':>11} | "
-          f"{'decode ms/tok':>13} | {'decode tok/s':>12} | {'% copy BW':>9} |")
-    print("|" + "|".join("-" * w for w in (26, 12, 15, 13, 15, 14, 11)) + "|")
-    for n, p_ms, d_ms in rows:
-        flops = 2 * total * a.prompt_len
-        print(f"| {n:<24} | {p_ms:>10.2f} | {a.prompt_len/(p_ms/1e3):>13.0f} | "
-              f"{100*flops/(p_ms/1e3)/gemm:>10.1f}% | {d_ms:>13.3f} | {1e3/d_ms:>12.1f} | "
-              f"{100*per_step*2/(d_ms/1e3)/bw:>8.1f}% |")
+    print_rows(torch, a, bw, gemm, total, per_step, rows, mem)
     if a.scaling:
         # decode-dominated runs: 16-token prompts, a.gen tokens each; ms per engine step
         print(f"\ndecode step time vs batch size (16-token prompts, {a.gen} generated each)")

@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
+# (and, only when named: gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -124,6 +124,15 @@ else row "bench latency prefill (exit $?)" FAILED; fi
 grep -E "^\| [0-9]|ceilings" "$W/prefill.txt"
 fi
 
+# d2. the GEMM ceiling's operands: torch.matmul 8192^3 on zeros / randn /
+#     uniform data, short and sustained runs (scripts/gemm_operands.py)
+if part gemmdata; then
+if timeout 120 env -u LD_LIBRARY_PATH python3 scripts/gemm_operands.py >"$W/gemmdata.txt" 2>&1
+then row "gemm_operands.py (zeros / random) $(el)" ok
+else row "gemm_operands.py (exit $?)" FAILED; fi
+grep -E "^\||device" "$W/gemmdata.txt"
+fi
+
 # e. the peer: HF transformers prefill + decode at 2k (and 16k) in this run
 PY="env -u LD_LIBRARY_PATH python3"
 part peer && for pl in ${WAVE_PEER_LENS:-2048}; do
@@ -134,6 +143,18 @@ part peer && for pl in ${WAVE_PEER_LENS:-2048}; do
     then row "bench_gpu.py prompt $pl (inferd vs HF) $(el)" ok
     else row "bench_gpu.py prompt $pl (exit $?)" FAILED; fi
     grep -E "^\||ceiling|copy|GEMM" "$W/peer-$pl.txt" | tail -8
+done
+
+# e2. the peer's fast path: HF with a static cache + torch.compile, its own
+#     process (compiling takes minutes; a failure is reported, not fatal)
+part peercompile && for pl in ${WAVE_PEER_LENS:-2048}; do
+    cfg=$L8
+    ((pl > 8192)) && cfg=$L31
+    if timeout ${WAVE_COMPILE_TIMEOUT:-400} env -u LD_LIBRARY_PATH python3 scripts/bench_gpu.py --hf-compile \
+          --config $cfg --prompt-len $pl --gen 32 --runs 2 >"$W/peercompile-$pl.txt" 2>&1
+    then row "bench_gpu.py --hf-compile prompt $pl $(el)" ok
+    else row "bench_gpu.py --hf-compile prompt $pl (exit $?)" "FAILED (wave/peercompile-$pl.txt)"; fi
+    grep -E "^\||ceiling|GEMM|compile|Error|error" "$W/peercompile-$pl.txt" | tail -8
 done
 
 # f. start-up: dummy Llama-3-8B to a 200 from /health, graph capture included
