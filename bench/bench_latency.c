@@ -100,6 +100,7 @@ typedef struct {
     model_cost cost, pf_cost;  /* a decode step at mean_ctx; the whole prefill */
     double floor_ms, pct_roofline, pf_pct_gemm;
     model_prof_stats prof;     /* decode steps of the timed iterations */
+    engine_host_times host;    /* the engine thread between their decode steps */
     char error[256];
 } row_result;
 
@@ -210,6 +211,16 @@ static void row_roofline(model *m, const kern_ceilings *ceil, row_result *r)
     }
 }
 
+/* d = a - b, counter by counter (two snapshots of the engine's sums). */
+static void host_times_diff(const engine_host_times *a, const engine_host_times *b, engine_host_times *d)
+{
+    d->gaps = a->gaps - b->gaps;
+    d->outputs_s = a->outputs_s - b->outputs_s;
+    d->loop_s = a->loop_s - b->loop_s;
+    d->schedule_s = a->schedule_s - b->schedule_s;
+    d->build_s = a->build_s - b->build_s;
+}
+
 static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_latency_opts *o, row_result *r)
 {
     /* NOTE: prompts differ between rows too (the row's batch and input in
@@ -229,15 +240,20 @@ static int run_row(model *m, engine *e, const kern_ceilings *ceil, const bench_l
     r->steps_ms = inferd_malloc(sizeof(double) * (size_t)o->num_iters * (size_t)r->output);
     double *pf = inferd_malloc(sizeof(double) * (size_t)o->num_iters);
     inferd_status st = INFERD_OK;
+    engine_stats s0, s1;
     for (int it = 0; it < o->num_iters_warmup + o->num_iters && st == INFERD_OK; it++) {
         bool keep = it >= o->num_iters_warmup;
-        if (it == o->num_iters_warmup) /* the engine is idle between iterations */
+        if (it == o->num_iters_warmup) { /* the engine is idle between iterations */
             model_prof_reset(m);
+            engine_get_stats(e, &s0);
+        }
         st = run_iter(&x, r, (uint64_t)it, keep);
         if (keep)
             pf[it - o->num_iters_warmup] = r->prefill_ms;
     }
     if (st == INFERD_OK) {
+        engine_get_stats(e, &s1);
+        host_times_diff(&s1.host, &s0.host, &r->host);
         qsort(pf, (size_t)o->num_iters, sizeof *pf, cmp_double);
         r->prefill_ms = percentile(pf, o->num_iters, 0.5);
         double sum = 0;
@@ -335,6 +351,34 @@ static void print_gpu_side(FILE *f, const row_result *rows, int n)
             continue;
         fprintf(f, "| %d | %d | %d | %.3f | %.1f | %.1f | %llu |\n", r->batch, r->input, r->output, busy_ms(r),
                 gap_us(r), 1e3 * r->prof.gap_max_ms, (unsigned long long)r->prof.busy_steps);
+    }
+}
+
+/* us a gap of one of the engine thread's host sums. */
+static double host_us(const row_result *r, double sum_s)
+{
+    return r->host.gaps ? 1e6 * sum_s / (double)r->host.gaps : 0;
+}
+
+/* The engine thread between consecutive decode steps, one line per row:
+ * the host's share of the gap above (and the whole step on the CPU). */
+static void print_host_side(FILE *f, const row_result *rows, int n)
+{
+    fprintf(
+        f, "\nthe engine thread between consecutive decode steps (wall clock, us a step): outputs = commit + "
+           "the sampled tokens (stop checks, detokenizing, streaming), loop = stats + admission + aborts, "
+           "schedule = the scheduler, build = the batch arrays + sampling parameters\n\n");
+    fprintf(f, "| batch | in | out | outputs us | loop us | schedule us | build us | host us | gaps |\n");
+    fprintf(f, "|------:|---:|----:|-----------:|--------:|------------:|---------:|--------:|-----:|\n");
+    for (int i = 0; i < n; i++) {
+        const row_result *r = &rows[i];
+        if (r->error[0])
+            continue;
+        const engine_host_times *h = &r->host;
+        fprintf(f, "| %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %llu |\n", r->batch, r->input,
+                r->output, host_us(r, h->outputs_s), host_us(r, h->loop_s), host_us(r, h->schedule_s),
+                host_us(r, h->build_s), host_us(r, h->outputs_s + h->loop_s + h->schedule_s + h->build_s),
+                (unsigned long long)h->gaps);
     }
 }
 
@@ -447,6 +491,13 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
             cJSON_AddNumberToObject(o, "gpu_busy_ms_per_step", busy_ms(r));
             cJSON_AddNumberToObject(o, "host_gap_us", gap_us(r));
             cJSON_AddNumberToObject(o, "host_gap_max_us", 1e3 * r->prof.gap_max_ms);
+            const engine_host_times *h = &r->host;
+            cJSON *hj = cJSON_AddObjectToObject(o, "engine_thread_us_per_gap");
+            cJSON_AddNumberToObject(hj, "outputs", host_us(r, h->outputs_s));
+            cJSON_AddNumberToObject(hj, "loop", host_us(r, h->loop_s));
+            cJSON_AddNumberToObject(hj, "schedule", host_us(r, h->schedule_s));
+            cJSON_AddNumberToObject(hj, "build", host_us(r, h->build_s));
+            cJSON_AddNumberToObject(hj, "gaps", (double)h->gaps);
             if (r->prof.dec.steps > 0)
                 json_ops(o, "ops_us_per_step", &r->prof.dec);
             if (r->prof.pf.steps > 0) {
@@ -523,6 +574,7 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
                          "columns are empty\n",
                     rows[i].batch, rows[i].input, model_num_kv_blocks(m), model_block_size(m));
     print_gpu_side(out, rows, n_rows);
+    print_host_side(out, rows, n_rows);
     for (int i = 0; i < n_rows && o->profile_ops; i++)
         print_ops(out, &rows[i], ceil);
     for (int i = 0; i < n_rows; i++)

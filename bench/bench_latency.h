@@ -17,7 +17,10 @@
  *
  * The GPU side of the decode steps is measured too (model_prof.h): the mean
  * GPU busy time of a step and the idle gap between consecutive steps (host
- * work the GPU waits for), from events around every decode step. With
+ * work the GPU waits for), from events around every decode step, and the
+ * engine thread's share of that gap by phase (engine_host_times: the
+ * previous step's outputs, the thread loop, scheduling, batch build; wall
+ * clock, on every backend). With
  * --profile-ops every step runs eagerly with an event before each op, and
  * per-op tables follow the main one, for the decode steps and for the steps
  * with a prompt chunk: time per step summed over layers, bytes, achieved

@@ -263,6 +263,7 @@ static void publish_stats(engine *e)
     st->kv_blocks_shared = ps.shares;
     memcpy(st->finished, e->n_finished, sizeof st->finished);
     st->steps = ss.steps;
+    st->host = e->host;
     if (e->n_live == 0 && inferd_list_empty(&e->pending))
         pthread_cond_broadcast(&e->idle_cv);
     pthread_mutex_unlock(&e->mu);

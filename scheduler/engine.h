@@ -205,6 +205,19 @@ void engine_opts_from_model(engine_opts *eo, const model_opts *mo);
  * table's for the step limits): INVALID_ARG naming the field and range. */
 inferd_status engine_opts_validate(const engine_opts *o);
 
+/* The engine thread's own time between two consecutive decode-only steps
+ * (wall clock, summed over `gaps` pairs): from one step's return from the
+ * model until the next step calls it. The GPU idles through this time
+ * (bench latency's host gap is this plus the token copy-back, the input
+ * upload and the launch around it). */
+typedef struct {
+    uint64_t gaps;
+    double outputs_s;  /* commit and the sampled tokens: stop checks, detokenizing, streaming */
+    double loop_s;     /* the thread loop: stats snapshot, admission, aborts, locks */
+    double schedule_s; /* sched_step */
+    double build_s;    /* the batch arrays and the sampling parameters */
+} engine_host_times;
+
 typedef struct {
     int running, waiting;
     int kv_blocks_total, kv_blocks_used; /* excludes the null block */
@@ -216,6 +229,7 @@ typedef struct {
     uint64_t kv_blocks_shared;            /* block references added by forks (KV reused, not recomputed) */
     uint64_t finished[5];                 /* by finish_reason */
     uint64_t steps;
+    engine_host_times host; /* between consecutive decode-only steps */
 } engine_stats;
 
 typedef struct engine engine;

@@ -133,6 +133,11 @@ struct engine {
     /* engine-thread state */
     inferd_list live; /* of eng_req: taken, unfinished */
     uint64_t n_prompt_tokens, n_gen_tokens, n_finished[5];
+    /* host time between decode-only steps (engine_host_times): when the
+     * previous step ended and its output part; h_end 0 = that step was not
+     * decode-only (or failed), so the next one starts no pair */
+    double h_end, h_outputs;
+    engine_host_times host;
 
     /* per-step host buffers, sized at create */
     int32_t *b_tokens, *b_positions;    /* [max_num_batched_tokens] */

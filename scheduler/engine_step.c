@@ -241,30 +241,53 @@ static void mark_progress(engine *e, const sched_output *out, double now)
     }
 }
 
+/* A decode-only step: every item one new token that samples, no extra rows. */
+static bool is_decode_step(const sched_output *out, const model_batch *b, int n_logits)
+{
+    return out->n_tokens == out->n_items && n_logits == out->n_items && b->n_extra == 0;
+}
+
+/* A decode-only step whose predecessor was one too (it ended at prev_end)
+ * adds the host time between them (engine_host_times): the predecessor's
+ * outputs, the loop until this step began (t0), this step's scheduling
+ * (t0..t1) and batch build (t1..t2). */
+static void count_host_gap(engine *e, double prev_end, double t0, double t1, double t2)
+{
+    e->host.gaps++;
+    e->host.outputs_s += e->h_outputs;
+    e->host.loop_s += t0 - prev_end;
+    e->host.schedule_s += t1 - t0;
+    e->host.build_s += t2 - t1;
+}
+
 void eng_step(engine *e)
 {
+    const double t0 = util_now_s(), prev_end = e->h_end;
+    e->h_end = 0; /* set again below when this step is decode-only and completes */
     sched_output out;
     sched_step(e->s, &out);
     if (out.n_preempted > 0)
         eng_penalty_drop_preempted(e);
     if (out.n_items == 0)
         return;
-    mark_scheduled(&out, util_now_s());
+    const double t1 = util_now_s();
+    mark_scheduled(&out, t1);
     model_batch b;
     int n_logits = build_batch(e, &out, &b);
     e->cur_out = &out;
     bool want_lp = false;
-    inferd_status st;
-    if (n_logits > 0) {
+    if (n_logits > 0)
         fill_sample_params(e, &out, n_logits, &want_lp);
-        st = model_step(e->m, &b, e->b_sparams, e->b_sampled);
-    } else {
-        st = model_forward(e->m, &b);
-    }
+    const bool decode = is_decode_step(&out, &b, n_logits);
+    if (decode && prev_end > 0)
+        count_host_gap(e, prev_end, t0, t1, util_now_s());
+    inferd_status st =
+        n_logits > 0 ? model_step(e->m, &b, e->b_sparams, e->b_sampled) : model_forward(e->m, &b);
     if (st != INFERD_OK) {
         fail_step(e, &out, inferd_last_error());
         return;
     }
+    const double t3 = util_now_s();
     if (want_lp) {
         if (!e->h_logits)
             e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
@@ -299,4 +322,8 @@ void eng_step(engine *e)
     char msg[256];
     INFERD_CHECK_MSG(sched_check(e->s, msg, sizeof msg), msg);
 #endif
+    if (decode) {
+        e->h_end = util_now_s();
+        e->h_outputs = e->h_end - t3;
+    }
 }

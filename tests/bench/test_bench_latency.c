@@ -89,6 +89,21 @@ START_TEST(test_cpu_table_and_json)
         ck_assert_msg(!memmem(p, (size_t)(eol - p), "error", 5), "row %d: %.*s", r, (int)(eol - p), p);
         p = eol + 1;
     }
+    /* the engine thread's table: one 10-column line per row */
+    const char *ht =
+        strstr(out, "| batch | in | out | outputs us | loop us | schedule us | build us | host us | gaps |");
+    ck_assert_msg(ht, "no engine-thread table:\n%s", out);
+    p = strchr(strchr(ht, '\n') + 1, '\n') + 1;
+    for (int r = 0; r < 4; r++) {
+        const char *eol = strchr(p, '\n');
+        ck_assert_msg(eol, "engine-thread row %d missing:\n%s", r, out);
+        ck_assert_int_eq(test_count_char(p, (size_t)(eol - p), '|'), 10);
+        int b = 0, in = 0;
+        ck_assert_msg(sscanf(p, "| %d | %d |", &b, &in) == 2, "%.*s", (int)(eol - p), p);
+        ck_assert_int_eq(b, want[r][0]);
+        ck_assert_int_eq(in, want[r][1]);
+        p = eol + 1;
+    }
     const cJSON *root = run.root;
     ck_assert_str_eq(cJSON_GetObjectItem(root, "backend")->valuestring, "cpu");
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(root, "graphs")));
@@ -116,6 +131,15 @@ START_TEST(test_cpu_table_and_json)
         ck_assert_msg(steps >= 1 && steps <= 2 * 5, "row %d: %d decode steps", r, steps);
         ck_assert(cJSON_GetObjectItem(row, "decode_p50_ms")->valuedouble <=
                   cJSON_GetObjectItem(row, "decode_p99_ms")->valuedouble);
+        /* the timed decode steps follow each other: their gaps were timed,
+         * and publishing the tokens takes time */
+        const cJSON *h = cJSON_GetObjectItem(row, "engine_thread_us_per_gap");
+        ck_assert_msg(h, "row %d: no engine_thread_us_per_gap", r);
+        ck_assert_int_ge(cJSON_GetObjectItem(h, "gaps")->valueint, 1);
+        ck_assert(cJSON_GetObjectItem(h, "outputs")->valuedouble > 0);
+        static const char *k_host[] = {"loop", "schedule", "build"};
+        for (size_t k = 0; k < 3; k++)
+            ck_assert(cJSON_GetObjectItem(h, k_host[k])->valuedouble >= 0);
     }
     bl_done(&run);
 }

@@ -266,7 +266,8 @@ END_TEST
 
 /* engine_submit_many: the engine's first step sees every request (12
  * prompts, 288 tokens, in one prefill step, so 8 tokens each take exactly
- * 8 steps), greedy tokens as each alone; all or nothing: one bad request
+ * 8 steps, and engine_host_times counts the 6 pairs of decode steps),
+ * greedy tokens as each alone; all or nothing: one bad request
  * (an id outside the vocabulary) or a count outside [1, max] queues
  * nothing. */
 START_TEST(test_submit_many)
@@ -300,6 +301,11 @@ START_TEST(test_submit_many)
     engine_stats st;
     etu_finish_engine(e, &st);
     ck_assert_msg(st.steps == GEN, "%llu steps for %d tokens", (unsigned long long)st.steps, GEN);
+    /* steps 2..GEN are decode-only: GEN - 2 consecutive pairs, each with
+     * the host time between them (the outputs publish N tokens: > 0) */
+    ck_assert_int_eq((int)st.host.gaps, GEN - 2);
+    ck_assert(st.host.outputs_s > 0);
+    ck_assert(st.host.loop_s >= 0 && st.host.schedule_s >= 0 && st.host.build_s >= 0);
     assert_same(many, alone, N, "submit_many");
     model_free(m);
 }
