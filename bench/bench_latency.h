@@ -5,10 +5,13 @@
  * `batch` requests of random prompt ids to the real engine (scheduler,
  * batch build, forward, sampling: whatever a server step does), greedy with
  * ignore_eos, and times each request's tokens from the engine thread's
- * notify callback (no consumer wake-up in the measurement). Prefill time is
- * submission to the last request's first token; decode steps are the gaps
- * between request 0's consecutive tokens once every request is decoding,
- * so each one is a full-batch, decode-only engine step.
+ * notify callback (no consumer wake-up in the measurement; the engine
+ * makes those calls once the next step is launched, so every token's
+ * clock is shifted alike and a step is still the gap between two tokens).
+ * Prefill time is submission to the last request's first token; decode
+ * steps are the gaps between request 0's consecutive tokens once every
+ * request is decoding, so each one is a full-batch, decode-only engine
+ * step.
  *
  * Each row also gets its roofline: bytes and FLOPs of a decode step at the
  * measured steps' mean context (model_step_cost: weights + KV read), the

@@ -770,20 +770,33 @@ void model_logits_to_host(model *m, float *dst)
     kern_memcpy_d2h(m->kc, dst, m->a.logits, (size_t)m->last_n_logits * m->cfg.vocab_size * sizeof(float));
 }
 
+void model_step_launched(const model_batch *b)
+{
+    if (b->launched_fn)
+        b->launched_fn(b->launched_user);
+}
+
 inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
 {
     inferd_status st = model_check_batch(m, b);
     if (st != INFERD_OK)
         return st;
+    /* a backend that runs its ops as they are called has nothing to overlap */
+    const bool sync_ops = kern_ctx_backend(m->kc) == KERN_BACKEND_CPU;
+    if (sync_ops)
+        model_step_launched(b);
     prof_step_begin(m, b);
     model_tp_post(m, b, true);
-    /* an op profile needs its events between the ops: eager steps only */
+    /* an op profile needs its events between the ops: eager steps only
+     * (model_graph_step calls launched_fn after its launch) */
     if (!(m->prof.what & MODEL_PROF_OPS) && b->n_extra == 0 && model_graph_step(m, b, params, tokens)) {
         model_tp_wait(m);
         return INFERD_OK;
     }
     m->gr.eager_steps++;
     model_forward_checked(m, b);
+    if (!sync_ops)
+        model_step_launched(b);
     st = model_sample(m, params, tokens);
     model_tp_wait(m);
     return st;

@@ -322,8 +322,10 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
     upload_region(m, rows, w);
     kern_graph_launch(m->kc, graph);
     model_prof_step_end(m);
-    if (tokens)
+    if (tokens) { /* rank 0 (model_step): the graph runs while launched_fn does */
+        model_step_launched(b);
         kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)n * sizeof(int32_t));
+    }
     model_prof_step_done(m);
     m->last_n_logits = n;
     g->replays++;

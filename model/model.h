@@ -147,6 +147,14 @@ typedef struct {
     float *extra_buf;               /* host [model_max_num_seqs, vocab] scratch */
     void (*extra_fn)(void *user, int first, int n, const float *logits);
     void *extra_user;
+    /* Optional (model_step only): called once, on the caller's thread, when
+     * the step's device work is enqueued and before model_step waits for
+     * the sampled tokens, so host work placed there overlaps the device's
+     * (the engine wakes the previous step's consumers there). On a backend
+     * whose ops run synchronously (the CPU) it is called before the forward
+     * pass. Never called on the other ranks of a tensor-parallel group. */
+    void (*launched_fn)(void *user);
+    void *launched_user;
 } model_batch;
 
 /* Run the forward pass; keeps logits [n_logits, vocab] (F32) on the device. */

@@ -246,5 +246,7 @@ void model_prof_step_done(model *m);
 /* graphs.c: run a decode-only batch through its graph; false (nothing done)
  * when the batch has no graph. */
 bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);
+/* b->launched_fn(b->launched_user) when set (model_step's hook, forward.c). */
+void model_step_launched(const model_batch *b);
 
 #endif

@@ -299,6 +299,11 @@ static void *engine_main(void *arg)
         reap_aborts(e, stopping);
         if (!stopping && sched_has_work(e->s))
             eng_step(e);
+        /* the step's consumers are woken when the next step is launched;
+         * with none to come, now (before publish_stats can report the
+         * engine idle: a notify must not outlive engine_wait_idle) */
+        if (stopping || !sched_has_work(e->s))
+            eng_flush_wakes(e);
         publish_stats(e);
         pthread_mutex_unlock(&e->step_mu);
         if (stopping)
@@ -357,6 +362,7 @@ void engine_stop(engine *e)
     pthread_mutex_unlock(&e->mu);
     admit_all(e, &taken);
     reap_aborts(e, true);
+    eng_flush_wakes(e);
     publish_stats(e);
     pthread_mutex_unlock(&e->step_mu);
 }
@@ -385,6 +391,7 @@ void engine_free(engine *e)
     inferd_free(e->b_logits_idx);
     inferd_free(e->b_row_item);
     inferd_free(e->b_sparams);
+    inferd_free(e->wake);
     inferd_free(e->b_sampled);
     inferd_free(e->h_logits);
     inferd_free(e->b_extra_rows);

@@ -8,7 +8,10 @@
  * what can never fit) and returns an engine_stream; the engine schedules it,
  * appends tokens, detokenizes incrementally, checks stop conditions, and
  * publishes events to the stream, calling `notify` (from the engine thread,
- * must not block) whenever new output is there. The consumer takes output
+ * must not block) whenever new output is there: for a generated token once
+ * the next step has been launched (so the wake-ups overlap the device's
+ * work), or when no step follows; the output itself is in the stream at
+ * once, for a consumer that polls. The consumer takes output
  * with engine_stream_poll/wait and ends with engine_stream_release(), which
  * aborts the request if it is still running (KV blocks freed within one step).
  */

@@ -138,6 +138,11 @@ struct engine {
      * decode-only (or failed), so the next one starts no pair */
     double h_end, h_outputs;
     engine_host_times host;
+    /* streams published without a wake (eng_accept_token), each holding a
+     * reference: woken by eng_flush_wakes once the next step is on the
+     * device, or when no step follows */
+    engine_stream **wake;
+    int n_wake, cap_wake;
 
     /* per-step host buffers, sized at create */
     int32_t *b_tokens, *b_positions;    /* [max_num_batched_tokens] */
@@ -164,15 +169,20 @@ void stream_set_cum_logprob(engine_stream *s, double v);
 void stream_publish_prompt(engine_stream *s, const engine_logprob *lp, int n);
 /* Drop one reference (frees at zero). */
 void stream_unref(engine_stream *s);
-/* Append output (any part may be empty) and wake the consumer. The finish
- * fields are applied when finish != FINISH_NONE. */
+/* Append output (any part may be empty) and wake the consumer, or with
+ * wake = false take a reference and leave the wake to stream_wake_unref.
+ * The finish fields are applied when finish != FINISH_NONE. */
 void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *lp, int n_tok,
                     const char *text, size_t text_len, const engine_times *times, int completion_tokens,
-                    int cached_tokens, finish_reason finish, const char *error);
+                    int cached_tokens, finish_reason finish, const char *error, bool wake);
+void stream_wake_unref(engine_stream *s);
 
 /* engine_output.c: a sampled token for r (lp may be NULL): append it, apply
  * the stop conditions, publish. Returns true when r finished (r is freed). */
 bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob *lp);
+/* engine_step.c: wake the consumers of every stream eng_accept_token
+ * published since the last call (and drop the references they held). */
+void eng_flush_wakes(engine *e);
 /* Finish r now with `reason` (abort, error): flush text, publish, free. */
 void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error);
 void eng_req_free(eng_req *r);

@@ -20,7 +20,11 @@
  * held-back text: a consumer sees text that might begin a stop string only
  * one token later. Everything here runs on the engine thread, with step_mu
  * held; the only lock taken is e->mu in retire() and the stream's own in
- * stream_publish().
+ * stream_publish(). A token's publish does not wake its consumer: the
+ * wake-ups (a condvar broadcast and the notify callback, which for an HTTP
+ * connection resumes it in libmicrohttpd's event loop) wait in e->wake
+ * until the next step is on the device (eng_flush_wakes), so they overlap
+ * it instead of delaying its launch.
  */
 #include <string.h>
 
@@ -198,15 +202,26 @@ void eng_finish(engine *e, eng_req *r, finish_reason reason, const char *error)
         flush_detok(r, r->n_gen >= r->sp.min_tokens);
     size_t n = r->text.len - r->emitted;
     stream_publish(r->stream, NULL, NULL, 0, inferd_buf_str(&r->text) + r->emitted, n, &r->times, r->n_gen,
-                   cached_tokens_of(r), reason, error);
+                   cached_tokens_of(r), reason, error, true);
     r->emitted = r->text.len;
     retire(e, r, reason);
 }
 
+/* Queue s (published with wake = false) for eng_flush_wakes. */
+static void defer_wake(engine *e, engine_stream *s)
+{
+    if (e->n_wake == e->cap_wake) {
+        e->cap_wake = e->cap_wake ? 2 * e->cap_wake : 64;
+        e->wake = inferd_realloc(e->wake, (size_t)e->cap_wake * sizeof *e->wake);
+    }
+    e->wake[e->n_wake++] = s;
+}
+
 /* Take one sampled token of a running request: append it to the
  * scheduler's sequence, decode its text, decide whether the request ends,
- * publish the token with the text that is now safe to show, and retire the
- * request when it finished (true: r is freed, do not touch it).
+ * publish the token with the text that is now safe to show (its consumer
+ * is woken later, by eng_flush_wakes), and retire the request when it
+ * finished (true: r is freed, do not touch it).
  * Order of the checks matters and follows vLLM: a stop token wins over a
  * stop string found in the same token, which wins over the length limit.
  * lp may be NULL (no logprobs requested). Engine thread, r->sr non-NULL. */
@@ -254,7 +269,8 @@ bool eng_accept_token(engine *e, eng_req *r, int32_t token, const engine_logprob
     if (fin != FINISH_NONE)
         r->times.finished = now;
     stream_publish(r->stream, &token, lp, 1, inferd_buf_str(&r->text) + r->emitted, emit_to - r->emitted,
-                   &r->times, r->n_gen, cached_tokens_of(r), fin, NULL);
+                   &r->times, r->n_gen, cached_tokens_of(r), fin, NULL, false);
+    defer_wake(e, r->stream);
     r->emitted = emit_to;
     if (fin == FINISH_NONE)
         return false;

@@ -260,6 +260,20 @@ static void count_host_gap(engine *e, double prev_end, double t0, double t1, dou
     e->host.build_s += t2 - t1;
 }
 
+void eng_flush_wakes(engine *e)
+{
+    for (int i = 0; i < e->n_wake; i++)
+        stream_wake_unref(e->wake[i]);
+    e->n_wake = 0;
+}
+
+/* model_batch.launched_fn: the step runs on the device; wake the previous
+ * step's consumers meanwhile. */
+static void on_launched(void *user)
+{
+    eng_flush_wakes(user);
+}
+
 void eng_step(engine *e)
 {
     const double t0 = util_now_s(), prev_end = e->h_end;
@@ -268,8 +282,10 @@ void eng_step(engine *e)
     sched_step(e->s, &out);
     if (out.n_preempted > 0)
         eng_penalty_drop_preempted(e);
-    if (out.n_items == 0)
+    if (out.n_items == 0) {
+        eng_flush_wakes(e);
         return;
+    }
     const double t1 = util_now_s();
     mark_scheduled(&out, t1);
     model_batch b;
@@ -281,8 +297,16 @@ void eng_step(engine *e)
     const bool decode = is_decode_step(&out, &b, n_logits);
     if (decode && prev_end > 0)
         count_host_gap(e, prev_end, t0, t1, util_now_s());
-    inferd_status st =
-        n_logits > 0 ? model_step(e->m, &b, e->b_sparams, e->b_sampled) : model_forward(e->m, &b);
+    inferd_status st;
+    if (n_logits > 0) {
+        b.launched_fn = on_launched;
+        b.launched_user = e;
+        st = model_step(e->m, &b, e->b_sparams, e->b_sampled);
+    } else {
+        eng_flush_wakes(e);
+        st = model_forward(e->m, &b);
+    }
+    eng_flush_wakes(e); /* no-op unless model_step failed before its launch */
     if (st != INFERD_OK) {
         fail_step(e, &out, inferd_last_error());
         return;

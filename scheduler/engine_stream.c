@@ -101,6 +101,10 @@ static void push_seg(engine_stream *s)
  * the counters and times replace the previous ones (they are totals). The
  * first finish wins: a later finish event (there is none in practice) is
  * ignored, so the consumer sees one finish reason.
+ * wake = false publishes without waking: the data is there for a consumer
+ * that polls, but a waiting one (and notify) is woken only by the
+ * stream_wake_unref the caller then owes (publish took a reference for it),
+ * which the engine defers past the next step's launch (engine_step.c).
  * NOTE: notify(user) runs after s->mu is released (the callback may poll
  * this stream) and may run after the consumer released the stream; the
  * engine's reference keeps s alive, but notify_user's lifetime is the
@@ -108,7 +112,7 @@ static void push_seg(engine_stream *s)
  * and do nothing: server/srv_http.c). */
 void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *lp, int n_tok,
                     const char *text, size_t text_len, const engine_times *times, int completion_tokens,
-                    int cached_tokens, finish_reason finish, const char *error)
+                    int cached_tokens, finish_reason finish, const char *error, bool wake)
 {
     pthread_mutex_lock(&s->mu);
     if (n_tok > 0) {
@@ -144,7 +148,24 @@ void stream_publish(engine_stream *s, const int32_t *tok, const engine_logprob *
         if (error)
             snprintf(s->error, sizeof s->error, "%s", error);
     }
+    if (wake) {
+        wake_unlock(s);
+        return;
+    }
+    s->refs++; /* the deferred wake's, dropped by stream_wake_unref */
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The deferred wake of a publish with wake = false: wake the waiters, call
+ * notify, drop the reference that publish took (freeing s at zero). */
+void stream_wake_unref(engine_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    INFERD_CHECK(s->refs > 0);
+    int left = --s->refs;
     wake_unlock(s);
+    if (left == 0)
+        stream_destroy(s);
 }
 
 /* Engine thread only: prompt logprobs, computed in a prefill step, go

@@ -237,6 +237,13 @@ static int ints(const char *key, int32_t *out)
 
 /* Greedy generation of golden case 0 through model_step on m (prompt
  * eagerly, then one decode step per token); returns the tokens matched. */
+static void count_launch(void *user)
+{
+    (*(int *)user)++;
+}
+
+/* Greedy decode of golden case 0 through model_step (graphs when m has
+ * them); each step calls its launched_fn exactly once. */
 static int golden_through(model *m)
 {
     int32_t toks[600], want[512];
@@ -250,7 +257,7 @@ static int golden_through(model *m)
     kern_sample_params sp = {.temperature = 0, .top_p = 1};
     int32_t next;
     ck_assert_int_eq(model_sample(m, &sp, &next), INFERD_OK);
-    int n = np, got = 0, bs = model_block_size(m);
+    int n = np, got = 0, bs = model_block_size(m), launched = 0, n_steps = 0;
     while (n <= steps && next != 1) {
         ck_assert_msg(got < nw && next == want[got], "token %d: got %d want %d", got, next, got < nw ? want[got] : -1);
         toks[n] = next;
@@ -259,8 +266,11 @@ static int golden_through(model *m)
         int64_t slot = kv_slot(table, n, bs);
         model_batch mb = {.n_tokens = 1, .tokens = &toks[n], .positions = &pos, .slot_mapping = &slot, .n_seqs = 1,
                           .query_start_loc = qsl, .seq_lens = &len, .block_tables = table, .max_blocks_per_seq = nb,
-                          .n_logits = 1, .logits_indices = &idx};
+                          .n_logits = 1, .logits_indices = &idx, .launched_fn = count_launch,
+                          .launched_user = &launched};
         ck_assert_int_eq(model_step(m, &mb, &sp, &next), INFERD_OK);
+        n_steps++;
+        ck_assert_int_eq(launched, n_steps);
         n++;
     }
     ck_assert_int_eq(got, nw);

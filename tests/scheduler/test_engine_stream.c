@@ -52,7 +52,7 @@ static void publish(engine_stream *s, const pub *p, int *total)
     }
     *total += p->n_tok;
     stream_set_cum_logprob(s, -(double)*total);
-    stream_publish(s, tok, lp, p->n_tok, p->text, strlen(p->text), NULL, *total, 0, p->finish, NULL);
+    stream_publish(s, tok, lp, p->n_tok, p->text, strlen(p->text), NULL, *total, 0, p->finish, NULL, true);
 }
 
 static void check(engine_stream *s, bool step, const want *w, const char *where)
@@ -195,6 +195,42 @@ START_TEST(test_step_lagging)
 }
 END_TEST
 
+static void count_notify(void *user)
+{
+    (*(int *)user)++;
+}
+
+/* Publishes without a wake (wake = false, the engine's per-token form):
+ * the output is there for a poll at once, notify runs only at
+ * stream_wake_unref, once per publish; the reference each publish took
+ * keeps the stream alive after the engine and the consumer dropped theirs,
+ * and the last wake frees it (ASan checks both). */
+START_TEST(test_deferred_wake)
+{
+    int notified = 0;
+    engine_request req;
+    memset(&req, 0, sizeof req);
+    req.n_prompt = 5;
+    req.sp.logprobs = -1;
+    req.notify = count_notify;
+    req.notify_user = &notified;
+    engine_stream *s = stream_new(1, &req);
+    const int32_t tok[2] = {7, 8};
+    stream_set_cum_logprob(s, -1.0); /* check()'s convention: -(completion tokens) */
+    stream_publish(s, &tok[0], NULL, 1, "a", 1, NULL, 1, 0, FINISH_NONE, NULL, false);
+    ck_assert_int_eq(notified, 0);
+    check(s, true, &(want){1, 7, "a", 1, false}, "deferred, before its wake");
+    stream_set_cum_logprob(s, -2.0);
+    stream_publish(s, &tok[1], NULL, 1, "b", 1, NULL, 2, 0, FINISH_LENGTH, NULL, false);
+    stream_wake_unref(s);
+    ck_assert_int_eq(notified, 1);
+    stream_unref(s);          /* the engine's reference (retire) */
+    engine_stream_release(s); /* the consumer's, before the second wake */
+    stream_wake_unref(s);     /* the last reference: notify, then free */
+    ck_assert_int_eq(notified, 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("engine_stream");
@@ -203,6 +239,7 @@ int main(void)
     tcase_add_test(tc, test_step_mixed);
     tcase_add_test(tc, test_step_prompt_logprobs);
     tcase_add_test(tc, test_step_lagging);
+    tcase_add_test(tc, test_deferred_wake);
     suite_add_tcase(su, tc);
     return test_run_suite(su);
 }
