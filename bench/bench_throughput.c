@@ -366,6 +366,16 @@ static void print_result(FILE *f, model *m, const kern_ceilings *c, const bench_
                 (unsigned long long)(r->stats.steps > p->busy_steps ? r->stats.steps - p->busy_steps : 0),
                 r->elapsed_s - dec_s);
     }
+    const engine_host_times *h = &r->stats.host;
+    if (h->gaps > 0) {
+        const double us = 1e6 / (double)h->gaps;
+        fprintf(
+            f,
+            "engine thread between consecutive decode-only steps: %.1f us (outputs %.1f, loop %.1f, schedule "
+            "%.1f, build %.1f) over %llu pairs\n",
+            us * (h->outputs_s + h->loop_s + h->schedule_s + h->build_s), us * h->outputs_s, us * h->loop_s,
+            us * h->schedule_s, us * h->build_s, (unsigned long long)h->gaps);
+    }
 }
 
 /* vLLM's keys first (elapsed_time, num_requests, total_num_tokens,
@@ -413,6 +423,13 @@ static int write_json(const char *path, model *m, const engine_opts *eo, const k
     cJSON_AddNumberToObject(ej, "preemptions", (double)r->stats.preemptions);
     cJSON_AddNumberToObject(ej, "decode_only_steps", (double)r->prof.busy_steps);
     cJSON_AddNumberToObject(ej, "decode_only_gpu_s", r->prof.busy_ms * 1e-3);
+    const engine_host_times *h = &r->stats.host;
+    cJSON *hj = cJSON_AddObjectToObject(ej, "engine_thread_s");
+    cJSON_AddNumberToObject(hj, "outputs", h->outputs_s);
+    cJSON_AddNumberToObject(hj, "loop", h->loop_s);
+    cJSON_AddNumberToObject(hj, "schedule", h->schedule_s);
+    cJSON_AddNumberToObject(hj, "build", h->build_s);
+    cJSON_AddNumberToObject(hj, "pairs", (double)h->gaps);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     const bool ok = util_write_text_file(path, text);

@@ -125,8 +125,25 @@ START_TEST(test_cpu_random)
     ck_assert_msg(strstr(out, "dataset: random, 10 requests, input 16, output 8"), "%s", out);
     ck_assert_msg(strstr(out, "engine: max-num-seqs 256, max-num-batched-tokens 8192, max-model-len 24"), "%s", out);
     check_table(out, 10, 160, 80);
+    /* one prefill step, then 7 decode-only ones: 6 pairs with the engine
+     * thread's time between them */
+    double host_us = 0;
+    unsigned pairs = 0;
+    const char *h = strstr(out, "\nengine thread between consecutive decode-only steps: ");
+    ck_assert_msg(
+        h && sscanf(h,
+                    "\nengine thread between consecutive decode-only steps: %lf us (outputs %*f, loop "
+                    "%*f, schedule %*f, build %*f) over %u pairs",
+                    &host_us, &pairs) == 2,
+        "%s", out);
+    ck_assert(host_us > 0);
+    ck_assert_uint_eq(pairs, 6);
     cJSON *root = read_json(json);
     check_json(root, 10, 160, 80);
+    const cJSON *hj = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "engine"), "engine_thread_s");
+    ck_assert_int_eq((int)num(hj, "pairs"), 6);
+    ck_assert(num(hj, "outputs") > 0 && num(hj, "loop") >= 0 && num(hj, "schedule") >= 0 &&
+              num(hj, "build") >= 0);
     ck_assert_str_eq(cJSON_GetObjectItem(root, "dataset_name")->valuestring, "random");
     ck_assert_int_eq((int)num(root, "input_len"), 16);
     ck_assert_int_eq((int)num(root, "output_len"), 8);
