@@ -306,8 +306,8 @@ void eng_step(engine *e)
         eng_flush_wakes(e);
         st = model_forward(e->m, &b);
     }
-    eng_flush_wakes(e); /* no-op unless model_step failed before its launch */
     if (st != INFERD_OK) {
+        eng_flush_wakes(e); /* model_step may fail before its launch */
         fail_step(e, &out, inferd_last_error());
         return;
     }

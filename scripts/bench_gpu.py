@@ -15,7 +15,9 @@ weight bytes / decode time per token. Prefill is bound by GEMM FLOPs:
 Both engines use random (dummy) weights of the same config in bf16.
 --hf-compile times only HF's fast path instead (static KV cache +
 torch.compile "reduce-overhead", i.e. CUDA graphs), in its own process:
-compiling an 8B model takes minutes and may not work on every machine.
+compiling an 8B model takes minutes, and on torch 2.11 + transformers 5.17
+the second generate fails ("accessing tensor output of CUDAGraphs that has
+been overwritten", docs/PERF.md, twenty-second session).
 """
 import argparse
 import json

@@ -117,7 +117,7 @@ static bool gemm_plan_make(kcuda_state *st, gemm_plan *p, int d)
 static void fill_operand(kern_ctx *ctx, void *p, int d, uint64_t seed)
 {
     kern_weight w = {.data = p, .dtype = KERN_DTYPE_BF16, .rows = d, .cols = d};
-    kcuda_weight_fill_random_part(ctx, &w, 0, d, seed, 1.0f, 0, 0, d);
+    kern_weight_fill_random(ctx, &w, seed, 1.0f);
 }
 
 static inferd_status measure_gemm(kern_ctx *ctx, kcuda_state *st, kern_ceilings *out)
