@@ -233,6 +233,18 @@ void kern_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
         memcpy(dst, src, bytes);
 }
 
+void kern_memcpy_d2h_async(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kcuda_memcpy_d2h_async(ctx, dst, src, bytes);
+        return;
+    }
+#endif
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
 void kern_memset0(kern_ctx *ctx, void *dst, size_t bytes)
 {
 #ifdef INFERD_HAVE_CUDA
@@ -391,6 +403,12 @@ void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o)
 void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d)
 {
     DISPATCH(ctx, gather_rows(ctx, out, in, idx, r, d));
+}
+
+void kern_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, int n)
+{
+    if (n > 0)
+        DISPATCH(ctx, tokens_from(ctx, tokens, src, from, n));
 }
 
 void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
@@ -592,6 +610,16 @@ double kern_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j)
         return kcuda_timer_ms(ctx, t, i, j);
 #endif
     return (t->host_s[j] - t->host_s[i]) * 1e3;
+}
+
+void kern_timer_wait(kern_ctx *ctx, kern_timer *t, int i)
+{
+    INFERD_CHECK(i >= 0 && i < t->n);
+#ifdef INFERD_HAVE_CUDA
+    if (ctx->backend == KERN_BACKEND_CUDA)
+        kcuda_timer_wait(ctx, t, i);
+#endif
+    (void)ctx;
 }
 
 void kern_timer_free(kern_ctx *ctx, kern_timer *t)

@@ -92,6 +92,8 @@ struct kern_timer {
                           const kern_fuse *f);                                                    \
     void P##_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r,     \
                          int d);                                                                  \
+    void P##_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, \
+                         int n);                                                                  \
     void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
     void P##_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count);                 \
     void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p,                           \
@@ -124,6 +126,7 @@ void *kcuda_alloc(kern_ctx *ctx, size_t bytes);
 void kcuda_free(kern_ctx *ctx, void *p);
 void kcuda_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+void kcuda_memcpy_d2h_async(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes);
 void kcuda_sync(kern_ctx *ctx);
 void kcuda_copy_2d(kern_ctx *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
@@ -182,6 +185,7 @@ int kcuda_gemv_preload(const kern_ctx *ctx, int n);
 bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);
 void kcuda_timer_record(kern_ctx *ctx, kern_timer *t, int i);
 double kcuda_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j);
+void kcuda_timer_wait(kern_ctx *ctx, kern_timer *t, int i);
 void kcuda_timer_release(kern_ctx *ctx, kern_timer *t);
 
 #ifdef __cplusplus

@@ -118,6 +118,10 @@ void *kern_alloc(kern_ctx *ctx, size_t bytes);
 void kern_free(kern_ctx *ctx, void *p);
 void kern_memcpy_h2d(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kern_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes); /* synchronous */
+/* Ordered on the ctx's stream without waiting: dst must be page-locked
+ * (kern_host_alloc) and holds the bytes once a kern_timer_wait on a slot
+ * recorded after the copy returns (or after kern_sync). CPU: memcpy. */
+void kern_memcpy_d2h_async(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 void kern_memset0(kern_ctx *ctx, void *dst, size_t bytes);
 void kern_sync(kern_ctx *ctx);
 /* Backend-to-backend copy of height rows of width bytes, rows dst_pitch and
@@ -254,6 +258,13 @@ void kern_gemm_config_get(const kern_ctx *ctx, kern_gemm_opts *o);
 
 /* out[r, d] = in[idx[j], :] for j < r. idx: [r] int32 backend memory. */
 void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *idx, int r, int d);
+
+/* A step's input tokens from the previous step's sampled ones, on the
+ * device (the engine's async scheduling launches step N + 1 before the
+ * host has seen step N's tokens): for i < n, tokens[i] = from[src[i]] where
+ * src[i] >= 0, else tokens[i] is left as is. tokens: [n], src: [n], from:
+ * [max src + 1], int32, backend memory; tokens must not overlap from. */
+void kern_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, int n);
 
 /* out[n, f] = silu(gate_up[:, :f]) * gate_up[:, f:]; gate_up: [n, 2f]. */
 void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);
@@ -559,6 +570,10 @@ typedef struct kern_timer kern_timer;
 kern_timer *kern_timer_create(kern_ctx *ctx, int n);
 void kern_timer_record(kern_ctx *ctx, kern_timer *t, int i);
 double kern_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j);
+/* Block the host until the stream has passed slot i's record (CUDA:
+ * cudaEventSynchronize; CPU: returns at once). A fence for the work
+ * enqueued before the record, e.g. a kern_memcpy_d2h_async. */
+void kern_timer_wait(kern_ctx *ctx, kern_timer *t, int i);
 void kern_timer_free(kern_ctx *ctx, kern_timer *t);
 
 /* --- device ceilings (benchmarks) ------------------------------------------ */

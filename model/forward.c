@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/check.h"
 #include "common/util.h"
 #include "kvcache/kv_layout.h"
 #include "model/model_internal.h"
@@ -72,14 +73,14 @@ static void prof_mark(model *m, int op, double bytes, double flops)
     kern_timer_record(m->kc, p->t, p->n_marks++);
 }
 
-static int slot_begin(const model_prof *p, int cur)
+static int slot_begin(const model_prof *p, int slot)
 {
-    return p->max_marks + cur;
+    return p->max_marks + slot;
 }
 
-static int slot_end(const model_prof *p, int cur)
+static int slot_end(const model_prof *p, int slot)
 {
-    return p->max_marks + 2 + cur;
+    return p->max_marks + 4 + slot;
 }
 
 void model_prof_reset(model *m)
@@ -93,9 +94,9 @@ inferd_status model_prof_enable(model *m, unsigned what)
     model_prof *p = &m->prof;
     if (what && !p->t) {
         int marks = 12 * m->cfg.n_layers + 10; /* 11 ops a layer with all-reduces, + head */
-        kern_timer *t = kern_timer_create(m->kc, marks + 4);
+        kern_timer *t = kern_timer_create(m->kc, marks + 8);
         if (!t)
-            return inferd_set_error(INFERD_ERR_NOMEM, "profile: cannot create %d timers", marks + 4);
+            return inferd_set_error(INFERD_ERR_NOMEM, "profile: cannot create %d timers", marks + 8);
         p->t = t;
         p->max_marks = marks;
         p->mark_op = inferd_calloc((size_t)marks, sizeof *p->mark_op);
@@ -111,6 +112,7 @@ inferd_status model_prof_enable(model *m, unsigned what)
     }
     p->what = what;
     p->open = false;
+    memset(p->slot_open, 0, sizeof p->slot_open);
     model_prof_reset(m);
     return INFERD_OK;
 }
@@ -128,8 +130,11 @@ static void prof_step_begin(model *m, const model_batch *b)
     model_prof *p = &m->prof;
     if (!p->what)
         return;
+    p->cur = (p->cur + 1) & 3;
     p->decode = b->n_tokens == b->n_seqs && b->n_logits == b->n_seqs;
     p->open = p->decode || (p->what & MODEL_PROF_OPS);
+    p->slot_open[p->cur] = p->open;
+    p->slot_decode[p->cur] = p->decode;
     p->n_marks = 0;
     p->n_new = b->n_tokens;
     if (!p->decode) {
@@ -150,12 +155,17 @@ void model_prof_step_end(model *m)
         kern_timer_record(m->kc, p->t, slot_end(p, p->cur));
 }
 
-void model_prof_step_done(model *m)
+/* The step of profiler slot `slot` has finished (its tokens are back):
+ * accumulate its op marks (steps run one at a time under MODEL_PROF_OPS),
+ * its busy time and the gap from the end of the step launched before it. */
+void model_prof_step_done(model *m, int slot)
 {
     model_prof *p = &m->prof;
-    if (!p->open)
+    if (!p->slot_open[slot])
         return;
-    p->open = false;
+    p->slot_open[slot] = false;
+    if (slot == p->cur)
+        p->open = false;
     kern_ctx *kc = m->kc;
     model_prof_stats *st = &p->st;
     if ((p->what & MODEL_PROF_OPS) && p->n_marks > 1 && p->mark_op[p->n_marks - 1] < 0) {
@@ -173,15 +183,15 @@ void model_prof_step_done(model *m)
         o->steps++;
         o->tokens += p->n_new;
     }
-    if (!p->decode)
+    if (!p->slot_decode[slot])
         return;
-    double busy = kern_timer_ms(kc, p->t, slot_begin(p, p->cur), slot_end(p, p->cur));
+    double busy = kern_timer_ms(kc, p->t, slot_begin(p, slot), slot_end(p, slot));
     if (busy >= 0) {
         st->busy_ms += busy;
         st->busy_steps++;
     }
     if (p->prev_valid) {
-        double gap = kern_timer_ms(kc, p->t, slot_end(p, 1 - p->cur), slot_begin(p, p->cur));
+        double gap = kern_timer_ms(kc, p->t, slot_end(p, (slot + 3) & 3), slot_begin(p, slot));
         if (gap >= 0) {
             st->gap_ms += gap;
             st->gap_max_ms = INFERD_MAX(st->gap_max_ms, gap);
@@ -189,7 +199,6 @@ void model_prof_step_done(model *m)
         }
     }
     p->prev_valid = true;
-    p->cur = 1 - p->cur;
 }
 
 /* Bytes of the ops of one layer and of the head, for n tokens of act-dtype
@@ -674,22 +683,6 @@ static void extra_rows_ops(model *m, const model_batch *b)
         kern_memcpy_h2d(m->kc, a->logits_idx, b->logits_indices, (size_t)b->n_logits * sizeof(int32_t));
 }
 
-/* With extra rows the layers run first (no head), then the extra rows'
- * heads, then the sampled rows' head, so a->logits ends with those. */
-void model_forward_checked(model *m, const model_batch *b)
-{
-    model_fwd_in in;
-    upload_batch(m, b, &in);
-    if (b->n_extra > 0) {
-        in.n_logits = 0;
-        model_forward_ops(m, &in);
-        extra_rows_ops(m, b);
-        head_ops(m, in.logits_idx, b->n_logits, layers_form_of(m, b->n_tokens) != LAYERS_PLAIN);
-    } else {
-        model_forward_ops(m, &in);
-    }
-    m->last_n_logits = b->n_logits;
-}
 
 inferd_status model_forward(model *m, const model_batch *b)
 {
@@ -743,25 +736,30 @@ static bool any_penalty(const kern_sample_params *params, int r)
  * it, so a step without penalties runs exactly the ops it always ran; the
  * decode graphs always hold the launch (graphs.c), whose empty rows leave
  * the logits untouched, so both paths give the same bits. */
-inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
+/* Enqueue the sampler over the last forward pass's logits rows; returns
+ * how many rows it samples (0: a prompt chunk without a sampled row). */
+static int sample_ops(model *m, const kern_sample_params *params)
 {
     int r = m->last_n_logits;
-    if (r == 0) { /* a prompt chunk without a sampled row: close its profile record */
-        if (m->prof.open) {
-            model_prof_step_end(m);
-            kern_sync(m->kc);
-            model_prof_step_done(m);
-        }
-        return INFERD_OK;
-    }
+    if (r == 0)
+        return 0;
     kern_memcpy_h2d(m->kc, m->a.sparams, params, (size_t)r * sizeof(kern_sample_params));
     PROF_MARK(m, MODEL_OP_SAMPLE, 4.0 * r * (double)m->cfg.vocab_size, 0);
     if (any_penalty(params, r))
         kern_penalty_apply(m->kc, m->a.logits, m->a.sparams, r, m->cfg.vocab_size);
     kern_sample(m->kc, m->a.sampled, m->a.logits, m->a.sparams, r, m->cfg.vocab_size, m->a.sample_ws);
+    return r;
+}
+
+inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
+{
+    int r = sample_ops(m, params);
     model_prof_step_end(m);
-    kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
-    model_prof_step_done(m);
+    if (r > 0)
+        kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
+    else
+        kern_sync(m->kc);
+    model_prof_step_done(m, m->prof.cur);
     return INFERD_OK;
 }
 
@@ -776,37 +774,150 @@ void model_step_launched(const model_batch *b)
         b->launched_fn(b->launched_user);
 }
 
-inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
+bool model_step_chainable(const model *m)
+{
+    return !m->tp && !m->follower && !model_has_comm_planned(m) && !(m->prof.what & MODEL_PROF_OPS);
+}
+
+static inferd_status inflight_init(model *m)
+{
+    model_inflight *f = &m->fl;
+    if (f->fence)
+        return INFERD_OK;
+    for (int k = 0; k < 2; k++)
+        f->tok[k] = kern_host_alloc(m->kc, (size_t)m->R * sizeof(int32_t));
+    f->fence = kern_timer_create(m->kc, 2);
+    if (!f->tok[0] || !f->tok[1] || !f->fence) {
+        model_inflight_free(m);
+        return inferd_set_error(INFERD_ERR_NOMEM, "model: cannot allocate the step token buffers");
+    }
+    return INFERD_OK;
+}
+
+void model_inflight_free(model *m)
+{
+    model_inflight *f = &m->fl;
+    if (f->count > 0)
+        kern_sync(m->kc);
+    for (int k = 0; k < 2; k++)
+        kern_host_free(m->kc, f->tok[k]);
+    if (f->fence)
+        kern_timer_free(m->kc, f->fence);
+    memset(f, 0, sizeof *f);
+}
+
+/* prev_rows: NULL, or one entry a token row, each -1 or a sampled row of
+ * the step launched last (still in flight). */
+static inferd_status check_prev_rows(const model *m, const model_batch *b, const int32_t *prev_rows)
+{
+    const model_inflight *f = &m->fl;
+    if (!model_step_chainable(m) || f->count != 1)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step needs exactly one step in flight and "
+                                "no tensor parallelism or op profile (%d in flight)", f->count);
+    if (b->n_tokens > m->R)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step of %d tokens exceeds %d rows",
+                                b->n_tokens, m->R);
+    const int prev_n = f->n[f->head];
+    for (int i = 0; i < b->n_tokens; i++)
+        if (prev_rows[i] < -1 || prev_rows[i] >= prev_n)
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "chained row %d names row %d of a step of %d",
+                                    i, prev_rows[i], prev_n);
+    return INFERD_OK;
+}
+
+/* model_forward_checked, the input tokens named by prev_rows taken from
+ * the previous step's sampled ones on the device. With extra rows the
+ * layers run first (no head), then the extra rows' heads, then the sampled
+ * rows' head, so a->logits ends with those. */
+static void forward_from(model *m, const model_batch *b, const int32_t *prev_rows)
+{
+    model_fwd_in in;
+    upload_batch(m, b, &in);
+    if (prev_rows) {
+        kern_memcpy_h2d(m->kc, m->a.src_rows, prev_rows, (size_t)b->n_tokens * sizeof(int32_t));
+        kern_tokens_from(m->kc, m->a.tokens, m->a.src_rows, m->a.sampled, b->n_tokens);
+    }
+    if (b->n_extra > 0) {
+        in.n_logits = 0;
+        model_forward_ops(m, &in);
+        extra_rows_ops(m, b);
+        head_ops(m, in.logits_idx, b->n_logits, layers_form_of(m, b->n_tokens) != LAYERS_PLAIN);
+    } else {
+        model_forward_ops(m, &in);
+    }
+    m->last_n_logits = b->n_logits;
+}
+
+void model_forward_checked(model *m, const model_batch *b)
+{
+    forward_from(m, b, NULL);
+}
+
+inferd_status model_step_launch(model *m, const model_batch *b, const kern_sample_params *params,
+                                const int32_t *prev_rows)
 {
     inferd_status st = model_check_batch(m, b);
+    if (st == INFERD_OK && prev_rows)
+        st = check_prev_rows(m, b, prev_rows);
+    if (st == INFERD_OK)
+        st = inflight_init(m);
     if (st != INFERD_OK)
         return st;
+    model_inflight *f = &m->fl;
+    INFERD_CHECK_MSG(f->count < 2, "model: a third step launched before the first was waited for");
     /* a backend that runs its ops as they are called has nothing to overlap */
     const bool sync_ops = kern_ctx_backend(m->kc) == KERN_BACKEND_CPU;
     if (sync_ops)
         model_step_launched(b);
     prof_step_begin(m, b);
     model_tp_post(m, b, true);
-    /* an op profile needs its events between the ops: eager steps only
-     * (model_graph_step calls launched_fn after its launch) */
-    if (!(m->prof.what & MODEL_PROF_OPS) && b->n_extra == 0 && model_graph_step(m, b, params, tokens)) {
-        model_tp_wait(m);
-        return INFERD_OK;
+    /* an op profile needs its events between the ops: eager steps only */
+    if ((m->prof.what & MODEL_PROF_OPS) || b->n_extra > 0 || !model_graph_launch(m, b, params, prev_rows)) {
+        m->gr.eager_steps++;
+        forward_from(m, b, prev_rows);
+        sample_ops(m, params);
+        model_prof_step_end(m);
     }
-    m->gr.eager_steps++;
-    model_forward_checked(m, b);
-    if (!sync_ops)
+    const int k = (f->head + f->count) & 1;
+    f->n[k] = m->last_n_logits;
+    f->prof_slot[k] = m->prof.cur;
+    kern_memcpy_d2h_async(m->kc, f->tok[k], m->a.sampled, (size_t)f->n[k] * sizeof(int32_t));
+    kern_timer_record(m->kc, f->fence, k);
+    f->count++;
+    if (!sync_ops) /* the step runs on the device while the hook does */
         model_step_launched(b);
-    st = model_sample(m, params, tokens);
+    return INFERD_OK;
+}
+
+inferd_status model_step_wait(model *m, int32_t *tokens)
+{
+    model_inflight *f = &m->fl;
+    INFERD_CHECK_MSG(f->count > 0, "model: no step in flight to wait for");
+    const int k = f->head;
+    kern_timer_wait(m->kc, f->fence, k);
+    if (tokens)
+        memcpy(tokens, f->tok[k], (size_t)f->n[k] * sizeof(int32_t));
+    model_prof_step_done(m, f->prof_slot[k]);
+    f->head ^= 1;
+    f->count--;
     model_tp_wait(m);
-    return st;
+    return INFERD_OK;
+}
+
+inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
+{
+    INFERD_CHECK_MSG(m->fl.count == 0, "model_step with a step in flight (model_step_wait it first)");
+    inferd_status st = model_step_launch(m, b, params, NULL);
+    if (st != INFERD_OK)
+        return st;
+    return model_step_wait(m, tokens);
 }
 
 /* A rank > 0 of a group: the step rank 0 runs, without sampling, finished
  * before it returns (the batch's host arrays are the caller's). */
 void model_step_follower(model *m, const model_batch *b)
 {
-    if (b->n_extra > 0 || !model_graph_step(m, b, NULL, NULL)) {
+    if (b->n_extra > 0 || !model_graph_launch(m, b, NULL, NULL)) {
         m->gr.eager_steps++;
         model_forward_checked(m, b);
     }

@@ -34,9 +34,15 @@
  * Mixed prefill + decode steps, batches above the largest size, and steps
  * with logits rows other than one per sequence run eagerly (model_step).
  *
- * The host region is rewritten only at the next model_step, after this
- * step's token copy has synchronized the stream, so the asynchronous copy
- * never reads a half-written region.
+ * Two host regions are written by turns. With one step in flight at a
+ * time, each is rewritten only after the token copy of the step that
+ * uploaded it; with two (async scheduling, model_step_launch) the step
+ * launched now writes the region of two launches ago, whose step's tokens
+ * the caller has already waited for, so an asynchronous copy never reads a
+ * half-written region. A chained step's input tokens are the previous
+ * step's sampled ones: the region's src rows name them, and one small
+ * kernel (kern_tokens_from) copies them into the region's tokens on the
+ * device, between the upload and the replay.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,14 +100,18 @@ static inferd_status alloc_region(model *m)
     g->off_qsl = region_take(&off, (S + 1) * sizeof(int32_t));
     g->off_seq_lens = region_take(&off, S * sizeof(int32_t));
     g->off_logits_idx = region_take(&off, S * sizeof(int32_t));
+    g->off_src = region_take(&off, S * sizeof(int32_t));
     g->off_tables = region_take(&off, S * (size_t)m->max_blocks_per_seq * sizeof(int32_t));
     g->bytes = off;
-    g->host = kern_host_alloc(m->kc, off);
+    g->hosts[0] = kern_host_alloc(m->kc, off);
+    g->hosts[1] = kern_host_alloc(m->kc, off);
+    g->host = g->hosts[0];
     g->dev = kern_alloc(m->kc, off);
-    if (!g->host || !g->dev)
+    if (!g->hosts[0] || !g->hosts[1] || !g->dev)
         return inferd_set_error(INFERD_ERR_NOMEM, "graphs: cannot allocate the %.1f MiB input region",
                                 off / 1048576.0);
-    memset(g->host, 0, off);
+    memset(g->hosts[0], 0, off);
+    memset(g->hosts[1], 0, off);
     return INFERD_OK;
 }
 
@@ -135,6 +145,7 @@ static void fill_padding(model_graphs *g, int from, int rows, int w)
         HOST(g, int32_t, qsl)[i] = i;
         HOST(g, int32_t, seq_lens)[i] = 1;
         HOST(g, int32_t, logits_idx)[i] = i;
+        HOST(g, int32_t, src)[i] = -1;
         HOST(g, int32_t, tables)[(size_t)i * w] = KV_NULL_BLOCK;
         kern_sample_params *p = &HOST(g, kern_sample_params, sparams)[i];
         memset(p, 0, sizeof *p);
@@ -271,7 +282,8 @@ void model_graphs_free(model *m)
                     g->g[si][k] = NULL;
             kern_graph_free(m->kc, graph);
         }
-    kern_host_free(m->kc, g->host);
+    kern_host_free(m->kc, g->hosts[0]);
+    kern_host_free(m->kc, g->hosts[1]);
     kern_free(m->kc, g->dev);
     memset(g, 0, sizeof *g);
     /* model_free calls this last thing before the context goes: the
@@ -299,7 +311,7 @@ static kern_graph *pick(const model *m, const model_batch *b, int *si, int *bi, 
     return g->g[*si][*bi];
 }
 
-bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
+bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params, const int32_t *prev_rows)
 {
     int si, bi, max_len;
     kern_graph *graph = pick(m, b, &si, &bi, &max_len);
@@ -307,12 +319,21 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
         return false;
     model_graphs *g = &m->gr;
     int n = b->n_seqs, rows = g->sizes[si], w = bucket_width(m, g->buckets[bi]), bs = m->block_size;
+    /* the region of two launches ago: its upload ran before that step's
+     * tokens came back, which the caller has waited for */
+    g->host_turn ^= 1;
+    g->host = g->hosts[g->host_turn];
     memcpy(HOST(g, int32_t, tokens), b->tokens, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, positions), b->positions, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int64_t, slots), b->slot_mapping, (size_t)n * sizeof(int64_t));
     memcpy(HOST(g, int32_t, qsl), b->query_start_loc, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, seq_lens), b->seq_lens, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, logits_idx), b->logits_indices, (size_t)n * sizeof(int32_t));
+    if (prev_rows)
+        memcpy(HOST(g, int32_t, src), prev_rows, (size_t)n * sizeof(int32_t));
+    else
+        for (int i = 0; i < n; i++)
+            HOST(g, int32_t, src)[i] = -1;
     if (params) /* NULL on the other ranks of a group, which do not sample */
         memcpy(HOST(g, kern_sample_params, sparams), params, (size_t)n * sizeof(kern_sample_params));
     for (int i = 0; i < n; i++) /* only the blocks a row reads: ceil(seq_len / block_size) <= w */
@@ -320,13 +341,10 @@ bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *
                (size_t)INFERD_CEIL_DIV(b->seq_lens[i], bs) * sizeof(int32_t));
     fill_padding(g, n, rows, w);
     upload_region(m, rows, w);
+    if (prev_rows) /* after the upload, before the replay reads them; the sampler writes later */
+        kern_tokens_from(m->kc, DEV(g, int32_t, tokens), DEV(g, int32_t, src), m->a.sampled, n);
     kern_graph_launch(m->kc, graph);
     model_prof_step_end(m);
-    if (tokens) { /* rank 0 (model_step): the graph runs while launched_fn does */
-        model_step_launched(b);
-        kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)n * sizeof(int32_t));
-    }
-    model_prof_step_done(m);
     m->last_n_logits = n;
     g->replays++;
     return true;

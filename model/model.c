@@ -86,6 +86,7 @@ static void plan_acts(model *m, arena *a)
     x->logits_idx = arena_take(a, R * sizeof(int32_t));
     x->sparams = arena_take(a, R * sizeof(kern_sample_params));
     x->sampled = arena_take(a, R * sizeof(int32_t));
+    x->src_rows = arena_take(a, R * sizeof(int32_t));
     x->inv_freq = arena_take(a, (size_t)c->head_dim / 2 * sizeof(float));
     x->attn_ws = arena_take(
         a, kern_attn_workspace_bytes(m->kc, m->T, m->S, c->n_heads, c->head_dim, m->max_model_len));
@@ -453,6 +454,7 @@ void model_free(model *m)
         model_tp_free(m); /* the other ranks, their workers and the communicators */
     if (m->kc) {
         kern_sync(m->kc);
+        model_inflight_free(m);
         model_graphs_free(m);
         kern_free(m->kc, m->weight_slab);
         kern_free(m->kc, m->act_slab);

@@ -187,6 +187,29 @@ void model_logits_to_host(model *m, float *dst);
  * tokens when n_seqs is a captured size (tests/model/test_graphs_gpu.c). */
 inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);
 
+/* model_step in two halves, so the host can prepare (and launch) the next
+ * step while this one runs: the engine's async scheduling (vLLM's
+ * --async-scheduling, SGLang's overlap scheduler). model_step_launch
+ * enqueues the step (graph or eager, as model_step) and an asynchronous
+ * copy of its sampled tokens, calls b->launched_fn, and returns without
+ * waiting; model_step_wait(tokens) waits for the oldest launched step and
+ * copies its tokens out (tokens may be NULL). At most two steps are in
+ * flight. prev_rows (NULL: none) makes the step a continuation of the one
+ * in flight: one entry a token row, -1 (the row's token is b->tokens[i])
+ * or a sampled row of that step, whose token becomes this row's input on
+ * the device, before the host has seen it (b->tokens[i] is then ignored,
+ * but must be a valid id). Allowed only with exactly one step in flight
+ * and when model_step_chainable; INVALID_ARG otherwise, or for a row out
+ * of range (nothing launched). model_step is launch + wait with nothing
+ * in flight. Logits (model_logits_to_host) are those of the step launched
+ * last, once it has been waited for. */
+inferd_status model_step_launch(model *m, const model_batch *b, const kern_sample_params *params,
+                                const int32_t *prev_rows);
+inferd_status model_step_wait(model *m, int32_t *tokens);
+/* Continuations are possible: one process, no tensor parallelism, no op
+ * profile (whose events run steps one at a time). */
+bool model_step_chainable(const model *m);
+
 /* Decode CUDA graphs (model/graphs.c). Captured at load for every batch size
  * of a ladder up to max_num_seqs (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128,
  * ...) times every context bucket whose attention plan differs, unless

@@ -45,6 +45,7 @@ typedef struct {
     int32_t *logits_idx;         /* [R] */
     kern_sample_params *sparams; /* [R] */
     int32_t *sampled;            /* [R] */
+    int32_t *src_rows;           /* [R] eager steps: rows of the previous step's sampled tokens (kern_tokens_from) */
     float *inv_freq;             /* [hd / 2] */
     void *attn_ws;
     void *sample_ws;
@@ -80,17 +81,23 @@ typedef struct {
     int n_sizes, sizes[MODEL_GRAPH_MAX_SIZES];       /* ascending batch ladder */
     int n_buckets, buckets[MODEL_GRAPH_MAX_BUCKETS]; /* ascending context lengths, last = max_model_len */
     kern_graph *g[MODEL_GRAPH_MAX_SIZES][MODEL_GRAPH_MAX_BUCKETS]; /* NULL: eager; a row may repeat one graph */
-    char *host, *dev;
+    /* two host regions, used by turns: with two steps in flight (async
+     * scheduling) the next step's region is written while the previous
+     * step's upload may not have run yet */
+    char *hosts[2], *host, *dev;
+    int host_turn;
     size_t bytes;
-    size_t off_sparams, off_slots, off_tokens, off_positions, off_qsl, off_seq_lens, off_logits_idx, off_tables;
+    size_t off_sparams, off_slots, off_tokens, off_positions, off_qsl, off_seq_lens, off_logits_idx, off_src,
+        off_tables;
     int n_graphs;
     double capture_s;
     uint64_t replays, eager_steps;
 } model_graphs;
 
 /* Profiler state (forward.c; model_prof.h). Timer slots: [0, max_marks)
- * op marks of the current step, then begin[2] and end[2] of the two last
- * steps (ping-pong on cur). */
+ * op marks of the current step, then begin[4] and end[4] of the last four
+ * steps (cur = the slot of the step being launched; two may be in flight
+ * and the gap needs the end of the one before). */
 typedef struct {
     unsigned what;           /* MODEL_PROF_* bits, 0 = off */
     kern_timer *t;
@@ -99,11 +106,23 @@ typedef struct {
     double *mark_bytes;      /* [max_marks] bytes of that op */
     double *mark_flops;      /* [max_marks] its FLOPs */
     int n_new;               /* new tokens of the current step */
-    int cur;                 /* step slot of the current step */
-    bool open, decode;       /* a step is being recorded; it is decode-only */
+    int cur;                 /* step slot of the step being launched */
+    bool open, decode;       /* that step is being recorded; it is decode-only */
+    bool slot_open[4], slot_decode[4]; /* the same per step slot, until its model_step_wait */
     bool prev_valid;         /* the previous step was decode-only and has its end event */
     model_prof_stats st;
 } model_prof;
+
+/* Steps launched and not yet waited for (model_step_launch, at most 2):
+ * the sampled tokens of each come back by an asynchronous copy into its
+ * page-locked buffer, fenced by its timer slot. */
+typedef struct {
+    int32_t *tok[2];   /* page-locked [R] each */
+    kern_timer *fence; /* 2 slots */
+    int n[2];          /* sampled rows of the step in buffer k */
+    int prof_slot[2];  /* its profiler slot */
+    int head, count;   /* FIFO over the two buffers */
+} model_inflight;
 
 typedef struct model_tp model_tp;
 
@@ -149,6 +168,7 @@ struct model {
     int32_t *h_pos, *h_idx, *h_null_table;
     int64_t *h_slots;
     model_graphs gr; /* decode CUDA graphs (graphs.c) */
+    model_inflight fl; /* launched steps (forward.c) */
     model_prof prof; /* step profile (forward.c), off by default */
 };
 
@@ -219,6 +239,8 @@ void model_tp_wait(model *m);
 /* forward.c: model_forward / model_step without the batch checks and the
  * group, for the rank workers. */
 void model_forward_checked(model *m, const model_batch *b);
+/* forward.c: release the in-flight token buffers (model_free). */
+void model_inflight_free(model *m);
 void model_step_follower(model *m, const model_batch *b);
 
 /* Plan and allocate the weight slab, then load weights (or fill dummy);
@@ -242,10 +264,12 @@ inferd_status model_check_batch(const model *m, const model_batch *b);
  * the step ends (after the sampler, before the token copy), and the token
  * copy has synchronized the stream (accumulate). */
 void model_prof_step_end(model *m);
-void model_prof_step_done(model *m);
-/* graphs.c: run a decode-only batch through its graph; false (nothing done)
- * when the batch has no graph. */
-bool model_graph_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens);
+void model_prof_step_done(model *m, int slot);
+/* graphs.c: enqueue a decode-only batch through its graph (region upload,
+ * with prev_rows the tokens taken from the last step's sampled ones, the
+ * replay, the profiler's step end); false (nothing done) when the batch has
+ * no graph. The caller copies the tokens back. */
+bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params, const int32_t *prev_rows);
 /* b->launched_fn(b->launched_user) when set (model_step's hook, forward.c). */
 void model_step_launched(const model_batch *b);
 

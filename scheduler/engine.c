@@ -59,6 +59,7 @@ static void alloc_buffers(engine *e)
     e->b_row_item = inferd_malloc(S * sizeof(int32_t));
     e->b_sparams = inferd_malloc(S * sizeof(kern_sample_params));
     e->b_sampled = inferd_malloc(S * sizeof(int32_t));
+    e->b_prev_rows = inferd_malloc(S * sizeof(int32_t));
 }
 
 /* Clamp the engine limits to what the model's buffers were sized for.
@@ -148,6 +149,7 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
         return st;
     }
     alloc_buffers(e);
+    e->async = opts->async_scheduling && model_step_chainable(m);
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_condattr_t ca;
@@ -163,9 +165,11 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     inferd_list_init(&e->live);
     e->stats.kv_blocks_total = kv_pool_num_usable(e->pool);
     INFERD_LOG_INFO(
-        "engine: %d seqs, %d tokens/step, max model len %d, %d KV blocks of %d tokens, prefix caching %s",
+        "engine: %d seqs, %d tokens/step, max model len %d, %d KV blocks of %d tokens, prefix caching %s, "
+        "async scheduling %s",
         e->opts.max_num_seqs, e->opts.max_num_batched_tokens, e->opts.max_model_len,
-        kv_pool_num_usable(e->pool), e->block_size, opts->enable_prefix_caching ? "on" : "off");
+        kv_pool_num_usable(e->pool), e->block_size, opts->enable_prefix_caching ? "on" : "off",
+        e->async ? "on" : "off");
     *out = e;
     return INFERD_OK;
 }
@@ -263,6 +267,7 @@ static void publish_stats(engine *e)
     st->kv_blocks_shared = ps.shares;
     memcpy(st->finished, e->n_finished, sizeof st->finished);
     st->steps = ss.steps;
+    st->steps_ahead = e->steps_ahead;
     st->host = e->host;
     if (e->n_live == 0 && inferd_list_empty(&e->pending))
         pthread_cond_broadcast(&e->idle_cv);
@@ -297,6 +302,9 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->step_mu);
         admit_all(e, &taken);
         reap_aborts(e, stopping);
+        /* a step in flight whose requests all left (aborts), or the end */
+        if (stopping || !sched_has_work(e->s))
+            eng_drain(e);
         if (!stopping && sched_has_work(e->s))
             eng_step(e);
         /* the step's consumers are woken when the next step is launched;
@@ -362,6 +370,7 @@ void engine_stop(engine *e)
     pthread_mutex_unlock(&e->mu);
     admit_all(e, &taken);
     reap_aborts(e, true);
+    eng_drain(e);
     eng_flush_wakes(e);
     publish_stats(e);
     pthread_mutex_unlock(&e->step_mu);
@@ -393,6 +402,7 @@ void engine_free(engine *e)
     inferd_free(e->b_sparams);
     inferd_free(e->wake);
     inferd_free(e->b_sampled);
+    inferd_free(e->b_prev_rows);
     inferd_free(e->h_logits);
     inferd_free(e->b_extra_rows);
     inferd_free(e->b_extra_item);

@@ -196,6 +196,14 @@ typedef struct {
     bool enable_prefix_caching;
     int max_queued_requests;    /* waiting requests beyond which submit fails with QUEUE_FULL */
     int max_model_len;          /* 0 = the model's */
+    /* Async scheduling (vLLM's --async-scheduling): while a decode step
+     * runs, the next one is planned and launched, its input tokens taken
+     * from the running step's samples on the device, and the running
+     * step's outputs are processed after that launch; the device does not
+     * wait for the host between decode steps. Steps with logprobs,
+     * penalties, waiting requests or tensor parallelism run one at a
+     * time. Greedy and seeded outputs are the same either way. */
+    bool async_scheduling;
 } engine_opts;
 
 void engine_opts_default(engine_opts *o);
@@ -212,7 +220,10 @@ inferd_status engine_opts_validate(const engine_opts *o);
  * (wall clock, summed over `gaps` pairs): from one step's return from the
  * model until the next step calls it. The GPU idles through this time
  * (bench latency's host gap is this plus the token copy-back, the input
- * upload and the launch around it). */
+ * upload and the launch around it). With async scheduling a pair is two
+ * launches, and this time runs while the device computes: schedule then
+ * holds the planning, the batch build and the launch of the step ahead,
+ * outputs the step before's, build stays 0. */
 typedef struct {
     uint64_t gaps;
     double outputs_s;  /* commit and the sampled tokens: stop checks, detokenizing, streaming */
@@ -232,6 +243,7 @@ typedef struct {
     uint64_t kv_blocks_shared;            /* block references added by forks (KV reused, not recomputed) */
     uint64_t finished[5];                 /* by finish_reason */
     uint64_t steps;
+    uint64_t steps_ahead;   /* steps launched while the step before still ran (async scheduling) */
     engine_host_times host; /* between consecutive decode-only steps */
 } engine_stats;
 

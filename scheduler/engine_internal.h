@@ -158,6 +158,14 @@ struct engine {
     int32_t *b_extra_rows, *b_extra_item; /* [max_num_batched_tokens] token row, step item */
     engine_logprob *b_extra_lp;           /* [max_num_batched_tokens] */
     const sched_output *cur_out;          /* the step being run (extra_fn's context) */
+    /* async scheduling: a decode step launched and not yet waited for
+     * (model_step_launch); its items' reqs go NULL when they retire */
+    bool async;          /* opts.async_scheduling and model_step_chainable */
+    bool fl_active;
+    sched_output fl_out; /* that step (items in the scheduler's arrays) */
+    int32_t *b_prev_rows;/* [max_num_seqs] a chained step's rows of fl_out */
+    uint64_t steps_ahead;
+    double c_end;        /* when the last chained call (or the step left in flight) ended, 0 = none */
     eng_penalty pen;                    /* engine-thread only */
 };
 
@@ -196,8 +204,16 @@ void eng_sched_add(engine *e, eng_req *r);
 void eng_fork_held(engine *e, eng_req *r);
 void eng_group_detach(engine *e, eng_req *r);
 
-/* engine_step.c: one scheduler step + forward + sample + update. */
+/* engine_step.c: one scheduler step + forward + sample + update. With
+ * async scheduling it may return with a decode step in flight (e->fl_*),
+ * whose outputs the next call processes, after launching the step after. */
 void eng_step(engine *e);
+/* engine_step.c: wait for the step in flight, if any, and process its
+ * outputs (the engine ends or has nothing left to schedule). */
+void eng_drain(engine *e);
+/* engine_step.c: r retires: its item in the step in flight, if any, is
+ * marked removed (sched_item.req = NULL) before its sched_req is freed. */
+void eng_forget_inflight(engine *e, const eng_req *r);
 
 /* engine_penalty.c (engine thread). r uses penalties or logit_bias. */
 bool eng_penalized(const eng_req *r);

@@ -1,7 +1,8 @@
 /* scheduler/engine_opts.c: the engine option table and the validation
  * engine_create runs with it.
  *
- * The engine's own rows are enable-prefix-caching and max-queued-requests.
+ * The engine's own rows are enable-prefix-caching, async-scheduling and
+ * max-queued-requests.
  * Its step limits (max_num_seqs, max_num_batched_tokens, max_model_len) are
  * rows of the model table (model/model_opts.c), because the model sizes its
  * buffers from them at load; here they are checked against those very rows,
@@ -27,6 +28,8 @@
 static const opt_row k_rows[] = {
     {.name = "enable-prefix-caching", .kind = OPT_BOOL, .off = OFF(enable_prefix_caching), .def = 1,
      .help = "reuse the KV blocks of shared prompt prefixes"},
+    {.name = "async-scheduling", .kind = OPT_BOOL, .off = OFF(async_scheduling), .def = 1,
+     .help = "plan and launch each decode step while the one before runs (the GPU never waits for the host)"},
     {.name = "max-queued-requests", .kind = OPT_INT, .off = OFF(max_queued_requests), .min = 1, .max = 1 << 24,
      .def = 1024, .help = "waiting requests beyond which new ones are refused (HTTP 429)"},
 };

@@ -171,6 +171,7 @@ static void retire(engine *e, eng_req *r, finish_reason reason)
     inferd_list_unlink(&e->live, &r->link);
     eng_group_detach(e, r);
     eng_penalty_release(e, r);
+    eng_forget_inflight(e, r);
     if (r->sr)
         sched_remove(e->s, r->sr);
     r->sr = NULL;

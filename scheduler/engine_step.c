@@ -61,8 +61,11 @@ static int add_prompt_rows(engine *e, const sched_item *it, int i, int off, int 
     return n_extra;
 }
 
-/* Fill the batch arrays from the step's items; returns n_logits. */
-static int build_batch(engine *e, const sched_output *out, model_batch *b)
+/* Fill the batch arrays from the step's items; returns n_logits. A step
+ * planned ahead (sched_step_ahead) computes tokens the host does not have
+ * yet: their ids are 0 here and come from the step in flight on the device
+ * (e->b_prev_rows). */
+static int build_batch(engine *e, const sched_output *out, model_batch *b, bool ahead)
 {
     int bs = e->block_size;
     int width = 1;
@@ -77,7 +80,7 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
         n_extra = add_prompt_rows(e, it, i, off, n_extra);
         for (int j = 0; j < it->n_new; j++, off++) {
             int pos = it->start + j;
-            e->b_tokens[off] = r->tokens[pos];
+            e->b_tokens[off] = ahead ? 0 : r->tokens[pos];
             e->b_positions[off] = pos;
             e->b_slots[off] = kv_slot(r->blocks, pos, bs);
         }
@@ -91,6 +94,8 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b)
             e->b_row_item[n_logits] = i;
             n_logits++;
         }
+        if (ahead)
+            e->b_prev_rows[i] = it->from;
     }
     e->b_qsl[out->n_items] = off;
     INFERD_CHECK(off == out->n_tokens);
@@ -183,7 +188,9 @@ static void publish_prompt_logprobs(engine *e, const sched_output *out, int n_ex
     }
 }
 
-static void fill_sample_params(engine *e, const sched_output *out, int n_logits, bool *want_lp)
+/* ahead: the step is planned before the step in flight has given each
+ * request its token, so the token sampled here is the request's n_gen + 1. */
+static void fill_sample_params(engine *e, const sched_output *out, int n_logits, bool ahead, bool *want_lp)
 {
     *want_lp = false;
     for (int k = 0; k < n_logits; k++) {
@@ -194,7 +201,7 @@ static void fill_sample_params(engine *e, const sched_output *out, int n_logits,
         p->min_p = r->sp.min_p;
         p->top_k = r->sp.top_k;
         p->seed = r->seed;
-        p->counter = (uint64_t)r->n_gen;
+        p->counter = (uint64_t)r->n_gen + (ahead ? 1u : 0u);
         p->counts = NULL;
         p->bias = NULL;
         p->n_bias = 0;
@@ -231,6 +238,8 @@ static void mark_progress(engine *e, const sched_output *out, double now)
 {
     for (int i = 0; i < out->n_items; i++) {
         sched_req *sr = out->items[i].req;
+        if (!sr)
+            continue;
         eng_req *r = sr->user;
         if (!r->prefill_counted && sr->n_computed >= sr->n_prompt) {
             r->prefill_counted = true;
@@ -274,62 +283,31 @@ static void on_launched(void *user)
     eng_flush_wakes(user);
 }
 
-void eng_step(engine *e)
+/* The outputs of a step that ran: commit, prompt logprobs, forks, and
+ * each sampled token (rows: the logits row's item, NULL = row k is item
+ * k, a decode step; tokens in e->b_sampled). Items whose req is NULL left
+ * while the step was in flight and are skipped. */
+static void step_outputs(engine *e, const sched_output *out, int n_logits, int n_extra, bool want_lp,
+                         const int32_t *rows)
 {
-    const double t0 = util_now_s(), prev_end = e->h_end;
-    e->h_end = 0; /* set again below when this step is decode-only and completes */
-    sched_output out;
-    sched_step(e->s, &out);
-    if (out.n_preempted > 0)
-        eng_penalty_drop_preempted(e);
-    if (out.n_items == 0) {
-        eng_flush_wakes(e);
-        return;
-    }
-    const double t1 = util_now_s();
-    mark_scheduled(&out, t1);
-    model_batch b;
-    int n_logits = build_batch(e, &out, &b);
-    e->cur_out = &out;
-    bool want_lp = false;
-    if (n_logits > 0)
-        fill_sample_params(e, &out, n_logits, &want_lp);
-    const bool decode = is_decode_step(&out, &b, n_logits);
-    if (decode && prev_end > 0)
-        count_host_gap(e, prev_end, t0, t1, util_now_s());
-    inferd_status st;
-    if (n_logits > 0) {
-        b.launched_fn = on_launched;
-        b.launched_user = e;
-        st = model_step(e->m, &b, e->b_sparams, e->b_sampled);
-    } else {
-        eng_flush_wakes(e);
-        st = model_forward(e->m, &b);
-    }
-    if (st != INFERD_OK) {
-        eng_flush_wakes(e); /* model_step may fail before its launch */
-        fail_step(e, &out, inferd_last_error());
-        return;
-    }
-    const double t3 = util_now_s();
-    if (want_lp) {
-        if (!e->h_logits)
-            e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
-        model_logits_to_host(e->m, e->h_logits);
-    }
-    sched_commit(e->s, &out);
-    mark_progress(e, &out, util_now_s());
-    publish_prompt_logprobs(e, &out, b.n_extra);
+    sched_commit(e->s, out);
+    mark_progress(e, out, util_now_s());
+    publish_prompt_logprobs(e, out, n_extra);
     /* a group leader's prompt KV is complete: its held sequences share it
      * from the next step on (engine_fork.c); before the tokens below, which
      * may finish the leader */
-    for (int i = 0; i < out.n_items; i++) {
-        eng_req *r = out.items[i].req->user;
-        if (r->n_held > 0 && out.items[i].req->n_computed >= out.items[i].req->n_prompt)
+    for (int i = 0; i < out->n_items; i++) {
+        if (!out->items[i].req)
+            continue;
+        eng_req *r = out->items[i].req->user;
+        if (r->n_held > 0 && out->items[i].req->n_computed >= out->items[i].req->n_prompt)
             eng_fork_held(e, r);
     }
     for (int k = 0; k < n_logits; k++) {
-        eng_req *r = out.items[e->b_row_item[k]].req->user;
+        const sched_item *it = &out->items[rows ? rows[k] : k];
+        if (!it->req)
+            continue;
+        eng_req *r = it->req->user;
         engine_logprob lp;
         bool has_lp = want_lp && r->sp.logprobs >= 0;
         int32_t tok = e->b_sampled[k];
@@ -346,6 +324,160 @@ void eng_step(engine *e)
     char msg[256];
     INFERD_CHECK_MSG(sched_check(e->s, msg, sizeof msg), msg);
 #endif
+}
+
+/* Can the step after `out` (a decode step, launched or about to be) be
+ * planned before out's tokens are known? Only when nothing needs the host
+ * in between: no request waits for admission (it would wait behind the
+ * chain), and no row needs its logits on the host (logprobs), its last
+ * token in the penalty counts, or a fork. */
+static bool can_chain(const engine *e, const sched_output *out)
+{
+    if (!e->async || sched_waiting_head(e->s))
+        return false;
+    int live = 0;
+    for (int i = 0; i < out->n_items; i++) {
+        const sched_item *it = &out->items[i];
+        if (!it->req)
+            continue;
+        const eng_req *r = it->req->user;
+        if (it->n_new != 1 || !it->sample || r->sp.logprobs >= 0 || eng_penalized(r) || r->n_held > 0)
+            return false;
+        live++;
+    }
+    return live > 0;
+}
+
+void eng_forget_inflight(engine *e, const eng_req *r)
+{
+    if (!e->fl_active || !r->sr)
+        return;
+    for (int i = 0; i < e->fl_out.n_items; i++)
+        if (e->fl_out.items[i].req == r->sr)
+            e->fl_out.items[i].req = NULL;
+}
+
+/* Plan and launch the step after the one in flight (prev): true when it
+ * runs; its rows' tokens are prev's samples, taken on the device. */
+static bool launch_ahead(engine *e, const sched_output *prev, sched_output *next)
+{
+    if (!can_chain(e, prev) || !sched_step_ahead(e->s, prev, next) || next->n_items == 0)
+        return false;
+    model_batch b;
+    int n_logits = build_batch(e, next, &b, true);
+    bool want_lp = false;
+    fill_sample_params(e, next, n_logits, true, &want_lp);
+    b.launched_fn = on_launched;
+    b.launched_user = e;
+    inferd_status st = model_step_launch(e->m, &b, e->b_sparams, e->b_prev_rows);
+    if (st != INFERD_OK) { /* a bug, not a request's fault: fall back to one step at a time */
+        INFERD_LOG_ERROR("engine: a step planned ahead was refused (%s); running without it",
+                         inferd_last_error());
+        e->async = false;
+        return false;
+    }
+    e->steps_ahead++;
+    return true;
+}
+
+/* The step in flight: launch the one after it when possible, then wait
+ * for it and process its outputs. true when a step is in flight again. */
+static bool step_chained(engine *e)
+{
+    const double t0 = util_now_s();
+    sched_output prev = e->fl_out, next;
+    bool ahead = launch_ahead(e, &prev, &next);
+    const double t2 = util_now_s();
+    /* from here retire() marks the items of `next`, the step now in flight */
+    e->fl_active = ahead;
+    if (ahead)
+        e->fl_out = next;
+    model_step_wait(e->m, e->b_sampled);
+    /* with no step after it, the wake-ups wait for nothing */
+    if (!ahead)
+        eng_flush_wakes(e);
+    const double t3 = util_now_s();
+    step_outputs(e, &prev, prev.n_items, 0, false, NULL);
+    /* the host's part between two launches, now overlapped with the device:
+     * the loop since the last launch's call, planning and building the step
+     * (schedule holds both), and the outputs of the step before */
+    const double t4 = util_now_s();
+    if (ahead && e->c_end > 0) {
+        e->host.gaps++;
+        e->host.loop_s += t0 - e->c_end;
+        e->host.schedule_s += t2 - t0;
+        e->host.outputs_s += t4 - t3;
+    }
+    e->c_end = ahead ? t4 : 0;
+    return ahead;
+}
+
+void eng_drain(engine *e)
+{
+    if (!e->fl_active)
+        return;
+    sched_output prev = e->fl_out;
+    e->fl_active = false;
+    model_step_wait(e->m, e->b_sampled);
+    step_outputs(e, &prev, prev.n_items, 0, false, NULL);
+}
+
+void eng_step(engine *e)
+{
+    if (e->fl_active && (step_chained(e) || !sched_has_work(e->s)))
+        return;
+    const double t0 = util_now_s(), prev_end = e->h_end;
+    e->h_end = 0; /* set again below when this step is decode-only and completes */
+    sched_output out;
+    sched_step(e->s, &out);
+    if (out.n_preempted > 0)
+        eng_penalty_drop_preempted(e);
+    if (out.n_items == 0) {
+        eng_flush_wakes(e);
+        return;
+    }
+    const double t1 = util_now_s();
+    mark_scheduled(&out, t1);
+    model_batch b;
+    int n_logits = build_batch(e, &out, &b, false);
+    e->cur_out = &out;
+    bool want_lp = false;
+    if (n_logits > 0)
+        fill_sample_params(e, &out, n_logits, false, &want_lp);
+    const bool decode = is_decode_step(&out, &b, n_logits);
+    if (decode && prev_end > 0)
+        count_host_gap(e, prev_end, t0, t1, util_now_s());
+    /* a decode step the next one may follow at once: left in flight */
+    const bool leave = decode && !want_lp && can_chain(e, &out);
+    inferd_status st;
+    if (n_logits > 0) {
+        b.launched_fn = on_launched;
+        b.launched_user = e;
+        st = model_step_launch(e->m, &b, e->b_sparams, NULL);
+        if (st == INFERD_OK && leave) {
+            e->fl_active = true;
+            e->fl_out = out;
+            e->c_end = util_now_s();
+            return;
+        }
+        if (st == INFERD_OK)
+            st = model_step_wait(e->m, e->b_sampled);
+    } else {
+        eng_flush_wakes(e);
+        st = model_forward(e->m, &b);
+    }
+    if (st != INFERD_OK) {
+        eng_flush_wakes(e); /* model_step may fail before its launch */
+        fail_step(e, &out, inferd_last_error());
+        return;
+    }
+    const double t3 = util_now_s();
+    if (want_lp) {
+        if (!e->h_logits)
+            e->h_logits = inferd_malloc((size_t)e->opts.max_num_seqs * (size_t)e->vocab * sizeof(float));
+        model_logits_to_host(e->m, e->h_logits);
+    }
+    step_outputs(e, &out, n_logits, b.n_extra, want_lp, e->b_row_item);
     if (decode) {
         e->h_end = util_now_s();
         e->h_outputs = e->h_end - t3;

@@ -37,7 +37,8 @@ struct sched {
     kv_pool *pool;
     int block_size;
     inferd_list running, waiting; /* of sched_req, through link */
-    sched_item *items; /* [max_num_seqs] */
+    sched_item *items;     /* [max_num_seqs] the array of the next step */
+    sched_item *items_alt; /* [max_num_seqs] the other one: two steps may be alive (sched_step_ahead) */
     sched_stats st;
 };
 
@@ -69,6 +70,7 @@ inferd_status sched_init(const sched_opts *o, kv_pool *pool, sched **out)
     s->pool = pool;
     s->block_size = kv_pool_block_size(pool);
     s->items = inferd_calloc((size_t)o->max_num_seqs, sizeof *s->items);
+    s->items_alt = inferd_calloc((size_t)o->max_num_seqs, sizeof *s->items_alt);
     inferd_list_init(&s->running);
     inferd_list_init(&s->waiting);
     *out = s;
@@ -94,6 +96,7 @@ void sched_free(sched *s)
     while (!inferd_list_empty(&s->waiting))
         sched_remove(s, REQ_OF(inferd_list_first(&s->waiting)));
     inferd_free(s->items);
+    inferd_free(s->items_alt);
     inferd_free(s);
 }
 
@@ -263,10 +266,11 @@ static void preempt(sched *s, sched_req *r)
 static void add_item(sched *s, sched_output *out, sched_req *r, int n_new)
 {
     INFERD_CHECK(out->n_items < s->o.max_num_seqs);
-    sched_item *it = &s->items[out->n_items++];
+    sched_item *it = &out->items[out->n_items++];
     it->req = r;
     it->start = r->n_computed;
     it->n_new = n_new;
+    it->from = -1;
     it->sample = r->n_computed + n_new == r->n_total;
     out->n_tokens += n_new;
     out->n_sample += it->sample;
@@ -370,10 +374,20 @@ static void schedule_waiting(sched *s, sched_output *out, int budget)
  * sched_commit with it after the forward pass (or remove the requests on
  * failure) before planning again. Aborts (INFERD_CHECK) if work is pending
  * but nothing could be scheduled, which the fit check rules out. */
+/* The next step's item array; the two arrays alternate, so the output of
+ * the step before stays valid while this one is planned. */
+static sched_item *take_items(sched *s)
+{
+    sched_item *it = s->items;
+    s->items = s->items_alt;
+    s->items_alt = it;
+    return it;
+}
+
 void sched_step(sched *s, sched_output *out)
 {
     memset(out, 0, sizeof *out);
-    out->items = s->items;
+    out->items = take_items(s);
     int budget = schedule_running(s, out, s->o.max_num_batched_tokens);
     /* vLLM: no admission in a step that had to preempt (blocks are short). */
     if (out->n_preempted == 0)
@@ -381,6 +395,39 @@ void sched_step(sched *s, sched_output *out)
     s->st.steps++;
     /* Liveness: with every block free, the oldest request always fits. */
     INFERD_CHECK_MSG(out->n_items > 0 || !sched_has_work(s), "scheduler: live requests but nothing scheduled");
+}
+
+/* NOTE: the items' requests are running and uncommitted (n_computed ==
+ * start, n_total == start + 1: the token prev samples is not appended
+ * yet), so the new item computes position start + 1; it exists only when
+ * that token is not the request's last (start + 2 < cap), and its block
+ * is reserved here, one token ahead of n_total (sched_check allows that
+ * one token). */
+bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out)
+{
+    memset(out, 0, sizeof *out);
+    out->items = take_items(s);
+    for (int i = 0; i < prev->n_items; i++) {
+        const sched_item *p = &prev->items[i];
+        sched_req *r = p->req;
+        if (!r)
+            continue;
+        INFERD_CHECK(p->n_new == 1 && p->sample && r->state == REQ_STATE_RUNNING &&
+                     r->n_computed == p->start && r->n_total == p->start + 1);
+        if (p->start + 2 >= r->cap)
+            continue;
+        if (!reserve(s, r, p->start + 2)) {
+            out->n_items = out->n_tokens = out->n_sample = 0;
+            return false;
+        }
+        sched_item *it = &out->items[out->n_items++];
+        *it = (sched_item){.req = r, .start = p->start + 1, .n_new = 1, .sample = true, .from = i};
+        out->n_tokens++;
+        out->n_sample++;
+    }
+    if (out->n_items > 0)
+        s->st.steps++;
+    return true;
 }
 
 /* Offer r's newly full, computed blocks to the prefix cache. */
@@ -415,6 +462,8 @@ void sched_commit(sched *s, const sched_output *out)
 {
     for (int i = 0; i < out->n_items; i++) {
         sched_req *r = out->items[i].req;
+        if (!r) /* removed while its step was in flight */
+            continue;
         INFERD_CHECK(r->state == REQ_STATE_RUNNING && r->n_computed == out->items[i].start);
         r->n_computed += out->items[i].n_new;
         INFERD_CHECK(r->n_computed <= r->n_total);
@@ -509,8 +558,9 @@ static bool check_list(const inferd_list *l, bool running, int block_size, int32
         if (!running && (r->n_blocks != 0 || r->n_computed != 0))
             FAIL("waiting request %llu holds %d blocks, %d computed", (unsigned long long)r->id, r->n_blocks,
                  r->n_computed);
+        /* one token past n_total: a block sched_step_ahead reserved */
         if (r->n_blocks < INFERD_CEIL_DIV(r->n_computed, block_size) ||
-            r->n_blocks > INFERD_CEIL_DIV(r->n_total, block_size))
+            r->n_blocks > INFERD_CEIL_DIV(r->n_total + 1, block_size))
             FAIL("request %llu: %d blocks for %d computed / %d total tokens", (unsigned long long)r->id,
                  r->n_blocks, r->n_computed, r->n_total);
         for (int i = 0; i < r->n_blocks; i++) {

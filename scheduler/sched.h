@@ -75,15 +75,16 @@ typedef struct sched_req {
  * req->tokens are computed; sample = this chunk ends at n_total, so its last
  * row's logits give the next token. */
 typedef struct {
-    sched_req *req;
+    sched_req *req; /* NULL: removed while its step was in flight (skipped by sched_commit) */
     int start;
     int n_new;
     bool sample;
+    int from; /* sched_step_ahead: the item of the previous step this one continues; else -1 */
 } sched_item;
 
 typedef struct {
     int n_items;
-    sched_item *items; /* [n_items], owned by the scheduler, valid until the next step */
+    sched_item *items; /* [n_items], owned by the scheduler, valid through the next step */
     int n_tokens;      /* sum of n_new */
     int n_sample;      /* items with sample */
     int n_preempted;   /* requests preempted in this step */
@@ -132,11 +133,24 @@ inferd_status sched_fork(sched *s, const sched_req *parent, uint64_t id, int max
                          sched_req **out);
 
 /* Plan one step (may preempt and admit). out->n_items == 0 only when no
- * request is live. */
+ * request is live. out->items is valid until the step after next. */
 void sched_step(sched *s, sched_output *out);
 
+/* Plan the step after prev while prev runs, before its sampled tokens are
+ * known (the engine's async scheduling): prev must be a step whose items
+ * (NULL reqs skipped) are single sampled tokens, planned and not yet
+ * committed. Every request of prev whose next token will not be its last
+ * gets one item for that token (start = its prev start + 1, sample, from =
+ * its prev item), and the block for it. No admission, no preemption: false
+ * (out empty; blocks reserved so far stay, one token ahead) when the pool
+ * lacks a block, and the caller plans with sched_step once prev is done.
+ * Commit prev before out. out->items stays valid through one more step of
+ * either kind. */
+bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out);
+
 /* The step's forward pass ran: advance n_computed of every item and offer
- * newly full blocks to the prefix cache. */
+ * newly full blocks to the prefix cache. Items whose req is NULL are
+ * skipped. */
 void sched_commit(sched *s, const sched_output *out);
 
 /* Append a sampled token (CHECKs room: n_total < cap). */

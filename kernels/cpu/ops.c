@@ -108,6 +108,15 @@ void kcpu_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *i
     }
 }
 
+/* Contract (kern_tokens_from): tokens[i] = from[src[i]] where src[i] >= 0. */
+void kcpu_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, int n)
+{
+    (void)ctx;
+    for (int i = 0; i < n; i++)
+        if (src[i] >= 0)
+            tokens[i] = from[src[i]];
+}
+
 /* Contract (kern_f32_to_act): the act dtype is F32 here, so a copy. */
 void kcpu_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
 {

@@ -202,6 +202,15 @@ void kcuda_memcpy_d2h(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
     CUDA_CHECK(cudaStreamSynchronize(st->stream));
 }
 
+/* Contract (kern_memcpy_d2h_async): ordered on the ctx's stream, no wait;
+ * dst is page-locked, so the copy is truly asynchronous. */
+void kcuda_memcpy_d2h_async(kern_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream));
+}
+
 void kcuda_memset0(kern_ctx *ctx, void *dst, size_t bytes)
 {
     kcuda_state *st = kcuda_st(ctx);

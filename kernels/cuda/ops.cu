@@ -1,6 +1,7 @@
 /* kernels/cuda/ops.cu: the memory-bound per-token ops of the CUDA
  * backend: embedding gather (whole table or one tensor-parallel shard of
- * the vocabulary), fused residual add + RMSNorm, row gather,
+ * the vocabulary), fused residual add + RMSNorm, row gather, a step's
+ * input tokens taken from the previous step's sampled ones,
  * SiLU(gate) * up, and RoPE fused with the paged K/V write (and with the
  * QKV epilogue: Qwen2 q/k/v biases, Qwen3 per-head q/k RMSNorm).
  *
@@ -85,6 +86,25 @@ void kcuda_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *
     if (r <= 0 || d <= 0)
         return;
     launch_gather(st->stream, (uint16_t *)out, (const uint16_t *)in, idx, 0, -1, r, d);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* --- tokens from the previous step ------------------------------------------ */
+
+static __global__ void tokens_from_kernel(int32_t *__restrict__ tokens, const int32_t *__restrict__ src,
+                                          const int32_t *__restrict__ from, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && src[i] >= 0)
+        tokens[i] = from[src[i]];
+}
+
+/* Contract (kern_tokens_from): tokens[i] = from[src[i]] where src[i] >= 0,
+ * one thread a row. */
+void kcuda_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, int n)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    tokens_from_kernel<<<(n + 255) / 256, 256, 0, st->stream>>>(tokens, src, from, n);
     KCUDA_LAUNCH_CHECK();
 }
 

@@ -3,8 +3,8 @@
  * cudaEventElapsedTime once the stream has passed both (the caller syncs;
  * a slot not yet reached reads as -1). Used by the per-op profile of
  * `inferd bench latency --profile-ops` and the idle-gap measurement between
- * decode steps (model/forward.c); nothing here runs unless a profile was
- * asked for. Events are created with timing on (cudaEventDefault), which
+ * decode steps (model/forward.c), and as the fences of the engine's async
+ * scheduling (kern_timer_wait after an asynchronous token copy). Events are created with timing on (cudaEventDefault), which
  * costs about a microsecond per record.
  *
  * The host emulator (KEMU_H) has no events: there the slots hold the host
@@ -53,6 +53,13 @@ double kcuda_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j)
     return (double)ms;
 }
 
+/* Contract (kern_timer_wait): the host waits for slot i's event. */
+void kcuda_timer_wait(kern_ctx *ctx, kern_timer *t, int i)
+{
+    kcuda_st(ctx);
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->ev[i]));
+}
+
 void kcuda_timer_release(kern_ctx *ctx, kern_timer *t)
 {
     kcuda_st(ctx);
@@ -84,6 +91,13 @@ double kcuda_timer_ms(kern_ctx *ctx, kern_timer *t, int i, int j)
 {
     (void)ctx;
     return (t->host_s[j] - t->host_s[i]) * 1e3;
+}
+
+void kcuda_timer_wait(kern_ctx *ctx, kern_timer *t, int i)
+{
+    (void)ctx;
+    (void)t;
+    (void)i;
 }
 
 void kcuda_timer_release(kern_ctx *ctx, kern_timer *t)

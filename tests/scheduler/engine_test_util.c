@@ -76,6 +76,15 @@ engine *etu_make_engine(model *m, const tokenizer *tok, int max_seqs, int max_to
 {
     engine_opts eo;
     engine_opts_default(&eo);
+    return etu_make_engine_async(m, tok, max_seqs, max_tokens, caching, eo.async_scheduling);
+}
+
+engine *etu_make_engine_async(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching,
+                              bool async)
+{
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.async_scheduling = async;
     eo.max_num_seqs = max_seqs;
     eo.max_num_batched_tokens = max_tokens;
     eo.enable_prefix_caching = caching;

@@ -22,6 +22,9 @@ void etu_require_tp_devices(void);
 
 /* An engine over m (tok may be NULL) with these step limits, started. */
 engine *etu_make_engine(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching);
+/* The same with async scheduling on or off (etu_make_engine: the default). */
+engine *etu_make_engine_async(model *m, const tokenizer *tok, int max_seqs, int max_tokens, bool caching,
+                              bool async);
 
 /* Wait until idle; check the invariants, every KV block free and nothing
  * running or waiting; the final stats to *out when not NULL; free e. */

@@ -532,6 +532,118 @@ static void stress(uint64_t seed)
     h_free(&h);
 }
 
+/* One engine-like run with async scheduling (sched_step_ahead): once a
+ * step is all decode tokens, the next one is planned before its commit,
+ * the tokens it samples not yet appended (the fake model computes them
+ * first, as the device would); a request that finishes has its item in
+ * the step ahead cleared before it is removed. Returns steps planned
+ * ahead. */
+static int ahead_run(harness *h, int max_steps, int *refused)
+{
+    *refused = 0;
+    sched_output prev, next;
+    bool have = false;
+    int ahead = 0;
+    int32_t tok[MAX_REQ];
+    for (int n = 0; n < max_steps && (have || sched_has_work(h->s)); n++) {
+        if (!have) {
+            sched_step(h->s, &prev);
+            bool decode = prev.n_items > 0;
+            for (int i = 0; i < prev.n_items; i++)
+                decode = decode && prev.items[i].n_new == 1 && prev.items[i].sample;
+            if (!decode) { /* a prompt chunk: one step at a time */
+                for (int i = 0; i < prev.n_items; i++)
+                    tok[i] = fake_model(h, &prev.items[i]);
+                sched_commit(h->s, &prev);
+                for (int i = 0; i < prev.n_items; i++) {
+                    sched_req *r = prev.items[i].req;
+                    if (!prev.items[i].sample)
+                        continue;
+                    int idx = (int)req_index(r);
+                    sched_append_token(h->s, r, tok[i]);
+                    h->out[idx][h->n_out[idx]++] = tok[i];
+                    if (r->n_total == r->cap)
+                        sched_remove(h->s, r);
+                }
+                continue;
+            }
+        }
+        for (int i = 0; i < prev.n_items; i++)
+            if (prev.items[i].req)
+                tok[i] = fake_model(h, &prev.items[i]);
+        bool ok = sched_step_ahead(h->s, &prev, &next);
+        assert_inv(h); /* a block one token past n_total is allowed */
+        if (!ok) {
+            ck_assert_int_eq(next.n_items, 0);
+            (*refused)++;
+        }
+        for (int j = 0; j < next.n_items; j++) {
+            const sched_item *it = &next.items[j], *p = &prev.items[it->from];
+            ck_assert(it->req == p->req && it->start == p->start + 1 && it->n_new == 1 && it->sample);
+            ck_assert_int_ge(it->req->n_blocks * h->bs, it->start + 1);
+        }
+        sched_commit(h->s, &prev);
+        for (int i = 0; i < prev.n_items; i++) {
+            sched_req *r = prev.items[i].req;
+            if (!r)
+                continue;
+            int idx = (int)req_index(r);
+            sched_append_token(h->s, r, tok[i]);
+            h->out[idx][h->n_out[idx]++] = tok[i];
+            if (r->n_total == r->cap) { /* its item ahead, if any, goes first */
+                for (int j = 0; j < next.n_items; j++)
+                    if (next.items[j].req == r)
+                        next.items[j].req = NULL;
+                sched_remove(h->s, r);
+            }
+        }
+        assert_inv(h);
+        have = next.n_items > 0;
+        ahead += have;
+        prev = next;
+    }
+    ck_assert_msg(!have && !sched_has_work(h->s), "still busy after %d steps", max_steps);
+    return ahead;
+}
+
+/* sched_step_ahead: every request's tokens equal its run alone, also with
+ * a pool so small that planning ahead runs out of blocks (it then returns
+ * false and the next step is planned normally, preempting); requests whose
+ * next token is their last get no item ahead. */
+START_TEST(test_step_ahead)
+{
+    enum { N = 12 };
+    static int32_t prompts[N][40], alone[N][64];
+    int lens[N], maxt[N];
+    for (int i = 0; i < N; i++) {
+        lens[i] = 3 + (i * 7) % 30;
+        maxt[i] = 1 + (i * 11) % 40;
+        make_prompt(prompts[i], lens[i], 70 + (uint64_t)i);
+        solo(prompts[i], lens[i], maxt[i], alone[i]);
+    }
+    const int pools[] = {256, 24};
+    for (int c = 0; c < 2; c++) {
+        harness h;
+        h_init(&h, pools[c], 4, c == 0, 8, 64, 4096);
+        for (int i = 0; i < N; i++)
+            h_add(&h, i, prompts[i], lens[i], maxt[i]);
+        int refused = 0, ahead = ahead_run(&h, 100000, &refused);
+        ck_assert_int_gt(ahead, 10);
+        if (c == 1)
+            ck_assert_msg(refused > 0, "small pool: %d refusals", refused);
+        else
+            ck_assert_int_eq(refused, 0);
+        for (int i = 0; i < N; i++) {
+            ck_assert_int_eq(h.n_out[i], maxt[i]);
+            for (int k = 0; k < maxt[i]; k++)
+                ck_assert_msg(h.out[i][k] == alone[i][k], "pool %d req %d token %d: %d vs %d alone", pools[c], i,
+                              k, h.out[i][k], alone[i][k]);
+        }
+        h_free(&h);
+    }
+}
+END_TEST
+
 START_TEST(test_random_stress)
 {
     for (uint64_t seed = 1; seed <= 30; seed++)
@@ -552,6 +664,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_cache_hits);
     tcase_add_test(tc, test_no_starvation);
     tcase_add_test(tc, test_random_stress);
+    tcase_add_test(tc, test_step_ahead);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

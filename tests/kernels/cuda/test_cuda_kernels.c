@@ -320,6 +320,54 @@ START_TEST(test_gather_rows)
 }
 END_TEST
 
+/* kern_tokens_from: random sizes (1 .. 700 rows, over two CTAs of the
+ * launch), a random mix of kept rows (src -1) and rows taken from a
+ * "previous step" of another length, repeats included; exact, with guard
+ * regions around the output (INFERD_TEST_SEED replays). */
+START_TEST(test_tokens_from)
+{
+    const uint64_t seed = kt_seed();
+    printf("  tokens_from: INFERD_TEST_SEED=%llu\n", (unsigned long long)seed);
+    int bad = 0;
+    for (int c = 0; c < 8; c++) {
+        uint64_t r = seed * 6151 + (uint64_t)c * 7919 + 1;
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        const int n = c == 0 ? 1 : 1 + (int)((r >> 33) % 700);
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        const int n_from = 1 + (int)((r >> 33) % 600);
+        int32_t *tok = inferd_malloc((size_t)n * sizeof *tok), *src = inferd_malloc((size_t)n * sizeof *src);
+        int32_t *from = inferd_malloc((size_t)n_from * sizeof *from), *got = inferd_malloc((size_t)n * sizeof *got);
+        for (int i = 0; i < n_from; i++)
+            from[i] = 1000000 + i * 7;
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            tok[i] = (int32_t)((r >> 40) % 128000);
+            src[i] = (r >> 20) % 4 == 0 ? -1 : (int32_t)((r >> 24) % (uint64_t)n_from);
+        }
+        int32_t *gsrc = kt_gpu_bytes(src, (size_t)n * sizeof *src), *gfrom = kt_gpu_bytes(from, (size_t)n_from * 4);
+        kt_gbuf g;
+        int32_t *gtok = kt_gbuf_alloc(&g, (size_t)n * sizeof *tok, 0);
+        kern_memcpy_h2d(kt_gpu, gtok, tok, (size_t)n * sizeof *tok);
+        kern_tokens_from(kt_gpu, gtok, gsrc, gfrom, n);
+        kt_gbuf_read(&g, got);
+        kern_tokens_from(kt_cpu, tok, src, from, n); /* the CPU twin, in place */
+        int diff = 0;
+        for (int i = 0; i < n; i++)
+            diff += got[i] != tok[i] || tok[i] != (src[i] >= 0 ? from[src[i]] : tok[i]);
+        kt_record("tokens_from", diff, diff, 0);
+        bad += diff + kt_gbuf_guards_bad(&g, "tokens_from");
+        kt_gbuf_free(&g);
+        kern_free(kt_gpu, gsrc);
+        kern_free(kt_gpu, gfrom);
+        inferd_free(tok);
+        inferd_free(src);
+        inferd_free(from);
+        inferd_free(got);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* --- add + RMSNorm ------------------------------------------------------------------ */
 
 /* Tolerance: resid is bf16(resid + add) on the GPU vs the exact fp32 sum on
@@ -1104,6 +1152,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_count_nonfinite);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_gather_rows);
+    tcase_add_test(tc, test_tokens_from);
     tcase_add_test(tc, test_add_rmsnorm);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_logits);
