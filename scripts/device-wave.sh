@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring)
+# (and, only when named: gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -810,6 +810,29 @@ for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     done
 done
 fi
+# i4d2b. async scheduling (--async-scheduling, the default) against
+#       --no-async-scheduling, processes alternating, WAVE_REPS runs: the
+#       decode rows b1/16/64 x 512/1k (step time, the GPU's idle gap, the
+#       engine thread's host time), then b256 x 1k and bench throughput
+#       512/128 each way; WAVE_ASYNC_ARGS adds flags to every run
+if part asyncab; then
+async_flag() { [[ $1 == off ]] && echo --no-async-scheduling; }
+for rep in $(seq 1 "${WAVE_REPS:-2}"); do
+    for v in on off; do
+        lat "asyncab-$v-$rep" 150 "async $v b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 \
+            --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 \
+            --max-num-batched-tokens 8192 --max-model-len 2048 $(async_flag $v) ${WAVE_ASYNC_ARGS:-}
+        grep -A9 "GPU busy ms/step" "$W/asyncab-$v-$rep.txt" | grep -E "^\| [0-9]"
+    done
+done
+for v in on off; do
+    lat "asyncab-b256-$v" 200 "async $v b256 x 1k" --model $L8 --batch-size 256 --input-len 1024 --output-len 160 \
+        --num-iters-warmup 0 --num-iters 1 --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 2048 \
+        $(async_flag $v) ${WAVE_ASYNC_ARGS:-}
+    grep -A4 "GPU busy ms/step" "$W/asyncab-b256-$v.txt" | grep -E "^\| [0-9]"
+    tput_run "asyncab-tput-$v" 512 128 512 16384 512 $(async_flag $v) ${WAVE_ASYNC_ARGS:-}
+done
+fi
 # i4d3. the same environment variants on the prefill rows (prefill_rows:
 #       512..16k at batch 1 and 32 x 512), processes alternating, WAVE_REPS
 #       runs; with WAVE_ENVPF_TPUT=1 each variant's bench throughput 512/128
@@ -1007,10 +1030,11 @@ fi
 
 # j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
+# (WAVE_SERVE_ARGS: more server flags, e.g. --no-async-scheduling)
 if part serve; then
 PORT=18432
 "$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn >"$W/serve.log" 2>&1 &
+    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn ${WAVE_SERVE_ARGS:-} >"$W/serve.log" 2>&1 &
 SPID=$!
 ok=0
 for _ in $(seq 1 600); do

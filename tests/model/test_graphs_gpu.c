@@ -22,6 +22,8 @@
  *  - on a Llama-3-shaped dummy whose weights the GEMV takes, graphs vs
  *    eager in the default decode forms (test_dummy_forms).
  *  - graphs vs eager again with the fp8 KV cache.
+ *  - decode steps launched as continuations (async scheduling), graphs and
+ *    eager, equal the same steps run one at a time, bitwise.
  *  - the device ceilings are measured and plausible (> 100 GB/s, > 10 TFLOP/s).
  */
 #include <cjson/cJSON.h>
@@ -227,6 +229,132 @@ START_TEST(test_graphs_equal_eager)
 }
 END_TEST
 
+/* Decode steps launched as continuations (model_step_launch with
+ * prev_rows: the engine's async scheduling) against the same steps run one
+ * at a time with the tokens from the host: bitwise the same tokens in every
+ * step and the same logits at the end, through graphs (model g) and eagerly
+ * (model e). Half the rows sample with a seeded temperature; at half-time
+ * sequence 0 leaves, so the rows shift (prev_rows not the identity) and a
+ * smaller graph takes over. */
+static void decode_run(model *m, int B, bool chain, int32_t (*out)[MAX_SEQS], float *logits)
+{
+    int bs = model_block_size(m), width = model_max_blocks_per_seq(m), V = model_get_config(m)->vocab_size;
+    batch b;
+    b.width = width;
+    b.tables = inferd_malloc(sizeof(int32_t) * (size_t)(MAX_SEQS + 1) * width);
+    int32_t *rows = inferd_malloc(sizeof(int32_t) * (size_t)(MAX_SEQS + 1) * width);
+    for (int s = 0; s <= MAX_SEQS; s++)
+        for (int j = 0; j < width; j++)
+            b.tables[(size_t)s * width + j] = 1 + j * (MAX_SEQS + 1) + (MAX_SEQS - s);
+    kern_sample_params sp[MAX_SEQS], spr[MAX_SEQS];
+    int len[MAX_SEQS], ids[MAX_SEQS], prev_ids[MAX_SEQS], n_prev = 0;
+    int32_t next[MAX_SEQS], prompt[64], got[MAX_SEQS], prev_rows[MAX_SEQS];
+    batch_begin(&b);
+    for (int s = 0; s < B; s++) {
+        len[s] = 3 + (s * 5) % 11;
+        for (int j = 0; j < len[s]; j++)
+            prompt[j] = 1 + (int32_t)(rng_uniform(300 + (uint64_t)B, (uint64_t)(s * 64 + j)) * (V - 1));
+        batch_add(&b, s, prompt, 0, len[s], bs);
+        ids[s] = s;
+        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = 11 + (uint64_t)s};
+    }
+    model_batch mb = as_model_batch(&b, ids, rows);
+    ck_assert_int_eq(model_step(m, &mb, sp, next), INFERD_OK);
+    for (int t = 0; t < DECODE_STEPS; t++) {
+        const int first = t >= DECODE_STEPS / 2 && B > 1 ? 1 : 0, n = B - first;
+        batch_begin(&b);
+        for (int s = first; s < B; s++) {
+            int r = s - first;
+            ids[r] = s;
+            spr[r] = sp[s];
+            spr[r].counter = (uint64_t)t + 1;
+            int32_t tok = chain && t > 0 ? 0 : next[s];
+            prev_rows[r] = -1;
+            for (int k = 0; chain && t > 0 && k < n_prev; k++)
+                if (prev_ids[k] == s)
+                    prev_rows[r] = k;
+            batch_add(&b, s, &tok, len[s], 1, bs);
+            len[s]++;
+        }
+        mb = as_model_batch(&b, ids, rows);
+        if (!chain) {
+            ck_assert_int_eq(model_step(m, &mb, spr, got), INFERD_OK);
+            for (int r = 0; r < n; r++)
+                out[t][ids[r]] = next[ids[r]] = got[r];
+        } else {
+            ck_assert_msg(model_step_launch(m, &mb, spr, t > 0 ? prev_rows : NULL) == INFERD_OK, "launch: %s",
+                          inferd_last_error());
+            if (t > 0) { /* the step before: its tokens are this one's inputs */
+                ck_assert_int_eq(model_step_wait(m, got), INFERD_OK);
+                for (int k = 0; k < n_prev; k++)
+                    out[t - 1][prev_ids[k]] = got[k];
+            }
+            memcpy(prev_ids, ids, sizeof(int) * (size_t)n);
+            n_prev = n;
+        }
+    }
+    if (chain) {
+        ck_assert_int_eq(model_step_wait(m, got), INFERD_OK);
+        for (int k = 0; k < n_prev; k++)
+            out[DECODE_STEPS - 1][prev_ids[k]] = got[k];
+    }
+    model_logits_to_host(m, logits);
+    inferd_free(b.tables);
+    inferd_free(rows);
+}
+
+START_TEST(test_chained_steps)
+{
+    static int32_t a[DECODE_STEPS][MAX_SEQS], c[DECODE_STEPS][MAX_SEQS];
+    static const int k_batches[] = {1, 3, 8, 16};
+    for (int eager = 0; eager < 2; eager++) {
+        model *m = load(eager);
+        ck_assert(model_step_chainable(m));
+        int V = model_get_config(m)->vocab_size;
+        float *la = inferd_malloc(sizeof(float) * (size_t)MAX_SEQS * V);
+        float *lc = inferd_malloc(sizeof(float) * (size_t)MAX_SEQS * V);
+        for (size_t k = 0; k < sizeof k_batches / sizeof k_batches[0]; k++) {
+            int B = k_batches[k];
+            memset(a, 0xff, sizeof a);
+            memset(c, 0xff, sizeof c);
+            model_graph_info g0, g1;
+            decode_run(m, B, false, a, la);
+            model_graph_info_get(m, &g0);
+            decode_run(m, B, true, c, lc);
+            model_graph_info_get(m, &g1);
+            for (int t = 0; t < DECODE_STEPS; t++)
+                for (int s = t >= DECODE_STEPS / 2 && B > 1 ? 1 : 0; s < B; s++)
+                    ck_assert_msg(a[t][s] >= 0 && a[t][s] == c[t][s], "%s batch %d step %d seq %d: %d one at a time, "
+                                  "%d chained", eager ? "eager" : "graphs", B, t, s, a[t][s], c[t][s]);
+            int rows = B > 1 ? B - 1 : 1;
+            ck_assert_msg(memcmp(la, lc, sizeof(float) * (size_t)rows * V) == 0, "batch %d: logits differ", B);
+            if (!eager) /* the chained decode steps replayed graphs */
+                ck_assert_int_ge((int)(g1.replays - g0.replays), DECODE_STEPS);
+            printf("chained steps, %s, batch %d: %d steps, tokens and logits bitwise equal\n",
+                   eager ? "eager" : "graphs", B, DECODE_STEPS);
+        }
+        /* misuse is refused before anything runs */
+        int32_t bad = 5;
+        batch b;
+        int32_t tab[64], row[64];
+        b.width = model_max_blocks_per_seq(m) < 64 ? model_max_blocks_per_seq(m) : 64;
+        b.tables = tab;
+        for (int j = 0; j < b.width; j++)
+            tab[j] = 1 + j;
+        batch_begin(&b);
+        int32_t one = 3;
+        batch_add(&b, 0, &one, 0, 1, model_block_size(m));
+        int id0 = 0;
+        model_batch mb = as_model_batch(&b, &id0, row);
+        kern_sample_params sp0 = {.temperature = 0, .top_p = 1};
+        ck_assert_int_eq(model_step_launch(m, &mb, &sp0, &bad), INFERD_ERR_INVALID_ARG); /* nothing in flight */
+        inferd_free(la);
+        inferd_free(lc);
+        model_free(m);
+    }
+}
+END_TEST
+
 static int ints(const char *key, int32_t *out)
 {
     int n = 0;
@@ -414,6 +542,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_graphs_equal_eager);
     tcase_add_test(tc, test_golden_through_graphs);
+    tcase_add_test(tc, test_chained_steps);
     tcase_add_test(tc, test_fused_layers);
     tcase_add_test(tc, test_accum_layers);
     tcase_add_test(tc, test_fp8_kv_cache);
