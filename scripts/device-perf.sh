@@ -53,9 +53,13 @@ el() { echo "$(( $(date +%s) - T0 ))s"; }
 source scripts/device-env.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -2; } >"$OUT/device.txt" 2>&1
 
-# 2. build
+# 2. build (DEVICE_PERF_BUILD=DIR: use DIR as built, e.g. by scripts/gpu-test.sh in the same call)
 BUILD=$ROOT/build-gpu
-if device_build "$BUILD" inferd test_graphs_gpu test_engine_stories test_engine_sampling test_stories_gpu test_cuda_kernels \
+if [[ -n ${DEVICE_PERF_BUILD:-} ]]; then
+    BUILD=$ROOT/$DEVICE_PERF_BUILD
+    if [[ -x $BUILD/cli/inferd ]]; then row "build: using $DEVICE_PERF_BUILD as built" ok
+    else row "build: $DEVICE_PERF_BUILD" "FAILED (no cli/inferd)"; exit 1; fi
+elif device_build "$BUILD" inferd test_graphs_gpu test_engine_stories test_engine_sampling test_stories_gpu test_cuda_kernels \
       >"$OUT/build.log" 2>&1
 then row "build (CUDA sm_90a) $(el)" ok
 else row "build (CUDA sm_90a)" "FAILED (build.log)"; tail -30 "$OUT/build.log"; exit 1; fi

@@ -1030,11 +1030,14 @@ fi
 
 # j. serving (issue 13 item 4, issue 12's TPOT target): inferd serve + bench serve,
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
-# (WAVE_SERVE_ARGS: more server flags, e.g. --no-async-scheduling)
-if part serve; then
+# WAVE_SERVE_VARIANTS: one server (and one set of concurrencies) each,
+# "NAME" or "NAME:FLAG+FLAG" (more server flags; e.g. "async
+# sync:--no-async-scheduling"); default one server with no extra flags
+serve_variant() {
+local tag=$1 flags=$2
 PORT=18432
 "$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn ${WAVE_SERVE_ARGS:-} >"$W/serve.log" 2>&1 &
+    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn $flags >"$W/serve$tag.log" 2>&1 &
 SPID=$!
 ok=0
 for _ in $(seq 1 600); do
@@ -1048,11 +1051,19 @@ if [[ $ok == 1 ]]; then
         if timeout 200 "$BIN" bench serve --port $PORT --tokenizer "$FIX/tokenizers/llama3" --dataset-name random \
               --input-len 512 --output-len 128 --ignore-eos --num-prompts $np --max-concurrency $c --num-warmups 2 \
               --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --disable-tqdm \
-              --result-dir "$W" --result-filename "serve-c$c.json" >"$W/serve-c$c.txt" 2>&1
-        then row "bench serve random 512/128 concurrency $c ($np prompts) $(el)" ok
-        else row "bench serve concurrency $c (exit $?)" FAILED; fi
-        grep -E "throughput|TTFT|TPOT|ITL|E2E|P50|P99|Mean|Median" "$W/serve-c$c.txt" | head -24
+              --result-dir "$W" --result-filename "serve$tag-c$c.json" >"$W/serve$tag-c$c.txt" 2>&1
+        then row "bench serve$tag random 512/128 concurrency $c ($np prompts) $(el)" ok
+        else row "bench serve$tag concurrency $c (exit $?)" FAILED; fi
+        grep -E "throughput|TTFT|TPOT|ITL|E2E|P50|P99|Mean|Median" "$W/serve$tag-c$c.txt" | head -24
     done
-else row "serve for bench serve" "FAILED (wave/serve.log)"; fi
+else row "serve$tag for bench serve" "FAILED (wave/serve$tag.log)"; fi
 kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+}
+if part serve; then
+for v in ${WAVE_SERVE_VARIANTS:-}; do
+    f=""
+    [[ $v == *:* ]] && { f=${v#*:}; f=${f//+/ }; }
+    serve_variant "-${v%%:*}" "$f"
+done
+[[ -z ${WAVE_SERVE_VARIANTS:-} ]] && serve_variant "" ""
 fi
