@@ -28,8 +28,8 @@
  * model_forward_ops only enqueues ops over inputs already on the device, so
  * the same code runs eagerly (model_forward: inputs copied into the arena)
  * and inside the decode CUDA graphs of graphs.c (inputs in the graph's
- * fixed region). model_step is the engine's entry: the graph when the batch
- * has one, else forward + sample. model_step_cost counts a step's bytes and
+ * fixed region). model_step (model/model_step.c) is the engine's entry:
+ * the graph when the batch has one, else forward + sample. model_step_cost counts a step's bytes and
  * FLOPs for the roofline of `inferd bench latency`.
  */
 #include <math.h>
@@ -122,10 +122,10 @@ void model_prof_get(const model *m, model_prof_stats *out)
     *out = m->prof.st;
 }
 
-/* model_step's start: open a record for a decode-only step, or with
+/* A step's launch: open a record for a decode-only step, or with
  * MODEL_PROF_OPS for any step; a step that is not decode-only breaks the
  * chain of gaps. */
-static void prof_step_begin(model *m, const model_batch *b)
+void model_prof_step_begin(model *m, const model_batch *b)
 {
     model_prof *p = &m->prof;
     if (!p->what)
@@ -738,7 +738,7 @@ static bool any_penalty(const kern_sample_params *params, int r)
  * the logits untouched, so both paths give the same bits. */
 /* Enqueue the sampler over the last forward pass's logits rows; returns
  * how many rows it samples (0: a prompt chunk without a sampled row). */
-static int sample_ops(model *m, const kern_sample_params *params)
+int model_sample_ops(model *m, const kern_sample_params *params)
 {
     int r = m->last_n_logits;
     if (r == 0)
@@ -753,7 +753,7 @@ static int sample_ops(model *m, const kern_sample_params *params)
 
 inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *tokens)
 {
-    int r = sample_ops(m, params);
+    int r = model_sample_ops(m, params);
     model_prof_step_end(m);
     if (r > 0)
         kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
@@ -768,68 +768,11 @@ void model_logits_to_host(model *m, float *dst)
     kern_memcpy_d2h(m->kc, dst, m->a.logits, (size_t)m->last_n_logits * m->cfg.vocab_size * sizeof(float));
 }
 
-void model_step_launched(const model_batch *b)
-{
-    if (b->launched_fn)
-        b->launched_fn(b->launched_user);
-}
-
-bool model_step_chainable(const model *m)
-{
-    return !m->tp && !m->follower && !model_has_comm_planned(m) && !(m->prof.what & MODEL_PROF_OPS);
-}
-
-static inferd_status inflight_init(model *m)
-{
-    model_inflight *f = &m->fl;
-    if (f->fence)
-        return INFERD_OK;
-    for (int k = 0; k < 2; k++)
-        f->tok[k] = kern_host_alloc(m->kc, (size_t)m->R * sizeof(int32_t));
-    f->fence = kern_timer_create(m->kc, 2);
-    if (!f->tok[0] || !f->tok[1] || !f->fence) {
-        model_inflight_free(m);
-        return inferd_set_error(INFERD_ERR_NOMEM, "model: cannot allocate the step token buffers");
-    }
-    return INFERD_OK;
-}
-
-void model_inflight_free(model *m)
-{
-    model_inflight *f = &m->fl;
-    if (f->count > 0)
-        kern_sync(m->kc);
-    for (int k = 0; k < 2; k++)
-        kern_host_free(m->kc, f->tok[k]);
-    if (f->fence)
-        kern_timer_free(m->kc, f->fence);
-    memset(f, 0, sizeof *f);
-}
-
-/* prev_rows: NULL, or one entry a token row, each -1 or a sampled row of
- * the step launched last (still in flight). */
-static inferd_status check_prev_rows(const model *m, const model_batch *b, const int32_t *prev_rows)
-{
-    const model_inflight *f = &m->fl;
-    if (!model_step_chainable(m) || f->count != 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step needs exactly one step in flight and "
-                                "no tensor parallelism or op profile (%d in flight)", f->count);
-    if (b->n_tokens > m->R)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step of %d tokens exceeds %d rows",
-                                b->n_tokens, m->R);
-    const int prev_n = f->n[f->head];
-    for (int i = 0; i < b->n_tokens; i++)
-        if (prev_rows[i] < -1 || prev_rows[i] >= prev_n)
-            return inferd_set_error(INFERD_ERR_INVALID_ARG, "chained row %d names row %d of a step of %d",
-                                    i, prev_rows[i], prev_n);
-    return INFERD_OK;
-}
-
 /* model_forward_checked, the input tokens named by prev_rows taken from
  * the previous step's sampled ones on the device. With extra rows the
  * layers run first (no head), then the extra rows' heads, then the sampled
  * rows' head, so a->logits ends with those. */
-static void forward_from(model *m, const model_batch *b, const int32_t *prev_rows)
+void model_forward_from(model *m, const model_batch *b, const int32_t *prev_rows)
 {
     model_fwd_in in;
     upload_batch(m, b, &in);
@@ -850,79 +793,9 @@ static void forward_from(model *m, const model_batch *b, const int32_t *prev_row
 
 void model_forward_checked(model *m, const model_batch *b)
 {
-    forward_from(m, b, NULL);
+    model_forward_from(m, b, NULL);
 }
 
-inferd_status model_step_launch(model *m, const model_batch *b, const kern_sample_params *params,
-                                const int32_t *prev_rows)
-{
-    inferd_status st = model_check_batch(m, b);
-    if (st == INFERD_OK && prev_rows)
-        st = check_prev_rows(m, b, prev_rows);
-    if (st == INFERD_OK)
-        st = inflight_init(m);
-    if (st != INFERD_OK)
-        return st;
-    model_inflight *f = &m->fl;
-    INFERD_CHECK_MSG(f->count < 2, "model: a third step launched before the first was waited for");
-    /* a backend that runs its ops as they are called has nothing to overlap */
-    const bool sync_ops = kern_ctx_backend(m->kc) == KERN_BACKEND_CPU;
-    if (sync_ops)
-        model_step_launched(b);
-    prof_step_begin(m, b);
-    model_tp_post(m, b, true);
-    /* an op profile needs its events between the ops: eager steps only */
-    if ((m->prof.what & MODEL_PROF_OPS) || b->n_extra > 0 || !model_graph_launch(m, b, params, prev_rows)) {
-        m->gr.eager_steps++;
-        forward_from(m, b, prev_rows);
-        sample_ops(m, params);
-        model_prof_step_end(m);
-    }
-    const int k = (f->head + f->count) & 1;
-    f->n[k] = m->last_n_logits;
-    f->prof_slot[k] = m->prof.cur;
-    kern_memcpy_d2h_async(m->kc, f->tok[k], m->a.sampled, (size_t)f->n[k] * sizeof(int32_t));
-    kern_timer_record(m->kc, f->fence, k);
-    f->count++;
-    if (!sync_ops) /* the step runs on the device while the hook does */
-        model_step_launched(b);
-    return INFERD_OK;
-}
-
-inferd_status model_step_wait(model *m, int32_t *tokens)
-{
-    model_inflight *f = &m->fl;
-    INFERD_CHECK_MSG(f->count > 0, "model: no step in flight to wait for");
-    const int k = f->head;
-    kern_timer_wait(m->kc, f->fence, k);
-    if (tokens)
-        memcpy(tokens, f->tok[k], (size_t)f->n[k] * sizeof(int32_t));
-    model_prof_step_done(m, f->prof_slot[k]);
-    f->head ^= 1;
-    f->count--;
-    model_tp_wait(m);
-    return INFERD_OK;
-}
-
-inferd_status model_step(model *m, const model_batch *b, const kern_sample_params *params, int32_t *tokens)
-{
-    INFERD_CHECK_MSG(m->fl.count == 0, "model_step with a step in flight (model_step_wait it first)");
-    inferd_status st = model_step_launch(m, b, params, NULL);
-    if (st != INFERD_OK)
-        return st;
-    return model_step_wait(m, tokens);
-}
-
-/* A rank > 0 of a group: the step rank 0 runs, without sampling, finished
- * before it returns (the batch's host arrays are the caller's). */
-void model_step_follower(model *m, const model_batch *b)
-{
-    if (b->n_extra > 0 || !model_graph_launch(m, b, NULL, NULL)) {
-        m->gr.eager_steps++;
-        model_forward_checked(m, b);
-    }
-    kern_sync(m->kc);
-}
 
 static double weight_elems(const kern_weight *w)
 {

@@ -239,7 +239,7 @@ void model_tp_wait(model *m);
 /* forward.c: model_forward / model_step without the batch checks and the
  * group, for the rank workers. */
 void model_forward_checked(model *m, const model_batch *b);
-/* forward.c: release the in-flight token buffers (model_free). */
+/* model_step.c: release the in-flight token buffers (model_free). */
 void model_inflight_free(model *m);
 void model_step_follower(model *m, const model_batch *b);
 
@@ -261,10 +261,17 @@ void model_forward_ops(model *m, const model_fwd_in *in);
 /* forward.c: the batch checks of model_forward (status + message). */
 inferd_status model_check_batch(const model *m, const model_batch *b);
 /* forward.c: profiler hooks, no-ops unless model_prof_enable was called:
- * the step ends (after the sampler, before the token copy), and the token
- * copy has synchronized the stream (accumulate). */
+ * a step is launched, it ends (after the sampler, before the token copy),
+ * and its token copy has been waited for (accumulate; slot: its
+ * prof.cur at launch). */
+void model_prof_step_begin(model *m, const model_batch *b);
 void model_prof_step_end(model *m);
 void model_prof_step_done(model *m, int slot);
+/* forward.c: enqueue the sampler over the last forward pass's logits rows
+ * (model_sample without the copy); returns the rows it samples. */
+int model_sample_ops(model *m, const kern_sample_params *params);
+/* forward.c: model_forward_checked with prev_rows (model_step_launch). */
+void model_forward_from(model *m, const model_batch *b, const int32_t *prev_rows);
 /* graphs.c: enqueue a decode-only batch through its graph (region upload,
  * with prev_rows the tokens taken from the last step's sampled ones, the
  * replay, the profiler's step end); false (nothing done) when the batch has

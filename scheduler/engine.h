@@ -223,7 +223,8 @@ inferd_status engine_opts_validate(const engine_opts *o);
  * upload and the launch around it). With async scheduling a pair is two
  * launches, and this time runs while the device computes: schedule then
  * holds the planning, the batch build and the launch of the step ahead,
- * outputs the step before's, build stays 0. */
+ * outputs the step before's, build stays 0 (on the CPU backend, whose
+ * launch runs the whole step, schedule holds the step too). */
 typedef struct {
     uint64_t gaps;
     double outputs_s;  /* commit and the sampled tokens: stop checks, detokenizing, streaming */

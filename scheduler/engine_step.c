@@ -398,6 +398,10 @@ static bool step_chained(engine *e)
         eng_flush_wakes(e);
     const double t3 = util_now_s();
     step_outputs(e, &prev, prev.n_items, 0, false, NULL);
+    /* the step after is on the device already: wake prev's consumers now,
+     * not at the next launch (it overlaps the device either way) */
+    if (ahead)
+        eng_flush_wakes(e);
     /* the host's part between two launches, now overlapped with the device:
      * the loop since the last launch's call, planning and building the step
      * (schedule holds both), and the outputs of the step before */

@@ -109,6 +109,23 @@ static model_batch as_model_batch(batch *b, const int *ids, int32_t *rows)
     return mb;
 }
 
+/* B random prompts in a fresh batch, sequence s of len[s] tokens drawn
+ * from salt, as sequence ids 0..B-1; sampling rows alternately greedy and
+ * seeded with temperature 0.8 (seed0 + s). */
+static void add_prompts(batch *b, int B, int V, int bs, uint64_t salt, const int *len, int *ids,
+                        kern_sample_params *sp, uint64_t seed0)
+{
+    int32_t prompt[256];
+    batch_begin(b);
+    for (int s = 0; s < B; s++) {
+        for (int j = 0; j < len[s]; j++)
+            prompt[j] = 1 + (int32_t)(rng_uniform(salt, (uint64_t)(s * 256 + j)) * (V - 1));
+        batch_add(b, s, prompt, 0, len[s], bs);
+        ids[s] = s;
+        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = seed0 + (uint64_t)s};
+    }
+}
+
 typedef struct {
     long steps, bitwise_steps;
     double max_abs;
@@ -161,18 +178,11 @@ static void run_batch(model *g, model *e, int B, cmp_stats *cs)
     float *le = inferd_malloc(sizeof(float) * (size_t)(MAX_SEQS + 1) * V);
     kern_sample_params sp[MAX_SEQS + 1];
     int len[MAX_SEQS + 1], ids[MAX_SEQS + 1];
-    int32_t next[MAX_SEQS + 1], prompt[256];
-    batch_begin(&b);
-    for (int s = 0; s < B; s++) {
-        /* sequence 0 of small batches crosses 256 tokens while decoding:
-         * the split-KV plan of the 512-token bucket's graph is exercised */
+    int32_t next[MAX_SEQS + 1];
+    for (int s = 0; s < B; s++) /* sequence 0 of small batches crosses 256 tokens while decoding:
+                                   the split-KV plan of the 512-token bucket's graph is exercised */
         len[s] = s == 0 && B <= 4 ? 220 : 3 + (s * 5) % 11;
-        for (int j = 0; j < len[s]; j++)
-            prompt[j] = 1 + (int32_t)(rng_uniform(100 + (uint64_t)B, (uint64_t)(s * 256 + j)) * (V - 1));
-        batch_add(&b, s, prompt, 0, len[s], bs);
-        ids[s] = s;
-        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = 7 + (uint64_t)s};
-    }
+    add_prompts(&b, B, V, bs, 100 + (uint64_t)B, len, ids, sp, 7);
     model_batch mb = as_model_batch(&b, ids, rows);
     step_both(g, e, &mb, sp, next, true, cs, lg, le); /* prefill: eager on both */
     for (int t = 0; t < DECODE_STEPS; t++) {
@@ -248,16 +258,10 @@ static void decode_run(model *m, int B, bool chain, int32_t (*out)[MAX_SEQS], fl
             b.tables[(size_t)s * width + j] = 1 + j * (MAX_SEQS + 1) + (MAX_SEQS - s);
     kern_sample_params sp[MAX_SEQS], spr[MAX_SEQS];
     int len[MAX_SEQS], ids[MAX_SEQS], prev_ids[MAX_SEQS], n_prev = 0;
-    int32_t next[MAX_SEQS], prompt[64], got[MAX_SEQS], prev_rows[MAX_SEQS];
-    batch_begin(&b);
-    for (int s = 0; s < B; s++) {
+    int32_t next[MAX_SEQS], got[MAX_SEQS], prev_rows[MAX_SEQS];
+    for (int s = 0; s < B; s++)
         len[s] = 3 + (s * 5) % 11;
-        for (int j = 0; j < len[s]; j++)
-            prompt[j] = 1 + (int32_t)(rng_uniform(300 + (uint64_t)B, (uint64_t)(s * 64 + j)) * (V - 1));
-        batch_add(&b, s, prompt, 0, len[s], bs);
-        ids[s] = s;
-        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = 11 + (uint64_t)s};
-    }
+    add_prompts(&b, B, V, bs, 300 + (uint64_t)B, len, ids, sp, 11);
     model_batch mb = as_model_batch(&b, ids, rows);
     ck_assert_int_eq(model_step(m, &mb, sp, next), INFERD_OK);
     for (int t = 0; t < DECODE_STEPS; t++) {

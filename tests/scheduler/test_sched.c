@@ -101,6 +101,31 @@ static int32_t fake_model(harness *h, const sched_item *it)
     return (int32_t)(3 + x % 50);
 }
 
+/* Commit out, then append each sampled row's token tok[i]; a request at
+ * its cap finishes (removed; its item in `ahead`, the step planned after
+ * out if any, is cleared first, as the engine does). */
+static void h_accept(harness *h, const sched_output *out, const int32_t *tok, sched_output *ahead)
+{
+    sched_commit(h->s, out);
+    for (int i = 0; i < out->n_items; i++) {
+        sched_req *r = out->items[i].req;
+        if (!r || !out->items[i].sample)
+            continue;
+        int idx = (int)req_index(r);
+        sched_append_token(h->s, r, tok[i]);
+        h->out[idx][h->n_out[idx]++] = tok[i];
+        if (r->n_total == r->cap) {
+            for (int j = 0; ahead && j < ahead->n_items; j++)
+                if (ahead->items[j].req == r)
+                    ahead->items[j].req = NULL;
+            h->finish_step[idx] = h->n_steps;
+            h->live[idx] = NULL;
+            sched_remove(h->s, r);
+        }
+    }
+    assert_inv(h);
+}
+
 /* One engine-like step; returns the number of items. */
 static int h_step(harness *h)
 {
@@ -125,21 +150,7 @@ static int h_step(harness *h)
         if (r->n_preemptions == 0 && h->n_admitted < MAX_REQ)
             h->admit_order[h->n_admitted++] = (int)req_index(r);
     }
-    sched_commit(h->s, &out);
-    for (int i = 0; i < out.n_items; i++) {
-        sched_req *r = out.items[i].req;
-        if (!out.items[i].sample)
-            continue;
-        int idx = (int)req_index(r);
-        sched_append_token(h->s, r, next[i]);
-        h->out[idx][h->n_out[idx]++] = next[i];
-        if (r->n_total == r->cap) {
-            h->finish_step[idx] = h->n_steps;
-            h->live[idx] = NULL;
-            sched_remove(h->s, r);
-        }
-    }
-    assert_inv(h);
+    h_accept(h, &out, next, NULL);
     h->n_steps++;
     return out.n_items;
 }
@@ -554,17 +565,7 @@ static int ahead_run(harness *h, int max_steps, int *refused)
             if (!decode) { /* a prompt chunk: one step at a time */
                 for (int i = 0; i < prev.n_items; i++)
                     tok[i] = fake_model(h, &prev.items[i]);
-                sched_commit(h->s, &prev);
-                for (int i = 0; i < prev.n_items; i++) {
-                    sched_req *r = prev.items[i].req;
-                    if (!prev.items[i].sample)
-                        continue;
-                    int idx = (int)req_index(r);
-                    sched_append_token(h->s, r, tok[i]);
-                    h->out[idx][h->n_out[idx]++] = tok[i];
-                    if (r->n_total == r->cap)
-                        sched_remove(h->s, r);
-                }
+                h_accept(h, &prev, tok, NULL);
                 continue;
             }
         }
@@ -582,22 +583,7 @@ static int ahead_run(harness *h, int max_steps, int *refused)
             ck_assert(it->req == p->req && it->start == p->start + 1 && it->n_new == 1 && it->sample);
             ck_assert_int_ge(it->req->n_blocks * h->bs, it->start + 1);
         }
-        sched_commit(h->s, &prev);
-        for (int i = 0; i < prev.n_items; i++) {
-            sched_req *r = prev.items[i].req;
-            if (!r)
-                continue;
-            int idx = (int)req_index(r);
-            sched_append_token(h->s, r, tok[i]);
-            h->out[idx][h->n_out[idx]++] = tok[i];
-            if (r->n_total == r->cap) { /* its item ahead, if any, goes first */
-                for (int j = 0; j < next.n_items; j++)
-                    if (next.items[j].req == r)
-                        next.items[j].req = NULL;
-                sched_remove(h->s, r);
-            }
-        }
-        assert_inv(h);
+        h_accept(h, &prev, tok, &next);
         have = next.n_items > 0;
         ahead += have;
         prev = next;
