@@ -267,8 +267,8 @@ END_TEST
 /* Async scheduling changes nothing a request sees: the same tokens and
  * finish reasons with it off and on, for a mix of lengths (requests finish
  * in different steps, so steps planned ahead carry rows of finished
- * requests), min_tokens, stop ids and seeded temperature sampling (the
- * draw counter of a row planned ahead), with a roomy KV pool and with one
+ * requests), min_tokens, stop ids, stop strings (the same texts) and
+ * seeded temperature sampling (the draw counter of a row planned ahead), with a roomy KV pool and with one
  * so small that planning ahead runs out of blocks and requests are
  * preempted. With it on, most decode steps were launched ahead (with
  * the small pool, over a quarter). */
@@ -289,12 +289,20 @@ START_TEST(test_async_equals_sync)
         }
         if (i % 4 == 2)
             sp[i].min_tokens = 5;
+        if (i % 5 == 3) { /* stop strings, matched on the text (a tokenizer when the fixture has one) */
+            sp[i].n_stop = 1;
+            sp[i].stop[0] = i % 2 ? "." : " and";
+        }
     }
+    tokenizer *tok = load_tok();
+    if (!tok)
+        for (int i = 0; i < N; i++)
+            sp[i].n_stop = 0;
     const int pools[] = {0, 24};
     for (int c = 0; c < 2; c++) {
         for (int pass = 0; pass < 2; pass++) {
             model *m = etu_load_stories(32, 512, pools[c]);
-            engine *e = etu_make_engine_async(m, NULL, 32, 512, true, pass == 1);
+            engine *e = etu_make_engine_async(m, tok, 32, 512, true, pass == 1);
             run_concurrent(e, p, sp, N, pass ? async_r : sync_r);
             engine_stats st;
             etu_finish_engine(e, &st);
@@ -312,7 +320,17 @@ START_TEST(test_async_equals_sync)
             model_free(m);
         }
         assert_same(async_r, sync_r, N, pools[c] ? "async, small pool" : "async");
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(async_r[i].text_len == sync_r[i].text_len &&
+                              memcmp(async_r[i].text, sync_r[i].text, sync_r[i].text_len) == 0,
+                          "prompt %d: text differs", i);
     }
+    int stopped = 0;
+    for (int i = 0; i < N; i++)
+        stopped += sp[i].n_stop > 0 && sync_r[i].finish == FINISH_STOP;
+    printf("async: %d of the stop-string requests stopped on their string or a stop id\n", stopped);
+    if (tok)
+        tok_free(tok);
 }
 END_TEST
 
