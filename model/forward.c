@@ -683,7 +683,6 @@ static void extra_rows_ops(model *m, const model_batch *b)
         kern_memcpy_h2d(m->kc, a->logits_idx, b->logits_indices, (size_t)b->n_logits * sizeof(int32_t));
 }
 
-
 inferd_status model_forward(model *m, const model_batch *b)
 {
     inferd_status st = model_check_batch(m, b);
@@ -795,7 +794,6 @@ void model_forward_checked(model *m, const model_batch *b)
 {
     model_forward_from(m, b, NULL);
 }
-
 
 static double weight_elems(const kern_weight *w)
 {

@@ -311,7 +311,8 @@ static kern_graph *pick(const model *m, const model_batch *b, int *si, int *bi, 
     return g->g[*si][*bi];
 }
 
-bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params, const int32_t *prev_rows)
+bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params,
+                        const int32_t *prev_rows)
 {
     int si, bi, max_len;
     kern_graph *graph = pick(m, b, &si, &bi, &max_len);

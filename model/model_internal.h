@@ -45,7 +45,7 @@ typedef struct {
     int32_t *logits_idx;         /* [R] */
     kern_sample_params *sparams; /* [R] */
     int32_t *sampled;            /* [R] */
-    int32_t *src_rows;           /* [T] eager steps: rows of the previous step's sampled tokens (kern_tokens_from) */
+    int32_t *src_rows;           /* [T] eager steps: previous step's rows (kern_tokens_from) */
     float *inv_freq;             /* [hd / 2] */
     void *attn_ws;
     void *sample_ws;
@@ -276,7 +276,8 @@ void model_forward_from(model *m, const model_batch *b, const int32_t *prev_rows
  * with prev_rows the tokens taken from the last step's sampled ones, the
  * replay, the profiler's step end); false (nothing done) when the batch has
  * no graph. The caller copies the tokens back. */
-bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params, const int32_t *prev_rows);
+bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params *params,
+                        const int32_t *prev_rows);
 /* b->launched_fn(b->launched_user) when set (model_step's hook, forward.c). */
 void model_step_launched(const model_batch *b);
 

@@ -64,13 +64,15 @@ static inferd_status check_prev_rows(const model *m, const model_batch *b, const
 {
     const model_inflight *f = &m->fl;
     if (!model_step_chainable(m) || f->count != 1)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step needs exactly one step in flight and "
-                                "no tensor parallelism or op profile (%d in flight)", f->count);
+        return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                "a chained step needs exactly one step in flight and "
+                                "no tensor parallelism or op profile (%d in flight)",
+                                f->count);
     const int prev_n = f->n[f->head];
     for (int i = 0; i < b->n_tokens; i++)
         if (prev_rows[i] < -1 || prev_rows[i] >= prev_n)
-            return inferd_set_error(INFERD_ERR_INVALID_ARG, "chained row %d names row %d of a step of %d",
-                                    i, prev_rows[i], prev_n);
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "chained row %d names row %d of a step of %d", i,
+                                    prev_rows[i], prev_n);
     return INFERD_OK;
 }
 

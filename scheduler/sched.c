@@ -37,8 +37,8 @@ struct sched {
     kv_pool *pool;
     int block_size;
     inferd_list running, waiting; /* of sched_req, through link */
-    sched_item *items;     /* [max_num_seqs] the array of the next step */
-    sched_item *items_alt; /* [max_num_seqs] the other one: two steps may be alive (sched_step_ahead) */
+    sched_item *items;            /* [max_num_seqs] the array of the next step */
+    sched_item *items_alt;        /* [max_num_seqs] the other (two steps alive: sched_step_ahead) */
     sched_stats st;
 };
 
@@ -418,8 +418,8 @@ static bool plan_running_ahead(sched *s, const sched_output *prev, sched_output 
     for (sched_req *r = REQ_OF(inferd_list_first(&s->running)); r && *budget > 0 && ok;
          r = REQ_OF(inferd_list_next(&s->running, &r->link))) {
         const sched_item *p = r->flight >= 0 ? &prev->items[r->flight] : NULL;
-        INFERD_CHECK(!p || (r->n_computed == p->start &&
-                            (p->sample ? r->n_total == p->start + p->n_new : r->n_total > p->start + p->n_new)));
+        INFERD_CHECK(!p || (r->n_computed == p->start && (p->sample ? r->n_total == p->start + p->n_new
+                                                                    : r->n_total > p->start + p->n_new)));
         const int start = p ? p->start + p->n_new : r->n_computed;
         const int known = r->n_total + (p && p->sample ? 1 : 0);
         if (p && p->sample && known >= r->cap)
@@ -432,7 +432,10 @@ static bool plan_running_ahead(sched *s, const sched_output *prev, sched_output 
             break;
         }
         sched_item *it = &out->items[out->n_items++];
-        *it = (sched_item){.req = r, .start = start, .n_new = n_new, .sample = start + n_new == known,
+        *it = (sched_item){.req = r,
+                           .start = start,
+                           .n_new = n_new,
+                           .sample = start + n_new == known,
                            .from = p && p->sample ? r->flight : -1};
         out->n_tokens += n_new;
         out->n_sample += it->sample;

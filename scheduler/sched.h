@@ -25,8 +25,10 @@
  * in the pool's cache.
  *
  * Ownership: the scheduler owns its requests and their token buffers. The
- * engine (or a test) drives: sched_add, sched_step, sched_commit,
- * sched_append_token, sched_remove. Not thread-safe (the engine thread).
+ * engine (or a test) drives: sched_add, sched_step (or sched_step_ahead,
+ * planning the next step before the last one's tokens are known),
+ * sched_commit, sched_append_token, sched_remove. Not thread-safe (the
+ * engine thread).
  */
 #ifndef INFERD_SCHEDULER_SCHED_H
 #define INFERD_SCHEDULER_SCHED_H
@@ -154,7 +156,8 @@ typedef bool (*sched_admit_fn)(const sched_req *r, void *user);
  * token ahead) when a running request cannot get a block, and the caller
  * plans with sched_step once prev is done. Commit prev before out.
  * out->items stays valid through one more step of either kind. */
-bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out, sched_admit_fn admit, void *user);
+bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out, sched_admit_fn admit,
+                      void *user);
 
 /* The step's forward pass ran: advance n_computed of every item and offer
  * newly full blocks to the prefix cache. Items whose req is NULL are

@@ -4,8 +4,9 @@
  * a slot not yet reached reads as -1). Used by the per-op profile of
  * `inferd bench latency --profile-ops` and the idle-gap measurement between
  * decode steps (model/forward.c), and as the fences of the engine's async
- * scheduling (kern_timer_wait after an asynchronous token copy). Events are created with timing on (cudaEventDefault), which
- * costs about a microsecond per record.
+ * scheduling (kern_timer_wait after an asynchronous token copy). Events
+ * are created with timing on (cudaEventDefault), which costs about a
+ * microsecond per record.
  *
  * The host emulator (KEMU_H) has no events: there the slots hold the host
  * clock, as on the CPU backend (kernels run synchronously there).

@@ -122,7 +122,8 @@ static void add_prompts(batch *b, int B, int V, int bs, uint64_t salt, const int
             prompt[j] = 1 + (int32_t)(rng_uniform(salt, (uint64_t)(s * 256 + j)) * (V - 1));
         batch_add(b, s, prompt, 0, len[s], bs);
         ids[s] = s;
-        sp[s] = (kern_sample_params){.temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = seed0 + (uint64_t)s};
+        sp[s] = (kern_sample_params){
+            .temperature = s % 2 ? 0.8f : 0.0f, .top_p = 1.0f, .seed = seed0 + (uint64_t)s};
     }
 }
 
@@ -328,10 +329,13 @@ START_TEST(test_chained_steps)
             model_graph_info_get(m, &g1);
             for (int t = 0; t < DECODE_STEPS; t++)
                 for (int s = t >= DECODE_STEPS / 2 && B > 1 ? 1 : 0; s < B; s++)
-                    ck_assert_msg(a[t][s] >= 0 && a[t][s] == c[t][s], "%s batch %d step %d seq %d: %d one at a time, "
-                                  "%d chained", eager ? "eager" : "graphs", B, t, s, a[t][s], c[t][s]);
+                    ck_assert_msg(a[t][s] >= 0 && a[t][s] == c[t][s],
+                                  "%s batch %d step %d seq %d: %d one at a time, "
+                                  "%d chained",
+                                  eager ? "eager" : "graphs", B, t, s, a[t][s], c[t][s]);
             int rows = B > 1 ? B - 1 : 1;
-            ck_assert_msg(memcmp(la, lc, sizeof(float) * (size_t)rows * V) == 0, "batch %d: logits differ", B);
+            ck_assert_msg(memcmp(la, lc, sizeof(float) * (size_t)rows * V) == 0, "batch %d: logits differ",
+                          B);
             if (!eager) /* the chained decode steps replayed graphs */
                 ck_assert_int_ge((int)(g1.replays - g0.replays), DECODE_STEPS);
             printf("chained steps, %s, batch %d: %d steps, tokens and logits bitwise equal\n",
@@ -351,7 +355,8 @@ START_TEST(test_chained_steps)
         int id0 = 0;
         model_batch mb = as_model_batch(&b, &id0, row);
         kern_sample_params sp0 = {.temperature = 0, .top_p = 1};
-        ck_assert_int_eq(model_step_launch(m, &mb, &sp0, &bad), INFERD_ERR_INVALID_ARG); /* nothing in flight */
+        ck_assert_int_eq(model_step_launch(m, &mb, &sp0, &bad),
+                         INFERD_ERR_INVALID_ARG); /* nothing in flight */
         inferd_free(la);
         inferd_free(lc);
         model_free(m);

@@ -336,7 +336,8 @@ START_TEST(test_tokens_from)
         r = r * 6364136223846793005ULL + 1442695040888963407ULL;
         const int n_from = 1 + (int)((r >> 33) % 600);
         int32_t *tok = inferd_malloc((size_t)n * sizeof *tok), *src = inferd_malloc((size_t)n * sizeof *src);
-        int32_t *from = inferd_malloc((size_t)n_from * sizeof *from), *got = inferd_malloc((size_t)n * sizeof *got);
+        int32_t *from = inferd_malloc((size_t)n_from * sizeof *from),
+                *got = inferd_malloc((size_t)n * sizeof *got);
         for (int i = 0; i < n_from; i++)
             from[i] = 1000000 + i * 7;
         for (int i = 0; i < n; i++) {
@@ -344,7 +345,8 @@ START_TEST(test_tokens_from)
             tok[i] = (int32_t)((r >> 40) % 128000);
             src[i] = (r >> 20) % 4 == 0 ? -1 : (int32_t)((r >> 24) % (uint64_t)n_from);
         }
-        int32_t *gsrc = kt_gpu_bytes(src, (size_t)n * sizeof *src), *gfrom = kt_gpu_bytes(from, (size_t)n_from * 4);
+        int32_t *gsrc = kt_gpu_bytes(src, (size_t)n * sizeof *src),
+                *gfrom = kt_gpu_bytes(from, (size_t)n_from * 4);
         kt_gbuf g;
         int32_t *gtok = kt_gbuf_alloc(&g, (size_t)n * sizeof *tok, 0);
         kern_memcpy_h2d(kt_gpu, gtok, tok, (size_t)n * sizeof *tok);
