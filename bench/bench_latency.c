@@ -560,8 +560,13 @@ int bench_latency_run(model *m, const engine_opts *eo, const kern_ceilings *ceil
         rc = 1;
     model_graph_info gi;
     model_graph_info_get(m, &gi);
-    fprintf(out, "\nsteps: %llu through graphs, %llu eager\n", (unsigned long long)gi.replays,
-            (unsigned long long)gi.eager_steps);
+    engine_stats est;
+    engine_get_stats(e, &est);
+    fprintf(out,
+            "\nsteps: %llu through graphs, %llu eager; %llu launched while the step before ran (async "
+            "scheduling)\n",
+            (unsigned long long)gi.replays, (unsigned long long)gi.eager_steps,
+            (unsigned long long)est.steps_ahead);
     for (int i = 0; i < n_rows; i++)
         if (rows[i].cached_tokens > 0)
             fprintf(out, "warning: batch %d, input %d: the prefix cache served %lld prompt tokens; its prefill "

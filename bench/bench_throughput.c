@@ -312,9 +312,12 @@ static void print_header(FILE *f, model *m, const engine_opts *eo, const kern_ce
                          const bench_throughput_opts *o, int n_req)
 {
     bench_print_device(f, m, c);
-    fprintf(f, "engine: max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d, prefix caching %s\n",
+    fprintf(f,
+            "engine: max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d, prefix caching %s, async "
+            "scheduling %s\n",
             eo->max_num_seqs, eo->max_num_batched_tokens, model_max_model_len(m),
-            eo->enable_prefix_caching ? "on" : "off");
+            eo->enable_prefix_caching ? "on" : "off",
+            eo->async_scheduling && model_step_chainable(m) ? "on" : "off");
     if (o->dataset == BENCH_DATA_RANDOM)
         fprintf(f, "dataset: random, %d requests, input %d, output %d, range ratio %g, seed %llu\n", n_req,
                 random_input_len(o), random_output_len(o), o->random_range_ratio, (unsigned long long)o->seed);
@@ -351,11 +354,13 @@ static void print_result(FILE *f, model *m, const kern_ceilings *c, const bench_
             flops / 1e12, c->gemm_tflops, r->floor_s, r->achieved_tflops, r->pct_roofline);
     model_graph_info gi;
     model_graph_info_get(m, &gi);
-    fprintf(f, "\nengine: %llu steps (%llu through graphs, %llu eager), %llu preemptions, prefix cache served "
-               "%lld of %lld prompt tokens\n",
-            (unsigned long long)r->stats.steps, (unsigned long long)gi.replays,
-            (unsigned long long)gi.eager_steps, (unsigned long long)r->stats.preemptions,
-            (long long)r->cached_tokens, (long long)r->prompt_tokens);
+    fprintf(
+        f,
+        "\nengine: %llu steps (%llu through graphs, %llu eager, %llu launched while the step before ran), "
+        "%llu preemptions, prefix cache served %lld of %lld prompt tokens\n",
+        (unsigned long long)r->stats.steps, (unsigned long long)gi.replays,
+        (unsigned long long)gi.eager_steps, (unsigned long long)r->stats.steps_ahead,
+        (unsigned long long)r->stats.preemptions, (long long)r->cached_tokens, (long long)r->prompt_tokens);
     const model_prof_stats *p = &r->prof;
     if (p->busy_steps > 0) {
         const double dec_s = p->busy_ms * 1e-3;
@@ -420,6 +425,7 @@ static int write_json(const char *path, model *m, const engine_opts *eo, const k
     cJSON_AddBoolToObject(ej, "enable_prefix_caching", eo->enable_prefix_caching);
     cJSON_AddBoolToObject(ej, "graphs", gi.enabled);
     cJSON_AddNumberToObject(ej, "steps", (double)r->stats.steps);
+    cJSON_AddNumberToObject(ej, "steps_ahead", (double)r->stats.steps_ahead);
     cJSON_AddNumberToObject(ej, "preemptions", (double)r->stats.preemptions);
     cJSON_AddNumberToObject(ej, "decode_only_steps", (double)r->prof.busy_steps);
     cJSON_AddNumberToObject(ej, "decode_only_gpu_s", r->prof.busy_ms * 1e-3);

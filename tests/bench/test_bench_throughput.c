@@ -109,6 +109,7 @@ static void check_json(cJSON *root, int requests, long long prompt, long long ou
     ck_assert_str_eq(cJSON_GetObjectItem(root, "backend")->valuestring, g_device);
     const cJSON *e = cJSON_GetObjectItem(root, "engine");
     ck_assert(num(e, "steps") >= 1 && num(e, "max_num_seqs") >= 1 && num(e, "preemptions") >= 0);
+    ck_assert(num(e, "steps_ahead") >= 0 && num(e, "steps_ahead") < num(e, "steps"));
     ck_assert(num(e, "decode_only_steps") >= 1 && num(e, "decode_only_steps") <= num(e, "steps"));
     ck_assert(num(e, "decode_only_gpu_s") > 0 && num(e, "decode_only_gpu_s") <= el);
 }
