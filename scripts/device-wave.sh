@@ -813,15 +813,27 @@ fi
 # i4d2b. async scheduling (--async-scheduling, the default) against
 #       --no-async-scheduling, processes alternating, WAVE_REPS runs: the
 #       decode rows b1/16/64 x 512/1k (step time, the GPU's idle gap, the
-#       engine thread's host time), then b256 x 1k and bench throughput
+#       engine thread's host time; the SM clock and power sampled by
+#       nvidia-smi during each run), then b256 x 1k and bench throughput
 #       512/128 each way; WAVE_ASYNC_ARGS adds flags to every run
 if part asyncab; then
 async_flag() { [[ $1 == off ]] && echo --no-async-scheduling; }
+# the SM clock and board power sampled every 100 ms while a run goes
+# (is the GPU slower per step once it never idles?): mean and min per run
+smi_start() { nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 >"$W/$1.smi" 2>&1 &
+              SMI=$!; }
+smi_stop() {
+    kill $SMI 2>/dev/null; wait $SMI 2>/dev/null
+    awk -F', *' -v n="$1" '$1 ~ /^[0-9]/ {c++; s += $1; p += $2; if (!m || $1 < m) m = $1}
+        END {if (c) printf "clocks %s: SM %.0f MHz mean, %.0f min, power %.1f W mean over %d samples\n", n, s / c, m, p / c, c}' "$W/$1.smi"
+}
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     for v in on off; do
+        smi_start "asyncab-$v-$rep"
         lat "asyncab-$v-$rep" 150 "async $v b1/16/64 x 512/1k (run $rep)" --model $L8 --batch-size 1,16,64 \
             --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 \
             --max-num-batched-tokens 8192 --max-model-len 2048 $(async_flag $v) ${WAVE_ASYNC_ARGS:-}
+        smi_stop "asyncab-$v-$rep"
         grep -A9 "GPU busy ms/step" "$W/asyncab-$v-$rep.txt" | grep -E "^\| [0-9]"
     done
 done
