@@ -756,7 +756,7 @@ inferd_status model_sample(model *m, const kern_sample_params *params, int32_t *
     model_prof_step_end(m);
     if (r > 0)
         kern_memcpy_d2h(m->kc, tokens, m->a.sampled, (size_t)r * sizeof(int32_t));
-    else
+    else if (m->prof.open) /* a prompt chunk's profile record closes once the device has passed it */
         kern_sync(m->kc);
     model_prof_step_done(m, m->prof.cur);
     return INFERD_OK;

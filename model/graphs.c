@@ -145,7 +145,6 @@ static void fill_padding(model_graphs *g, int from, int rows, int w)
         HOST(g, int32_t, qsl)[i] = i;
         HOST(g, int32_t, seq_lens)[i] = 1;
         HOST(g, int32_t, logits_idx)[i] = i;
-        HOST(g, int32_t, src)[i] = -1;
         HOST(g, int32_t, tables)[(size_t)i * w] = KV_NULL_BLOCK;
         kern_sample_params *p = &HOST(g, kern_sample_params, sparams)[i];
         memset(p, 0, sizeof *p);
@@ -330,11 +329,8 @@ bool model_graph_launch(model *m, const model_batch *b, const kern_sample_params
     memcpy(HOST(g, int32_t, qsl), b->query_start_loc, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, seq_lens), b->seq_lens, (size_t)n * sizeof(int32_t));
     memcpy(HOST(g, int32_t, logits_idx), b->logits_indices, (size_t)n * sizeof(int32_t));
-    if (prev_rows)
+    if (prev_rows) /* src is read only by the kern_tokens_from below, over these n rows */
         memcpy(HOST(g, int32_t, src), prev_rows, (size_t)n * sizeof(int32_t));
-    else
-        for (int i = 0; i < n; i++)
-            HOST(g, int32_t, src)[i] = -1;
     if (params) /* NULL on the other ranks of a group, which do not sample */
         memcpy(HOST(g, kern_sample_params, sparams), params, (size_t)n * sizeof(kern_sample_params));
     for (int i = 0; i < n; i++) /* only the blocks a row reads: ceil(seq_len / block_size) <= w */

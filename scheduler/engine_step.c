@@ -448,7 +448,7 @@ void eng_step(engine *e)
     if (decode && prev_end > 0)
         count_host_gap(e, prev_end, t0, t1, util_now_s());
     /* a decode step the next one may follow at once: left in flight */
-    const bool leave = decode && !want_lp && can_chain(e, &out);
+    const bool leave = decode && can_chain(e, &out); /* can_chain: no logprobs, so no want_lp */
     inferd_status st;
     if (n_logits > 0) {
         b.launched_fn = on_launched;
