@@ -86,7 +86,7 @@ static void plan_acts(model *m, arena *a)
     x->logits_idx = arena_take(a, R * sizeof(int32_t));
     x->sparams = arena_take(a, R * sizeof(kern_sample_params));
     x->sampled = arena_take(a, R * sizeof(int32_t));
-    x->src_rows = arena_take(a, R * sizeof(int32_t));
+    x->src_rows = arena_take(a, T * sizeof(int32_t));
     x->inv_freq = arena_take(a, (size_t)c->head_dim / 2 * sizeof(float));
     x->attn_ws = arena_take(
         a, kern_attn_workspace_bytes(m->kc, m->T, m->S, c->n_heads, c->head_dim, m->max_model_len));

@@ -45,7 +45,7 @@ typedef struct {
     int32_t *logits_idx;         /* [R] */
     kern_sample_params *sparams; /* [R] */
     int32_t *sampled;            /* [R] */
-    int32_t *src_rows;           /* [R] eager steps: previous step's rows (kern_tokens_from) */
+    int32_t *src_rows;           /* [T] eager steps: previous step's rows (kern_tokens_from) */
     float *inv_freq;             /* [hd / 2] */
     void *attn_ws;
     void *sample_ws;

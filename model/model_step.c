@@ -68,9 +68,6 @@ static inferd_status check_prev_rows(const model *m, const model_batch *b, const
                                 "a chained step needs exactly one step in flight and "
                                 "no tensor parallelism or op profile (%d in flight)",
                                 f->count);
-    if (b->n_tokens > m->R)
-        return inferd_set_error(INFERD_ERR_INVALID_ARG, "a chained step of %d tokens exceeds %d rows",
-                                b->n_tokens, m->R);
     const int prev_n = f->n[f->head];
     for (int i = 0; i < b->n_tokens; i++)
         if (prev_rows[i] < -1 || prev_rows[i] >= prev_n)

@@ -59,7 +59,11 @@ static void alloc_buffers(engine *e)
     e->b_row_item = inferd_malloc(S * sizeof(int32_t));
     e->b_sparams = inferd_malloc(S * sizeof(kern_sample_params));
     e->b_sampled = inferd_malloc(S * sizeof(int32_t));
-    e->b_prev_rows = inferd_malloc(S * sizeof(int32_t));
+    e->b_prev_rows = inferd_malloc(T * sizeof(int32_t));
+    for (int k = 0; k < 2; k++) {
+        e->fl_row_item[k] = inferd_malloc(S * sizeof(int32_t));
+        e->fl_item_row[k] = inferd_malloc(S * sizeof(int32_t));
+    }
 }
 
 /* Clamp the engine limits to what the model's buffers were sized for.
@@ -403,6 +407,10 @@ void engine_free(engine *e)
     inferd_free(e->wake);
     inferd_free(e->b_sampled);
     inferd_free(e->b_prev_rows);
+    for (int k = 0; k < 2; k++) {
+        inferd_free(e->fl_row_item[k]);
+        inferd_free(e->fl_item_row[k]);
+    }
     inferd_free(e->h_logits);
     inferd_free(e->b_extra_rows);
     inferd_free(e->b_extra_item);

@@ -196,13 +196,15 @@ typedef struct {
     bool enable_prefix_caching;
     int max_queued_requests;    /* waiting requests beyond which submit fails with QUEUE_FULL */
     int max_model_len;          /* 0 = the model's */
-    /* Async scheduling (vLLM's --async-scheduling): while a decode step
-     * runs, the next one is planned and launched, its input tokens taken
-     * from the running step's samples on the device, and the running
-     * step's outputs are processed after that launch; the device does not
-     * wait for the host between decode steps. Steps with logprobs,
-     * penalties, waiting requests or tensor parallelism run one at a
-     * time. Greedy and seeded outputs are the same either way. */
+    /* Async scheduling (vLLM's --async-scheduling): while a step runs,
+     * the next one is planned (new requests admitted, prompt chunks and
+     * decode tokens alike) and launched, its decode rows' input tokens
+     * taken from the running step's samples on the device, and the
+     * running step's outputs are processed after that launch; the device
+     * does not wait for the host between steps. Requests with logprobs,
+     * penalties, prompt logprobs or forks, and tensor parallelism, run
+     * one step at a time. Greedy and seeded outputs are the same either
+     * way. */
     bool async_scheduling;
 } engine_opts;
 

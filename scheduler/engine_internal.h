@@ -158,12 +158,18 @@ struct engine {
     int32_t *b_extra_rows, *b_extra_item; /* [max_num_batched_tokens] token row, step item */
     engine_logprob *b_extra_lp;           /* [max_num_batched_tokens] */
     const sched_output *cur_out;          /* the step being run (extra_fn's context) */
-    /* async scheduling: a decode step launched and not yet waited for
-     * (model_step_launch); its items' reqs go NULL when they retire */
+    /* async scheduling: a step launched and not yet waited for
+     * (model_step_launch, fl_out: items in the scheduler's arrays); its
+     * items' reqs go NULL when they retire. b_prev_rows: [max_num_batched_
+     * tokens] a chained step's token rows, fl_out's logits row or -1 */
     bool async; /* opts.async_scheduling and model_step_chainable */
     bool fl_active;
-    sched_output fl_out; /* that step (items in the scheduler's arrays) */
-    int32_t *b_prev_rows; /* [max_num_seqs] a chained step's rows of fl_out */
+    sched_output fl_out;
+    int32_t *b_prev_rows;
+    /* the step in flight's logits row -> item and item -> logits row (-1:
+     * none), in map set fl_k; the step planned ahead fills the other set */
+    int32_t *fl_row_item[2], *fl_item_row[2]; /* [max_num_seqs] each */
+    int fl_n_logits[2], fl_k;
     uint64_t steps_ahead;
     double c_end; /* when the last chained call (or the step left in flight) ended, 0 = none */
     eng_penalty pen;                    /* engine-thread only */

@@ -29,7 +29,7 @@ static const opt_row k_rows[] = {
     {.name = "enable-prefix-caching", .kind = OPT_BOOL, .off = OFF(enable_prefix_caching), .def = 1,
      .help = "reuse the KV blocks of shared prompt prefixes"},
     {.name = "async-scheduling", .kind = OPT_BOOL, .off = OFF(async_scheduling), .def = 1,
-     .help = "plan and launch each decode step while the one before runs (the GPU does not wait for the host)"},
+     .help = "plan and launch each step while the one before runs (the GPU does not wait for the host)"},
     {.name = "max-queued-requests", .kind = OPT_INT, .off = OFF(max_queued_requests), .min = 1, .max = 1 << 24,
      .def = 1024, .help = "waiting requests beyond which new ones are refused (HTTP 429)"},
 };

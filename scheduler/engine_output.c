@@ -24,7 +24,9 @@
  * wake-ups (a condvar broadcast and the notify callback, which for an HTTP
  * connection resumes it in libmicrohttpd's event loop) wait in e->wake
  * until the next step is on the device (eng_flush_wakes), so they overlap
- * it instead of delaying its launch.
+ * it instead of delaying its launch; with async scheduling the next step
+ * is launched before these outputs are processed, so they go right after
+ * them.
  */
 #include <string.h>
 

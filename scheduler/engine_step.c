@@ -61,10 +61,11 @@ static int add_prompt_rows(engine *e, const sched_item *it, int i, int off, int 
     return n_extra;
 }
 
-/* Fill the batch arrays from the step's items; returns n_logits. A step
- * planned ahead (sched_step_ahead) computes tokens the host does not have
- * yet: their ids are 0 here and come from the step in flight on the device
- * (e->b_prev_rows). */
+/* Fill the batch arrays from the step's items; returns n_logits. In a
+ * step planned ahead (sched_step_ahead) an item with from >= 0 computes
+ * the token the step in flight samples for it, which the host does not
+ * have yet: its id is 0 here and e->b_prev_rows names the in-flight
+ * step's logits row it comes from on the device (-1 for every other row). */
 static int build_batch(engine *e, const sched_output *out, model_batch *b, bool ahead)
 {
     int bs = e->block_size;
@@ -78,11 +79,14 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b, bool 
         const sched_req *r = it->req;
         e->b_qsl[i] = off;
         n_extra = add_prompt_rows(e, it, i, off, n_extra);
+        const bool pending = ahead && it->from >= 0; /* then n_new is 1 */
         for (int j = 0; j < it->n_new; j++, off++) {
             int pos = it->start + j;
-            e->b_tokens[off] = ahead ? 0 : r->tokens[pos];
+            e->b_tokens[off] = pending ? 0 : r->tokens[pos];
             e->b_positions[off] = pos;
             e->b_slots[off] = kv_slot(r->blocks, pos, bs);
+            if (ahead)
+                e->b_prev_rows[off] = pending ? e->fl_item_row[e->fl_k][it->from] : -1;
         }
         e->b_seq_lens[i] = it->start + it->n_new;
         int32_t *row = e->b_tables + (size_t)i * width;
@@ -94,8 +98,6 @@ static int build_batch(engine *e, const sched_output *out, model_batch *b, bool 
             e->b_row_item[n_logits] = i;
             n_logits++;
         }
-        if (ahead)
-            e->b_prev_rows[i] = it->from;
     }
     e->b_qsl[out->n_items] = off;
     INFERD_CHECK(off == out->n_tokens);
@@ -188,8 +190,9 @@ static void publish_prompt_logprobs(engine *e, const sched_output *out, int n_ex
     }
 }
 
-/* ahead: the step is planned before the step in flight has given each
- * request its token, so the token sampled here is the request's n_gen + 1. */
+/* ahead: the step is planned before the step in flight has given its
+ * requests their tokens, so a row that computes such a token (from >= 0)
+ * samples the request's token n_gen + 1. */
 static void fill_sample_params(engine *e, const sched_output *out, int n_logits, bool ahead, bool *want_lp)
 {
     *want_lp = false;
@@ -201,7 +204,7 @@ static void fill_sample_params(engine *e, const sched_output *out, int n_logits,
         p->min_p = r->sp.min_p;
         p->top_k = r->sp.top_k;
         p->seed = r->seed;
-        p->counter = (uint64_t)r->n_gen + (ahead ? 1u : 0u);
+        p->counter = (uint64_t)r->n_gen + (ahead && out->items[e->b_row_item[k]].from >= 0 ? 1u : 0u);
         p->counts = NULL;
         p->bias = NULL;
         p->n_bias = 0;
@@ -326,26 +329,49 @@ static void step_outputs(engine *e, const sched_output *out, int n_logits, int n
 #endif
 }
 
-/* Can the step after `out` (a decode step, launched or about to be) be
- * planned before out's tokens are known? Only when nothing needs the host
- * in between: no request waits for admission (it would wait behind the
- * chain), and no row needs its logits on the host (logprobs), its last
- * token in the penalty counts, or a fork. */
+/* A request that needs nothing from the host between its steps: no
+ * logprobs (the logits on the host), penalties (its last token in the
+ * counts), prompt logprobs (extra rows) or held sequences (a fork). */
+static bool chain_plain(const eng_req *r)
+{
+    return r->sp.logprobs < 0 && r->sp.prompt_logprobs < 0 && !eng_penalized(r) && r->n_held == 0;
+}
+
+/* sched_admit_fn: a waiting request may join a step planned ahead. */
+static bool admit_plain(const sched_req *r, void *user)
+{
+    (void)user;
+    return chain_plain(r->user);
+}
+
+/* Can the step after `out` (launched, or about to be) be planned before
+ * out's tokens are known? Only when every request in it is plain, and so
+ * is the waiting queue's head (a request that is not would wait behind
+ * the chain: it is admitted by a step planned after out is done). */
 static bool can_chain(const engine *e, const sched_output *out)
 {
-    if (!e->async || sched_waiting_head(e->s))
+    if (!e->async)
         return false;
-    int live = 0;
-    for (int i = 0; i < out->n_items; i++) {
-        const sched_item *it = &out->items[i];
-        if (!it->req)
-            continue;
-        const eng_req *r = it->req->user;
-        if (it->n_new != 1 || !it->sample || r->sp.logprobs >= 0 || eng_penalized(r) || r->n_held > 0)
+    const sched_req *head = sched_waiting_head(e->s);
+    if (head && !chain_plain(head->user))
+        return false;
+    for (int i = 0; i < out->n_items; i++)
+        if (out->items[i].req && !chain_plain(out->items[i].req->user))
             return false;
-        live++;
+    return true;
+}
+
+/* The step just launched stays in flight: keep its logits rows' items and
+ * each item's row (-1: samples nothing) in the map set k. */
+static void keep_rows(engine *e, const sched_output *out, int n_logits, int k)
+{
+    for (int i = 0; i < out->n_items; i++)
+        e->fl_item_row[k][i] = -1;
+    for (int r = 0; r < n_logits; r++) {
+        e->fl_row_item[k][r] = e->b_row_item[r];
+        e->fl_item_row[k][e->b_row_item[r]] = r;
     }
-    return live > 0;
+    e->fl_n_logits[k] = n_logits;
 }
 
 void eng_forget_inflight(engine *e, const eng_req *r)
@@ -361,12 +387,14 @@ void eng_forget_inflight(engine *e, const eng_req *r)
  * runs; its rows' tokens are prev's samples, taken on the device. */
 static bool launch_ahead(engine *e, const sched_output *prev, sched_output *next)
 {
-    if (!can_chain(e, prev) || !sched_step_ahead(e->s, prev, next) || next->n_items == 0)
+    if (!can_chain(e, prev) || !sched_step_ahead(e->s, prev, next, admit_plain, NULL) || next->n_items == 0)
         return false;
+    mark_scheduled(next, util_now_s());
     model_batch b;
     int n_logits = build_batch(e, next, &b, true);
     bool want_lp = false;
-    fill_sample_params(e, next, n_logits, true, &want_lp);
+    if (n_logits > 0)
+        fill_sample_params(e, next, n_logits, true, &want_lp);
     b.launched_fn = on_launched;
     b.launched_user = e;
     inferd_status st = model_step_launch(e->m, &b, e->b_sparams, e->b_prev_rows);
@@ -376,8 +404,22 @@ static bool launch_ahead(engine *e, const sched_output *prev, sched_output *next
         e->async = false;
         return false;
     }
+    keep_rows(e, next, n_logits, e->fl_k ^ 1);
     e->steps_ahead++;
     return true;
+}
+
+/* Every live item one token that samples (a decode-only step). */
+static bool decode_only(const sched_output *out)
+{
+    int live = 0;
+    for (int i = 0; i < out->n_items; i++) {
+        const sched_item *it = &out->items[i];
+        if (it->req && (it->n_new != 1 || !it->sample))
+            return false;
+        live += it->req != NULL;
+    }
+    return live > 0;
 }
 
 /* The step in flight: launch the one after it when possible, then wait
@@ -386,23 +428,31 @@ static bool step_chained(engine *e)
 {
     const double t0 = util_now_s();
     sched_output prev = e->fl_out, next;
+    const int k = e->fl_k;
     bool ahead = launch_ahead(e, &prev, &next);
     const double t2 = util_now_s();
     /* from here retire() marks the items of `next`, the step now in flight */
     e->fl_active = ahead;
-    if (ahead)
+    if (ahead) {
         e->fl_out = next;
+        e->fl_k = k ^ 1;
+    }
     model_step_wait(e->m, e->b_sampled);
     /* with no step after it, the wake-ups wait for nothing */
     if (!ahead)
         eng_flush_wakes(e);
     const double t3 = util_now_s();
-    step_outputs(e, &prev, prev.n_items, 0, false, NULL);
-    /* the host's part between two launches, now overlapped with the device:
-     * the loop since the last launch's call, planning and building the step
-     * (schedule holds both), and the outputs of the step before */
+    step_outputs(e, &prev, e->fl_n_logits[k], 0, false, e->fl_row_item[k]);
+    /* the step after is on the device already: wake prev's consumers now,
+     * not at the next launch (it overlaps the device either way) */
+    if (ahead)
+        eng_flush_wakes(e);
+    /* the host's part between two launches of decode-only steps, now
+     * overlapped with the device: the loop since the last launch's call,
+     * planning and building the step (schedule holds both), and the
+     * outputs of the step before */
     const double t4 = util_now_s();
-    if (ahead && e->c_end > 0) {
+    if (ahead && e->c_end > 0 && decode_only(&prev) && decode_only(&next)) {
         e->host.gaps++;
         e->host.loop_s += t0 - e->c_end;
         e->host.schedule_s += t2 - t0;
@@ -419,7 +469,7 @@ void eng_drain(engine *e)
     sched_output prev = e->fl_out;
     e->fl_active = false;
     model_step_wait(e->m, e->b_sampled);
-    step_outputs(e, &prev, prev.n_items, 0, false, NULL);
+    step_outputs(e, &prev, e->fl_n_logits[e->fl_k], 0, false, e->fl_row_item[e->fl_k]);
 }
 
 void eng_step(engine *e)
@@ -447,14 +497,15 @@ void eng_step(engine *e)
     const bool decode = is_decode_step(&out, &b, n_logits);
     if (decode && prev_end > 0)
         count_host_gap(e, prev_end, t0, t1, util_now_s());
-    /* a decode step the next one may follow at once: left in flight */
-    const bool leave = decode && can_chain(e, &out); /* can_chain: no logprobs, so no want_lp */
+    /* a step the next one may follow at once: left in flight */
+    const bool leave = b.n_extra == 0 && !want_lp && can_chain(e, &out);
     inferd_status st;
-    if (n_logits > 0) {
+    if (n_logits > 0 || leave) {
         b.launched_fn = on_launched;
         b.launched_user = e;
         st = model_step_launch(e->m, &b, e->b_sparams, NULL);
         if (st == INFERD_OK && leave) {
+            keep_rows(e, &out, n_logits, e->fl_k);
             e->fl_active = true;
             e->fl_out = out;
             e->c_end = util_now_s();

@@ -167,6 +167,7 @@ inferd_status sched_add(sched *s, uint64_t id, const int32_t *prompt, int n_prom
     r->blocks = inferd_malloc((size_t)r->max_blocks * sizeof *r->blocks);
     r->hashes = inferd_malloc((size_t)r->max_blocks * sizeof *r->hashes);
     r->user = user;
+    r->flight = -1;
     inferd_list_push_back(&s->waiting, &r->link);
     *out = r;
     return INFERD_OK;
@@ -341,11 +342,13 @@ static void admit_prefix(sched *s, sched_req *r)
  * prefix_queries/prefix_hits count at every admission, re-admissions after
  * preemption included (vLLM counts the same way). */
 /* Waiting requests FCFS while budget, sequences and blocks last. */
-static void schedule_waiting(sched *s, sched_output *out, int budget)
+static void schedule_waiting(sched *s, sched_output *out, int budget, sched_admit_fn admit, void *user)
 {
     while (!inferd_list_empty(&s->waiting) && budget > 0 &&
            inferd_list_len(&s->running) < (size_t)s->o.max_num_seqs) {
         sched_req *r = REQ_OF(inferd_list_first(&s->waiting));
+        if (admit && !admit(r, user))
+            break; /* FCFS: nothing behind it goes first */
         admit_prefix(s, r);
         int n_new = INFERD_MIN(r->n_total - r->n_computed, budget);
         if (!reserve(s, r, r->n_computed + n_new)) {
@@ -391,40 +394,70 @@ void sched_step(sched *s, sched_output *out)
     int budget = schedule_running(s, out, s->o.max_num_batched_tokens);
     /* vLLM: no admission in a step that had to preempt (blocks are short). */
     if (out->n_preempted == 0)
-        schedule_waiting(s, out, budget);
+        schedule_waiting(s, out, budget, NULL, NULL);
     s->st.steps++;
     /* Liveness: with every block free, the oldest request always fits. */
     INFERD_CHECK_MSG(out->n_items > 0 || !sched_has_work(s), "scheduler: live requests but nothing scheduled");
 }
 
-/* NOTE: the items' requests are running and uncommitted (n_computed ==
- * start, n_total == start + 1: the token prev samples is not appended
- * yet), so the new item computes position start + 1; it exists only when
- * that token is not the request's last (start + 2 < cap), and its block
- * is reserved here, one token ahead of n_total (sched_check allows that
- * one token). */
-bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out)
+/* NOTE: prev's items are planned and uncommitted: a request with an item
+ * there has n_computed == its start, and, when the item samples, a token
+ * that is not appended yet (its n_total will be one more). So a request's
+ * next tokens start where its item in prev ends; when that item samples,
+ * the next item is the one token prev samples (from = its prev item), and
+ * it exists only when that token is not the request's last; its block is
+ * reserved one token ahead of n_total (sched_check allows that one
+ * token). A request without an item in prev (the budget ran out) is
+ * planned as sched_step would. */
+static bool plan_running_ahead(sched *s, const sched_output *prev, sched_output *out, int *budget)
+{
+    for (int i = 0; i < prev->n_items; i++)
+        if (prev->items[i].req)
+            prev->items[i].req->flight = i;
+    bool ok = true;
+    for (sched_req *r = REQ_OF(inferd_list_first(&s->running)); r && *budget > 0 && ok;
+         r = REQ_OF(inferd_list_next(&s->running, &r->link))) {
+        const sched_item *p = r->flight >= 0 ? &prev->items[r->flight] : NULL;
+        INFERD_CHECK(!p || (r->n_computed == p->start && (p->sample ? r->n_total == p->start + p->n_new
+                                                                    : r->n_total > p->start + p->n_new)));
+        const int start = p ? p->start + p->n_new : r->n_computed;
+        const int known = r->n_total + (p && p->sample ? 1 : 0);
+        if (p && p->sample && known >= r->cap)
+            continue; /* prev samples its last token */
+        const int n_new = INFERD_MIN(known - start, *budget);
+        if (n_new <= 0)
+            continue;
+        if (!reserve(s, r, start + n_new)) {
+            ok = false;
+            break;
+        }
+        sched_item *it = &out->items[out->n_items++];
+        *it = (sched_item){.req = r,
+                           .start = start,
+                           .n_new = n_new,
+                           .sample = start + n_new == known,
+                           .from = p && p->sample ? r->flight : -1};
+        out->n_tokens += n_new;
+        out->n_sample += it->sample;
+        *budget -= n_new;
+    }
+    for (int i = 0; i < prev->n_items; i++)
+        if (prev->items[i].req)
+            prev->items[i].req->flight = -1;
+    return ok;
+}
+
+bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out, sched_admit_fn admit, void *user)
 {
     memset(out, 0, sizeof *out);
     out->items = take_items(s);
-    for (int i = 0; i < prev->n_items; i++) {
-        const sched_item *p = &prev->items[i];
-        sched_req *r = p->req;
-        if (!r)
-            continue;
-        INFERD_CHECK(p->n_new == 1 && p->sample && r->state == REQ_STATE_RUNNING &&
-                     r->n_computed == p->start && r->n_total == p->start + 1);
-        if (p->start + 2 >= r->cap)
-            continue;
-        if (!reserve(s, r, p->start + 2)) {
-            out->n_items = out->n_tokens = out->n_sample = 0;
-            return false;
-        }
-        sched_item *it = &out->items[out->n_items++];
-        *it = (sched_item){.req = r, .start = p->start + 1, .n_new = 1, .sample = true, .from = i};
-        out->n_tokens++;
-        out->n_sample++;
+    int budget = s->o.max_num_batched_tokens;
+    if (!plan_running_ahead(s, prev, out, &budget)) {
+        out->n_items = out->n_tokens = out->n_sample = 0;
+        return false;
     }
+    if (admit)
+        schedule_waiting(s, out, budget, admit, user);
     if (out->n_items > 0)
         s->st.steps++;
     return true;

@@ -26,7 +26,7 @@
  *
  * Ownership: the scheduler owns its requests and their token buffers. The
  * engine (or a test) drives: sched_add, sched_step (or sched_step_ahead,
- * planning the next decode step before the last one's tokens are known),
+ * planning the next step before the last one's tokens are known),
  * sched_commit, sched_append_token, sched_remove. Not thread-safe (the
  * engine thread).
  */
@@ -70,6 +70,7 @@ typedef struct sched_req {
     bool no_prefix_hits;   /* set by the owner after sched_add: admission takes no cache hits
                               (prompt logprobs need every prompt row computed) */
     void *user;            /* the engine's per-request record */
+    int flight;            /* scratch of sched_step_ahead: its item in the step in flight, else -1 */
     inferd_list_node link; /* queue link (waiting or running) */
 } sched_req;
 
@@ -138,17 +139,25 @@ inferd_status sched_fork(sched *s, const sched_req *parent, uint64_t id, int max
  * request is live. out->items is valid until the step after next. */
 void sched_step(sched *s, sched_output *out);
 
+/* May the waiting request r be admitted into a step planned ahead? */
+typedef bool (*sched_admit_fn)(const sched_req *r, void *user);
+
 /* Plan the step after prev while prev runs, before its sampled tokens are
- * known (the engine's async scheduling): prev must be a step whose items
- * (NULL reqs skipped) are single sampled tokens, planned and not yet
- * committed. Every request of prev whose next token will not be its last
- * gets one item for that token (start = its prev start + 1, sample, from =
- * its prev item), and the block for it. No admission, no preemption: false
- * (out empty; blocks reserved so far stay, one token ahead) when the pool
- * lacks a block, and the caller plans with sched_step once prev is done.
- * Commit prev before out. out->items stays valid through one more step of
- * either kind. */
-bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out);
+ * known (the engine's async scheduling): prev is the last step planned,
+ * not yet committed (NULL reqs skipped). Each running request continues
+ * where its prev item ends: a request whose prev item samples gets one
+ * item for the token prev samples (sample; from = that prev item), unless
+ * that token is its last; a partial prompt chunk gets its next chunk
+ * (tokens known); a running request without a prev item is planned as in
+ * sched_step; then, when admit is not NULL, waiting requests are admitted
+ * FCFS while the budget and blocks last and admit(r, user) holds (it
+ * stops at the first it refuses). Blocks are reserved for every item. No
+ * preemption: false (out empty; blocks reserved so far stay, at most one
+ * token ahead) when a running request cannot get a block, and the caller
+ * plans with sched_step once prev is done. Commit prev before out.
+ * out->items stays valid through one more step of either kind. */
+bool sched_step_ahead(sched *s, const sched_output *prev, sched_output *out, sched_admit_fn admit,
+                      void *user);
 
 /* The step's forward pass ran: advance n_computed of every item and offer
  * newly full blocks to the prefix cache. Items whose req is NULL are

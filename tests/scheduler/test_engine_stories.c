@@ -264,14 +264,37 @@ START_TEST(test_concurrent_equals_alone)
 }
 END_TEST
 
-/* Async scheduling changes nothing a request sees: the same tokens and
- * finish reasons with it off and on, for a mix of lengths (requests finish
- * in different steps, so steps planned ahead carry rows of finished
- * requests), min_tokens, stop ids, stop strings (the same texts) and
- * seeded temperature sampling (the draw counter of a row planned ahead), with a roomy KV pool and with one
- * so small that planning ahead runs out of blocks and requests are
- * preempted. With it on, most decode steps were launched ahead (with
- * the small pool, over a quarter). */
+/* Half the prompts, then, once the first has 3 tokens, the other half
+ * (they join while steps are planned ahead); results in res[]. */
+static void run_staggered(engine *e, const prompt *p, const sampling_params *sp, int n, result *res)
+{
+    engine_stream *s[64];
+    memset(res, 0, sizeof(result) * (size_t)n);
+    for (int i = 0; i < n / 2; i++)
+        s[i] = submit(e, &p[i], &sp[i]);
+    bool done0 = false;
+    while (!done0 && res[0].n < 3)
+        done0 = drain(s[0], &res[0], 60000);
+    for (int i = n / 2; i < n; i++)
+        s[i] = submit(e, &p[i], &sp[i]);
+    if (done0)
+        engine_stream_release(s[0]);
+    else
+        collect(s[0], &res[0]);
+    for (int i = 1; i < n; i++)
+        collect(s[i], &res[i]);
+}
+
+/* Async scheduling changes nothing a request sees: the same tokens,
+ * texts and finish reasons with it off and on, for a mix of lengths
+ * (requests finish in different steps, so steps planned ahead carry rows
+ * of finished requests), min_tokens, stop ids, stop strings and seeded
+ * temperature sampling (the draw counter of a row planned ahead); with a
+ * roomy KV pool, with one so small that planning ahead runs out of blocks
+ * and requests are preempted, and with requests that arrive while steps
+ * are planned ahead (admitted into them, prompts in chunks of a 24-token
+ * budget). With it on, most steps were launched ahead (with the small
+ * pool, over a quarter). */
 START_TEST(test_async_equals_sync)
 {
     enum { N = 16 };
@@ -298,17 +321,22 @@ START_TEST(test_async_equals_sync)
     if (!tok)
         for (int i = 0; i < N; i++)
             sp[i].n_stop = 0;
-    const int pools[] = {0, 24};
-    for (int c = 0; c < 2; c++) {
+    /* a roomy pool; a small one (preemptions); requests arriving while
+     * steps are planned ahead, with a 24-token budget (prompt chunks) */
+    const int pools[] = {0, 24, 0}, budgets[] = {512, 512, 24};
+    for (int c = 0; c < 3; c++) {
         for (int pass = 0; pass < 2; pass++) {
             model *m = etu_load_stories(32, 512, pools[c]);
-            engine *e = etu_make_engine_async(m, tok, 32, 512, true, pass == 1);
-            run_concurrent(e, p, sp, N, pass ? async_r : sync_r);
+            engine *e = etu_make_engine_async(m, tok, 32, budgets[c], true, pass == 1);
+            if (c == 2)
+                run_staggered(e, p, sp, N, pass ? async_r : sync_r);
+            else
+                run_concurrent(e, p, sp, N, pass ? async_r : sync_r);
             engine_stats st;
             etu_finish_engine(e, &st);
-            printf("async %s, %d KV blocks: %llu steps, %llu ahead, %llu preemptions\n", pass ? "on" : "off",
-                   pools[c], (unsigned long long)st.steps, (unsigned long long)st.steps_ahead,
-                   (unsigned long long)st.preemptions);
+            printf("async %s, %d KV blocks, budget %d: %llu steps, %llu ahead, %llu preemptions\n",
+                   pass ? "on" : "off", pools[c], budgets[c], (unsigned long long)st.steps,
+                   (unsigned long long)st.steps_ahead, (unsigned long long)st.preemptions);
             /* with preemptions, recomputed prompts break the chains */
             if (pass && model_step_chainable(m)) /* not under tensor parallelism */
                 ck_assert_msg(st.steps_ahead * (c == 0 ? 2 : 4) > st.steps, "%llu of %llu steps ahead",
@@ -319,7 +347,7 @@ START_TEST(test_async_equals_sync)
                 ck_assert_int_gt(st.preemptions, 0);
             model_free(m);
         }
-        assert_same(async_r, sync_r, N, pools[c] ? "async, small pool" : "async");
+        assert_same(async_r, sync_r, N, c == 1 ? "async, small pool" : c == 2 ? "async, arrivals" : "async");
         for (int i = 0; i < N; i++)
             ck_assert_msg(async_r[i].text_len == sync_r[i].text_len &&
                               memcmp(async_r[i].text, sync_r[i].text, sync_r[i].text_len) == 0,

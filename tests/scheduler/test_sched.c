@@ -543,59 +543,73 @@ static void stress(uint64_t seed)
     h_free(&h);
 }
 
-/* One engine-like run with async scheduling (sched_step_ahead): once a
- * step is all decode tokens, the next one is planned before its commit,
- * the tokens it samples not yet appended (the fake model computes them
- * first, as the device would); a request that finishes has its item in
- * the step ahead cleared before it is removed. Returns steps planned
- * ahead. */
-static int ahead_run(harness *h, int max_steps, int *refused)
+/* Any request may join a step planned ahead; or those of even index only. */
+static bool admit_any(const sched_req *r, void *user)
 {
-    *refused = 0;
+    (void)r;
+    (void)user;
+    return true;
+}
+
+static bool admit_even(const sched_req *r, void *user)
+{
+    (void)user;
+    return req_index(r) % 2 == 0;
+}
+
+/* One engine-like run with async scheduling (sched_step_ahead): each step
+ * is planned before the previous one's commit, the tokens it samples not
+ * yet appended (the fake model computes them first, as the device would),
+ * admitting waiting requests (those admit takes; a waiting head it refuses
+ * breaks the chain, as the engine's can_chain does); a request that
+ * finishes has its item in the step ahead cleared before it is removed.
+ * Returns the steps planned ahead; *refused counts the plans that ran out
+ * of blocks. */
+static int ahead_run(harness *h, int max_steps, sched_admit_fn admit, int *refused)
+{
     sched_output prev, next;
     bool have = false;
     int ahead = 0;
     int32_t tok[MAX_REQ];
+    *refused = 0;
     for (int n = 0; n < max_steps && (have || sched_has_work(h->s)); n++) {
-        if (!have) {
+        if (!have)
             sched_step(h->s, &prev);
-            bool decode = prev.n_items > 0;
-            for (int i = 0; i < prev.n_items; i++)
-                decode = decode && prev.items[i].n_new == 1 && prev.items[i].sample;
-            if (!decode) { /* a prompt chunk: one step at a time */
-                for (int i = 0; i < prev.n_items; i++)
-                    tok[i] = fake_model(h, &prev.items[i]);
-                h_accept(h, &prev, tok, NULL);
-                continue;
-            }
-        }
         for (int i = 0; i < prev.n_items; i++)
             if (prev.items[i].req)
                 tok[i] = fake_model(h, &prev.items[i]);
-        bool ok = sched_step_ahead(h->s, &prev, &next);
-        assert_inv(h); /* a block one token past n_total is allowed */
-        if (!ok) {
+        const sched_req *head = sched_waiting_head(h->s);
+        bool ok = !(head && admit && !admit(head, NULL)) && sched_step_ahead(h->s, &prev, &next, admit, NULL);
+        if (!ok && !(head && admit && !admit(head, NULL))) {
             ck_assert_int_eq(next.n_items, 0);
             (*refused)++;
         }
-        for (int j = 0; j < next.n_items; j++) {
-            const sched_item *it = &next.items[j], *p = &prev.items[it->from];
-            ck_assert(it->req == p->req && it->start == p->start + 1 && it->n_new == 1 && it->sample);
+        assert_inv(h); /* a block one token past n_total is allowed */
+        for (int j = 0; ok && j < next.n_items; j++) {
+            const sched_item *it = &next.items[j];
+            if (it->from < 0)
+                continue;
+            const sched_item *p = &prev.items[it->from];
+            ck_assert(it->req == p->req && p->sample && it->start == p->start + p->n_new && it->n_new == 1 &&
+                      it->sample);
             ck_assert_int_ge(it->req->n_blocks * h->bs, it->start + 1);
         }
-        h_accept(h, &prev, tok, &next);
-        have = next.n_items > 0;
+        h_accept(h, &prev, tok, ok ? &next : NULL);
+        have = ok && next.n_items > 0;
         ahead += have;
-        prev = next;
+        if (have)
+            prev = next;
     }
     ck_assert_msg(!have && !sched_has_work(h->s), "still busy after %d steps", max_steps);
     return ahead;
 }
 
-/* sched_step_ahead: every request's tokens equal its run alone, also with
- * a pool so small that planning ahead runs out of blocks (it then returns
- * false and the next step is planned normally, preempting); requests whose
- * next token is their last get no item ahead. */
+/* sched_step_ahead: every request's tokens equal its run alone: with
+ * requests admitted into steps planned ahead (a budget of 20 tokens, so
+ * their prompts come in chunks, some planned ahead too), with only some
+ * admitted ahead, and with a pool so small that planning ahead runs out
+ * of blocks (it then returns false and the next step is planned normally,
+ * preempting); requests whose next token is their last get no item. */
 START_TEST(test_step_ahead)
 {
     enum { N = 12 };
@@ -607,24 +621,38 @@ START_TEST(test_step_ahead)
         make_prompt(prompts[i], lens[i], 70 + (uint64_t)i);
         solo(prompts[i], lens[i], maxt[i], alone[i]);
     }
-    const int pools[] = {256, 24};
-    for (int c = 0; c < 2; c++) {
+    const struct {
+        int blocks, budget, late;
+        sched_admit_fn admit;
+    } cases[] = {{256, 64, 0, NULL}, {256, 20, 4, admit_any}, {256, 20, 4, admit_even}, {24, 64, 0, NULL}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         harness h;
-        h_init(&h, pools[c], 4, c == 0, 8, 64, 4096);
-        for (int i = 0; i < N; i++)
+        h_init(&h, cases[c].blocks, 4, c < 2, 8, cases[c].budget, 4096);
+        /* the first N - late requests now, the rest after the run starts */
+        for (int i = 0; i < N - cases[c].late; i++)
             h_add(&h, i, prompts[i], lens[i], maxt[i]);
-        int refused = 0, ahead = ahead_run(&h, 100000, &refused);
+        int refused = 0, ahead = 0;
+        if (cases[c].late) {
+            sched_output o;
+            sched_step(h.s, &o); /* one step alone, then the late ones join the queue */
+            int32_t tok[MAX_REQ];
+            for (int i = 0; i < o.n_items; i++)
+                tok[i] = fake_model(&h, &o.items[i]);
+            h_accept(&h, &o, tok, NULL);
+            for (int i = N - cases[c].late; i < N; i++)
+                h_add(&h, i, prompts[i], lens[i], maxt[i]);
+        }
+        ahead = ahead_run(&h, 100000, cases[c].admit, &refused);
         ck_assert_int_gt(ahead, 10);
-        if (c == 1)
+        if (cases[c].blocks < 100)
             ck_assert_msg(refused > 0, "small pool: %d refusals", refused);
-        else
-            ck_assert_int_eq(refused, 0);
         for (int i = 0; i < N; i++) {
             ck_assert_int_eq(h.n_out[i], maxt[i]);
             for (int k = 0; k < maxt[i]; k++)
-                ck_assert_msg(h.out[i][k] == alone[i][k], "pool %d req %d token %d: %d vs %d alone", pools[c], i,
-                              k, h.out[i][k], alone[i][k]);
+                ck_assert_msg(h.out[i][k] == alone[i][k], "case %zu req %d token %d: %d vs %d alone", c, i, k,
+                              h.out[i][k], alone[i][k]);
         }
+        printf("step ahead, case %zu: %d steps planned ahead, %d refused\n", c, ahead, refused);
         h_free(&h);
     }
 }
