@@ -27,6 +27,7 @@
  * taking another lock.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -154,6 +155,8 @@ inferd_status engine_create(const engine_opts *opts, model *m, const tokenizer *
     }
     alloc_buffers(e);
     e->async = opts->async_scheduling && model_step_chainable(m);
+    const char *chain = getenv("INFERD_ASYNC_CHAIN");
+    e->chain_decode = chain && strcmp(chain, "decode") == 0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_condattr_t ca;

@@ -163,6 +163,10 @@ struct engine {
      * items' reqs go NULL when they retire. b_prev_rows: [max_num_batched_
      * tokens] a chained step's token rows, fl_out's logits row or -1 */
     bool async; /* opts.async_scheduling and model_step_chainable */
+    /* INFERD_ASYNC_CHAIN=decode (for A/B measurements): chain only
+     * decode-only steps while nobody waits, not through prompt chunks and
+     * admissions (async scheduling's scope before the chain was widened) */
+    bool chain_decode;
     bool fl_active;
     sched_output fl_out;
     int32_t *b_prev_rows;

@@ -344,16 +344,32 @@ static bool admit_plain(const sched_req *r, void *user)
     return chain_plain(r->user);
 }
 
+/* Every live item one token that samples (a decode-only step). */
+static bool decode_only(const sched_output *out)
+{
+    int live = 0;
+    for (int i = 0; i < out->n_items; i++) {
+        const sched_item *it = &out->items[i];
+        if (it->req && (it->n_new != 1 || !it->sample))
+            return false;
+        live += it->req != NULL;
+    }
+    return live > 0;
+}
+
 /* Can the step after `out` (launched, or about to be) be planned before
  * out's tokens are known? Only when every request in it is plain, and so
  * is the waiting queue's head (a request that is not would wait behind
- * the chain: it is admitted by a step planned after out is done). */
+ * the chain: it is admitted by a step planned after out is done). With
+ * e->chain_decode, only decode-only steps with nobody waiting chain. */
 static bool can_chain(const engine *e, const sched_output *out)
 {
     if (!e->async)
         return false;
     const sched_req *head = sched_waiting_head(e->s);
-    if (head && !chain_plain(head->user))
+    if (head && (e->chain_decode || !chain_plain(head->user)))
+        return false;
+    if (e->chain_decode && !decode_only(out))
         return false;
     for (int i = 0; i < out->n_items; i++)
         if (out->items[i].req && !chain_plain(out->items[i].req->user))
@@ -407,19 +423,6 @@ static bool launch_ahead(engine *e, const sched_output *prev, sched_output *next
     keep_rows(e, next, n_logits, e->fl_k ^ 1);
     e->steps_ahead++;
     return true;
-}
-
-/* Every live item one token that samples (a decode-only step). */
-static bool decode_only(const sched_output *out)
-{
-    int live = 0;
-    for (int i = 0; i < out->n_items; i++) {
-        const sched_item *it = &out->items[i];
-        if (it->req && (it->n_new != 1 || !it->sample))
-            return false;
-        live += it->req != NULL;
-    }
-    return live > 0;
 }
 
 /* The step in flight: launch the one after it when possible, then wait

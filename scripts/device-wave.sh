@@ -1044,12 +1044,16 @@ fi
 #    random 512/128 at concurrency 1/16/64/256, TTFT / TPOT / ITL percentiles
 # WAVE_SERVE_VARIANTS: one server (and one set of concurrencies) each,
 # "NAME" or "NAME:FLAG+FLAG" (more server flags; e.g. "async
-# sync:--no-async-scheduling"); default one server with no extra flags
-serve_variant() {
-local tag=$1 flags=$2
+# sync:--no-async-scheduling"; a word NAME=VALUE is set in the server's environment,
+# e.g. "dec:INFERD_ASYNC_CHAIN=decode"); default one server with no extra flags
+serve_variant() { # TAG "FLAGS": FLAGS' words of the form NAME=VALUE go to the environment
+local tag=$1 flags=() envs=() w
+for w in $2; do
+    if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$w"); else flags+=("$w"); fi
+done
 PORT=18432
-"$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn $flags >"$W/serve$tag.log" 2>&1 &
+env "${envs[@]}" "$BIN" serve --model $L8 --load-format dummy --device cuda --tokenizer "$FIX/tokenizers/llama3" --port $PORT \
+    --max-num-seqs 256 --max-num-batched-tokens 8192 --log-level warn "${flags[@]}" >"$W/serve$tag.log" 2>&1 &
 SPID=$!
 ok=0
 for _ in $(seq 1 600); do

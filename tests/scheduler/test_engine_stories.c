@@ -322,13 +322,19 @@ START_TEST(test_async_equals_sync)
         for (int i = 0; i < N; i++)
             sp[i].n_stop = 0;
     /* a roomy pool; a small one (preemptions); requests arriving while
-     * steps are planned ahead, with a 24-token budget (prompt chunks) */
-    const int pools[] = {0, 24, 0}, budgets[] = {512, 512, 24};
-    for (int c = 0; c < 3; c++) {
+     * steps are planned ahead, with a 24-token budget (prompt chunks); the
+     * same arrivals with the chain kept to decode-only steps
+     * (INFERD_ASYNC_CHAIN=decode): fewer steps ahead, the same tokens */
+    const int pools[] = {0, 24, 0, 0}, budgets[] = {512, 512, 24, 24};
+    unsigned long long ahead_wide = 0;
+    for (int c = 0; c < 4; c++) {
         for (int pass = 0; pass < 2; pass++) {
             model *m = etu_load_stories(32, 512, pools[c]);
+            if (c == 3)
+                setenv("INFERD_ASYNC_CHAIN", "decode", 1);
             engine *e = etu_make_engine_async(m, tok, 32, budgets[c], true, pass == 1);
-            if (c == 2)
+            unsetenv("INFERD_ASYNC_CHAIN");
+            if (c >= 2)
                 run_staggered(e, p, sp, N, pass ? async_r : sync_r);
             else
                 run_concurrent(e, p, sp, N, pass ? async_r : sync_r);
@@ -338,16 +344,24 @@ START_TEST(test_async_equals_sync)
                    pass ? "on" : "off", pools[c], budgets[c], (unsigned long long)st.steps,
                    (unsigned long long)st.steps_ahead, (unsigned long long)st.preemptions);
             /* with preemptions, recomputed prompts break the chains */
-            if (pass && model_step_chainable(m)) /* not under tensor parallelism */
+            if (pass && model_step_chainable(m) && c == 3) /* not under tensor parallelism */
+                ck_assert_msg(st.steps_ahead > 0 && st.steps_ahead < ahead_wide, "%llu steps ahead, %llu wide",
+                              (unsigned long long)st.steps_ahead, ahead_wide);
+            else if (pass && model_step_chainable(m))
                 ck_assert_msg(st.steps_ahead * (c == 0 ? 2 : 4) > st.steps, "%llu of %llu steps ahead",
                               (unsigned long long)st.steps_ahead, (unsigned long long)st.steps);
             else
                 ck_assert_int_eq(st.steps_ahead, 0);
             if (c == 1)
                 ck_assert_int_gt(st.preemptions, 0);
+            if (c == 2 && pass)
+                ahead_wide = st.steps_ahead;
             model_free(m);
         }
-        assert_same(async_r, sync_r, N, c == 1 ? "async, small pool" : c == 2 ? "async, arrivals" : "async");
+        assert_same(async_r, sync_r, N, c == 1   ? "async, small pool"
+                    : c == 2 ? "async, arrivals"
+                    : c == 3 ? "async (decode-only chain), arrivals"
+                             : "async");
         for (int i = 0; i < N; i++)
             ck_assert_msg(async_r[i].text_len == sync_r[i].text_len &&
                               memcmp(async_r[i].text, sync_r[i].text, sync_r[i].text_len) == 0,
