@@ -148,6 +148,8 @@ struct gemv_args {
     int n;   /* tokens (the tensor-core form; the CUDA-core one has NT) */
     int pre; /* the CUDA-core form: chunks a lane copies into shared memory before its PDL wait
               * (kcuda_gemv_preload), 0: none */
+    int xs;  /* the CUDA-core form at n <= 2: the input rows (and the norm weight) staged in
+              * shared memory (gemv_xs_fit), 0: read through L1 */
 };
 
 /* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
@@ -265,13 +267,21 @@ __device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int
     }
 }
 
+/* 16 bytes of the input or the norm weight: from shared memory when XS
+ * (staged there, gemv_kernel), else through the read-only path. */
+template <bool XS>
+__device__ __forceinline__ uint4 gemv_ld_x(const uint4 *p)
+{
+    return XS ? *p : __ldg(p);
+}
+
 /* The input chunk k of token t as 8 floats; with the norm, x * g in fp32
  * and x's squares added to *ss (the 1 / rms is applied to the sum). */
-template <bool NORM>
+template <bool NORM, bool XS>
 __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int k, const float *g, float *xf,
                                             float *ss)
 {
-    kc_unpack8(__ldg(x + (size_t)t * nch + k), xf);
+    kc_unpack8(gemv_ld_x<XS>(x + (size_t)t * nch + k), xf);
     if (NORM) {
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -284,7 +294,7 @@ __device__ __forceinline__ void gemv_load_x(const uint4 *x, int nch, int t, int 
 /* Chunk k of the warp's RPW rows (w[r], 16 bytes each) times chunk k of
  * every token's input row (normed with NORM: g the norm's chunk), into
  * acc; with NORM, x's squares into ss. */
-template <int NT, int RPW, bool NORM>
+template <int NT, int RPW, bool NORM, bool XS>
 __device__ __forceinline__ void gemv_chunk(const uint4 (&w)[RPW], const uint4 *x, const uint4 *gn, int nch,
                                            int k, float (&acc)[RPW][NT], float (&ss)[NT])
 {
@@ -293,11 +303,11 @@ __device__ __forceinline__ void gemv_chunk(const uint4 (&w)[RPW], const uint4 *x
     for (int r = 0; r < RPW; r++)
         kc_unpack8(w[r], wf[r]);
     if (NORM)
-        kc_unpack8(__ldg(gn + k), g);
+        kc_unpack8(gemv_ld_x<XS>(gn + k), g);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float xf[8];
-        gemv_load_x<NORM>(x, nch, t, k, g, xf, &ss[t]);
+        gemv_load_x<NORM, XS>(x, nch, t, k, g, xf, &ss[t]);
 #pragma unroll
         for (int r = 0; r < RPW; r++)
 #pragma unroll
@@ -313,8 +323,14 @@ __device__ __forceinline__ void gemv_chunk(const uint4 (&w)[RPW], const uint4 *x
  * a.pre) are copied into shared memory (cp.async, [GEMV_WARPS][pre][RPW]
  * [32] uint4) before the PDL wait, while the kernels before this one run,
  * and multiplied from there first; the rest streams as before, so the
- * chunks are summed in the same order and the bits do not change. */
-template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM>
+ * chunks are summed in the same order and the bits do not change. With
+ * XS (a.xs, gemv_xs_fit) the CTA stages the norm weight (before the PDL
+ * wait) and the NT input rows (after it) in shared memory behind the
+ * preload area, one round trip for the whole CTA, and every chunk step
+ * reads them from there instead of through L1 (a dependent L1/L2 round
+ * trip a step, the whole cost of a preloaded step); the same values in
+ * the same order, so the same bits. */
+template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM, bool XS>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
 {
     extern __shared__ uint4 gemv_pre_smem[];
@@ -331,6 +347,13 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     }
     const uint4 *x = reinterpret_cast<const uint4 *>(a.in);
     const uint4 *gn = reinterpret_cast<const uint4 *>(a.norm);
+    /* XS: [NT][nch] input chunks, then [nch] norm chunks, after the preload area */
+    uint4 *xs = gemv_pre_smem + (size_t)GEMV_WARPS * a.pre * RPW * 32;
+    if (XS && NORM) { /* a weight: no earlier kernel writes it */
+        for (int i = threadIdx.x; i < nch; i += GEMV_WARPS * 32)
+            kc_cp_async16(xs + NT * nch + i, gn + i, true);
+        kc_cp_commit();
+    }
     float acc[RPW][NT], ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -339,7 +362,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
         for (int r = 0; r < RPW; r++)
             acc[r][t] = 0.0f;
     }
-    if (!any) {
+    if (!any && !XS) { /* with XS the warp takes part in the staging (its rows clamped, never stored) */
         kc_pdl_wait();
         return;
     }
@@ -358,6 +381,15 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
     uint4 wv[RPW][U];
     gemv_load_w<RPW, U>(wv, wr, k1, nch);
     kc_pdl_wait(); /* the input is the previous kernel's output */
+    if (XS) {
+        for (int i = threadIdx.x; i < NT * nch; i += GEMV_WARPS * 32)
+            kc_cp_async16(xs + i, x + i, true);
+        kc_cp_commit();
+        kc_cp_wait<0>(); /* (the preload's copies too) */
+        __syncthreads();
+        x = xs;
+        gn = xs + NT * nch;
+    }
     gemv_pre<RPW> pre_e = {};
     if (lane < NT)
         gemv_prefetch<EPI, RPW>(a, gwarp, lane, pre_e);
@@ -368,7 +400,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
 #pragma unroll
         for (int r = 0; r < RPW; r++)
             w[r] = ps[(j * RPW + r) * 32];
-        gemv_chunk<NT, RPW, NORM>(w, x, gn, nch, lane + 32 * j, acc, ss);
+        gemv_chunk<NT, RPW, NORM, XS>(w, x, gn, nch, lane + 32 * j, acc, ss);
     }
     for (int k0 = k1; k0 < nch; k0 += 32 * U) {
         uint4 cur[RPW][U];
@@ -388,7 +420,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
 #pragma unroll
             for (int r = 0; r < RPW; r++)
                 w[r] = cur[r][u];
-            gemv_chunk<NT, RPW, NORM>(w, x, gn, nch, k, acc, ss);
+            gemv_chunk<NT, RPW, NORM, XS>(w, x, gn, nch, k, acc, ss);
         }
     }
     /* every lane gets every sum (butterfly); lane t runs token t's epilogue */
@@ -410,14 +442,15 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(cons
  * RPW / 2 pairs of rows, GEMV_WARPS warps per CTA; with PDL the launch may
  * begin before the previous kernel on the stream ends (the kernel waits
  * before touching its input). */
-template <int NT, bool F32, int RPW, int U, int MINB, int EPI, bool NORM>
+template <int NT, bool F32, int RPW, int U, int MINB, int EPI, bool NORM, bool XS>
 static void gemv_launch(cudaStream_t s, bool pdl, const gemv_args &a)
 {
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const unsigned grid = kcuda_cdiv(units, (int64_t)(EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? RPW : RPW / 2) *
                                                 GEMV_WARPS);
-    const size_t smem = (size_t)GEMV_WARPS * a.pre * RPW * 32 * sizeof(uint4); /* the preloaded chunks */
-    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM>, dim3(grid), GEMV_WARPS * 32, smem, s, pdl, a);
+    const size_t smem = (size_t)GEMV_WARPS * a.pre * RPW * 32 * sizeof(uint4) + /* the preloaded chunks */
+                        (XS ? (size_t)(NT + (NORM ? 1 : 0)) * (size_t)(a.C / 8) * sizeof(uint4) : 0);
+    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM, XS>, dim3(grid), GEMV_WARPS * 32, smem, s, pdl, a);
 }
 
 /* Shapes per n: RPW rows per warp, U chunks per row in flight, MINB CTAs
@@ -430,16 +463,18 @@ static void gemv_launch_n(cudaStream_t s, bool pdl, int variant, const gemv_args
     if constexpr (NT <= 2) {
         /* the fused forms at n = 2 spill at 64 registers (8 CTAs) */
         constexpr int minb = NT == 1 || (EPI == KERN_EPI_STORE && !NORM) ? 8 : 6;
-        if (variant == 1)
-            gemv_launch<NT, F32, 2, 2, minb, EPI, NORM>(s, pdl, a);
+        if (variant == 1 && a.xs)
+            gemv_launch<NT, F32, 2, 2, minb, EPI, NORM, true>(s, pdl, a);
+        else if (variant == 1)
+            gemv_launch<NT, F32, 2, 2, minb, EPI, NORM, false>(s, pdl, a);
         else
-            gemv_launch<NT, F32, 2, 4, 1, EPI, NORM>(s, pdl, a);
+            gemv_launch<NT, F32, 2, 4, 1, EPI, NORM, false>(s, pdl, a);
     } else if constexpr (NT <= 4) {
         (void)variant;
-        gemv_launch<NT, F32, 2, 4, 1, EPI, NORM>(s, pdl, a);
+        gemv_launch<NT, F32, 2, 4, 1, EPI, NORM, false>(s, pdl, a);
     } else {
         (void)variant;
-        gemv_launch<NT, F32, 4, 2, 1, EPI, NORM>(s, pdl, a);
+        gemv_launch<NT, F32, 4, 2, 1, EPI, NORM, false>(s, pdl, a);
     }
 }
 
@@ -821,6 +856,26 @@ static bool gemv_tc_route(const kern_ctx *ctx, const kern_weight *w, int n)
     return gemv_use_tc(ctx, n) && kcuda_gemv_route(ctx, w, n);
 }
 
+/* The input staging of gemv_kernel (XS) for a CUDA-core launch of n
+ * tokens (gemv_xs: 0 never, 1 the preload form only, 2 every launch of
+ * n <= 2 at variant 1): sets a->xs where the n input rows (and the norm
+ * weight) fit beside the preload in the 48 KiB a CTA gets without an
+ * opt-in, shortening the preload to make room. A function of n, the shape
+ * and the options, so a padded graph replay launches as the eager step. */
+static void gemv_xs_fit(const kern_ctx *ctx, gemv_args *a, int n, bool norm)
+{
+    const int mode = ctx->gemm.gemv_xs;
+    const size_t max_bytes = 48 * 1024, pre_bytes = (size_t)GEMV_WARPS * 2 * 32 * sizeof(uint4);
+    const size_t xb = (size_t)(n + (norm ? 1 : 0)) * (size_t)a->C * sizeof(uint16_t);
+    a->xs = 0;
+    if (n > 2 || ctx->gemm.gemv_variant != 1 || mode == 0 || (mode == 1 && a->pre == 0) || xb > max_bytes)
+        return;
+    const size_t room = (max_bytes - xb) / pre_bytes; /* preloaded chunks that still fit */
+    if ((size_t)a->pre > room)
+        a->pre = (int)room;
+    a->xs = 1;
+}
+
 /* Contract: true when the GEMV kernel can compute this product (see the
  * requirements at the top); the choice of using it is gemm.cu's. */
 bool kcuda_gemv_fits(const void *in, const kern_weight *w, int n)
@@ -843,10 +898,12 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.R = (int)w->rows;
     a.C = (int)w->cols;
     a.n = n;
-    if (gemv_use_tc(ctx, n))
+    if (gemv_use_tc(ctx, n)) {
         gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, a);
-    else
+    } else {
+        gemv_xs_fit(ctx, &a, n, false);
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
+    }
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -906,9 +963,11 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
     }
     a.pre =
         f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
-    if (tc)
+    if (tc) {
         gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, a);
-    else
+    } else {
+        gemv_xs_fit(ctx, &a, n, f->norm != NULL);
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
+    }
     KCUDA_LAUNCH_CHECK();
 }

@@ -39,8 +39,9 @@ typedef struct {
 } fcase;
 
 /* When set, fused_case copies the GPU's residual stream (n x rows bf16)
- * here (test_fused_preload: bitwise comparisons). */
-static uint16_t *g_keep_resid;
+ * here, and (g_keep_out) the product's output of the other epilogues
+ * (test_fused_preload, test_fused_xs: bitwise comparisons). */
+static uint16_t *g_keep_resid, *g_keep_out;
 
 /* The ROPE_KV inputs of a case (host arrays) and their device copies. */
 typedef struct {
@@ -175,6 +176,8 @@ static int fused_case(const fcase *c, uint64_t seed)
         bad += cmp_bf16(what, &gr, cres, nr);
     } else {
         bad += cmp_bf16(what, &go, cout, nout) + kt_gbuf_guards_bad(&go, what);
+        if (g_keep_out)
+            kt_gbuf_read(&go, g_keep_out);
         kt_gbuf_free(&go);
         /* the residual stream is an input here: it must be left as it was */
         float *r0 = inferd_malloc(nr * sizeof(float));
@@ -599,6 +602,118 @@ START_TEST(test_fused_preload)
 }
 END_TEST
 
+/* One case of test_fused_xs: c with the input staging off (gemv_xs 0)
+ * and in mode xs; the outputs (residual stream or product) must be
+ * bitwise alike, and each within the CPU twin's tolerance. */
+static int xs_case(kern_gemm_opts *o, const fcase *c, int xs, uint64_t seed)
+{
+    const size_t nr = (size_t)c->n * c->rows;
+    uint16_t *ref = inferd_malloc(nr * 2), *got = inferd_malloc(nr * 2);
+    int bad = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        o->gemv_xs = pass ? xs : 0;
+        kern_gemm_config(kt_gpu, o);
+        g_keep_resid = c->epi == KERN_EPI_RESID ? (pass ? got : ref) : NULL;
+        g_keep_out = c->epi == KERN_EPI_RESID ? NULL : (pass ? got : ref);
+        bad += fused_case(c, seed);
+    }
+    const size_t nout = c->epi == KERN_EPI_SILU_MUL ? nr / 2 : nr;
+    if (memcmp(ref, got, nout * 2) != 0 && bad++ < 20)
+        printf("  xs %d: epi %d norm %d %d x %d at n = %d differs from no staging\n", xs, (int)c->epi, c->norm,
+               c->rows, c->cols, c->n);
+    g_keep_resid = g_keep_out = NULL;
+    inferd_free(got);
+    inferd_free(ref);
+    return bad;
+}
+
+/* The plain product (kern_matmul, kern_logits) of n tokens with the input
+ * staging off and in mode 2: bitwise alike. */
+static int xs_plain_case(kern_gemm_opts *o, int n, int R, int C, uint64_t seed)
+{
+    float *in = inferd_malloc((size_t)n * C * sizeof(float)), *w = inferd_malloc((size_t)R * C * sizeof(float));
+    kt_rand_bf16(in, (size_t)n * C, seed, -1.0f, 1.0f);
+    kt_rand_bf16(w, (size_t)R * C, seed + 1, -1.0f, 1.0f);
+    kern_weight wg = kt_weight_gpu(w, R, C);
+    void *gin = kt_gpu_bf16(in, (size_t)n * C);
+    const size_t nr = (size_t)n * R;
+    uint16_t *ob[2];
+    float *of[2];
+    for (int pass = 0; pass < 2; pass++) {
+        o->gemv_xs = pass ? 2 : 0;
+        kern_gemm_config(kt_gpu, o);
+        kt_gbuf gb, gf;
+        kern_matmul(kt_gpu, kt_gbuf_alloc(&gb, nr * 2, 0), gin, &wg, n);
+        kern_logits(kt_gpu, kt_gbuf_alloc(&gf, nr * sizeof(float), 0), gin, &wg, n);
+        ob[pass] = inferd_malloc(nr * 2);
+        of[pass] = inferd_malloc(nr * sizeof(float));
+        kt_gbuf_read(&gb, ob[pass]);
+        kt_gbuf_read(&gf, of[pass]);
+        kt_gbuf_free(&gb);
+        kt_gbuf_free(&gf);
+    }
+    int bad = 0;
+    if ((memcmp(ob[0], ob[1], nr * 2) != 0 || memcmp(of[0], of[1], nr * sizeof(float)) != 0) && bad++ < 20)
+        printf("  xs: plain %d x %d at n = %d differs from no staging\n", R, C, n);
+    for (int pass = 0; pass < 2; pass++) {
+        inferd_free(ob[pass]);
+        inferd_free(of[pass]);
+    }
+    kern_free(kt_gpu, gin);
+    kern_free(kt_gpu, wg.data);
+    inferd_free(w);
+    inferd_free(in);
+    return bad;
+}
+
+/* The CUDA-core GEMV's input staging (gemv_xs): every fused form at 1
+ * and 2 tokens, and the plain products, bitwise the same with the input
+ * rows (and the norm weight) read from shared memory as through L1: odd
+ * row counts, rows of 8 to 14,336 columns (at 2 tokens 14,336 columns do
+ * not fit: the launch falls back), the O product's preload (mode 1 and 2;
+ * a 4,096-column row shortens the preload to make room). */
+START_TEST(test_fused_xs)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 0);
+    kern_gemm_opts o;
+    kern_gemm_config_get(kt_gpu, &o);
+    o.gemv_preload = 12;
+    static const int dense[][2] = {{1, 8}, {37, 264}, {258, 4096}, {61, 14336}};
+    static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {32, 8, 128, 16, 0}};
+    const uint64_t seed = kt_seed() + 3100;
+    int bad = 0, k = 0;
+    for (int n = 1; n <= 2; n++) {
+        for (int epi = KERN_EPI_STORE; epi <= KERN_EPI_SILU_MUL; epi++)
+            for (int s = 0; s < 4; s++)
+                for (int norm = 0; norm < 2; norm++, k++) {
+                    if ((epi == KERN_EPI_STORE && !norm) || (kt_quick && s == 3))
+                        continue;
+                    fcase c = {.epi = (kern_epilogue)epi, .norm = norm, .n = n, .rows = dense[s][0],
+                               .cols = dense[s][1]};
+                    if (epi == KERN_EPI_SILU_MUL && c.rows % 2)
+                        c.rows++;
+                    bad += xs_case(&o, &c, 2, seed + (uint64_t)k * 16);
+                    if (epi == KERN_EPI_RESID && !norm) { /* the O product's form: preloaded, mode 1 and 2 */
+                        c.after_attention = true;
+                        bad += xs_case(&o, &c, 1, seed + (uint64_t)k * 16 + 1);
+                        bad += xs_case(&o, &c, 2, seed + (uint64_t)k * 16 + 2);
+                    }
+                }
+        for (int s = 0; s < 3; s++, k++) {
+            fcase c = {.epi = KERN_EPI_ROPE_KV, .norm = s != 1, .bias = rp[s][4] != 0, .n = n,
+                       .cols = s == 2 ? 4096 : 136, .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            bad += xs_case(&o, &c, 2, seed + (uint64_t)k * 16);
+        }
+        bad += xs_plain_case(&o, n, 37, 264, seed + 7000 + (uint64_t)n);
+        bad += xs_plain_case(&o, n, 1000, 4096, seed + 7100 + (uint64_t)n);
+    }
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_fusable_table)
 {
     kern_gemm_opts saved;
@@ -695,6 +810,7 @@ TCase *kt_tcase_fused(void)
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fused_preload);
+    tcase_add_test(tc, test_fused_xs);
     tcase_add_test(tc, test_fusable_table);
     return tc;
 }
