@@ -33,6 +33,17 @@
  * resident while they run and those bytes arrive while the HBM would
  * otherwise idle; after the wait the chunks are multiplied from shared
  * memory first, in the same k order (the same bits).
+ * Input staging (a.xs, gemv_xs_fit; kern_gemm_opts.gemv_xs, INFERD_GEMV_XS,
+ * off by default until it is measured): at 1..2 tokens the CTA copies the
+ * input rows (after the PDL wait) and the norm weight (before it) into
+ * shared memory behind the preload area in one round trip, and every chunk
+ * step reads them there: without it each step's first warp waits on an
+ * L1/L2 load of its input chunk, which in the O product's preloaded steps
+ * (weights already in shared memory) is the whole cost of the step. Where
+ * the rows do not fit the 48 KiB a CTA gets without an opt-in beside the
+ * preload, the preload is shortened (its chunks stay summed in k order)
+ * or, past that, the launch reads through L1 as before. Same values, same
+ * order: the same bits (test_fused_xs).
  * RPW and U shrink/grow with n so registers stay under ~128 per thread and
  * the L1 traffic of the input (n / RPW input chunks per weight chunk) stays
  * under the L1 rate: n <= 2: RPW 2, U 2 and 8 CTAs per SM (variant 1, the
