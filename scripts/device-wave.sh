@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab)
+# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -44,6 +44,15 @@ for t in model/test_graphs_gpu model/test_stories_gpu scheduler/test_engine_stor
     grep -E "Checks|fail|Assert" "$W/$(basename $t).log" | head -4
 done
 fi
+
+# a1. only the engine's invariance tests on the GPU (graphs on, async
+#     scheduling on; the kernel cases are gpu-test.sh's)
+part engtests && for t in scheduler/test_engine_stories scheduler/test_engine_sampling; do
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
+    then row "$(basename $t) (cuda, graphs on) $(el)" PASS
+    else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
+    grep -E "Checks|fail|Assert|async" "$W/$(basename $t).log" | head -12
+done
 
 # a2. the fused decode layers (kern_matmul_fused): every form vs its CPU twin
 #     (full sizes), compute-sanitizer on them, then A/B of INFERD_FUSE=1 / 0
