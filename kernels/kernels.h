@@ -234,7 +234,7 @@ typedef struct {
                           kept within 0..KCUDA_GEMV_MAX_PRELOAD = 12) */
     int gemv_xs;       /* the CUDA-core GEMV at 1..2 tokens stages its input rows (and norm weight) in shared
                           memory: 0 never, 1 the preload form (the product after the attention) only, 2 every
-                          such launch (INFERD_GEMV_XS, default 0; gemv.cu) */
+                          such launch (INFERD_GEMV_XS, default 2; gemv.cu) */
     int gemv_tc_ring;  /* the tensor-core form's weights through a shared-memory ring: 0 never, 1 where gemv.cu's
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
