@@ -34,7 +34,8 @@
  * otherwise idle; after the wait the chunks are multiplied from shared
  * memory first, in the same k order (the same bits).
  * Input staging (a.xs, gemv_xs_fit; kern_gemm_opts.gemv_xs, INFERD_GEMV_XS,
- * off by default until it is measured): at 1..2 tokens the CTA copies the
+ * on by default: H100 decode steps at batch 1 1.1% and batch 2 4.3%
+ * faster, docs/PERF.md): at 1..2 tokens the CTA copies the
  * input rows (after the PDL wait) and the norm weight (before it) into
  * shared memory behind the preload area in one round trip, and every chunk
  * step reads them there: without it each step's first warp waits on an
