@@ -281,8 +281,7 @@ __device__ __forceinline__ void gemv_epilogue(const gemv_args &a, int gwarp, int
 
 /* 16 bytes of the input or the norm weight: from shared memory when XS
  * (staged there, gemv_kernel), else through the read-only path. */
-template <bool XS>
-__device__ __forceinline__ uint4 gemv_ld_x(const uint4 *p)
+template <bool XS> __device__ __forceinline__ uint4 gemv_ld_x(const uint4 *p)
 {
     return XS ? *p : __ldg(p);
 }
@@ -462,7 +461,8 @@ static void gemv_launch(cudaStream_t s, bool pdl, const gemv_args &a)
                                                 GEMV_WARPS);
     const size_t smem = (size_t)GEMV_WARPS * a.pre * RPW * 32 * sizeof(uint4) + /* the preloaded chunks */
                         (XS ? (size_t)(NT + (NORM ? 1 : 0)) * (size_t)(a.C / 8) * sizeof(uint4) : 0);
-    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM, XS>, dim3(grid), GEMV_WARPS * 32, smem, s, pdl, a);
+    kc_launch(gemv_kernel<NT, RPW, U, F32, MINB, EPI, NORM, XS>, dim3(grid), GEMV_WARPS * 32, smem, s, pdl,
+              a);
 }
 
 /* Shapes per n: RPW rows per warp, U chunks per row in flight, MINB CTAs

@@ -345,8 +345,8 @@ START_TEST(test_async_equals_sync)
                    (unsigned long long)st.steps_ahead, (unsigned long long)st.preemptions);
             /* with preemptions, recomputed prompts break the chains */
             if (pass && model_step_chainable(m) && c == 3) /* not under tensor parallelism */
-                ck_assert_msg(st.steps_ahead > 0 && st.steps_ahead < ahead_wide, "%llu steps ahead, %llu wide",
-                              (unsigned long long)st.steps_ahead, ahead_wide);
+                ck_assert_msg(st.steps_ahead > 0 && st.steps_ahead < ahead_wide,
+                              "%llu steps ahead, %llu wide", (unsigned long long)st.steps_ahead, ahead_wide);
             else if (pass && model_step_chainable(m))
                 ck_assert_msg(st.steps_ahead * (c == 0 ? 2 : 4) > st.steps, "%llu of %llu steps ahead",
                               (unsigned long long)st.steps_ahead, (unsigned long long)st.steps);
@@ -358,7 +358,8 @@ START_TEST(test_async_equals_sync)
                 ahead_wide = st.steps_ahead;
             model_free(m);
         }
-        assert_same(async_r, sync_r, N, c == 1   ? "async, small pool"
+        assert_same(async_r, sync_r, N,
+                    c == 1   ? "async, small pool"
                     : c == 2 ? "async, arrivals"
                     : c == 3 ? "async (decode-only chain), arrivals"
                              : "async");

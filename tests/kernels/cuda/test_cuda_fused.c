@@ -619,8 +619,8 @@ static int xs_case(kern_gemm_opts *o, const fcase *c, int xs, uint64_t seed)
     }
     const size_t nout = c->epi == KERN_EPI_SILU_MUL ? nr / 2 : nr;
     if (memcmp(ref, got, nout * 2) != 0 && bad++ < 20)
-        printf("  xs %d: epi %d norm %d %d x %d at n = %d differs from no staging\n", xs, (int)c->epi, c->norm,
-               c->rows, c->cols, c->n);
+        printf("  xs %d: epi %d norm %d %d x %d at n = %d differs from no staging\n", xs, (int)c->epi,
+               c->norm, c->rows, c->cols, c->n);
     g_keep_resid = g_keep_out = NULL;
     inferd_free(got);
     inferd_free(ref);
@@ -631,7 +631,8 @@ static int xs_case(kern_gemm_opts *o, const fcase *c, int xs, uint64_t seed)
  * staging off and in mode 2: bitwise alike. */
 static int xs_plain_case(kern_gemm_opts *o, int n, int R, int C, uint64_t seed)
 {
-    float *in = inferd_malloc((size_t)n * C * sizeof(float)), *w = inferd_malloc((size_t)R * C * sizeof(float));
+    float *in = inferd_malloc((size_t)n * C * sizeof(float)),
+          *w = inferd_malloc((size_t)R * C * sizeof(float));
     kt_rand_bf16(in, (size_t)n * C, seed, -1.0f, 1.0f);
     kt_rand_bf16(w, (size_t)R * C, seed + 1, -1.0f, 1.0f);
     kern_weight wg = kt_weight_gpu(w, R, C);
@@ -689,7 +690,10 @@ START_TEST(test_fused_xs)
                 for (int norm = 0; norm < 2; norm++, k++) {
                     if ((epi == KERN_EPI_STORE && !norm) || (kt_quick && s == 3))
                         continue;
-                    fcase c = {.epi = (kern_epilogue)epi, .norm = norm, .n = n, .rows = dense[s][0],
+                    fcase c = {.epi = (kern_epilogue)epi,
+                               .norm = norm,
+                               .n = n,
+                               .rows = dense[s][0],
                                .cols = dense[s][1]};
                     if (epi == KERN_EPI_SILU_MUL && c.rows % 2)
                         c.rows++;
@@ -701,8 +705,15 @@ START_TEST(test_fused_xs)
                     }
                 }
         for (int s = 0; s < 3; s++, k++) {
-            fcase c = {.epi = KERN_EPI_ROPE_KV, .norm = s != 1, .bias = rp[s][4] != 0, .n = n,
-                       .cols = s == 2 ? 4096 : 136, .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            fcase c = {.epi = KERN_EPI_ROPE_KV,
+                       .norm = s != 1,
+                       .bias = rp[s][4] != 0,
+                       .n = n,
+                       .cols = s == 2 ? 4096 : 136,
+                       .nh = rp[s][0],
+                       .nkv = rp[s][1],
+                       .hd = rp[s][2],
+                       .bs = rp[s][3]};
             c.rows = (c.nh + 2 * c.nkv) * c.hd;
             bad += xs_case(&o, &c, 2, seed + (uint64_t)k * 16);
         }
