@@ -500,8 +500,9 @@ void eng_step(engine *e)
     const bool decode = is_decode_step(&out, &b, n_logits);
     if (decode && prev_end > 0)
         count_host_gap(e, prev_end, t0, t1, util_now_s());
-    /* a step the next one may follow at once: left in flight */
-    const bool leave = b.n_extra == 0 && !want_lp && can_chain(e, &out);
+    /* a step the next one may follow at once: left in flight (can_chain
+     * admits no logprobs or prompt logprobs, so no want_lp nor extra rows) */
+    const bool leave = can_chain(e, &out);
     inferd_status st;
     if (n_logits > 0 || leave) {
         b.launched_fn = on_launched;

@@ -25,6 +25,17 @@ health_ok() { # PORT: GET /health answered 200 (bash's /dev/tcp: no curl needed)
     [[ $line == *" 200 "* ]]
 }
 
+# gpu_test DIR/NAME: one test binary of the build on the GPU (graphs on, the
+# CLI for the tests that start it), its log in $W/NAME.log, a summary row
+gpu_test() {
+    local name
+    name=$(basename "$1")
+    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$1") >"$W/$name.log" 2>&1
+    then row "$name (cuda, graphs on) $(el)" PASS
+    else row "$name (exit $?)" "FAIL (wave/$name.log)"; fi
+    grep -E "Checks|fail|Assert|async" "$W/$name.log" | head -12
+}
+
 # a. correctness of what the tables run: attention kernels vs their CPU twin,
 #    graphs == eager bitwise, engine invariance on the GPU
 if part tests; then
@@ -38,20 +49,14 @@ for c in penalty sample; do
     else row "test_cuda_kernels $c (exit $?)" "FAIL (wave/$c-kernels.log)"; fi
 done
 for t in model/test_graphs_gpu model/test_stories_gpu scheduler/test_engine_stories scheduler/test_engine_sampling; do
-    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
-    then row "$(basename $t) (cuda, graphs on) $(el)" PASS
-    else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
-    grep -E "Checks|fail|Assert" "$W/$(basename $t).log" | head -4
+    gpu_test $t
 done
 fi
 
 # a1. only the engine's invariance tests on the GPU (graphs on, async
 #     scheduling on; the kernel cases are gpu-test.sh's)
 part engtests && for t in scheduler/test_engine_stories scheduler/test_engine_sampling; do
-    if (cd "$BUILD" && INFERD_TEST_DEVICE=cuda INFERD_BIN=$BIN timeout 300 "$BUILD/tests/$t") >"$W/$(basename $t).log" 2>&1
-    then row "$(basename $t) (cuda, graphs on) $(el)" PASS
-    else row "$(basename $t) (exit $?)" "FAIL (wave/$(basename $t).log)"; fi
-    grep -E "Checks|fail|Assert|async" "$W/$(basename $t).log" | head -12
+    gpu_test $t
 done
 
 # a2. the fused decode layers (kern_matmul_fused): every form vs its CPU twin

@@ -334,13 +334,8 @@ __device__ __forceinline__ void gemv_chunk(const uint4 (&w)[RPW], const uint4 *x
  * a.pre) are copied into shared memory (cp.async, [GEMV_WARPS][pre][RPW]
  * [32] uint4) before the PDL wait, while the kernels before this one run,
  * and multiplied from there first; the rest streams as before, so the
- * chunks are summed in the same order and the bits do not change. With
- * XS (a.xs, gemv_xs_fit) the CTA stages the norm weight (before the PDL
- * wait) and the NT input rows (after it) in shared memory behind the
- * preload area, one round trip for the whole CTA, and every chunk step
- * reads them from there instead of through L1 (a dependent L1/L2 round
- * trip a step, the whole cost of a preloaded step); the same values in
- * the same order, so the same bits. */
+ * chunks are summed in the same order and the bits do not change. XS:
+ * the input staging described at the top (a.xs, gemv_xs_fit). */
 template <int NT, int RPW, int U, bool F32, int MINB, int EPI, bool NORM, bool XS>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32, MINB) gemv_kernel(const gemv_args a)
 {
