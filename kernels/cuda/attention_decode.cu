@@ -1089,18 +1089,10 @@ template <int GMAX, bool F8, int W> static dtc_form dtc_form_w(int hd)
 }
 template <int GMAX, bool F8> static dtc_form dtc_form_of(int w, int hd)
 {
-    if constexpr (F8) /* the bf16 body's registers do not fit 16 warps an SM (dtc_warps_max) */
-        if (w == 16)
-            return dtc_form_w<GMAX, F8, 16>(hd);
-    return w == 8 ? dtc_form_w<GMAX, F8, 8>(hd) : w == 12 ? dtc_form_w<GMAX, F8, 12>(hd)
-                                                          : dtc_form_w<GMAX, F8, DEC_WARPS>(hd);
-}
-/* The most warps a CTA of a tensor-core body: the warps an SM holds under
- * its register bound (KC_ATTN_DEC_TC8_CTAS_PER_SM or _TC_ CTAs of
- * DEC_WARPS), so a folded CTA never asks for more registers than an SM has. */
-static int dtc_warps_max(bool kv_fp8)
-{
-    return DEC_WARPS * (kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM);
+    return w == 8    ? dtc_form_w<GMAX, F8, 8>(hd)
+           : w == 12 ? dtc_form_w<GMAX, F8, 12>(hd)
+           : w == 16 ? dtc_form_w<GMAX, F8, 16>(hd)
+                     : dtc_form_w<GMAX, F8, DEC_WARPS>(hd);
 }
 
 template <int GMAX>
@@ -1161,13 +1153,10 @@ static const int dtc_warps[] = {DEC_WARPS, 8, 12, 16};
 template <int GMAX> static void dtc_optin_g(size_t optin)
 {
     for (int w : dtc_warps)
-        for (int hd : {64, 128}) {
-            const dtc_form fb = dtc_form_of<GMAX, false>(w, hd), f8 = dtc_form_of<GMAX, true>(w, hd);
-            if (w <= dtc_warps_max(false) && fb.smem <= optin)
-                dtc_optin(fb.kern, fb.smem);
-            if (w <= dtc_warps_max(true) && f8.smem <= optin)
-                dtc_optin(f8.kern, f8.smem);
-        }
+        for (int hd : {64, 128})
+            for (const dtc_form f : {dtc_form_of<GMAX, false>(w, hd), dtc_form_of<GMAX, true>(w, hd)})
+                if (f.smem <= optin)
+                    dtc_optin(f.kern, f.smem);
 }
 
 void kcuda_attn_decode_init(const kcuda_state *st)
@@ -1181,13 +1170,10 @@ void kcuda_attn_decode_init(const kcuda_state *st)
 }
 
 /* Contract: whether this device runs the tensor-core body (kv_fp8: the
- * fp8 one) with w warps a CTA (4, 8, 12, 16) at head_dim hd: its
- * registers (dtc_warps_max: bf16 up to 12, fp8 up to 16) and shared
+ * fp8 one) with w warps a CTA (4, 8, 12, 16) at head_dim hd: its shared
  * memory. */
 bool kcuda_attn_dec_warps_fit(const kcuda_state *st, bool kv_fp8, int hd, int w)
 {
-    if (w > dtc_warps_max(kv_fp8))
-        return false;
     const dtc_form f = kv_fp8 ? dtc_form_of<8, true>(w, hd) : dtc_form_of<8, false>(w, hd);
     return f.smem <= st->smem_optin; /* the merge area is sized for 8 heads */
 }

@@ -788,10 +788,7 @@ START_TEST(test_attention_decode_fold)
 #ifdef INFERD_HAVE_CUDA
         /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do not */
         const int f = kcuda_attn_last_fold;
-        /* a folded CTA holds at most the warps an SM does under the body's register
-         * bound (attention_decode.cu, dtc_warps_max): 16 on fp8, 12 on bf16 */
-        const int wmax = g_fp8 ? 16 : 12;
-        const bool ok = s0 >= 2 && 4 * s0 <= wmax ? f == 4 * s0 : s0 > 1 ? f == 0 : true;
+        const bool ok = s0 >= 2 && s0 <= 4 ? f == 4 * s0 : s0 > 4 ? f == 0 : true;
         folded[g_fp8] += f > 0;
         if (!ok || (f > 0 && kcuda_attn_last_splits != 1)) {
             printf("  attention %s (%s): folded into %d warps with %d splits (plan: %d splits)\n", c->name,
