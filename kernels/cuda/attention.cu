@@ -333,29 +333,33 @@ static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t
 extern "C" int kcuda_attn_fold_force, kcuda_attn_last_fold;
 int kcuda_attn_fold_force = -1, kcuda_attn_last_fold = 0;
 
-/* Warps a CTA when the fp8 tensor-core body runs the split plan of
- * n_plan sequences (cps CTAs each, per_sm CTAs an SM) as one CTA a
- * sequence of 4 warps a split over the whole context: where the plan
- * targets 2..4 splits a sequence (its split_target, a function of n_plan
- * alone, never of the batch's lengths: graphs and eager steps of a size
- * fold alike, and a sequence's warps do not depend on its neighbours) and
- * the device has the shared memory, else 0. One wave of the plan's CTAs
+/* Warps a CTA when a tensor-core body runs the split plan of n_plan
+ * sequences (cps CTAs each, per_sm CTAs an SM) as one CTA a sequence of 4
+ * warps a split over the whole context: where the plan targets 2..4
+ * splits a sequence (its split_target, a function of n_plan alone, never
+ * of the batch's lengths: graphs and eager steps of a size fold alike, and
+ * a sequence's warps do not depend on its neighbours) and the device has
+ * the registers and shared memory, else 0. One wave of the plan's CTAs
  * then holds the same warps an SM, each warp the same tiles, but the warps
- * merge in shared memory: no partials, no merge kernel. On by default
- * (batch 16 and 32 decode steps 3-4% faster on an H200, docs/PERF.md);
- * INFERD_ATTN_FOLD=0 (read once) turns it off. */
+ * merge in shared memory: no partials, no merge kernel. By default on the
+ * fp8 cache (batch 16 and 32 decode steps 3-4% faster on an H200,
+ * docs/PERF.md); INFERD_ATTN_FOLD (read once) = all folds the bf16 body's
+ * plans too (built in the twenty-fifth session, not yet timed on a GPU),
+ * = 0 folds nothing. */
 static int attn_fold_warps(const kcuda_state *st, const kc_attn_args *a, int64_t n_plan, int64_t cps,
                            int per_sm)
 {
-    static const bool env_fold = !env_is("INFERD_ATTN_FOLD", "0", "split plans of 2..4 kept as split CTAs");
-    const bool want = kcuda_attn_fold_force >= 0 ? kcuda_attn_fold_force == 1 : env_fold;
-    if (!want || !a->tc || !a->kv_fp8)
+    static const bool env_none = env_is("INFERD_ATTN_FOLD", "0", "split plans of 2..4 kept as split CTAs");
+    static const bool env_all = env_is("INFERD_ATTN_FOLD", "all", "split plans folded on a bf16 cache too");
+    const bool want =
+        kcuda_attn_fold_force >= 0 ? kcuda_attn_fold_force == 1 : !env_none && (a->kv_fp8 || env_all);
+    if (!want || !a->tc)
         return 0;
     int target;
     const int splits = plan_make(st->n_sms, per_sm, n_plan, cps, (int64_t)1 << 30, a->min_chunk, &target);
     if (splits < 2 || splits > 4)
         return 0;
-    return kcuda_attn_dec_warps_fit(st, a->hd, 4 * splits) ? 4 * splits : 0;
+    return kcuda_attn_dec_warps_fit(st, a->kv_fp8, a->hd, 4 * splits) ? 4 * splits : 0;
 }
 
 /* Test hooks: kcuda_attn_early_kv_force picks whether the tensor-core

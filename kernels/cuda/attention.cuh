@@ -154,8 +154,8 @@ __device__ __forceinline__ void kc_gather_kv(const kc_attn_args &a, const int32_
  * n_seqs); with a.part_o set, per-split partials then the merge. */
 void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a);
 bool kcuda_attn_decode_tc_supported(int group, int hd);
-/* Whether this device runs the fp8 tensor-core body with w warps a CTA. */
-bool kcuda_attn_dec_warps_fit(const kcuda_state *st, int hd, int w);
+/* Whether this device runs a tensor-core body (kv_fp8: the fp8 one) with w warps a CTA. */
+bool kcuda_attn_dec_warps_fit(const kcuda_state *st, bool kv_fp8, int hd, int w);
 
 /* Per-device set-up of the attention kernels' function attributes, so no
  * launch sets any: the decode ring's shared-memory carveout, the

@@ -59,8 +59,9 @@
  * to 0 for the next launch (and graph replay). At batch 1 the merge launch
  * is one kernel boundary per layer on the decode step's critical path.
  *
- * Folded plan (a.warps > DEC_WARPS, the fp8 tensor-core body; on by
- * default, INFERD_ATTN_FOLD=0 turns it off, attention.cu): a plan of 2..4
+ * Folded plan (a.warps > DEC_WARPS, the tensor-core bodies; on by
+ * default on an fp8 cache, INFERD_ATTN_FOLD=all on bf16 too, =0 off,
+ * attention.cu): a plan of 2..4
  * splits a sequence runs as one CTA of 4 warps a split over the whole
  * context, tile t to warp t % W, the warps merged in shared memory as a
  * CTA's 4 always are: no partials, no merge kernel.
@@ -662,16 +663,23 @@ __device__ __forceinline__ bool dec_tile_early(const kc_attn_args &a, const dec_
     return a.early_kv && k0 + DTC_KEYS <= c.L - 1;
 }
 
-/* Dynamic shared memory of the tensor-core body: per warp two stages of a
- * K and a V tile (also the merge area afterwards). */
-static size_t dtc_smem_bytes(int hd)
+/* Dynamic shared memory of the tensor-core body with W warps: per warp two
+ * stages of a K and a V tile (also the merge area afterwards). */
+template <int W = DEC_WARPS> static size_t dtc_smem_bytes(int hd)
 {
-    const size_t tiles = (size_t)DEC_WARPS * 2 * 2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t);
-    return tiles > sizeof(dec_red<8>) ? tiles : sizeof(dec_red<8>);
+    const size_t tiles = (size_t)W * 2 * 2 * DTC_KEYS * (size_t)(hd + DTC_PAD) * sizeof(uint16_t);
+    return tiles > sizeof(dec_red<8, W>) ? tiles : sizeof(dec_red<8, W>);
 }
 
-template <int GMAX, int D>
-static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM)
+/* CTAs an SM of a tensor-core body with W warps a CTA, when CTAS CTAs of
+ * DEC_WARPS fit an SM (the register bound): the same warps an SM. */
+#define DTC_MINB(CTAS, W) (DEC_WARPS * (CTAS) / (W) > 0 ? DEC_WARPS * (CTAS) / (W) : 1)
+
+/* W warps a CTA: DEC_WARPS, or (kc_attn_args.warps, the folded split
+ * plan, attention.cu) 8..16 covering a sequence's whole context, tile t
+ * to warp t % W. */
+template <int GMAX, int D, int W = DEC_WARPS>
+static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC_CTAS_PER_SM, W))
     attn_decode_tc_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
@@ -679,7 +687,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
     if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
-    dec_red<GMAX> &red = *(dec_red<GMAX> *)dec_ring;
+    dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
     dec_cta c;
     if (!dec_cta_make<GMAX>(a, c))
         return;
@@ -712,13 +720,13 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float m = -INFINITY, l = 0.0f; /* row g: running max (log2 units), this lane's partial sum */
     int stage = 0;
-    for (int t = warp; t < n_tiles; t += DEC_WARPS, stage ^= 1) {
+    for (int t = warp; t < n_tiles; t += W, stage ^= 1) {
         const int k0 = c.kv_begin + t * DTC_KEYS;
-        if (t + DEC_WARPS < n_tiles) {
+        if (t + W < n_tiles) {
             /* NOTE: stage ^ 1 was read in the warp's previous tile, which
              * ended with __syncwarp, so it is free to overwrite */
             uint16_t *nx = ring + (stage ^ 1) * STAGE;
-            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + DEC_WARPS * DTC_KEYS, c.kv_end, lane, nx,
+            kc_gather_kv<D, LD, DTC_KEYS, 32>(a, bt, c.kvh, k0 + W * DTC_KEYS, c.kv_end, lane, nx,
                                               nx + DTC_KEYS * LD);
             kc_cp_commit();
             kc_cp_wait<1>();
@@ -791,7 +799,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_TC_CTAS_PER_SM
         }
     }
     __syncthreads(); /* (a warp without keys wrote m = -inf, l = 0, acc = 0) */
-    dec_cta_finish<GMAX>(a, c, red);
+    dec_cta_finish<GMAX, W>(a, c, red);
 }
 
 /* --- tensor-core body on an fp8 cache -----------------------------------------
@@ -836,11 +844,6 @@ template <int W = DEC_WARPS> static size_t dtc8_smem_bytes(int hd)
     return tiles > sizeof(dec_red<8, W>) ? tiles : sizeof(dec_red<8, W>);
 }
 
-/* CTAs an SM of the fp8 body with W warps: as many warps an SM as
- * KC_ATTN_DEC_TC8_CTAS_PER_SM CTAs of DEC_WARPS (the register bound). */
-#define DTC8_WARPS_PER_SM (DEC_WARPS * KC_ATTN_DEC_TC8_CTAS_PER_SM)
-#define DTC8_MINB(W) (DTC8_WARPS_PER_SM / (W) > 0 ? DTC8_WARPS_PER_SM / (W) : 1)
-
 /* Q fragments of the fp8 body (the B operand of S^T: column g = head
  * h0 + g, zero past the chunk): dims [cc D / 4, (cc + 1) D / 4) times 2^sh
  * as f16 pairs, qf[kk] = dims cc D / 4 + 4 kk + {0, 1}, {2, 3}; sh puts
@@ -880,11 +883,10 @@ __device__ __forceinline__ float dtc8_q(const kc_attn_args &a, const dec_cta &c,
     return __uint_as_float((uint32_t)(127 - sh) << 23);
 }
 
-/* W warps a CTA: DEC_WARPS, or (kc_attn_args.warps, the folded split
- * plan, attention.cu) 8..16 covering a sequence's whole context, tile t
- * to warp t % W. */
+/* W warps a CTA, as the bf16 body's. */
 template <int GMAX, int D, int W = DEC_WARPS>
-static __global__ void __launch_bounds__(W * 32, DTC8_MINB(W)) attn_decode_tc8_kernel(const kc_attn_args a)
+static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC8_CTAS_PER_SM, W))
+    attn_decode_tc8_kernel(const kc_attn_args a)
 {
     static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
@@ -1069,25 +1071,37 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     kc_launch(kern, grid, DEC_THREADS, PIPE ? DEC_RING_BYTES : 0, st->stream, a->pdl != 0, *a);
 }
 
-/* The fp8 tensor-core body for w warps a CTA (DEC_WARPS, 8, 12 or 16;
- * anything else: DEC_WARPS) at head_dim hd (64, else 128): its kernel and
- * dynamic shared memory. The one place a run-time warp count becomes a
- * template argument (launch, opt-in, kcuda_attn_dec_warps_fit). */
+/* A tensor-core body (F8: the fp8 one) for w warps a CTA (DEC_WARPS, 8,
+ * 12 or 16; anything else: DEC_WARPS) at head_dim hd (64, else 128): its
+ * kernel and dynamic shared memory. The one place a run-time warp count
+ * becomes a template argument (launch, opt-in, kcuda_attn_dec_warps_fit). */
 typedef struct {
     void (*kern)(const kc_attn_args);
     size_t smem;
-} dtc8_form;
-template <int GMAX, int W> static dtc8_form dtc8_form_w(int hd)
+} dtc_form;
+template <int GMAX, bool F8, int W> static dtc_form dtc_form_w(int hd)
 {
-    return {hd == 64 ? attn_decode_tc8_kernel<GMAX, 64, W> : attn_decode_tc8_kernel<GMAX, 128, W>,
-            dtc8_smem_bytes<W>(hd)};
+    if constexpr (F8)
+        return {hd == 64 ? attn_decode_tc8_kernel<GMAX, 64, W> : attn_decode_tc8_kernel<GMAX, 128, W>,
+                dtc8_smem_bytes<W>(hd)};
+    else
+        return {hd == 64 ? attn_decode_tc_kernel<GMAX, 64, W> : attn_decode_tc_kernel<GMAX, 128, W>,
+                dtc_smem_bytes<W>(hd)};
 }
-template <int GMAX> static dtc8_form dtc8_form_of(int w, int hd)
+template <int GMAX, bool F8> static dtc_form dtc_form_of(int w, int hd)
 {
-    return w == 8    ? dtc8_form_w<GMAX, 8>(hd)
-           : w == 12 ? dtc8_form_w<GMAX, 12>(hd)
-           : w == 16 ? dtc8_form_w<GMAX, 16>(hd)
-                     : dtc8_form_w<GMAX, DEC_WARPS>(hd);
+    if constexpr (F8) /* the bf16 body's registers do not fit 16 warps an SM (dtc_warps_max) */
+        if (w == 16)
+            return dtc_form_w<GMAX, F8, 16>(hd);
+    return w == 8 ? dtc_form_w<GMAX, F8, 8>(hd) : w == 12 ? dtc_form_w<GMAX, F8, 12>(hd)
+                                                          : dtc_form_w<GMAX, F8, DEC_WARPS>(hd);
+}
+/* The most warps a CTA of a tensor-core body: the warps an SM holds under
+ * its register bound (KC_ATTN_DEC_TC8_CTAS_PER_SM or _TC_ CTAs of
+ * DEC_WARPS), so a folded CTA never asks for more registers than an SM has. */
+static int dtc_warps_max(bool kv_fp8)
+{
+    return DEC_WARPS * (kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM);
 }
 
 template <int GMAX>
@@ -1102,13 +1116,9 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     }
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
-            if (a->kv_fp8) {
-                const int w = a->warps > 0 ? a->warps : DEC_WARPS;
-                const dtc8_form f = dtc8_form_of<GMAX>(w, a->hd);
-                kc_launch(f.kern, grid, (unsigned)w * 32, f.smem, st->stream, a->pdl != 0, *a);
-            } else
-                kc_launch(a->hd == 64 ? attn_decode_tc_kernel<GMAX, 64> : attn_decode_tc_kernel<GMAX, 128>, grid,
-                          DEC_THREADS, dtc_smem_bytes(a->hd), st->stream, a->pdl != 0, *a);
+            const int w = a->warps > 0 ? a->warps : DEC_WARPS;
+            const dtc_form f = a->kv_fp8 ? dtc_form_of<GMAX, true>(w, a->hd) : dtc_form_of<GMAX, false>(w, a->hd);
+            kc_launch(f.kern, grid, (unsigned)w * 32, f.smem, st->stream, a->pdl != 0, *a);
             return;
         }
     }
@@ -1145,19 +1155,19 @@ template <class K> static void dtc_optin(K kern, size_t smem)
                                     (int)cudaSharedmemCarveoutMaxShared));
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
-/* The fp8 body's opt-in for each warp count, where the device has the
- * shared memory (optin bytes; kcuda_attn_dec_warps_fit: the host folds no
- * plan into a CTA that does not fit). */
-static const int dtc8_warps[] = {DEC_WARPS, 8, 12, 16};
+/* Both tensor-core bodies' opt-in for each warp count, where the device
+ * has the shared memory (optin bytes; kcuda_attn_dec_warps_fit: the host
+ * folds no plan into a CTA that does not fit). */
+static const int dtc_warps[] = {DEC_WARPS, 8, 12, 16};
 template <int GMAX> static void dtc_optin_g(size_t optin)
 {
-    dtc_optin(attn_decode_tc_kernel<GMAX, 64>, dtc_smem_bytes(64));
-    dtc_optin(attn_decode_tc_kernel<GMAX, 128>, dtc_smem_bytes(128));
-    for (int w : dtc8_warps)
+    for (int w : dtc_warps)
         for (int hd : {64, 128}) {
-            const dtc8_form f = dtc8_form_of<GMAX>(w, hd);
-            if (f.smem <= optin)
-                dtc_optin(f.kern, f.smem);
+            const dtc_form fb = dtc_form_of<GMAX, false>(w, hd), f8 = dtc_form_of<GMAX, true>(w, hd);
+            if (w <= dtc_warps_max(false) && fb.smem <= optin)
+                dtc_optin(fb.kern, fb.smem);
+            if (w <= dtc_warps_max(true) && f8.smem <= optin)
+                dtc_optin(f8.kern, f8.smem);
         }
 }
 
@@ -1171,11 +1181,16 @@ void kcuda_attn_decode_init(const kcuda_state *st)
     dtc_optin_g<8>(st->smem_optin);
 }
 
-/* Contract: whether this device runs the fp8 tensor-core body with w
- * warps a CTA (4, 8, 12, 16) at head_dim hd: its shared memory. */
-bool kcuda_attn_dec_warps_fit(const kcuda_state *st, int hd, int w)
+/* Contract: whether this device runs the tensor-core body (kv_fp8: the
+ * fp8 one) with w warps a CTA (4, 8, 12, 16) at head_dim hd: its
+ * registers (dtc_warps_max: bf16 up to 12, fp8 up to 16) and shared
+ * memory. */
+bool kcuda_attn_dec_warps_fit(const kcuda_state *st, bool kv_fp8, int hd, int w)
 {
-    return dtc8_form_of<8>(w, hd).smem <= st->smem_optin; /* the merge area is sized for 8 heads */
+    if (w > dtc_warps_max(kv_fp8))
+        return false;
+    const dtc_form f = kv_fp8 ? dtc_form_of<8, true>(w, hd) : dtc_form_of<8, false>(w, hd);
+    return f.smem <= st->smem_optin; /* the merge area is sized for 8 heads */
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of
