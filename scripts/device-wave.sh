@@ -106,13 +106,14 @@ done
 
 # c. the decode table: batch 1/16/64 x 512/1k, graphs and eager; batch 256 x 1k
 #    (output long enough that the last prefill ends before the timed decode)
-#    and batch 1 x 32k (Llama-3.1 rope scaling)
+#    and batch 1 x 32k (Llama-3.1 rope scaling); WAVE_DECODE_ARGS adds flags
+#    to every run (e.g. "--kv-cache-dtype fp8")
 part decode && for v in graphs eager; do
     extra=()
     [[ $v == eager ]] && extra=(--enforce-eager)
     if timeout 200 "$BIN" bench latency --model $L8 --load-format dummy --device cuda --batch-size 1,16,64 \
           --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 --max-num-batched-tokens 8192 \
-          "${extra[@]}" --output-json "$W/decode-$v.json" >"$W/decode-$v.txt" 2>&1
+          "${extra[@]}" ${WAVE_DECODE_ARGS:-} --output-json "$W/decode-$v.json" >"$W/decode-$v.txt" 2>&1
     then row "bench latency 1/16/64 x 512/1k ($v) $(el)" ok
     else row "bench latency 1/16/64 x 512/1k ($v, exit $?)" FAILED; fi
     grep -E "^\| [0-9]|ceilings|capture" "$W/decode-$v.txt"
@@ -121,7 +122,8 @@ part decode && for v in graphs eager; do
         read -r cfg b in o ns mml <<<"$spec"
         if timeout 200 "$BIN" bench latency --model $cfg --load-format dummy --device cuda --batch-size "$b" \
               --input-len "$in" --output-len "$o" --num-iters-warmup 0 --num-iters 1 --max-num-seqs "$ns" \
-              --max-num-batched-tokens 8192 --max-model-len "$mml" "${extra[@]}" >"$W/decode-$v-b$b-$in.txt" 2>&1
+              --max-num-batched-tokens 8192 --max-model-len "$mml" "${extra[@]}" ${WAVE_DECODE_ARGS:-} \
+              >"$W/decode-$v-b$b-$in.txt" 2>&1
         then row "bench latency b$b x $in ($v) $(el)" ok
         else row "bench latency b$b x $in ($v, exit $?)" FAILED; fi
         grep -E "^\| [0-9]" "$W/decode-$v-b$b-$in.txt"
