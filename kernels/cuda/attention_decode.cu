@@ -676,8 +676,8 @@ template <int W = DEC_WARPS> static size_t dtc_smem_bytes(int hd)
 #define DTC_MINB(CTAS, W) (DEC_WARPS * (CTAS) / (W) > 0 ? DEC_WARPS * (CTAS) / (W) : 1)
 
 /* W warps a CTA: DEC_WARPS, or (kc_attn_args.warps, the folded split
- * plan, attention.cu) 8..16 covering a sequence's whole context, tile t
- * to warp t % W. */
+ * plan, attention.cu) 8 or 12 (the fp8 body: up to 16; dtc_warps_max)
+ * covering a sequence's whole context, tile t to warp t % W. */
 template <int GMAX, int D, int W = DEC_WARPS>
 static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC_CTAS_PER_SM, W))
     attn_decode_tc_kernel(const kc_attn_args a)
@@ -1072,7 +1072,7 @@ static void dec_launch_g(const kcuda_state *st, const kc_attn_args *a, dim3 grid
 }
 
 /* A tensor-core body (F8: the fp8 one) for w warps a CTA (DEC_WARPS, 8,
- * 12 or 16; anything else: DEC_WARPS) at head_dim hd (64, else 128): its
+ * 12 or, fp8 only, 16; anything else: DEC_WARPS) at head_dim hd (64, else 128): its
  * kernel and dynamic shared memory. The one place a run-time warp count
  * becomes a template argument (launch, opt-in, kcuda_attn_dec_warps_fit). */
 typedef struct {
