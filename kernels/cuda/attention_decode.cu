@@ -1103,6 +1103,17 @@ static int dtc_warps_max(bool kv_fp8)
 {
     return DEC_WARPS * (kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM);
 }
+/* dtc_form_of for the cache's body (kv_fp8) chosen at run time. */
+template <int GMAX> static dtc_form dtc_form_for(bool kv_fp8, int w, int hd)
+{
+    return kv_fp8 ? dtc_form_of<GMAX, true>(w, hd) : dtc_form_of<GMAX, false>(w, hd);
+}
+/* Whether form f of a body with w warps runs on a device of optin bytes of
+ * shared memory a CTA: within the body's register bound and the opt-in. */
+static bool dtc_form_runs(bool kv_fp8, int w, const dtc_form &f, size_t optin)
+{
+    return w <= dtc_warps_max(kv_fp8) && f.smem <= optin;
+}
 
 template <int GMAX>
 static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid)
@@ -1117,7 +1128,7 @@ static void dec_launch_p(const kcuda_state *st, const kc_attn_args *a, dim3 grid
     if constexpr (GMAX >= 4) { /* the tensor-core body takes groups of 3+ (kcuda_attn_decode_tc_supported) */
         if (a->tc) {
             const int w = a->warps > 0 ? a->warps : DEC_WARPS;
-            const dtc_form f = a->kv_fp8 ? dtc_form_of<GMAX, true>(w, a->hd) : dtc_form_of<GMAX, false>(w, a->hd);
+            const dtc_form f = dtc_form_for<GMAX>(a->kv_fp8, w, a->hd);
             kc_launch(f.kern, grid, (unsigned)w * 32, f.smem, st->stream, a->pdl != 0, *a);
             return;
         }
@@ -1162,13 +1173,12 @@ static const int dtc_warps[] = {DEC_WARPS, 8, 12, 16};
 template <int GMAX> static void dtc_optin_g(size_t optin)
 {
     for (int w : dtc_warps)
-        for (int hd : {64, 128}) {
-            const dtc_form fb = dtc_form_of<GMAX, false>(w, hd), f8 = dtc_form_of<GMAX, true>(w, hd);
-            if (w <= dtc_warps_max(false) && fb.smem <= optin)
-                dtc_optin(fb.kern, fb.smem);
-            if (w <= dtc_warps_max(true) && f8.smem <= optin)
-                dtc_optin(f8.kern, f8.smem);
-        }
+        for (int hd : {64, 128})
+            for (bool f8 : {false, true}) {
+                const dtc_form f = dtc_form_for<GMAX>(f8, w, hd);
+                if (dtc_form_runs(f8, w, f, optin))
+                    dtc_optin(f.kern, f.smem);
+            }
 }
 
 void kcuda_attn_decode_init(const kcuda_state *st)
@@ -1187,10 +1197,7 @@ void kcuda_attn_decode_init(const kcuda_state *st)
  * memory. */
 bool kcuda_attn_dec_warps_fit(const kcuda_state *st, bool kv_fp8, int hd, int w)
 {
-    if (w > dtc_warps_max(kv_fp8))
-        return false;
-    const dtc_form f = kv_fp8 ? dtc_form_of<8, true>(w, hd) : dtc_form_of<8, false>(w, hd);
-    return f.smem <= st->smem_optin; /* the merge area is sized for 8 heads */
+    return dtc_form_runs(kv_fp8, w, dtc_form_for<8>(kv_fp8, w, hd), st->smem_optin); /* merge area: 8 heads */
 }
 
 /* Contract: true when the tensor-core decode body handles a GQA group of
