@@ -341,18 +341,15 @@ int kcuda_attn_fold_force = -1, kcuda_attn_last_fold = 0;
  * a sequence's warps do not depend on its neighbours) and the device has
  * the registers and shared memory, else 0. One wave of the plan's CTAs
  * then holds the same warps an SM, each warp the same tiles, but the warps
- * merge in shared memory: no partials, no merge kernel. By default on the
- * fp8 cache (batch 16 and 32 decode steps 3-4% faster on an H200,
- * docs/PERF.md); INFERD_ATTN_FOLD (read once) = all folds the bf16 body's
- * plans too (built in the twenty-fifth session, not yet timed on a GPU),
- * = 0 folds nothing. */
+ * merge in shared memory: no partials, no merge kernel. On by default on
+ * both caches (fp8: batch 16 and 32 decode steps 3-4% faster on an H200;
+ * bf16: batch 16 and 64 x 512 steps 0.6-1.1% faster on an H100,
+ * docs/PERF.md); INFERD_ATTN_FOLD=0 (read once) folds nothing. */
 static int attn_fold_warps(const kcuda_state *st, const kc_attn_args *a, int64_t n_plan, int64_t cps,
                            int per_sm)
 {
     static const bool env_none = env_is("INFERD_ATTN_FOLD", "0", "split plans of 2..4 kept as split CTAs");
-    static const bool env_all = env_is("INFERD_ATTN_FOLD", "all", "split plans folded on a bf16 cache too");
-    const bool want =
-        kcuda_attn_fold_force >= 0 ? kcuda_attn_fold_force == 1 : !env_none && (a->kv_fp8 || env_all);
+    const bool want = kcuda_attn_fold_force >= 0 ? kcuda_attn_fold_force == 1 : !env_none;
     if (!want || !a->tc)
         return 0;
     int target;

@@ -72,7 +72,7 @@ typedef struct {
                                    * 2 = the same, its CTAs triggering theirs at exit */
     int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (every decode body
                                    * reads them); the prefill kernels always read bf16 (attention.cu) */
-    int warps;                    /* decode, the fp8 tensor-core body: warps a CTA, 8 / 12 / 16 where a
+    int warps;                    /* decode, the tensor-core bodies: warps a CTA, 8 / 12 (/ 16 fp8) where a
                                    * split plan of 2..4 splits is folded into one CTA a sequence
                                    * (attention.cu, INFERD_ATTN_FOLD), else 0 (4 warps) */
     int early_kv;                 /* decode, the tensor-core bodies: gather the tiles of keys before

@@ -60,8 +60,7 @@
  * is one kernel boundary per layer on the decode step's critical path.
  *
  * Folded plan (a.warps > DEC_WARPS, the tensor-core bodies; on by
- * default on an fp8 cache, INFERD_ATTN_FOLD=all on bf16 too, =0 off,
- * attention.cu): a plan of 2..4
+ * default, INFERD_ATTN_FOLD=0 off, attention.cu): a plan of 2..4
  * splits a sequence runs as one CTA of 4 warps a split over the whole
  * context, tile t to warp t % W, the warps merged in shared memory as a
  * CTA's 4 always are: no partials, no merge kernel.
