@@ -821,7 +821,7 @@ END_TEST
  * bf16 caches, every case both ways, each vs the CPU twin, bitwise alike,
  * the hook's report checked. Cases: batch 1 at 544 and 4,100 keys (split:
  * every split but the last gathers all its first tiles early), 16
- * sequences of ~1k (folded on fp8), contexts of 1, 17 and 100 keys (no
+ * sequences of ~1k (folded on either cache), contexts of 1, 17 and 100 keys (no
  * early tile, or one), GQA 12 (two head chunks) and block size 12 with
  * odd lengths and a padding row. */
 START_TEST(test_attention_decode_early_kv)
