@@ -291,6 +291,19 @@ static int attn_split_waves(void)
     return v;
 }
 
+/* CTAs an SM the split plan counts for a tensor-core decode body:
+ * INFERD_ATTN_TC_PER_SM (1..KC_ATTN_TARGET_PER_SM, read once; for
+ * measurements), else the body's own (KC_ATTN_DEC_TC8_CTAS_PER_SM on an
+ * fp8 cache, KC_ATTN_DEC_TC_CTAS_PER_SM on bf16). Fewer means fewer
+ * splits a sequence and so fewer warps a folded CTA (attn_fold_warps),
+ * which then leaves registers on its SM to the products beside it. Never
+ * above KC_ATTN_TARGET_PER_SM, so the workspace bound holds. */
+static int attn_tc_per_sm(bool kv_fp8)
+{
+    static const int v = env_int_in("INFERD_ATTN_TC_PER_SM", 0, 1, KC_ATTN_TARGET_PER_SM, 1);
+    return v > 0 ? v : kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM;
+}
+
 /* Decode CTAs per sequence: kv heads x head chunks of GMAX heads (as
  * kcuda_attn_decode_launch). */
 static int ctas_per_seq(int nh, int nkv)
@@ -556,8 +569,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         int target = 0, max_splits = 1;
         a.tc = decode_use_tc(a.group, hd); /* the body first: the plan counts its CTAs a SM */
         kcuda_attn_last_decode_tc = a.tc;
-        const int per_sm = (a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
-                                 : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
+        const int per_sm = (a.tc ? attn_tc_per_sm(a.kv_fp8) : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
                            attn_split_waves();
         a.warps = attn_fold_warps(st, &a, n_plan, ctas_per_seq(nh, nkv), per_sm);
         kcuda_attn_last_fold = a.warps;
