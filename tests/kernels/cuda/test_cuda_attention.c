@@ -67,15 +67,17 @@ extern int kcuda_attn_last_merge_fused;
 extern int kcuda_attn_pdl_force;
 extern int kcuda_attn_decode_tc_force; /* -1 env, 0 CUDA cores, 1 tensor cores (where supported) */
 extern int kcuda_attn_last_decode_tc;
-/* split plans folded into one CTA a sequence: -1 env, 0 never, 1 where it applies; warps of the last fold */
-extern int kcuda_attn_fold_force, kcuda_attn_last_fold;
+/* split plans folded into one CTA a sequence: -1 env, 0 never, 1 where it applies; a cap on
+ * its warps (0 env, else 8 or 12); warps of the last fold */
+extern int kcuda_attn_fold_force, kcuda_attn_fold_max_warps, kcuda_attn_last_fold;
 /* K/V tiles gathered before the PDL wait: -1 env, 0 no, 1 yes; what the last decode launch did */
 extern int kcuda_attn_early_kv_force, kcuda_attn_last_early_kv;
 #else
 static int kcuda_attn_early_kv_force;
 static int kcuda_attn_last_early_kv;
 static int kcuda_attn_fold_force;
-static int kcuda_attn_last_fold __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
+static int kcuda_attn_fold_max_warps;
+static int kcuda_attn_last_fold;
 static int kcuda_attn_decode_tc_force;
 static int kcuda_attn_last_decode_tc __attribute__((unused)); /* read only with INFERD_HAVE_CUDA */
 static int kcuda_attn_pdl_force;
@@ -744,6 +746,25 @@ START_TEST(test_attention_decode_merge)
 }
 END_TEST
 
+/* Whether the last decode launch folded into want warps (0: not at all)
+ * and, folded, left no split; cap: the warp cap it ran under (0: none),
+ * for the message. 1 and a recorded failure if not; 0 without CUDA. */
+static int fold_check(const kt_attn_case *c, int cap, int want, int s0)
+{
+#ifdef INFERD_HAVE_CUDA
+    const int f = kcuda_attn_last_fold;
+    if (f == want && (f == 0 || kcuda_attn_last_splits == 1))
+        return 0;
+    printf("  attention %s (%s, cap %d): folded into %d warps with %d splits (plan: %d splits)\n", c->name,
+           g_fp8 ? "fp8" : "bf16", cap, f, kcuda_attn_last_splits, s0);
+    kt_record("attention", 1, 0, 0);
+    return 1;
+#else
+    (void)c, (void)cap, (void)want, (void)s0;
+    return 0;
+#endif
+}
+
 /* A split plan of 2..4 splits folded into one CTA a sequence (the
  * tensor-core bodies with 8, 12 or 16 warps, kcuda_attn_fold_force), on a
  * bf16 and on an fp8 cache: every case vs the CPU twin, the plan without
@@ -785,29 +806,41 @@ START_TEST(test_attention_decode_fold)
         const int s0 = kcuda_attn_last_splits;
         kcuda_attn_fold_force = 1;
         bad += attn_case(c, 9300 + (uint64_t)i);
-#ifdef INFERD_HAVE_CUDA
-        /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do not */
-        const int f = kcuda_attn_last_fold;
-        /* a folded CTA holds at most the warps an SM does under the body's register
-         * bound (attention_decode.cu, dtc_warps_max): 16 on fp8, 12 on bf16 */
-        const int wmax = g_fp8 ? 16 : 12;
-        const bool ok = s0 >= 2 && 4 * s0 <= wmax ? f == 4 * s0 : s0 > 1 ? f == 0 : true;
+        /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do
+         * not; a folded CTA holds at most the warps an SM does under the body's register bound
+         * (attention_decode.cu, dtc_warps_max): 16 on fp8, 12 on bf16 */
+        const int f = kcuda_attn_last_fold, wmax = g_fp8 ? 16 : 12;
         folded[g_fp8] += f > 0;
-        if (!ok || (f > 0 && kcuda_attn_last_splits != 1)) {
-            printf("  attention %s (%s): folded into %d warps with %d splits (plan: %d splits)\n", c->name,
-                   g_fp8 ? "fp8" : "bf16", f, kcuda_attn_last_splits, s0);
-            kt_record("attention", 1, 0, 0);
-            bad++;
-        }
-#else
-        (void)s0;
-#endif
+        bad += fold_check(c, 0, s0 >= 2 && 4 * s0 <= wmax ? 4 * s0 : s0 > 1 ? 0 : f, s0);
     }
 #ifdef INFERD_HAVE_CUDA
     /* the cases above reach the fold on either cache (on 96..160 SMs) */
     ck_assert_int_ge(folded[0], 3);
     ck_assert_int_ge(folded[1], 3);
 #endif
+    /* a cap on the warps (kcuda_attn_fold_max_warps): a plan of more splits
+     * than the cap holds runs as one CTA of the cap's warps over the whole
+     * context; the first two cases at cap 8 on both caches, at 12 on fp8 */
+    static const int caps[][2] = {{8, 0}, {8, 1}, {12, 1}}; /* {cap, fp8} */
+    int capped = 0;
+    for (int k = 0; k < 2 * NSEQ(caps); k++) {
+        const kt_attn_case *c = &cases[k % 2];
+        const int cap = caps[k / 2][0];
+        g_fp8 = caps[k / 2][1];
+        kcuda_attn_fold_force = 0;
+        bad += attn_case(c, 9400 + (uint64_t)k);
+        const int s0 = kcuda_attn_last_splits;
+        kcuda_attn_fold_force = 1;
+        kcuda_attn_fold_max_warps = cap;
+        bad += attn_case(c, 9400 + (uint64_t)k);
+        kcuda_attn_fold_max_warps = 0;
+        capped += kcuda_attn_last_fold > 0 && kcuda_attn_last_fold < 4 * s0;
+        bad += fold_check(c, cap, s0 >= 2 && s0 <= 4 ? (4 * s0 < cap ? 4 * s0 : cap) : 0, s0);
+    }
+#ifdef INFERD_HAVE_CUDA
+    ck_assert_int_ge(capped, 2); /* b16 on fp8 (4 splits on 132 SMs) at caps 8 and 12, and more */
+#endif
+    (void)capped;
     (void)folded;
     kcuda_attn_fold_force = -1;
     kcuda_attn_decode_tc_force = -1;
