@@ -33,15 +33,17 @@ struct kern_ctx {
 #define KCUDA_GEMV_DEFAULT_TC_MIN_N 3
 /* The default of kern_ctx::gemv_lt_min_bytes (INFERD_GEMV_LT_MIN_BYTES
  * overrides it): products of 9..16 tokens (the tensor-core form's two
- * n-tiles) with weights of 64 MiB and more run on cuBLASLt. On an H200
+ * n-tiles) with weights of 200 MiB and more run on cuBLASLt. On an H200
  * (docs/PERF.md, seventeenth session) the form reads 16 tokens' inputs
  * for every 16 weight rows and its L2 traffic caps it at 77-83% of the
  * copy bandwidth on Llama-3-8B's gate/up, down and lm_head (cuBLASLt: 85-
- * 102%): batch 16 decode steps 5-6% faster on cuBLASLt with the SiLU kernel
- * beside it; QKV and O (48 and 32 MiB), where cuBLASLt reaches 59-71%, stay.
- * 8 is a graph ladder size, so a padded replay picks the eager step's
- * kernel. */
-#define KCUDA_GEMV_DEFAULT_LT_MIN_BYTES ((int64_t)64 << 20)
+ * 102%): batch 16 decode steps 5-6% faster with gate/up and lm_head on
+ * cuBLASLt and the SiLU kernel beside it. Down (112 MiB) stays on the
+ * form, as QKV and O (48 and 32 MiB) do: on an H100 (twenty-seventh
+ * session) b16 x 1k was 1.1% faster that way than with down on cuBLASLt
+ * (a 64 MiB switch), on the H200 even. 8 is a graph ladder size, so a
+ * padded replay picks the eager step's kernel. */
+#define KCUDA_GEMV_DEFAULT_LT_MIN_BYTES ((int64_t)200 << 20)
 /* The default of kern_ctx::gemv_preload (INFERD_GEMV_PRELOAD overrides
  * it): at 1..2 tokens the O product copies 12 of each lane's 16 chunks of
  * Llama-3-8B's 4096-column rows (48 KiB a CTA) into shared memory while

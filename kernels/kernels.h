@@ -204,14 +204,14 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * (cols % 8 == 0, 16-byte aligned weight and input); the rest cuBLASLt.
  * gemv_max_n 0 = cuBLASLt always; at most 16. pdl: launch the GEMV with
  * programmatic dependent launch (its first weight loads overlap the previous
- * kernel). Defaults: n <= 16 (n <= 8 for weights of 64 MiB and more),
+ * kernel). Defaults: n <= 16 (n <= 8 for weights of 200 MiB and more),
  * weights >= 1 MiB, PDL on, plain products of n >= 3 on the tensor-core
  * form; INFERD_GEMV_MAX_N, INFERD_GEMV_MIN_BYTES, INFERD_GEMV_PDL (0/1),
  * INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 = off),
  * INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on the
  * GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
- * with weights of at least this size on cuBLASLt, 64 MiB; 0 = never),
+ * with weights of at least this size on cuBLASLt, 200 MiB; 0 = never),
  * INFERD_GEMM_ACCUM (accum, 0/1),
  * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
  * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create. The

@@ -806,7 +806,8 @@ fi
 #       NAME:VAR=VAL+VAR=VAL (NAME alone: no variable); decode rows at batch
 #       WAVE_ENVAB_BATCH (default 1,16) x 512/1k, processes alternating
 #       (WAVE_REPS runs); test_graphs_gpu and test_engine_stories first with
-#       WAVE_ENVAB_TEST_ENV (VAR=VAL ...) when set; WAVE_ENVAB_ARGS: more bench
+#       WAVE_ENVAB_TEST_ENV (VAR=VAL ...) when set; WAVE_ENVAB_LENS: the contexts
+#       (default 512,1024); WAVE_ENVAB_ARGS: more bench
 #       latency arguments (e.g. --kv-cache-dtype fp8; the GEMM search A/B:
 #       WAVE_ENV_VARIANTS="on off:INFERD_GEMM_SEARCH_MAX_N=0" WAVE_ENVAB_BATCH=1,16,64)
 if part envab; then
@@ -821,7 +822,7 @@ fi
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     for v in ${WAVE_ENV_VARIANTS:-base}; do
         lat_env "$(variant_envs "$v")" "envab-${v%%:*}-$rep" 150 "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x 512/1k (run $rep)" --model $L8 \
-            --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len 512,1024 --output-len 64 --num-iters-warmup 1 \
+            --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len "${WAVE_ENVAB_LENS:-512,1024}" --output-len 64 --num-iters-warmup 1 \
             --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 ${WAVE_ENVAB_ARGS:-}
     done
 done

@@ -291,19 +291,6 @@ static int attn_split_waves(void)
     return v;
 }
 
-/* CTAs an SM the split plan counts for a tensor-core decode body:
- * INFERD_ATTN_TC_PER_SM (1..KC_ATTN_TARGET_PER_SM, read once; for
- * measurements), else the body's own (KC_ATTN_DEC_TC8_CTAS_PER_SM on an
- * fp8 cache, KC_ATTN_DEC_TC_CTAS_PER_SM on bf16). Fewer means fewer
- * splits a sequence and so fewer warps a folded CTA (attn_fold_warps),
- * which then leaves registers on its SM to the products beside it. Never
- * above KC_ATTN_TARGET_PER_SM, so the workspace bound holds. */
-static int attn_tc_per_sm(bool kv_fp8)
-{
-    static const int v = env_int_in("INFERD_ATTN_TC_PER_SM", 0, 1, KC_ATTN_TARGET_PER_SM, 1);
-    return v > 0 ? v : kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM;
-}
-
 /* Decode CTAs per sequence: kv heads x head chunks of GMAX heads (as
  * kcuda_attn_decode_launch). */
 static int ctas_per_seq(int nh, int nkv)
@@ -342,22 +329,25 @@ static int plan_make(int n_sms, int per_sm, int64_t n_plan, int64_t cps, int64_t
 /* Test hooks: kcuda_attn_fold_force folds split plans into one CTA a
  * sequence (-1: as INFERD_ATTN_FOLD says, 0: never, 1: where it applies);
  * kcuda_attn_fold_max_warps caps a folded CTA's warps (0: as
- * INFERD_ATTN_FOLD_MAX_WARPS says, else 8 or 12); kcuda_attn_last_fold
+ * attn_fold_cap says, else 8, 12 or 16); kcuda_attn_last_fold
  * tells the warps a CTA of the last decode launch that folded (0: none). */
 extern "C" int kcuda_attn_fold_force, kcuda_attn_fold_max_warps, kcuda_attn_last_fold;
 int kcuda_attn_fold_force = -1, kcuda_attn_fold_max_warps = 0, kcuda_attn_last_fold = 0;
 
 /* The most warps a folded CTA gets: the test hook, else
- * INFERD_ATTN_FOLD_MAX_WARPS (8, 12 or 16, read once; for measurements),
- * else 0 (no cap: 4 a split). A plan of more splits than the cap's warps
- * hold then runs as a CTA of the cap's warps over the whole context (the
- * body deals tile t to warp t % W for any W): fewer registers an SM than
- * 4 a split, so the products before and after it can share the SM
- * (docs/PERF.md, twenty-sixth session). */
-static int attn_fold_cap(void)
+ * INFERD_ATTN_FOLD_MAX_WARPS (8, 12 or 16, read once; 16 = no cap), else
+ * 12 on an fp8 cache and no cap (4 a split) on bf16. A plan of more
+ * splits than the cap's warps hold runs as a CTA of the cap's warps over
+ * the whole context (the body deals tile t to warp t % W for any W). On
+ * fp8 batch 9..16 plans 4 splits on 132 SMs: 12 warps at the body's
+ * 128-register bound leave an SM the registers of one product CTA beside
+ * it, where 16 take them all (b16 x 1k 0.6% faster on an H100, batch 32
+ * and 64 unchanged: their plans have 2 splits or none; docs/PERF.md,
+ * twenty-seventh session). The bf16 body's own bound is 12 warps. */
+static int attn_fold_cap(bool kv_fp8)
 {
     static const int env = env_int_in("INFERD_ATTN_FOLD_MAX_WARPS", 0, 8, 16, 4);
-    return kcuda_attn_fold_max_warps > 0 ? kcuda_attn_fold_max_warps : env;
+    return kcuda_attn_fold_max_warps > 0 ? kcuda_attn_fold_max_warps : env > 0 ? env : kv_fp8 ? 12 : 0;
 }
 
 /* Warps a CTA when a tensor-core body runs the split plan of n_plan
@@ -384,7 +374,7 @@ static int attn_fold_warps(const kcuda_state *st, const kc_attn_args *a, int64_t
     const int splits = plan_make(st->n_sms, per_sm, n_plan, cps, (int64_t)1 << 30, a->min_chunk, &target);
     if (splits < 2 || splits > 4)
         return 0;
-    const int cap = attn_fold_cap(), w = cap > 0 && 4 * splits > cap ? cap : 4 * splits;
+    const int cap = attn_fold_cap(a->kv_fp8), w = cap > 0 && 4 * splits > cap ? cap : 4 * splits;
     return kcuda_attn_dec_warps_fit(st, a->kv_fp8, a->hd, w) ? w : 0;
 }
 
@@ -585,7 +575,8 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         int target = 0, max_splits = 1;
         a.tc = decode_use_tc(a.group, hd); /* the body first: the plan counts its CTAs a SM */
         kcuda_attn_last_decode_tc = a.tc;
-        const int per_sm = (a.tc ? attn_tc_per_sm(a.kv_fp8) : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
+        const int per_sm = (a.tc ? (a.kv_fp8 ? KC_ATTN_DEC_TC8_CTAS_PER_SM : KC_ATTN_DEC_TC_CTAS_PER_SM)
+                                 : KC_ATTN_DEC_CTAS_PER_SM(dec_gmax(a.group))) *
                            attn_split_waves();
         a.warps = attn_fold_warps(st, &a, n_plan, ctas_per_seq(nh, nkv), per_sm);
         kcuda_attn_last_fold = a.warps;

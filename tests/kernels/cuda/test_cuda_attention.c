@@ -771,7 +771,8 @@ static int fold_check(const kt_attn_case *c, int cap, int want, int s0)
  * the fold first, then with it; the fold must run where the plan had 2..4
  * splits, with 4 warps a split and no split left, and not where it had
  * more. Cases: Llama-3 shapes at 16 and 11 sequences (on 132 SMs 4
- * splits on fp8: 16 warps, 3 on bf16: 12; lengths from 5 to 1,030, tiles
+ * splits on fp8: 12 warps under the default cap, 16 at cap 16; 3 on
+ * bf16: 12; lengths from 5 to 1,030, tiles
  * cut by the end), 32 sequences (fp8: 2 splits, 8 warps; bf16: no split),
  * GQA 8 at head_dim 64 (a merge area larger than the tiles), block size
  * 12, and batch 1 at 4,100 keys (more splits: no fold). */
@@ -808,10 +809,11 @@ START_TEST(test_attention_decode_fold)
         bad += attn_case(c, 9300 + (uint64_t)i);
         /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do
          * not; a folded CTA holds at most the warps an SM does under the body's register bound
-         * (attention_decode.cu, dtc_warps_max): 16 on fp8, 12 on bf16 */
-        const int f = kcuda_attn_last_fold, wmax = g_fp8 ? 16 : 12;
+         * (attention_decode.cu, dtc_warps_max: 16 on fp8, 12 on bf16) and under the default cap
+         * (attention.cu, attn_fold_cap: 12 on fp8) */
+        const int f = kcuda_attn_last_fold, wmax = 12;
         folded[g_fp8] += f > 0;
-        bad += fold_check(c, 0, s0 >= 2 && 4 * s0 <= wmax ? 4 * s0 : s0 > 1 ? 0 : f, s0);
+        bad += fold_check(c, 0, s0 >= 2 && s0 <= 4 ? (4 * s0 <= wmax ? 4 * s0 : g_fp8 ? wmax : 0) : s0 > 1 ? 0 : f, s0);
     }
 #ifdef INFERD_HAVE_CUDA
     /* the cases above reach the fold on either cache (on 96..160 SMs) */
@@ -820,8 +822,9 @@ START_TEST(test_attention_decode_fold)
 #endif
     /* a cap on the warps (kcuda_attn_fold_max_warps): a plan of more splits
      * than the cap holds runs as one CTA of the cap's warps over the whole
-     * context; the first two cases at cap 8 on both caches, at 12 on fp8 */
-    static const int caps[][2] = {{8, 0}, {8, 1}, {12, 1}}; /* {cap, fp8} */
+     * context; the first two cases at cap 8 on both caches, at 12 on fp8,
+     * and at 16 on fp8 (no cap: the 16-warp form of a 4-split plan) */
+    static const int caps[][2] = {{8, 0}, {8, 1}, {12, 1}, {16, 1}}; /* {cap, fp8} */
     int capped = 0;
     for (int k = 0; k < 2 * NSEQ(caps); k++) {
         const kt_attn_case *c = &cases[k % 2];
