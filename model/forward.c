@@ -30,7 +30,9 @@
  * and inside the decode CUDA graphs of graphs.c (inputs in the graph's
  * fixed region). model_step (model/model_step.c) is the engine's entry:
  * the graph when the batch has one, else forward + sample. model_step_cost counts a step's bytes and
- * FLOPs for the roofline of `inferd bench latency`.
+ * FLOPs for the roofline of `inferd bench latency`. For measurements,
+ * INFERD_KNOCKOUT (model_knockout_parse) leaves named ops out of decode-only
+ * steps, so a graph step's time without an op is that op's share of it.
  */
 #include <math.h>
 #include <string.h>
@@ -40,6 +42,51 @@
 #include "common/util.h"
 #include "kvcache/kv_layout.h"
 #include "model/model_internal.h"
+
+/* --- knock-out (timing only) ------------------------------------------------ */
+
+/* The names model_knockout_parse takes, each a set of model_op bits. */
+static const struct {
+    const char *name;
+    unsigned ops;
+} k_knockout[] = {
+    {"norm", 1u << MODEL_OP_ATTN_NORM | 1u << MODEL_OP_MLP_NORM},
+    {"qkv", 1u << MODEL_OP_QKV},
+    {"rope", 1u << MODEL_OP_ROPE_KV},
+    {"attn", 1u << MODEL_OP_ATTENTION},
+    {"o", 1u << MODEL_OP_O_PROJ},
+    {"gateup", 1u << MODEL_OP_GATE_UP},
+    {"silu", 1u << MODEL_OP_SILU_MUL},
+    {"down", 1u << MODEL_OP_DOWN},
+};
+
+inferd_status model_knockout_parse(const char *list, unsigned *ops)
+{
+    *ops = 0;
+    if (!list || strlen(list) > 256)
+        return inferd_set_error(INFERD_ERR_INVALID_ARG, "knock-out: expected a list of at most 256 characters");
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        size_t i = 0;
+        while (i < INFERD_ARRAY_LEN(k_knockout) &&
+               !(strlen(k_knockout[i].name) == len && strncmp(k_knockout[i].name, p, len) == 0))
+            i++;
+        if (i == INFERD_ARRAY_LEN(k_knockout))
+            return inferd_set_error(INFERD_ERR_INVALID_ARG,
+                                    "knock-out: unknown op '%.*s' (norm, qkv, rope, attn, o, gateup, silu, down)",
+                                    (int)INFERD_MIN(len, (size_t)32), p);
+        *ops |= k_knockout[i].ops;
+        p += len + (p[len] == ',');
+    }
+    return INFERD_OK;
+}
+
+/* Whether this step leaves op out (m->ko_step: model->knockout in a
+ * decode-only step, else 0). */
+static bool knocked(const model *m, model_op op)
+{
+    return (m->ko_step >> op) & 1u;
+}
 
 /* --- profiling (model_prof.h) ------------------------------------------------ */
 
@@ -344,6 +391,8 @@ static kern_rope_kv_params rope_params(const model *m, const model_layer *L, con
 /* a->attn = paged attention of a->qkv's q over layer L's cache. */
 static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
 {
+    if (knocked(m, MODEL_OP_ATTENTION))
+        return;
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b), attn_flops(m, b));
@@ -431,10 +480,14 @@ static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b)
     PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
     if (L->q_norm.rows == 0 && kern_matmul_epi_fusable(m->kc, &L->wqkv, n)) {
         const kern_fuse f = {.epi = KERN_EPI_ROPE_KV, .rope = &rp, .qkv_bias = bias};
-        kern_matmul_fused(m->kc, a->qkv, a->h, &L->wqkv, n, &f);
+        if (!knocked(m, MODEL_OP_QKV))
+            kern_matmul_fused(m->kc, a->qkv, a->h, &L->wqkv, n, &f);
         return;
     }
-    kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, n);
+    if (!knocked(m, MODEL_OP_QKV))
+        kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, n);
+    if (knocked(m, MODEL_OP_ROPE_KV))
+        return;
     PROF_MARK(m, MODEL_OP_ROPE_KV,
               act_bytes(m, (double)n * ((double)L->wqkv.rows + 3.0 * (c->n_heads + c->n_kv_heads) * c->head_dim)), 0);
     kern_qkv_epilogue ep = {
@@ -454,6 +507,8 @@ static void out_proj(model *m, model_op op, const void *in, const kern_weight *w
 {
     PROF_MARK(m, op, gemm_bytes(m, w, n) + (accum ? act_bytes(m, (double)n * (double)w->rows) : 0.0),
               gemm_flops(w, n));
+    if (knocked(m, op))
+        return;
     if (accum)
         kern_matmul_accum(m->kc, m->a.x, in, w, n);
     else
@@ -473,11 +528,14 @@ static void mlp_block(model *m, const model_layer *L, int n, bool accum)
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     if (kern_matmul_epi_fusable(m->kc, &L->w_gate_up, n)) { /* SiLU * up in the product's epilogue */
         const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
-        kern_matmul_fused(m->kc, a->act, a->h, &L->w_gate_up, n, &f);
+        if (!knocked(m, MODEL_OP_GATE_UP))
+            kern_matmul_fused(m->kc, a->act, a->h, &L->w_gate_up, n, &f);
     } else {
-        kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
+        if (!knocked(m, MODEL_OP_GATE_UP))
+            kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
         PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
-        kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
+        if (!knocked(m, MODEL_OP_SILU_MUL))
+            kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
     }
     out_proj(m, MODEL_OP_DOWN, a->act, &L->w_down, n, accum);
 }
@@ -572,15 +630,19 @@ static void fused_layer(model *m, const model_layer *L, const model_fwd_in *b)
     PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
     const kern_fuse fq = {.norm = &L->attn_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_ROPE_KV, .rope = &rp,
                           .qkv_bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL};
-    kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
+    if (!knocked(m, MODEL_OP_QKV))
+        kern_matmul_fused(m->kc, a->qkv, a->x, &L->wqkv, n, &fq);
     attention_op(m, L, b);
     PROF_MARK(m, MODEL_OP_O_PROJ, gemm_bytes(m, &L->wo, n), gemm_flops(&L->wo, n));
-    fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm, true);
+    if (!knocked(m, MODEL_OP_O_PROJ))
+        fused_resid(m, a->attn, &L->wo, n, &L->mlp_norm, true);
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     const kern_fuse fg = {.norm = &L->mlp_norm, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
-    kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
+    if (!knocked(m, MODEL_OP_GATE_UP))
+        kern_matmul_fused(m->kc, a->act, a->x, &L->w_gate_up, n, &fg);
     PROF_MARK(m, MODEL_OP_DOWN, gemm_bytes(m, &L->w_down, n), gemm_flops(&L->w_down, n));
-    fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm, false);
+    if (!knocked(m, MODEL_OP_DOWN))
+        fused_resid(m, a->act, &L->w_down, n, &L->mlp_norm, false);
 }
 
 /* logits [n, vocab] (F32) of the normed rows a->gn: this rank's vocabulary
@@ -636,6 +698,7 @@ void model_forward_ops(model *m, const model_fwd_in *in)
     const double nd = (double)n * c->hidden_size; /* elements of one [n, d] activation */
     const layers_form form = layers_form_of(m, n);
     const bool accum = form == LAYERS_ACCUM;
+    m->ko_step = in->n_tokens == in->n_seqs ? m->knockout : 0; /* decode-only steps */
     PROF_MARK(m, MODEL_OP_EMBED, act_bytes(m, 2.0 * nd), 0);
     if (m->comm) {
         kern_embed_shard(m->kc, a->x, in->tokens, n, &m->embed, m->sh.vocab.begin);
@@ -651,10 +714,12 @@ void model_forward_ops(model *m, const model_fwd_in *in)
         }
         const bool add = l > 0 && !accum; /* a->proj holds the previous sub-block's output */
         PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (add ? 4.0 : 2.0) * nd), 0);
-        kern_add_rmsnorm(m->kc, a->h, a->x, add ? a->proj : NULL, &L->attn_norm, n, c->rms_norm_eps);
+        if (!knocked(m, MODEL_OP_ATTN_NORM))
+            kern_add_rmsnorm(m->kc, a->h, a->x, add ? a->proj : NULL, &L->attn_norm, n, c->rms_norm_eps);
         attention_block(m, L, in, accum);
         PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, (accum ? 2.0 : 4.0) * nd), 0);
-        kern_add_rmsnorm(m->kc, a->h, a->x, accum ? NULL : a->proj, &L->mlp_norm, n, c->rms_norm_eps);
+        if (!knocked(m, MODEL_OP_MLP_NORM))
+            kern_add_rmsnorm(m->kc, a->h, a->x, accum ? NULL : a->proj, &L->mlp_norm, n, c->rms_norm_eps);
         mlp_block(m, L, n, accum);
     }
     head_ops(m, in->logits_idx, in->n_logits, form != LAYERS_PLAIN);

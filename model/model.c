@@ -363,6 +363,13 @@ static inferd_status load_begin(model *m, int rank, int local)
         .backend = m->opts.backend, .n_threads = m->opts.n_threads, .device_id = m->opts.device_id + local};
     if ((st = kern_ctx_create(&ko, &m->kc)) != INFERD_OK)
         return st;
+    const char *ko_list = getenv("INFERD_KNOCKOUT"); /* timing only (model_knockout_parse) */
+    if (ko_list && *ko_list) {
+        if ((st = model_knockout_parse(ko_list, &m->knockout)) != INFERD_OK)
+            return st;
+        INFERD_LOG_WARN("INFERD_KNOCKOUT=%.64s: decode steps leave these ops out; for timing only, the outputs "
+                        "are wrong", ko_list);
+    }
     m->act_dtype = kern_act_dtype(m->kc);
     m->kv_dtype = m->opts.kv_cache_dtype == MODEL_KV_CACHE_FP8_E4M3 ? KERN_DTYPE_FP8_E4M3 : m->act_dtype;
     m->block_size = m->opts.block_size;

@@ -152,6 +152,8 @@ struct model {
     size_t weight_bytes;
     void *act_slab;
     size_t act_bytes;
+    unsigned knockout;      /* model_op bits decode-only steps leave out (INFERD_KNOCKOUT; timing only) */
+    unsigned ko_step;       /* the bits the step being enqueued leaves out (forward.c) */
     kern_dtype kv_dtype;    /* the KV cache's element: act_dtype, or FP8_E4M3 (--kv-cache-dtype fp8) */
     void *kv_slab;
     size_t kv_bytes;
@@ -258,6 +260,17 @@ inferd_status model_check_host_memory(model *m, size_t weight_bytes);
  * in->qsl / in->seq_lens (attention plans from them). Enqueues only (no
  * allocation, no synchronization), so graphs.c captures it as is. */
 void model_forward_ops(model *m, const model_fwd_in *in);
+/* forward.c: *ops = the model_op bits of list, a comma-separated list of
+ * norm (both add + RMSNorm kernels), qkv (with RoPE + K/V write where the
+ * product's epilogue does it), rope, attn, o, gateup (with SiLU * up where
+ * fused), silu, down; an unknown name or a list over 256 characters is an
+ * error. model_load reads INFERD_KNOCKOUT through it into m->knockout:
+ * decode-only steps then leave those ops out, so a graph step's time
+ * without an op is what the op costs inside the step, overlap included
+ * (bench latency --profile-ops times each op eagerly, one at a time). For
+ * measurements only: the outputs are wrong. Ops fused into a product
+ * (the norms at 1..2 tokens) go with it. */
+inferd_status model_knockout_parse(const char *list, unsigned *ops);
 /* forward.c: the batch checks of model_forward (status + message). */
 inferd_status model_check_batch(const model *m, const model_batch *b);
 /* forward.c: profiler hooks, no-ops unless model_prof_enable was called:

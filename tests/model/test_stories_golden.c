@@ -24,6 +24,7 @@
 #include "common/alloc.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 #include "test_util.h"
 
 static cJSON *g_golden;
@@ -312,6 +313,76 @@ START_TEST(test_fp8_vs_auto_logits)
 }
 END_TEST
 
+/* INFERD_KNOCKOUT (model_knockout_parse): the names as a table, then on
+ * stories260K a prompt step equal to the full model's and decode steps
+ * that differ from it, with each op left out in turn. */
+START_TEST(test_knockout)
+{
+    static const struct {
+        const char *list;
+        inferd_status st;
+        unsigned ops;
+    } rows[] = {
+        {"", INFERD_OK, 0},
+        {"attn", INFERD_OK, 1u << MODEL_OP_ATTENTION},
+        {"norm", INFERD_OK, 1u << MODEL_OP_ATTN_NORM | 1u << MODEL_OP_MLP_NORM},
+        {"silu,rope,o", INFERD_OK, 1u << MODEL_OP_SILU_MUL | 1u << MODEL_OP_ROPE_KV | 1u << MODEL_OP_O_PROJ},
+        {"qkv,gateup,down,", INFERD_OK, 1u << MODEL_OP_QKV | 1u << MODEL_OP_GATE_UP | 1u << MODEL_OP_DOWN},
+        {"attention", INFERD_ERR_INVALID_ARG, 0},
+        {"norm,,attn", INFERD_ERR_INVALID_ARG, 0},
+        {"ATTN", INFERD_ERR_INVALID_ARG, 0},
+        {NULL, INFERD_ERR_INVALID_ARG, 0},
+    };
+    for (size_t i = 0; i < INFERD_ARRAY_LEN(rows); i++) {
+        unsigned ops = 99;
+        ck_assert_int_eq(model_knockout_parse(rows[i].list, &ops), rows[i].st);
+        if (rows[i].st == INFERD_OK)
+            ck_assert_uint_eq(ops, rows[i].ops);
+    }
+    char longer[300];
+    memset(longer, 'o', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    unsigned ops;
+    ck_assert_int_eq(model_knockout_parse(longer, &ops), INFERD_ERR_INVALID_ARG);
+
+    static const char *const lists[] = {"norm", "qkv", "rope", "attn", "o", "gateup", "silu", "down"};
+    const int32_t toks[] = {1, 403, 407, 261, 378};
+    model *ref = load_model(16, 64, 1);
+    const int vocab = model_get_config(ref)->vocab_size;
+    float *want = inferd_malloc(sizeof(float) * (size_t)vocab * 2), *got = inferd_malloc(sizeof(float) * (size_t)vocab * 2);
+    forward_seq(ref, toks, 0, 4, 3);
+    model_logits_to_host(ref, want);
+    forward_seq(ref, toks + 4, 4, 1, 0);
+    model_logits_to_host(ref, want + vocab);
+    for (size_t k = 0; k < INFERD_ARRAY_LEN(lists); k++) {
+        setenv("INFERD_KNOCKOUT", lists[k], 1);
+        model *m = load_model(16, 64, 1);
+        unsetenv("INFERD_KNOCKOUT");
+        forward_seq(m, toks, 0, 4, 3); /* a prompt step: every op runs */
+        model_logits_to_host(m, got);
+        forward_seq(m, toks + 4, 4, 1, 0); /* a decode-only step: without the op */
+        model_logits_to_host(m, got + vocab);
+        ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)vocab) == 0, "%s: the prompt step changed",
+                      lists[k]);
+        ck_assert_msg(memcmp(got + vocab, want + vocab, sizeof(float) * (size_t)vocab) != 0,
+                      "%s: the decode step ran the op", lists[k]);
+        model_free(m);
+    }
+    setenv("INFERD_KNOCKOUT", "bogus", 1);
+    model_opts o;
+    model_opts_default(&o);
+    o.model_dir = g_model_dir;
+    o.backend = KERN_BACKEND_CPU;
+    model *bad = NULL;
+    ck_assert_int_eq(model_load(&o, &bad), INFERD_ERR_INVALID_ARG);
+    ck_assert_ptr_null(bad);
+    unsetenv("INFERD_KNOCKOUT");
+    inferd_free(want);
+    inferd_free(got);
+    model_free(ref);
+}
+END_TEST
+
 START_TEST(test_bad_batch_rejected)
 {
     model *m = load_model(16, 64, 1);
@@ -348,6 +419,7 @@ int main(void)
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_teacher_forced_logits);
+    tcase_add_test(tc, test_knockout);
     tcase_add_test(tc, test_greedy_golden);
     tcase_add_test(tc, test_greedy_golden_block1_chunk3);
     tcase_add_test(tc, test_greedy_golden_block7_chunk2);
