@@ -35,7 +35,10 @@ static void usage(FILE *f)
                "  --seed N                    prompt ids seed (default 1234)\n"
                "  --profile-ops               run every step eagerly with an event before every op and print\n"
                "                              per-op tables of the decode steps and of the steps with a prompt\n"
-               "                              chunk (time per step, bytes, GB/s, FLOPs, TFLOP/s, %% of ceilings)\n\n");
+               "                              chunk (time per step, bytes, GB/s, FLOPs, TFLOP/s, %% of ceilings)\n"
+               "  (environment) INFERD_KNOCKOUT=OP[,OP...]  decode steps leave these ops out (norm, qkv, rope,\n"
+               "                              attn, o, gateup, silu, down): a graph step's time without an op is\n"
+               "                              its share of the step; for timing only, the outputs are wrong\n\n");
     cli_model_usage(f);
 }
 
