@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab)
+# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -825,6 +825,27 @@ for rep in $(seq 1 "${WAVE_REPS:-2}"); do
             --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len "${WAVE_ENVAB_LENS:-512,1024}" --output-len 64 --num-iters-warmup 1 \
             --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 ${WAVE_ENVAB_ARGS:-}
     done
+done
+fi
+# i4d2a. where a graph step goes, op by op (INFERD_KNOCKOUT, model_knockout_parse):
+#        one process a variant, the full step then each op left out of the
+#        decode steps, batch WAVE_KO_BATCH (default 1,16,64) x 1k, fp8 cache
+#        unless WAVE_KO_ARGS says otherwise; prints ms saved per op and batch
+if part knockout; then
+ko_rows() { grep -E '^\| [0-9]+ \| 1024 \| 64 \| [0-9]' "$1" | awk -F'|' 'NF >= 16 {printf "%s ", $8}'; }
+for v in full norm silu rope attn qkv o gateup down; do
+    with_env "$([[ $v == full ]] || echo INFERD_KNOCKOUT=$v)" lat "ko-$v" 150 "knock-out $v" --model $L8 \
+        --batch-size "${WAVE_KO_BATCH:-1,16,64}" --input-len 1024 --output-len 64 --num-iters-warmup 1 \
+        --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 \
+        ${WAVE_KO_ARGS:---kv-cache-dtype fp8} >/dev/null
+done
+read -r -a full <<<"$(ko_rows "$W/ko-full.txt")"
+echo "knock-out (batch ${WAVE_KO_BATCH:-1,16,64} x 1k): step ms ${full[*]}; ms saved by leaving out:" | tee -a "$SUMMARY"
+for v in norm silu rope attn qkv o gateup down; do
+    read -r -a got <<<"$(ko_rows "$W/ko-$v.txt")"
+    line="  $v:"
+    for i in "${!full[@]}"; do line+=" $(awk -v a="${full[$i]}" -v b="${got[$i]:-0}" 'BEGIN {printf "%.3f", a - b}')"; done
+    echo "$line" | tee -a "$SUMMARY"
 done
 fi
 # i4d2b. async scheduling (--async-scheduling, the default) against
