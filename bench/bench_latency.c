@@ -298,6 +298,9 @@ void bench_print_device(FILE *f, model *m, const kern_ceilings *c)
     else
         fprintf(f, "graphs: off (%s)\n",
                 kern_ctx_backend(model_kern(m)) == KERN_BACKEND_CUDA ? "--enforce-eager" : "CPU backend");
+    if (model_knockout(m))
+        fprintf(f, "knock-out: %s left out of every decode step (INFERD_KNOCKOUT; for timing only, the outputs "
+                   "are wrong)\n", model_knockout(m));
 }
 
 static void print_header(FILE *f, model *m, const kern_ceilings *c, const bench_latency_opts *o)

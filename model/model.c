@@ -367,6 +367,7 @@ static inferd_status load_begin(model *m, int rank, int local)
     if (ko_list && *ko_list) {
         if ((st = model_knockout_parse(ko_list, &m->knockout)) != INFERD_OK)
             return st;
+        snprintf(m->knockout_list, sizeof m->knockout_list, "%s", ko_list); /* <= 256: parsed */
         INFERD_LOG_WARN("INFERD_KNOCKOUT=%.64s: decode steps leave these ops out; for timing only, the outputs "
                         "are wrong", ko_list);
     }
@@ -510,6 +511,11 @@ int model_max_num_seqs(const model *m)
 int model_max_blocks_per_seq(const model *m)
 {
     return m->max_blocks_per_seq;
+}
+
+const char *model_knockout(const model *m)
+{
+    return m->knockout ? m->knockout_list : NULL;
 }
 
 int64_t model_kv_bytes_per_block(const model *m)

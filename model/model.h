@@ -106,6 +106,9 @@ int model_max_model_len(const model *m);
 int model_max_num_batched_tokens(const model *m);
 int model_max_num_seqs(const model *m);
 int model_max_blocks_per_seq(const model *m);
+/* The ops decode steps leave out (INFERD_KNOCKOUT as given at load, for
+ * timing only: the outputs are wrong), or NULL. */
+const char *model_knockout(const model *m);
 /* Bytes of KV storage per block over all layers (K and V), in the KV
  * cache's element (model_kv_dtype). */
 int64_t model_kv_bytes_per_block(const model *m);

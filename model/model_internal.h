@@ -153,6 +153,7 @@ struct model {
     void *act_slab;
     size_t act_bytes;
     unsigned knockout;      /* model_op bits decode-only steps leave out (INFERD_KNOCKOUT; timing only) */
+    char knockout_list[257]; /* ... as given (model_knockout) */
     unsigned ko_step;       /* the bits the step being enqueued leaves out (forward.c) */
     kern_dtype kv_dtype;    /* the KV cache's element: act_dtype, or FP8_E4M3 (--kv-cache-dtype fp8) */
     void *kv_slab;

@@ -193,6 +193,23 @@ START_TEST(test_cpu_profile_ops)
 }
 END_TEST
 
+/* INFERD_KNOCKOUT: the run says which ops its decode steps left out. */
+START_TEST(test_cpu_knockout_named)
+{
+    static const char *const flags[] = {"--batch-size", "2", "--input-len", "8", "--output-len", "4",
+                                        "--num-iters-warmup", "0", "--num-iters", "1", NULL};
+    setenv("INFERD_KNOCKOUT", "silu,norm", 1);
+    bl_run run;
+    bl_start(&run, flags);
+    unsetenv("INFERD_KNOCKOUT");
+    ck_assert_msg(strstr(run.out, "knock-out: silu,norm left out of every decode step"), "%s", run.out);
+    bl_done(&run);
+    bl_start(&run, flags);
+    ck_assert_msg(!strstr(run.out, "knock-out"), "%s", run.out);
+    bl_done(&run);
+}
+END_TEST
+
 /* A batch the KV cache cannot hold at once (8 prompts of 200 tokens in 28
  * blocks of 16) runs in parts: its row has no decode steps, and a warning
  * names it, with the pool's size, instead of leaving bare zeros. */
@@ -278,6 +295,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_cpu_table_and_json);
     tcase_add_test(tc, test_cpu_profile_ops);
+    tcase_add_test(tc, test_cpu_knockout_named);
     tcase_add_test(tc, test_cpu_batch_in_parts);
     tcase_add_test(tc, test_cpu_kv_fp8);
     tcase_add_test(tc, test_bad_flags);
