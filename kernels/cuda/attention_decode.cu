@@ -61,8 +61,9 @@
  *
  * Folded plan (a.warps > DEC_WARPS, the tensor-core bodies; on by
  * default, INFERD_ATTN_FOLD=0 off, attention.cu): a plan of 2..4
- * splits a sequence runs as one CTA of 4 warps a split (or fewer under
- * INFERD_ATTN_FOLD_MAX_WARPS) over the whole context, tile t to warp t % W, the warps merged in shared memory as a
+ * splits a sequence runs as one CTA of 4 warps a split (at most 12 on an
+ * fp8 cache by default, attention.cu's attn_fold_cap) over the whole
+ * context, tile t to warp t % W, the warps merged in shared memory as a
  * CTA's 4 always are: no partials, no merge kernel.
  *
  * PDL (a.pdl): the decode and merge kernels are launched as programmatic
