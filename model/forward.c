@@ -35,6 +35,7 @@
  * steps, so a graph step's time without an op is that op's share of it.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/alloc.h"
@@ -71,10 +72,14 @@ inferd_status model_knockout_parse(const char *list, unsigned *ops)
         while (i < INFERD_ARRAY_LEN(k_knockout) &&
                !(strlen(k_knockout[i].name) == len && strncmp(k_knockout[i].name, p, len) == 0))
             i++;
-        if (i == INFERD_ARRAY_LEN(k_knockout))
-            return inferd_set_error(INFERD_ERR_INVALID_ARG,
-                                    "knock-out: unknown op '%.*s' (norm, qkv, rope, attn, o, gateup, silu, down)",
-                                    (int)INFERD_MIN(len, (size_t)32), p);
+        if (i == INFERD_ARRAY_LEN(k_knockout)) {
+            char names[128];
+            size_t k = 0;
+            for (size_t j = 0; j < INFERD_ARRAY_LEN(k_knockout); j++)
+                k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", j ? ", " : "", k_knockout[j].name);
+            return inferd_set_error(INFERD_ERR_INVALID_ARG, "knock-out: unknown op '%.*s' (%s)",
+                                    (int)INFERD_MIN(len, (size_t)32), p, names);
+        }
         *ops |= k_knockout[i].ops;
         p += len + (p[len] == ',');
     }
@@ -391,11 +396,11 @@ static kern_rope_kv_params rope_params(const model *m, const model_layer *L, con
 /* a->attn = paged attention of a->qkv's q over layer L's cache. */
 static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
 {
-    if (knocked(m, MODEL_OP_ATTENTION))
-        return;
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
     PROF_MARK(m, MODEL_OP_ATTENTION, attn_bytes(m, b), attn_flops(m, b));
+    if (knocked(m, MODEL_OP_ATTENTION)) /* the mark stays, as the other ops' do */
+        return;
     kern_attn_params ap = {
         .out = a->attn,
         .qkv = a->qkv,
