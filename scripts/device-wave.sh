@@ -810,6 +810,15 @@ fi
 #       (default 512,1024); WAVE_ENVAB_ARGS: more bench
 #       latency arguments (e.g. --kv-cache-dtype fp8; the GEMM search A/B:
 #       WAVE_ENV_VARIANTS="on off:INFERD_GEMM_SEARCH_MAX_N=0" WAVE_ENVAB_BATCH=1,16,64)
+# dec_rows "ENV..." NAME LABEL BATCHES LENS ARGS...: one `lat` of the decode
+# rows BATCHES x LENS (Llama-3-8B, 64 tokens out, warm-up 1 + 2 iterations)
+# under the environment ENV, the A/B shape of envab and knockout
+dec_rows() {
+    local envs=$1 name=$2 label=$3 batches=$4 lens=$5
+    shift 5
+    lat_env "$envs" "$name" 150 "$label" --model $L8 --batch-size "$batches" --input-len "$lens" --output-len 64 \
+        --num-iters-warmup 1 --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 "$@"
+}
 if part envab; then
 if [[ -n ${WAVE_ENVAB_TEST_ENV:-} ]]; then
     for t in model/test_graphs_gpu scheduler/test_engine_stories; do
@@ -821,9 +830,9 @@ if [[ -n ${WAVE_ENVAB_TEST_ENV:-} ]]; then
 fi
 for rep in $(seq 1 "${WAVE_REPS:-2}"); do
     for v in ${WAVE_ENV_VARIANTS:-base}; do
-        lat_env "$(variant_envs "$v")" "envab-${v%%:*}-$rep" 150 "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x 512/1k (run $rep)" --model $L8 \
-            --batch-size "${WAVE_ENVAB_BATCH:-1,16}" --input-len "${WAVE_ENVAB_LENS:-512,1024}" --output-len 64 --num-iters-warmup 1 \
-            --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 ${WAVE_ENVAB_ARGS:-}
+        dec_rows "$(variant_envs "$v")" "envab-${v%%:*}-$rep" \
+            "${v%%:*} b${WAVE_ENVAB_BATCH:-1,16} x ${WAVE_ENVAB_LENS:-512,1024} (run $rep)" \
+            "${WAVE_ENVAB_BATCH:-1,16}" "${WAVE_ENVAB_LENS:-512,1024}" ${WAVE_ENVAB_ARGS:-}
     done
 done
 fi
@@ -834,9 +843,7 @@ fi
 if part knockout; then
 ko_rows() { grep -E '^\| [0-9]+ \| 1024 \| 64 \| [0-9]' "$1" | awk -F'|' 'NF >= 16 {printf "%s ", $8}'; }
 for v in full norm silu rope attn qkv o gateup down; do
-    with_env "$([[ $v == full ]] || echo INFERD_KNOCKOUT=$v)" lat "ko-$v" 150 "knock-out $v" --model $L8 \
-        --batch-size "${WAVE_KO_BATCH:-1,16,64}" --input-len 1024 --output-len 64 --num-iters-warmup 1 \
-        --num-iters 2 --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 \
+    dec_rows "$([[ $v == full ]] || echo INFERD_KNOCKOUT=$v)" "ko-$v" "knock-out $v" "${WAVE_KO_BATCH:-1,16,64}" 1024 \
         ${WAVE_KO_ARGS:---kv-cache-dtype fp8} >/dev/null
 done
 read -r -a full <<<"$(ko_rows "$W/ko-full.txt")"
