@@ -765,6 +765,19 @@ static int fold_check(const kt_attn_case *c, int cap, int want, int s0)
 #endif
 }
 
+/* The warps attention.cu's attn_fold_warps gives a plan of s0 splits
+ * under a warp cap (0: none): 4 a split, at most cap, and no fold past
+ * the warps an SM holds under the body's register bound
+ * (attention_decode.cu, dtc_warps_max: 16 on fp8, 12 on bf16); 0 for a
+ * plan of 1 or more than 4 splits. */
+static int fold_want(int s0, int cap, bool fp8)
+{
+    if (s0 < 2 || s0 > 4)
+        return 0;
+    const int w = cap > 0 && 4 * s0 > cap ? cap : 4 * s0;
+    return w <= (fp8 ? 16 : 12) ? w : 0;
+}
+
 /* A split plan of 2..4 splits folded into one CTA a sequence (the
  * tensor-core bodies with 8, 12 or 16 warps, kcuda_attn_fold_force), on a
  * bf16 and on an fp8 cache: every case vs the CPU twin, the plan without
@@ -808,12 +821,10 @@ START_TEST(test_attention_decode_fold)
         kcuda_attn_fold_force = 1;
         bad += attn_case(c, 9300 + (uint64_t)i);
         /* the plan's 2..4 splits (these contexts reach its target) fold into 4 warps each; more do
-         * not; a folded CTA holds at most the warps an SM does under the body's register bound
-         * (attention_decode.cu, dtc_warps_max: 16 on fp8, 12 on bf16) and under the default cap
-         * (attention.cu, attn_fold_cap: 12 on fp8) */
-        const int f = kcuda_attn_last_fold, wmax = 12;
+         * not; under the default cap (attention.cu, attn_fold_cap: 12 on fp8, none on bf16) */
+        const int f = kcuda_attn_last_fold;
         folded[g_fp8] += f > 0;
-        bad += fold_check(c, 0, s0 >= 2 && s0 <= 4 ? (4 * s0 <= wmax ? 4 * s0 : g_fp8 ? wmax : 0) : s0 > 1 ? 0 : f, s0);
+        bad += fold_check(c, 0, s0 <= 1 ? f : fold_want(s0, g_fp8 ? 12 : 0, g_fp8), s0);
     }
 #ifdef INFERD_HAVE_CUDA
     /* the cases above reach the fold on either cache (on 96..160 SMs) */
@@ -838,7 +849,7 @@ START_TEST(test_attention_decode_fold)
         bad += attn_case(c, 9400 + (uint64_t)k);
         kcuda_attn_fold_max_warps = 0;
         capped += kcuda_attn_last_fold > 0 && kcuda_attn_last_fold < 4 * s0;
-        bad += fold_check(c, cap, s0 >= 2 && s0 <= 4 ? (4 * s0 < cap ? 4 * s0 : cap) : 0, s0);
+        bad += fold_check(c, cap, fold_want(s0, cap, g_fp8), s0);
     }
 #ifdef INFERD_HAVE_CUDA
     ck_assert_int_ge(capped, 2); /* b16 on fp8 (4 splits on 132 SMs) at caps 8 and 12, and more */
