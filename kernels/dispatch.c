@@ -311,6 +311,13 @@ inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws,
     return DISPATCH_RET(ctx, weights_count_nonfinite(ctx, ws, n, counts));
 }
 
+void kern_weight_scale_cols(kern_ctx *ctx, kern_weight *w, const kern_weight *g)
+{
+    INFERD_CHECK_MSG(g->rows * g->cols == w->cols, "norm fold: the norm's size differs from the columns'");
+    if (w->rows > 0 && w->cols > 0)
+        DISPATCH(ctx, weight_scale_cols(ctx, w, g));
+}
+
 void kern_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *table)
 {
     DISPATCH(ctx, embed(ctx, out, tokens, n, table));
@@ -376,6 +383,8 @@ void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weig
     }
     INFERD_CHECK_MSG(!f->norm || (f->norm->rows == 1 && f->norm->cols == w->cols && f->eps > 0.0f),
                      "fused product: the norm weight must be [1, cols] with eps > 0");
+    INFERD_CHECK_MSG(!f->rms || (!f->norm && f->eps > 0.0f && (f->epi == KERN_EPI_SILU_MUL || f->epi == KERN_EPI_ROPE_KV)),
+                     "fused product: rms takes eps > 0, no norm weight, and a SILU_MUL or ROPE_KV epilogue");
     if (n <= 0)
         return;
     DISPATCH(ctx, matmul_fused(ctx, out, in, w, n, f));
@@ -418,6 +427,13 @@ void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
     DISPATCH(ctx, silu_mul(ctx, out, gate_up, n, f));
 }
 
+void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
+{
+    INFERD_CHECK_MSG(x && d > 0 && eps > 0.0f, "silu_mul_rms: needs x, d > 0 and eps > 0");
+    if (n > 0 && f > 0)
+        DISPATCH(ctx, silu_mul_rms(ctx, out, gate_up, n, f, x, d, eps));
+}
+
 void kern_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
 {
     DISPATCH(ctx, f32_to_act(ctx, out, in, count));
@@ -430,7 +446,7 @@ void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p)
 
 void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_qkv_epilogue *e)
 {
-    if (e && !e->qkv_bias && !e->q_norm && !e->k_norm)
+    if (e && !e->qkv_bias && !e->q_norm && !e->k_norm && !e->rms_x)
         e = NULL;
     if (e) {
         const int64_t hd = p->head_dim, row = (int64_t)(p->n_heads + 2 * p->n_kv_heads) * hd;
@@ -441,6 +457,7 @@ void kern_rope_kv_write_ex(kern_ctx *ctx, const kern_rope_kv_params *p, const ke
                                  qn->dtype == kn->dtype),
                          "q/k norm weights must have head_dim values");
         INFERD_CHECK_MSG(!qn || e->norm_eps > 0.0f, "q/k norm eps must be > 0");
+        INFERD_CHECK_MSG(!e->rms_x || (e->rms_cols > 0 && e->norm_eps > 0.0f), "rms_x needs rms_cols and eps > 0");
     }
     DISPATCH(ctx, rope_kv_write(ctx, p, e));
 }

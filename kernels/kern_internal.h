@@ -79,6 +79,7 @@ struct kern_timer {
                                      int64_t src_cols);                                           \
     inferd_status P##_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n,        \
                                               int64_t *counts);                                   \
+    void P##_weight_scale_cols(kern_ctx *ctx, kern_weight *w, const kern_weight *g);              \
     void P##_embed(kern_ctx *ctx, void *out, const int32_t *tokens, int n, const kern_weight *t); \
     void P##_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n,                  \
                          const kern_weight *t, int64_t vocab_begin);                              \
@@ -97,6 +98,8 @@ struct kern_timer {
     void P##_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, \
                          int n);                                                                  \
     void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
+    void P##_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f,            \
+                          const void *x, int d, float eps);                                       \
     void P##_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count);                 \
     void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p,                           \
                            const kern_qkv_epilogue *e);                                           \

@@ -167,6 +167,12 @@ void kern_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, in
  * list (model load checks the weight slab with it). INFERD_ERR_NOMEM when
  * the backend cannot allocate its counters (counts untouched). */
 inferd_status kern_weights_count_nonfinite(kern_ctx *ctx, const kern_weight *ws, int n, int64_t *counts);
+/* w[r, c] = w[r, c] * g[c] for every row r, in fp32, rounded to w's dtype
+ * (nearest even): an RMSNorm weight g ([1, w->cols], any weight dtype)
+ * folded into the columns of the product after the norm, so that
+ * (rmsnorm(x) * g) @ w^T = (x @ (w diag g)^T) / rms(x) (model load's
+ * norm fold, kern_fuse.rms). */
+void kern_weight_scale_cols(kern_ctx *ctx, kern_weight *w, const kern_weight *g);
 
 /* --- ops ------------------------------------------------------------------ */
 /* out[n, d] = table[tokens[i], :]. tokens: [n] int32 (backend memory). */
@@ -271,6 +277,11 @@ void kern_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const 
 
 /* out[n, f] = silu(gate_up[:, :f]) * gate_up[:, f:]; gate_up: [n, 2f]. */
 void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);
+/* The same after a folded norm (kern_fuse.rms): each token's gate and up
+ * values are first scaled by r = 1 / sqrt(mean(x^2) + eps) of its row of
+ * x ([n, d], the residual stream the product read) and rounded to the act
+ * dtype: out = silu(act(g r)) * act(u r), rounded. */
+void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps);
 
 /* RoPE (HF rotate_half: pairs (j, j + head_dim/2)) on q and k of a fused qkv
  * buffer, then K and V written to the paged cache through slot_mapping. */
@@ -304,7 +315,11 @@ void kern_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p);
 typedef struct {
     const kern_weight *qkv_bias;
     const kern_weight *q_norm, *k_norm;
-    float norm_eps;
+    float norm_eps;    /* of the q/k norms and of rms_x */
+    const void *rms_x; /* [n_tokens, rms_cols] act dtype, or NULL: a folded norm (kern_fuse.rms) -- before
+                          everything else, each token's whole qkv row is scaled by 1 / sqrt(mean(x^2) +
+                          norm_eps) of its row of rms_x and rounded to the act dtype */
+    int rms_cols;
 } kern_qkv_epilogue;
 /* kern_rope_kv_write with the epilogue e applied first (e NULL or all
  * members NULL: exactly kern_rope_kv_write). The k values written to the
@@ -344,7 +359,12 @@ bool kern_matmul_accum_fast(const kern_ctx *ctx, const kern_weight *w, int n);
  * and the optional norm: the product's input is rmsnorm(in) * norm, in
  * left as it is (kern_add_rmsnorm with add NULL, but not rounded to bf16
  * before the product: the CUDA kernel folds the norm into the dot product,
- * see kernels/cuda/gemv.cu). */
+ * see kernels/cuda/gemv.cu). Or rms, a norm whose weight is folded into w
+ * (kern_weight_scale_cols): each token's products are scaled by 1 /
+ * sqrt(mean(in^2) + eps) of its input row before the epilogue, rounded to
+ * bf16 before and after the scale (act(act(product) r): the bits of the
+ * unfused ops kern_silu_mul_rms and kern_rope_kv_write_ex with rms_x, up to
+ * the order in which the squares are summed). SILU_MUL and ROPE_KV only. */
 typedef enum {
     KERN_EPI_STORE = 0,
     KERN_EPI_RESID,
@@ -353,7 +373,8 @@ typedef enum {
 } kern_epilogue;
 typedef struct {
     const kern_weight *norm;         /* [1, w->cols] or NULL: no prologue */
-    float eps;                       /* of the norm */
+    bool rms;                        /* the folded norm (not with norm) */
+    float eps;                       /* of the norm or of rms */
     kern_epilogue epi;
     void *resid;                     /* RESID: [n, w->rows] */
     const kern_rope_kv_params *rope; /* ROPE_KV: positions, slots, cache, heads (qkv and n_tokens: out and n) */
@@ -378,7 +399,9 @@ bool kern_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
  * the same order). Never on the CPU; depends only on n and w. */
 bool kern_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n);
 /* The fused product (see above): kern_matmul_fusable, or
- * kern_matmul_epi_fusable with f->norm NULL, must hold on CUDA. in:
+ * kern_matmul_epi_fusable with f->norm NULL, must hold on CUDA; with
+ * f->rms the GEMV's tensor-core form runs it at every n of the GEMV route
+ * (its CUDA-core form applies weighted norms only). in:
  * [n, w->cols], 16-byte aligned, not overlapping out. The CPU backend
  * composes the unfused ops (the twin). */
 void kern_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f);

@@ -19,7 +19,13 @@
  * (kern_matmul_epi_fusable; the same bits as the unfused ops).
  * Larger batches of large models on the GPU (cuBLASLt's products) fold the
  * residual add into the O and down products instead (use_accum: beta = 1),
- * so each norm reads x alone.
+ * so each norm reads x alone. With the norm fold (model->norm_fold,
+ * INFERD_NORM_FOLD=1: each layer norm's weight multiplied into the columns
+ * of the QKV and gate/up weights at load, model_weights.c) every batch
+ * past the fused layers runs without norm kernels (LAYERS_FOLD): those
+ * products read x itself and their outputs are scaled by each token's
+ * 1 / rms(x) in the tensor-core GEMV's epilogue or in the RoPE / SiLU op
+ * after cuBLASLt, and O and down add into x.
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -474,23 +480,27 @@ static void row_parallel(model *m, const void *in, const kern_weight *w, int n)
 /* QKV product, RoPE and the K/V cache write: one kernel where the product's
  * epilogue can do it (kern_matmul_epi_fusable: small batches; not Qwen3's
  * per-head q/k norms, which need whole heads), else the product and
- * kern_rope_kv_write_ex (the same bits either way). */
-static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b)
+ * kern_rope_kv_write_ex (the same bits either way). The product reads the
+ * normed a->h, or with fold the residual stream x itself (the norm's weight
+ * is in wqkv, model->norm_fold) and the 1 / rms scale comes after it. */
+static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b, bool fold)
 {
     const model_config *c = &m->lc;
     model_acts *a = &m->a;
     const int n = b->n_tokens;
+    const void *in = fold ? a->x : a->h;
     const kern_rope_kv_params rp = rope_params(m, L, b);
     const kern_weight *bias = L->qkv_bias.rows > 0 ? &L->qkv_bias : NULL;
     PROF_MARK(m, MODEL_OP_QKV, gemm_bytes(m, &L->wqkv, n), gemm_flops(&L->wqkv, n));
     if (L->q_norm.rows == 0 && kern_matmul_epi_fusable(m->kc, &L->wqkv, n)) {
-        const kern_fuse f = {.epi = KERN_EPI_ROPE_KV, .rope = &rp, .qkv_bias = bias};
+        const kern_fuse f = {
+            .rms = fold, .eps = c->rms_norm_eps, .epi = KERN_EPI_ROPE_KV, .rope = &rp, .qkv_bias = bias};
         if (!knocked(m, MODEL_OP_QKV))
-            kern_matmul_fused(m->kc, a->qkv, a->h, &L->wqkv, n, &f);
+            kern_matmul_fused(m->kc, a->qkv, in, &L->wqkv, n, &f);
         return;
     }
     if (!knocked(m, MODEL_OP_QKV))
-        kern_matmul(m->kc, a->qkv, a->h, &L->wqkv, n);
+        kern_matmul(m->kc, a->qkv, in, &L->wqkv, n);
     if (knocked(m, MODEL_OP_ROPE_KV))
         return;
     PROF_MARK(m, MODEL_OP_ROPE_KV,
@@ -500,47 +510,61 @@ static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b)
         .q_norm = L->q_norm.rows > 0 ? &L->q_norm : NULL,
         .k_norm = L->k_norm.rows > 0 ? &L->k_norm : NULL,
         .norm_eps = c->rms_norm_eps,
+        .rms_x = fold ? a->x : NULL,
+        .rms_cols = c->hidden_size,
     };
     kern_rope_kv_write_ex(m->kc, &rp, &ep); /* Qwen2 biases / Qwen3 q,k norms fused in; Llama: none */
 }
 
 /* The output of a row-parallel product (O, down) for the next add + norm:
- * added into x by the product itself (accum: kern_matmul_accum, the add
- * then reads resid in the product's epilogue), else a->proj, summed over
- * the ranks (row_parallel). */
+ * added into x by the product itself (accum: on the GEMV route its RESID
+ * epilogue, which only the folded layers reach there; else
+ * kern_matmul_accum, the add then reads resid in the product's epilogue),
+ * else a->proj, summed over the ranks (row_parallel). */
 static void out_proj(model *m, model_op op, const void *in, const kern_weight *w, int n, bool accum)
 {
     PROF_MARK(m, op, gemm_bytes(m, w, n) + (accum ? act_bytes(m, (double)n * (double)w->rows) : 0.0),
               gemm_flops(w, n));
     if (knocked(m, op))
         return;
-    if (accum)
+    if (accum && kern_matmul_epi_fusable(m->kc, w, n)) {
+        const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = m->a.x, .after_attention = op == MODEL_OP_O_PROJ};
+        kern_matmul_fused(m->kc, NULL, in, w, n, &f);
+    } else if (accum) {
         kern_matmul_accum(m->kc, m->a.x, in, w, n);
-    else
+    } else {
         row_parallel(m, in, w, n);
+    }
 }
 
-static void attention_block(model *m, const model_layer *L, const model_fwd_in *b, bool accum)
+/* fold: the folded layers (LAYERS_FOLD): the products read x, see qkv_rope. */
+static void attention_block(model *m, const model_layer *L, const model_fwd_in *b, bool accum, bool fold)
 {
-    qkv_rope(m, L, b);
+    qkv_rope(m, L, b, fold);
     attention_op(m, L, b);
     out_proj(m, MODEL_OP_O_PROJ, m->a.attn, &L->wo, b->n_tokens, accum);
 }
 
-static void mlp_block(model *m, const model_layer *L, int n, bool accum)
+static void mlp_block(model *m, const model_layer *L, int n, bool accum, bool fold)
 {
+    const model_config *c = &m->lc;
     model_acts *a = &m->a;
+    const void *in = fold ? a->x : a->h;
     PROF_MARK(m, MODEL_OP_GATE_UP, gemm_bytes(m, &L->w_gate_up, n), gemm_flops(&L->w_gate_up, n));
     if (kern_matmul_epi_fusable(m->kc, &L->w_gate_up, n)) { /* SiLU * up in the product's epilogue */
-        const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
+        const kern_fuse f = {.rms = fold, .eps = c->rms_norm_eps, .epi = KERN_EPI_SILU_MUL};
         if (!knocked(m, MODEL_OP_GATE_UP))
-            kern_matmul_fused(m->kc, a->act, a->h, &L->w_gate_up, n, &f);
+            kern_matmul_fused(m->kc, a->act, in, &L->w_gate_up, n, &f);
     } else {
         if (!knocked(m, MODEL_OP_GATE_UP))
-            kern_matmul(m->kc, a->gate_up, a->h, &L->w_gate_up, n);
-        PROF_MARK(m, MODEL_OP_SILU_MUL, act_bytes(m, 3.0 * n * m->lc.intermediate_size), 0);
-        if (!knocked(m, MODEL_OP_SILU_MUL))
-            kern_silu_mul(m->kc, a->act, a->gate_up, n, m->lc.intermediate_size);
+            kern_matmul(m->kc, a->gate_up, in, &L->w_gate_up, n);
+        PROF_MARK(m, MODEL_OP_SILU_MUL,
+                  act_bytes(m, (3.0 * c->intermediate_size + (fold ? c->hidden_size : 0.0)) * n), 0);
+        if (!knocked(m, MODEL_OP_SILU_MUL) && fold)
+            kern_silu_mul_rms(m->kc, a->act, a->gate_up, n, c->intermediate_size, a->x, c->hidden_size,
+                              c->rms_norm_eps);
+        else if (!knocked(m, MODEL_OP_SILU_MUL))
+            kern_silu_mul(m->kc, a->act, a->gate_up, n, c->intermediate_size);
     }
     out_proj(m, MODEL_OP_DOWN, a->act, &L->w_down, n, accum);
 }
@@ -583,13 +607,20 @@ static bool use_accum(const model *m, int n)
 }
 
 /* How the layers of a batch of n tokens run: fused (use_fused_layers), or
- * unfused with the products adding into x (use_accum), or unfused with the
- * add in the next norm. With either of the first two the last sub-block's
- * output is already in x when the head runs (folded). */
-typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FUSED } layers_form;
+ * folded (model->norm_fold, no communicator: no norm kernels; the QKV and
+ * gate/up products read x and scale by 1 / rms after it, in their epilogue
+ * or in the RoPE / SiLU op; O and down add into x), or unfused with the
+ * products adding into x (use_accum), or unfused with the add in the next
+ * norm. With any but the last the last sub-block's output is already in x
+ * when the head runs (folded). */
+typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FOLD, LAYERS_FUSED } layers_form;
 static layers_form layers_form_of(const model *m, int n)
 {
-    return use_fused_layers(m, n) ? LAYERS_FUSED : use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
+    if (use_fused_layers(m, n))
+        return LAYERS_FUSED;
+    if (m->norm_fold && !m->comm)
+        return LAYERS_FOLD;
+    return use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
 }
 
 /* A row-parallel fused product: out = in @ w^T added into the residual
@@ -717,15 +748,20 @@ void model_forward_ops(model *m, const model_fwd_in *in)
             fused_layer(m, L, in);
             continue;
         }
+        if (form == LAYERS_FOLD) {
+            attention_block(m, L, in, true, true);
+            mlp_block(m, L, n, true, true);
+            continue;
+        }
         const bool add = l > 0 && !accum; /* a->proj holds the previous sub-block's output */
         PROF_MARK(m, MODEL_OP_ATTN_NORM, w_bytes(&L->attn_norm) + act_bytes(m, (add ? 4.0 : 2.0) * nd), 0);
         if (!knocked(m, MODEL_OP_ATTN_NORM))
             kern_add_rmsnorm(m->kc, a->h, a->x, add ? a->proj : NULL, &L->attn_norm, n, c->rms_norm_eps);
-        attention_block(m, L, in, accum);
+        attention_block(m, L, in, accum, false);
         PROF_MARK(m, MODEL_OP_MLP_NORM, w_bytes(&L->mlp_norm) + act_bytes(m, (accum ? 2.0 : 4.0) * nd), 0);
         if (!knocked(m, MODEL_OP_MLP_NORM))
             kern_add_rmsnorm(m->kc, a->h, a->x, accum ? NULL : a->proj, &L->mlp_norm, n, c->rms_norm_eps);
-        mlp_block(m, L, n, accum);
+        mlp_block(m, L, n, accum, false);
     }
     head_ops(m, in->logits_idx, in->n_logits, form != LAYERS_PLAIN);
 }

@@ -374,6 +374,28 @@ static inferd_status check_finite(weight_pass *p)
     return st;
 }
 
+/* The norm fold (model->norm_fold): each layer's attention and MLP norm
+ * weights multiplied into the columns of wqkv and w_gate_up (rounded once,
+ * to the weight dtype), the norm weights then all ones, which the fused
+ * CUDA-core GEMV and the unfolded forms (a communicator) read; the folded
+ * layers read neither (forward.c). */
+static void fold_norms(model *m)
+{
+    const int64_t d = m->cfg.hidden_size;
+    float *ones = inferd_malloc(sizeof(float) * (size_t)d);
+    for (int64_t i = 0; i < d; i++)
+        ones[i] = 1.0f;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        kern_weight_scale_cols(m->kc, &L->wqkv, &L->attn_norm);
+        kern_weight_scale_cols(m->kc, &L->w_gate_up, &L->mlp_norm);
+        kern_weight_upload(m->kc, &L->attn_norm, 0, ones, KERN_DTYPE_F32, 1);
+        kern_weight_upload(m->kc, &L->mlp_norm, 0, ones, KERN_DTYPE_F32, 1);
+    }
+    kern_sync(m->kc);
+    inferd_free(ones);
+}
+
 inferd_status model_weights_load(model *m)
 {
     weight_pass p = {.m = m, .assign = true, .seed = m->opts.dummy_seed, .tty = isatty(2)};
@@ -403,6 +425,8 @@ inferd_status model_weights_load(model *m)
     }
     if (st == INFERD_OK)
         st = check_finite(&p);
+    if (st == INFERD_OK && m->norm_fold)
+        fold_norms(m);
     if (p.st)
         st_close(p.st);
     inferd_free(p.views);

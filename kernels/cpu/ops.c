@@ -16,7 +16,9 @@
  * out[j + head_dim/2] = x2*cos + x1*sin, with cosf/sinf of the fp32 angle.
  * The cos/sin tables of a token live on the stack (KCPU_MAX_HEAD_DIM / 2
  * each). The optional QKV epilogue (kern_qkv_epilogue: Qwen2's q/k/v biases,
- * Qwen3's per-head q/k RMSNorm) runs on the token's row just before RoPE.
+ * Qwen3's per-head q/k RMSNorm, and a folded norm's scale first: rms_x)
+ * runs on the token's row just before RoPE. SiLU * up takes the same
+ * scale (kern_silu_mul_rms) after a folded norm.
  */
 #include <math.h>
 #include <string.h>
@@ -60,6 +62,16 @@ void kcpu_embed_shard(kern_ctx *ctx, void *out, const int32_t *tokens, int n, co
     embed_rows(ctx, out, tokens, n, t, vocab_begin);
 }
 
+/* 1 / sqrt(mean(x^2) + eps) over x[d], the mean of squares accumulated in
+ * double (every norm of this backend). */
+static float inv_rms(const float *x, int64_t d, float eps)
+{
+    double ss = 0.0;
+    for (int64_t j = 0; j < d; j++)
+        ss += (double)x[j] * (double)x[j];
+    return (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+}
+
 /* Contract (kern_add_rmsnorm): per row, resid += add (when add != NULL), then
  * out = (resid * (1 / sqrt(mean(resid^2) + eps))) * w, with the mean of
  * squares accumulated in double. out may alias add but not resid. */
@@ -81,10 +93,7 @@ void kcpu_add_rmsnorm(kern_ctx *ctx, void *out, void *resid, const void *add, co
             for (int64_t j = 0; j < d; j++)
                 x[j] += ai[j];
         }
-        double ss = 0.0;
-        for (int64_t j = 0; j < d; j++)
-            ss += (double)x[j] * (double)x[j];
-        float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+        const float inv = inv_rms(x, d, eps);
         if (w->dtype == KERN_DTYPE_F32) {
             const float *wf = w->data;
             for (int64_t j = 0; j < d; j++)
@@ -141,6 +150,27 @@ void kcpu_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
     }
 }
 
+/* Contract (kern_silu_mul_rms): kcpu_silu_mul of g r and u r, r the
+ * inverse RMS of the token's row of x ([n, d] F32). */
+void kcpu_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
+{
+    float *o = out;            /* [n, f] */
+    const float *gu = gate_up; /* [n, 2f] */
+    const float *xs = x;       /* [n, d] */
+    int nt = kcpu_threads(ctx, (int64_t)n * f * 8);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float r = inv_rms(xs + (int64_t)i * d, d, eps);
+        const float *g = gu + (int64_t)i * 2 * f;
+        const float *u = g + f;
+        float *y = o + (int64_t)i * f;
+        for (int j = 0; j < f; j++) {
+            const float gr = g[j] * r;
+            y[j] = gr / (1.0f + expf(-gr)) * (u[j] * r);
+        }
+    }
+}
+
 /* --- RoPE + paged K/V write ----------------------------------------------- */
 
 /* RoPE on n_rot heads of head_dim hd at x, with cos/sin tables of hd/2. */
@@ -164,10 +194,7 @@ static void norm_heads(float *x, int n, int hd, const kern_weight *w, float eps)
 {
     for (int h = 0; h < n; h++) {
         float *v = x + (int64_t)h * hd;
-        double ss = 0.0;
-        for (int j = 0; j < hd; j++)
-            ss += (double)v[j] * (double)v[j];
-        float inv = (float)(1.0 / sqrt(ss / (double)hd + (double)eps));
+        const float inv = inv_rms(v, hd, eps);
         for (int j = 0; j < hd; j++)
             v[j] = (v[j] * inv) * kcpu_weight_get(w, j);
     }
@@ -226,6 +253,11 @@ void kcpu_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern_
             sn[j] = sinf(angle) * ms;
         }
         float *x = qkv + (int64_t)t * row;
+        if (e && e->rms_x) { /* a folded norm: the row times the inverse RMS of the token's input */
+            const float r = inv_rms((const float *)e->rms_x + (int64_t)t * e->rms_cols, e->rms_cols, e->norm_eps);
+            for (int64_t i = 0; i < row; i++)
+                x[i] *= r;
+        }
         if (e && e->qkv_bias) {
             for (int64_t i = 0; i < row; i++)
                 x[i] += kcpu_weight_get(e->qkv_bias, i);

@@ -17,6 +17,7 @@
  */
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
 #include "kernels/cpu/kcpu.h"
@@ -95,6 +96,21 @@ void kcpu_weight_upload(kern_ctx *ctx, kern_weight *w, int64_t row_offset, const
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t c = 0; c < cols; c++)
             store_f32(w, base + r * cols + c, load_as_f32(src, src_dtype, r * cols + c));
+}
+
+/* Contract (kern_weight_scale_cols): w[r, c] = w[r, c] * g[c] in fp32,
+ * stored in w's dtype (nearest even). */
+void kcpu_weight_scale_cols(kern_ctx *ctx, kern_weight *w, const kern_weight *g)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    float *gf = inferd_malloc(sizeof(float) * (size_t)cols); /* [cols] */
+    kcpu_weight_to_f32(g, 0, cols, gf);
+    int nt = kcpu_threads(ctx, rows * cols);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            store_f32(w, r * cols + c, kcpu_weight_get(w, r * cols + c) * gf[c]);
+    inferd_free(gf);
 }
 
 /* The dummy value of logical flat index e: (float)((2 * rng_uniform(seed, e)

@@ -93,7 +93,12 @@
  * RESID, and the pair epilogues with a CTA's 16 rows as 8 pairs, rows m and
  * m + 8 the two rows of a pair (tcg_row), so one thread of the final
  * reduction holds both: SiLU * up and RoPE + K/V write (gemv_rope_pair)
- * with the roundings of the unfused ops, bit for bit.
+ * with the roundings of the unfused ops, bit for bit. A folded norm
+ * (kern_fuse.rms: the norm weight multiplied into W at load, the input
+ * the residual stream itself) adds the sum of the squares of the input
+ * pieces each lane loads, met in shared memory beside the products, and a
+ * per-token scale 1 / rms in the pair epilogues; at any n of the route,
+ * since the CUDA-core form below takes weighted norms only.
  *
  * Fusion (kern_matmul_fused, n <= KCUDA_FUSE_MAX_N): the same kernel with
  * a norm and an epilogue, so a decode layer runs four GEMVs, the attention
@@ -663,17 +668,54 @@ __device__ __forceinline__ float tcg_sum(const float (&red)[TCG_WARPS][NT2][32][
     return sum;
 }
 
+/* The squares of the 8 input elements of piece v, added to ss. */
+__device__ __forceinline__ float tcg_sq8(uint4 v, float ss)
+{
+    float x[8];
+    kc_unpack8(v, x);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        ss = fmaf(x[e], x[e], ss);
+    return ss;
+}
+
+/* Token t's 1 / rms from the warps' sums of squares (RMS), added in warp
+ * order: a function of C and the tiling alone, as the products are. */
+template <int NT2>
+__device__ __forceinline__ float tcg_inv_rms(const float (&sq)[TCG_WARPS][NT2][TCG_NT], int t, int C, float eps)
+{
+    float ss = sq[0][t >> 3][t & 7];
+#pragma unroll
+    for (int w = 1; w < TCG_WARPS; w++)
+        ss += sq[w][t >> 3][t & 7];
+    return kc_inv_rms(ss, C, eps);
+}
+
+/* Shared memory of a tensor-core CTA: the partial sums red[TCG_WARPS][nt2]
+ * [32][4] and, with RMS, the sums of squares [TCG_WARPS][nt2][TCG_NT] after
+ * them (both over the ring's front once the loop is done). */
+static size_t tcg_red_bytes(int nt2, bool rms)
+{
+    return (size_t)TCG_WARPS * nt2 * (32 * 4 + (rms ? TCG_NT : 0)) * sizeof(float);
+}
+
 /* One CTA: the 16 rows of tcg_row for t < a.n (NT2 n-tiles of 8 tokens),
  * then the epilogue EPI: STORE (fp32 with F32, else bf16), RESID, and the
  * pair epilogues SILU_MUL and ROPE_KV (one thread a pair and token), each
- * rounding as gemv_epilogue does. */
-template <int NT2, int S, bool F32, int EPI>
+ * rounding as gemv_epilogue does. RMS (a folded norm, kern_fuse.rms; pair
+ * epilogues only): the lanes also sum the squares of the input pieces they
+ * load, each token's sum meets in shared memory as the products' do, and
+ * the epilogue scales the bf16 products by the token's 1 / rms and rounds
+ * again, as kern_silu_mul_rms and kern_rope_kv_write_ex do. */
+template <int NT2, int S, bool F32, int EPI, bool RMS>
 static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_kernel(const gemv_args a)
 {
     /* the ring (S > 0: [TCG_WARPS][S][TCG_STAGE] uint4), then the partial sums
-     * red[TCG_WARPS][NT2][32][4] over its front once the loop is done */
+     * red[TCG_WARPS][NT2][32][4] (and sq) over its front once the loop is done */
     extern __shared__ uint4 tcg_smem[];
     float(&red)[TCG_WARPS][NT2][32][4] = *reinterpret_cast<float(*)[TCG_WARPS][NT2][32][4]>(tcg_smem);
+    float(&sqs)[TCG_WARPS][NT2][TCG_NT] = *reinterpret_cast<float(*)[TCG_WARPS][NT2][TCG_NT]>(
+        reinterpret_cast<float *>(tcg_smem) + TCG_WARPS * NT2 * 32 * 4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int C = a.C;
     const int nq = (C + 31) >> 5, per = (nq + TCG_WARPS - 1) / TCG_WARPS;
@@ -681,10 +723,10 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
     bool ok;
     const uint16_t *wa = a.w + (size_t)tcg_row<EPI>(a, g, &ok) * (size_t)C;     /* [C] */
     const uint16_t *wb = a.w + (size_t)tcg_row<EPI>(a, g + 8, &ok) * (size_t)C; /* [C] */
-    float d[NT2][4];
+    float d[NT2][4], sq[NT2];
 #pragma unroll
     for (int nt = 0; nt < NT2; nt++)
-        d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
+        d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = sq[nt] = 0.0f;
     uint4 wv[TCG_U][2], xv[TCG_U][NT2];
     uint4 *ring = tcg_smem + (size_t)warp * S * TCG_STAGE; /* S > 0 */
     if constexpr (S > 0) {
@@ -723,6 +765,13 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
                 tcg_load_w(wv, wa, wb, q + TCG_U, q1, c, C);
             tcg_load_x<NT2>(xv, a, q + TCG_U, q1, c, g);
         }
+        if constexpr (RMS) { /* pieces past the range or the row are zero */
+#pragma unroll
+            for (int u = 0; u < TCG_U; u++)
+#pragma unroll
+                for (int nt = 0; nt < NT2; nt++)
+                    sq[nt] = tcg_sq8(curx[u][nt], sq[nt]);
+        }
 #pragma unroll
         for (int u = 0; u < TCG_U; u++) {
             if (q + u >= q1) /* warp-uniform */
@@ -741,10 +790,18 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
         __syncthreads();
     }
 #pragma unroll
-    for (int nt = 0; nt < NT2; nt++)
+    for (int nt = 0; nt < NT2; nt++) {
 #pragma unroll
         for (int e = 0; e < 4; e++)
             red[warp][nt][lane][e] = d[nt][e];
+        if constexpr (RMS) { /* token g + 8 nt: the four lanes of column c */
+            float v = sq[nt];
+            v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+            v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+            if (c == 0)
+                sqs[warp][nt][g] = v;
+        }
+    }
     __syncthreads();
     if constexpr (EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID) {
         /* consecutive threads take consecutive rows of one token */
@@ -766,11 +823,16 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
         /* the pair epilogues: thread (pair m < 8, token t) has both rows */
         for (int i = threadIdx.x; i < (TCG_ROWS / 2) * TCG_NT * NT2; i += TCG_WARPS * 32) {
             const int m = i % (TCG_ROWS / 2), t = i / (TCG_ROWS / 2);
-            const float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t)));
-            const float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t)));
+            float x1 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m, t)));
+            float x2 = kc_bf2f(kc_f2bf(tcg_sum<NT2>(red, m + 8, t)));
             const int row = tcg_row<EPI>(a, m, &ok);
             if (t >= a.n || !ok)
                 continue;
+            if constexpr (RMS) {
+                const float r = tcg_inv_rms<NT2>(sqs, t, C, a.eps);
+                x1 = kc_bf2f(kc_f2bf(x1 * r));
+                x2 = kc_bf2f(kc_f2bf(x2 * r));
+            }
             if (EPI == KERN_EPI_SILU_MUL)
                 static_cast<uint16_t *>(a.out)[(size_t)t * (size_t)(a.R / 2) + (size_t)row] =
                     kc_f2bf(kc_silu_mul(x1, x2));
@@ -797,42 +859,51 @@ static bool gemv_tc_ring(int mode, int nt2, int64_t ctas, int n_sms)
 }
 
 /* The tensor-core kernel of NT2 n-tiles and epilogue EPI, with or
- * without the ring, fp32 or bf16 output. */
-template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32))(const gemv_args)
+ * without the ring, fp32 or bf16 output, with or without the folded norm
+ * (rms: the pair epilogues only, bf16). */
+template <int NT2, int EPI> static void (*tcg_kernel(bool ring, bool f32, bool rms))(const gemv_args)
 {
+    if constexpr (EPI == KERN_EPI_SILU_MUL || EPI == KERN_EPI_ROPE_KV) {
+        if (rms)
+            return ring ? gemv_tc_kernel<NT2, TCG_RING_S, false, EPI, true> : gemv_tc_kernel<NT2, 0, false, EPI, true>;
+    }
     if (ring)
-        return f32 ? gemv_tc_kernel<NT2, TCG_RING_S, true, EPI> : gemv_tc_kernel<NT2, TCG_RING_S, false, EPI>;
-    return f32 ? gemv_tc_kernel<NT2, 0, true, EPI> : gemv_tc_kernel<NT2, 0, false, EPI>;
+        return f32 ? gemv_tc_kernel<NT2, TCG_RING_S, true, EPI, false> : gemv_tc_kernel<NT2, TCG_RING_S, false, EPI, false>;
+    return f32 ? gemv_tc_kernel<NT2, 0, true, EPI, false> : gemv_tc_kernel<NT2, 0, false, EPI, false>;
 }
 
 /* The tensor-core form of a product of a.n <= 16 tokens with epilogue EPI
  * (fp32 output only with STORE): a CTA 16 rows, or 8 pairs of rows; the
  * ring as gemv_tc_ring says (ring_mode, n_sms). */
 template <int EPI>
-static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, const gemv_args &a)
+static void gemv_tc_launch_e(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, bool rms,
+                             const gemv_args &a)
 {
     const int64_t units = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? a.R : a.R / 2;
     const int per = EPI == KERN_EPI_STORE || EPI == KERN_EPI_RESID ? TCG_ROWS : TCG_ROWS / 2;
     const int64_t ctas = kcuda_cdiv(units, (int64_t)per);
     const int nt2 = a.n <= TCG_NT ? 1 : 2;
     const bool ring = gemv_tc_ring(ring_mode, nt2, ctas, n_sms);
-    size_t smem = (size_t)TCG_WARPS * nt2 * 32 * 4 * sizeof(float); /* red */
+    size_t smem = tcg_red_bytes(nt2, rms);
     if (ring) {
         const size_t bytes = (size_t)TCG_WARPS * TCG_RING_S * TCG_STAGE * sizeof(uint4);
         smem = bytes > smem ? bytes : smem;
     }
-    kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32) : tcg_kernel<2, EPI>(ring, f32), dim3((unsigned)ctas),
-              TCG_WARPS * 32, smem, s, pdl, a);
+    kc_launch(nt2 == 1 ? tcg_kernel<1, EPI>(ring, f32, rms) : tcg_kernel<2, EPI>(ring, f32, rms),
+              dim3((unsigned)ctas), TCG_WARPS * 32, smem, s, pdl, a);
 }
 
-static void gemv_tc_launch(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, int epi, const gemv_args &a)
+/* rms: the folded norm (a.eps), SILU_MUL and ROPE_KV only. */
+static void gemv_tc_launch(cudaStream_t s, bool pdl, int ring_mode, int n_sms, bool f32, int epi, bool rms,
+                           const gemv_args &a)
 {
     INFERD_CHECK(!f32 || epi == KERN_EPI_STORE);
+    INFERD_CHECK(!rms || epi == KERN_EPI_SILU_MUL || epi == KERN_EPI_ROPE_KV);
     switch (epi) {
-    case KERN_EPI_STORE: gemv_tc_launch_e<KERN_EPI_STORE>(s, pdl, ring_mode, n_sms, f32, a); break;
-    case KERN_EPI_RESID: gemv_tc_launch_e<KERN_EPI_RESID>(s, pdl, ring_mode, n_sms, false, a); break;
-    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<KERN_EPI_SILU_MUL>(s, pdl, ring_mode, n_sms, false, a); break;
-    default: gemv_tc_launch_e<KERN_EPI_ROPE_KV>(s, pdl, ring_mode, n_sms, false, a); break;
+    case KERN_EPI_STORE: gemv_tc_launch_e<KERN_EPI_STORE>(s, pdl, ring_mode, n_sms, f32, false, a); break;
+    case KERN_EPI_RESID: gemv_tc_launch_e<KERN_EPI_RESID>(s, pdl, ring_mode, n_sms, false, false, a); break;
+    case KERN_EPI_SILU_MUL: gemv_tc_launch_e<KERN_EPI_SILU_MUL>(s, pdl, ring_mode, n_sms, false, rms, a); break;
+    default: gemv_tc_launch_e<KERN_EPI_ROPE_KV>(s, pdl, ring_mode, n_sms, false, rms, a); break;
     }
 }
 
@@ -906,7 +977,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (gemv_use_tc(ctx, n)) {
-        gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, a);
+        gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, false, a);
     } else {
         gemv_xs_fit(ctx, &a, n, false);
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
@@ -944,14 +1015,15 @@ bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
  * whose prologue and epilogue are defined in kernels.h: the CUDA-core form
  * (kern_matmul_fusable), else, without a norm, the tensor-core form
- * (kern_matmul_epi_fusable); kern_matmul_fused has checked the shapes.
+ * (kern_matmul_epi_fusable); a folded norm (f->rms) always the tensor-core
+ * form, at any n of the GEMV route; kern_matmul_fused has checked the shapes.
  * Aborts when the product is not fusable or a bf16 operand (norm, bias,
  * cache) has another dtype. */
 void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     kcuda_state *st = kcuda_st(ctx);
-    const bool core = kcuda_matmul_fusable(ctx, w, n);
-    const bool tc = !core && !f->norm && gemv_tc_route(ctx, w, n);
+    const bool core = kcuda_matmul_fusable(ctx, w, n) && !f->rms; /* the CUDA-core form: weighted norms only */
+    const bool tc = !core && !f->norm && (f->rms ? kcuda_gemv_route(ctx, w, n) : gemv_tc_route(ctx, w, n));
     INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");
     INFERD_CHECK((!f->norm || f->norm->dtype == KERN_DTYPE_BF16) && (!f->qkv_bias || f->qkv_bias->dtype == KERN_DTYPE_BF16));
     gemv_args a = {};
@@ -971,7 +1043,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
     a.pre =
         f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
     if (tc) {
-        gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, a);
+        gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, f->rms, a);
     } else {
         gemv_xs_fit(ctx, &a, n, f->norm != NULL);
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);

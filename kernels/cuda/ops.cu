@@ -319,6 +319,95 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
     KCUDA_LAUNCH_CHECK();
 }
 
+/* --- SiLU * up after a folded norm -------------------------------------------------- */
+
+/* 1 / rms of row x[d] (bf16), summed by the whole block (red: 33 floats of
+ * shared memory), 16-byte loads when VEC8. Every thread gets it. */
+template <bool VEC8> __device__ __forceinline__ float row_inv_rms(const uint16_t *x, int d, float eps, float *red)
+{
+    float ss = 0.0f;
+    if (VEC8) {
+        for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
+            float v[8];
+            kc_unpack8(*(const uint4 *)(x + i), v);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                ss += v[e] * v[e];
+        }
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            const float v = kc_bf2f(x[i]);
+            ss += v * v;
+        }
+    }
+    return kc_inv_rms(kc_block_sum(ss, red), d, eps);
+}
+
+/* out[n, f] = bf16(silu(bf16(g r)) * bf16(u r)), r = 1 / rms of the token's
+ * row of x: block (row, part) takes items [part * per_part, + per_part) of
+ * its row (8 columns an item with VEC8) after the block has summed the
+ * row's squares (each part reads the row from L2; the sum's order depends
+ * on d and the block size alone, not on the grid). Grid (row, part). */
+struct silu_rms_args {
+    uint16_t *out;
+    const uint16_t *gu, *x;
+    int f, d, per_part;
+    float eps;
+};
+
+template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
+{
+    kc_pdl_trigger();
+    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
+    __shared__ float red[33];
+    const int64_t row = blockIdx.x;
+    const float r = row_inv_rms<XVEC>(p.x + row * p.d, p.d, p.eps, red);
+    const int f = p.f, per = VEC8 ? 8 : 1;
+    const int items = f / per, i0 = (int)blockIdx.y * p.per_part, i1 = min(items, i0 + p.per_part);
+    const uint16_t *g = p.gu + row * 2 * f; /* [2f] */
+    uint16_t *o = p.out + row * f;          /* [f] */
+    for (int it = i0 + (int)threadIdx.x; it < i1; it += blockDim.x) {
+        const int col = it * per;
+        if (VEC8) {
+            float a[8], b[8];
+            kc_unpack8(*(const uint4 *)(g + col), a);
+            kc_unpack8(*(const uint4 *)(g + f + col), b);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                a[e] = kc_silu_mul(kc_bf2f(kc_f2bf(a[e] * r)), kc_bf2f(kc_f2bf(b[e] * r)));
+            *(uint4 *)(o + col) = kc_pack8(a);
+        } else {
+            o[col] = kc_f2bf(kc_silu_mul(kc_bf2f(kc_f2bf(kc_bf2f(g[col]) * r)), kc_bf2f(kc_f2bf(kc_bf2f(g[f + col]) * r))));
+        }
+    }
+}
+
+/* Contract (kern_silu_mul_rms): kcuda_silu_mul of bf16(g r), bf16(u r), r =
+ * kc_inv_rms of the token's row of x. Parts a row so that the grid holds
+ * about four blocks an SM (at least one, at most one per 256 items). */
+void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
+    const bool xvec = d % 8 == 0 && kcuda_aligned(x, 16);
+    const int items = vec ? f / 8 : f;
+    const int64_t want = kcuda_cdiv(4 * (int64_t)st->n_sms, n), most = kcuda_cdiv(items, 256);
+    const int parts = (int)(want < 1 ? 1 : want > most ? most : want);
+    const silu_rms_args a = {(uint16_t *)out, (const uint16_t *)gate_up, (const uint16_t *)x, f, d,
+                             (int)kcuda_cdiv(items, parts), eps};
+    const dim3 grid((unsigned)n, (unsigned)parts);
+    const bool pdl = kcuda_ops_pdl(ctx, n);
+    if (vec && xvec)
+        kc_launch(silu_mul_rms_kernel<true, true>, grid, 256, 0, st->stream, pdl, a);
+    else if (vec)
+        kc_launch(silu_mul_rms_kernel<true, false>, grid, 256, 0, st->stream, pdl, a);
+    else if (xvec)
+        kc_launch(silu_mul_rms_kernel<false, true>, grid, 256, 0, st->stream, pdl, a);
+    else
+        kc_launch(silu_mul_rms_kernel<false, false>, grid, 256, 0, st->stream, pdl, a);
+    KCUDA_LAUNCH_CHECK();
+}
+
 /* --- RoPE + paged K/V write ------------------------------------------------------ */
 
 /* The epilogue's device pointers (kern_qkv_epilogue's weights), NULL = none. */
@@ -326,6 +415,9 @@ struct rope_epi {
     const uint16_t *bias;    /* [(nh + 2 nkv) * hd] q | k | v biases */
     const uint16_t *qn, *kn; /* [hd] per-head RMSNorm weights of q and k heads */
     float eps;
+    const uint16_t *rx;      /* [n_tokens, rd]: a folded norm's input rows (kern_qkv_epilogue.rms_x), or NULL */
+    int rd;
+    bool rvec;               /* rx rows 16-byte aligned, rd % 8 == 0 */
 };
 
 #define ROPE_HEADS 4 /* heads of a rope_kv_kernel block: one warp each */
@@ -333,8 +425,10 @@ struct rope_epi {
 /* One block per (token, ROPE_HEADS heads), one warp per head (a block per
  * token alone ran 11.4 us for 16 tokens on an H100: 16 blocks, each thread a
  * serial chain of 20 load-store round trips). The block's threads first
- * put cos/sin of pos * inv_freq[j] (times mscale) in shared memory; then
- * each warp, for its head: with a bias, bf16(x + bias) in place; a v head
+ * put cos/sin of pos * inv_freq[j] (times mscale) in shared memory (and,
+ * after a folded norm, sum the squares of the token's input row: r); then
+ * each warp, for its head: bf16(bf16(x r) + bias) in place, each step
+ * where it applies; a v head
  * is copied to the cache slot (if any); a q or k head with q/k norms sums
  * the squares of its bf16 values (inv_rms), then its pairs (j, j + half)
  * are rotated in place (a normed head's values are bf16((x * inv_rms) * w)
@@ -392,14 +486,23 @@ template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
         cs[j] = cosf(angle) * ms;
         sn[j] = sinf(angle) * ms;
     }
+    __shared__ float red[33];
+    const uint16_t *rx = e.rx ? e.rx + t * e.rd : NULL; /* [rd] */
+    const float rs = !rx ? 1.0f : e.rvec ? row_inv_rms<true>(rx, e.rd, e.eps, red) : row_inv_rms<false>(rx, e.rd, e.eps, red);
     __syncthreads();
     const int lane = threadIdx.x & 31, h = blockIdx.y * ROPE_HEADS + (int)(threadIdx.x >> 5);
     if (h >= nh + 2 * nkv)
         return; /* warp-uniform; no block barrier follows */
     uint16_t *v = (uint16_t *)p.qkv + (t * (int64_t)(nh + 2 * nkv) + h) * hd; /* this head's [hd] */
-    if (e.bias) {
-        for (int i = lane; i < hd; i += 32)
-            v[i] = kc_f2bf(kc_bf2f(v[i]) + kc_bf2f(e.bias[(int64_t)h * hd + i]));
+    if (e.bias || e.rx) { /* bf16(bf16(x rs) + bias), each step where it applies */
+        for (int i = lane; i < hd; i += 32) {
+            float x = kc_bf2f(v[i]);
+            if (e.rx)
+                x = kc_bf2f(kc_f2bf(x * rs));
+            if (e.bias)
+                x += kc_bf2f(e.bias[(int64_t)h * hd + i]);
+            v[i] = kc_f2bf(x);
+        }
         __syncwarp();
     }
     const int64_t slot = p.slot_mapping[t];
@@ -467,7 +570,8 @@ static void launch_rope_kv(cudaStream_t s, bool pdl, const kern_rope_kv_params *
 }
 
 /* Contract (kern_rope_kv_write_ex): the epilogue first when e is not NULL
- * (row = bf16(row + qkv_bias); q / k heads bf16((x * rsqrt(mean(x^2) + eps))
+ * (row = bf16(bf16(row * r) + qkv_bias), r the inverse RMS of the token's
+ * rms_x row where given, each step where it applies; q / k heads bf16((x * rsqrt(mean(x^2) + eps))
  * * w) with q_norm / k_norm), then HF rotate_half RoPE in place on the q and
  * k heads of each token's qkv row (bf16; cos and sin times mscale, 0 = 1),
  * then, for slot_mapping >= 0, the
@@ -479,7 +583,7 @@ void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern
     kcuda_state *st = kcuda_st(ctx);
     INFERD_CHECK(p->head_dim > 0 && p->head_dim % 2 == 0 && p->head_dim <= KERN_CUDA_ROPE_MAX_HEAD_DIM &&
           p->block_size > 0 && p->n_heads > 0 && p->n_kv_heads > 0);
-    rope_epi de = {NULL, NULL, NULL, 0.0f};
+    rope_epi de = {NULL, NULL, NULL, 0.0f, NULL, 0, false};
     if (e) {
         INFERD_CHECK((!e->qkv_bias || e->qkv_bias->dtype == KERN_DTYPE_BF16) &&
                      (!e->q_norm || (e->q_norm->dtype == KERN_DTYPE_BF16 && e->k_norm->dtype == KERN_DTYPE_BF16)));
@@ -487,6 +591,9 @@ void kcuda_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p, const kern
         de.qn = e->q_norm ? (const uint16_t *)e->q_norm->data : NULL;
         de.kn = e->k_norm ? (const uint16_t *)e->k_norm->data : NULL;
         de.eps = e->norm_eps;
+        de.rx = (const uint16_t *)e->rms_x;
+        de.rd = e->rms_cols;
+        de.rvec = e->rms_cols % 8 == 0 && kcuda_aligned(e->rms_x, 16);
     }
     if (p->n_tokens <= 0)
         return;

@@ -11,6 +11,9 @@
  * flat element index of the logical matrix (a window of it for a
  * tensor-parallel shard, kern_weight_fill_random_part).
  *
+ * The norm fold (kern_weight_scale_cols) multiplies a weight's columns by
+ * a norm weight in place, one grid-stride pass at load.
+ *
  * The non-finite count (model load's check of the weight slab) reads each
  * weight once: 16-byte loads over the aligned body, scalar loads for the
  * unaligned head and the tail, a test on the exponent bits, a warp sum, and
@@ -115,6 +118,30 @@ void kcuda_weight_fill_random_part(kern_ctx *ctx, kern_weight *w, int64_t row, i
     if (p.n == 0)
         return;
     launch_fill_random(st, &p);
+    KCUDA_LAUNCH_CHECK();
+}
+
+/* --- norm fold ------------------------------------------------------------ */
+
+/* w[r, c] = bf16(w[r, c] * g[c]) over n = rows * cols elements (g bf16). */
+static __global__ void scale_cols_kernel(uint16_t *__restrict__ w, const uint16_t *__restrict__ g, int64_t n,
+                                         int64_t cols)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        w[i] = kc_f2bf(kc_bf2f(w[i]) * kc_bf2f(g[i % cols]));
+}
+
+/* Contract (kern_weight_scale_cols): w[r, c] = bf16(w[r, c] * g[c]) (both
+ * bf16, as every CUDA weight). Load time only. */
+void kcuda_weight_scale_cols(kern_ctx *ctx, kern_weight *w, const kern_weight *g)
+{
+    kcuda_state *st = kcuda_st(ctx);
+    INFERD_CHECK(w->dtype == KERN_DTYPE_BF16 && g->dtype == KERN_DTYPE_BF16);
+    const int64_t n = w->rows * w->cols;
+    unsigned grid = kcuda_cdiv(n, 256);
+    if (grid > (unsigned)st->n_sms * 16u)
+        grid = (unsigned)st->n_sms * 16u;
+    scale_cols_kernel<<<grid, 256, 0, st->stream>>>((uint16_t *)w->data, (const uint16_t *)g->data, n, w->cols);
     KCUDA_LAUNCH_CHECK();
 }
 

@@ -73,6 +73,16 @@ static model *load_model(int block_size, int max_tokens, int threads)
     return load_model_kv(block_size, max_tokens, threads, MODEL_KV_CACHE_AUTO);
 }
 
+/* load_model with the norm fold on (INFERD_NORM_FOLD=1) when fold. */
+static model *load_model_fold(int block_size, int max_tokens, int threads, bool fold)
+{
+    if (fold)
+        setenv("INFERD_NORM_FOLD", "1", 1);
+    model *m = load_model(block_size, max_tokens, threads);
+    unsetenv("INFERD_NORM_FOLD");
+    return m;
+}
+
 static int json_ints(const cJSON *arr, int32_t *out, int cap)
 {
     int n = 0;
@@ -98,6 +108,7 @@ static void forward_seq(model *m, const int32_t *toks, int start, int n, int log
     inferd_free(table);
 }
 
+/* _i = 1: with the norm fold (the folded layers, forward.c). */
 START_TEST(test_teacher_forced_logits)
 {
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(g_golden, "cases"), 0);
@@ -107,7 +118,7 @@ START_TEST(test_teacher_forced_logits)
     const cJSON *top5 = cJSON_GetObjectItem(c0, "top5_per_position");
     int n_pos = cJSON_GetArraySize(top5);
     ck_assert_int_le(n_pos, np + ng);
-    model *m = load_model(16, 64, 0);
+    model *m = load_model_fold(16, 64, 0, _i == 1);
     int vocab = model_get_config(m)->vocab_size;
     float *logits = inferd_malloc(sizeof(float) * (size_t)vocab * 64);
     double max_err = 0;
@@ -133,7 +144,8 @@ START_TEST(test_teacher_forced_logits)
             }
         }
     }
-    printf("teacher-forced top-5 logits over %d positions: max |err| = %.2e\n", n_pos, max_err);
+    printf("teacher-forced top-5 logits over %d positions%s: max |err| = %.2e\n", n_pos,
+           _i ? " (norm fold)" : "", max_err);
     /* the stored full row at the last prompt position */
     const cJSON *last = cJSON_GetObjectItem(c0, "full_logits_last_prompt_pos");
     int pos = cJSON_GetObjectItem(last, "pos")->valueint;
@@ -147,10 +159,11 @@ START_TEST(test_teacher_forced_logits)
 }
 END_TEST
 
-/* Greedy decode of every golden case; prefill in chunks of `chunk`. */
-static void greedy_cases(int block_size, int chunk)
+/* Greedy decode of every golden case; prefill in chunks of `chunk`; fold:
+ * with the norm fold. */
+static void greedy_cases(int block_size, int chunk, bool fold)
 {
-    model *m = load_model(block_size, 64, 0);
+    model *m = load_model_fold(block_size, 64, 0, fold);
     const cJSON *c;
     int n_cases = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_golden, "cases"))
@@ -180,24 +193,75 @@ static void greedy_cases(int block_size, int chunk)
         ck_assert_int_eq(got, nw);
         n_cases++;
     }
-    printf("greedy: %d golden cases reproduced (block size %d, prefill chunk %d)\n", n_cases, block_size,
-           chunk);
+    printf("greedy: %d golden cases reproduced (block size %d, prefill chunk %d%s)\n", n_cases, block_size,
+           chunk, fold ? ", norm fold" : "");
     model_free(m);
 }
 
 START_TEST(test_greedy_golden)
 {
-    greedy_cases(16, 64);
+    greedy_cases(16, 64, _i == 1);
 }
 END_TEST
 START_TEST(test_greedy_golden_block1_chunk3)
 {
-    greedy_cases(1, 3);
+    greedy_cases(1, 3, _i == 1);
 }
 END_TEST
 START_TEST(test_greedy_golden_block7_chunk2)
 {
-    greedy_cases(7, 2);
+    greedy_cases(7, 2, false);
+}
+END_TEST
+
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* The norm fold changes the bits (each weight rounded once more) but not
+ * the model: the logits of the golden prompts and 24 greedy steps agree
+ * with the unfolded model's to 1e-4, not bitwise. */
+START_TEST(test_norm_fold_logits)
+{
+    enum { STEPS = 24 };
+    model *m0 = load_model_fold(16, 64, 1, false);
+    model *m1 = load_model_fold(16, 64, 1, true);
+    const int vocab = model_get_config(m0)->vocab_size;
+    float *l0 = inferd_malloc(sizeof(float) * (size_t)vocab);
+    float *l1 = inferd_malloc(sizeof(float) * (size_t)vocab);
+    double max_diff = 0;
+    int rows = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g_golden, "cases"))
+    {
+        int32_t toks[512];
+        int n = json_ints(cJSON_GetObjectItem(c, "prompt_ids"), toks, 512);
+        forward_seq(m0, toks, 0, n, n - 1);
+        forward_seq(m1, toks, 0, n, n - 1);
+        for (int step = 0; step <= STEPS && n < 512; step++, rows++) {
+            model_logits_to_host(m0, l0);
+            model_logits_to_host(m1, l1);
+            for (int v = 0; v < vocab; v++)
+                max_diff = fmax(max_diff, fabs((double)l0[v] - (double)l1[v]));
+            toks[n] = argmax(l0, vocab);
+            ck_assert_int_eq(toks[n], argmax(l1, vocab));
+            forward_seq(m0, &toks[n], n, 1, 0);
+            forward_seq(m1, &toks[n], n, 1, 0);
+            n++;
+        }
+    }
+    printf("norm fold vs unfolded: %d logit rows, max |diff| = %.3g\n", rows, max_diff);
+    ck_assert_msg(max_diff > 0, "the folded model gave the unfolded bits: was it folded?");
+    ck_assert_msg(max_diff <= 1e-4, "max |folded - unfolded| = %g", max_diff);
+    inferd_free(l0);
+    inferd_free(l1);
+    model_free(m0);
+    model_free(m1);
 }
 END_TEST
 
@@ -254,14 +318,6 @@ END_TEST
  * token agreed in all 75 rows; at least 90% must. */
 #define FP8_LOGIT_ATOL 3.5
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
 
 START_TEST(test_fp8_vs_auto_logits)
 {
@@ -418,10 +474,11 @@ int main(void)
     Suite *s = suite_create("stories260K golden");
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_teacher_forced_logits);
+    tcase_add_loop_test(tc, test_teacher_forced_logits, 0, 2);
     tcase_add_test(tc, test_knockout);
-    tcase_add_test(tc, test_greedy_golden);
-    tcase_add_test(tc, test_greedy_golden_block1_chunk3);
+    tcase_add_loop_test(tc, test_greedy_golden, 0, 2);
+    tcase_add_loop_test(tc, test_greedy_golden_block1_chunk3, 0, 2);
+    tcase_add_test(tc, test_norm_fold_logits);
     tcase_add_test(tc, test_greedy_golden_block7_chunk2);
     tcase_add_test(tc, test_chunked_prefill_bitwise);
     tcase_add_test(tc, test_fp8_vs_auto_logits);

@@ -13,7 +13,8 @@
  * of magnitude ~1). The tensor-core form's epilogues (no norm, n from
  * gemv_tc_min_n to 16: kern_matmul_epi_fusable) run the same cases at n =
  * 3..16 against the twin, and bitwise against the plain tensor-core
- * product followed by the unfused op (test_fused_tc_bitwise). With an
+ * product followed by the unfused op (test_fused_tc_bitwise); with a
+ * folded norm (kern_fuse.rms) at n = 1..16 (test_fused_rms). With an
  * fp8 KV cache every route's cache elements are the e4m3 codes of the bf16
  * values the bf16 cache gets (test_fused_fp8_cache).
  */
@@ -33,6 +34,7 @@
 typedef struct {
     kern_epilogue epi;
     bool norm, bias;
+    bool rms; /* the folded norm (kern_fuse.rms), not with norm */
     int n, rows, cols;
     int nh, nkv, hd, bs;  /* ROPE_KV */
     bool after_attention; /* kern_fuse's hint (the CUDA GEMV's preload) */
@@ -119,7 +121,7 @@ static int fused_case(const fcase *c, uint64_t seed)
     float *in = inferd_malloc(ni * sizeof(float)), *w = inferd_malloc(nw * sizeof(float));
     float *g = inferd_malloc((size_t)C * sizeof(float)), *b = inferd_malloc((size_t)R * sizeof(float));
     float *res = inferd_malloc(nr * sizeof(float));
-    kt_rand_bf16(in, ni, seed, c->norm ? -3.0f : -1.0f, c->norm ? 3.0f : 1.0f);
+    kt_rand_bf16(in, ni, seed, c->norm || c->rms ? -3.0f : -1.0f, c->norm || c->rms ? 3.0f : 1.0f);
     kt_rand_bf16(w, nw, seed + 1, -1.7f / sqrtf((float)C), 1.7f / sqrtf((float)C));
     kt_rand_bf16(g, (size_t)C, seed + 2, 0.5f, 1.5f);
     kt_rand_bf16(b, (size_t)R, seed + 3, -0.5f, 0.5f);
@@ -135,8 +137,8 @@ static int fused_case(const fcase *c, uint64_t seed)
     kern_rope_kv_params rc = {.positions = ri.pos, .slot_mapping = ri.slot, .inv_freq = ri.inv, .k_cache = ckc,
                               .v_cache = cvc, .n_heads = c->nh, .n_kv_heads = c->nkv, .head_dim = c->hd,
                               .block_size = c->bs};
-    kern_fuse fc = {.norm = c->norm ? &gc : NULL, .eps = 1e-5f, .epi = c->epi, .resid = cres, .rope = &rc,
-                    .qkv_bias = c->bias ? &bc : NULL};
+    kern_fuse fc = {.norm = c->norm ? &gc : NULL, .rms = c->rms, .eps = 1e-5f, .epi = c->epi, .resid = cres,
+                    .rope = &rc, .qkv_bias = c->bias ? &bc : NULL};
     kern_matmul_fused(kt_cpu, cout, cin, &wc, n, &fc);
 
     /* GPU */
@@ -159,6 +161,7 @@ static int fused_case(const fcase *c, uint64_t seed)
                               .v_cache = gvc, .n_heads = c->nh, .n_kv_heads = c->nkv, .head_dim = c->hd,
                               .block_size = c->bs};
     kern_fuse fg = {.norm = c->norm ? &gg : NULL,
+                    .rms = c->rms,
                     .eps = 1e-5f,
                     .epi = c->epi,
                     .resid = gres,
@@ -169,8 +172,8 @@ static int fused_case(const fcase *c, uint64_t seed)
     kern_matmul_fused(kt_gpu, gout, gin, &wg, n, &fg);
 
     char what[128];
-    snprintf(what, sizeof what, "epi=%d norm=%d bias=%d n=%d R=%d C=%d hd=%d", (int)c->epi, c->norm, c->bias, n, R,
-             C, c->hd);
+    snprintf(what, sizeof what, "epi=%d norm=%d rms=%d bias=%d n=%d R=%d C=%d hd=%d", (int)c->epi, c->norm, c->rms,
+             c->bias, n, R, C, c->hd);
     int bad = 0;
     if (c->epi == KERN_EPI_RESID) {
         bad += cmp_bf16(what, &gr, cres, nr);
@@ -305,6 +308,50 @@ START_TEST(test_fused_forms)
         };
         for (int i = 0; i < 2; i++)
             bad += fused_case(&big_tc[i], seed + 6000 + (uint64_t)i);
+    }
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* The folded norm (kern_fuse.rms: the tensor-core form at every n of the
+ * route, the input's squares summed beside the product): SiLU * up and
+ * RoPE + K/V write at one and two n-tiles, n = 1 and 2 included (where the
+ * CUDA-core form would take a weighted norm), against the twin; the
+ * ring off and forced (_i), odd shapes as test_fused_forms, and the
+ * Llama-3-8B QKV and gate/up at 16 and 5 tokens. */
+START_TEST(test_fused_rms)
+{
+    kern_gemm_opts saved;
+    fuse_config(&saved, KCUDA_FUSE_MAX_N, 0, 2 * _i);
+    const uint64_t seed = kt_seed() + 7000;
+    printf("test_fused_rms: tensor-core ring %d, seed %llu\n", 2 * _i, (unsigned long long)seed);
+    static const int dense[][2] = {{2, 8}, {38, 264}, {258, 72}, {1000, 512}};
+    static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
+    static const int ns[] = {1, 2, 3, 7, 8, 9, 16};
+    int bad = 0, k = 0;
+    for (int i = 0; i < 7; i++) {
+        for (int s = 0; s < 4; s++, k++) {
+            if (kt_quick && (s + i) % 2)
+                continue;
+            fcase c = {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = ns[i], .rows = dense[s][0], .cols = dense[s][1]};
+            bad += fused_case(&c, seed + (uint64_t)k * 16);
+        }
+        for (int s = 0; s < 4; s++, k++) {
+            fcase c = {.epi = KERN_EPI_ROPE_KV, .rms = true, .bias = rp[s][4] != 0, .n = ns[i], .cols = 136,
+                       .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            bad += fused_case(&c, seed + (uint64_t)k * 16);
+        }
+    }
+    if (!kt_quick) {
+        const fcase big[] = {
+            {.epi = KERN_EPI_ROPE_KV, .rms = true, .n = 16, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
+             .hd = 128, .bs = 16},
+            {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = 5, .rows = 28672, .cols = 4096},
+        };
+        for (int i = 0; i < 2; i++)
+            bad += fused_case(&big[i], seed + 9000 + (uint64_t)i);
     }
     kern_gemm_config(kt_gpu, &saved);
     ck_assert_int_eq(bad, 0);
@@ -818,6 +865,7 @@ TCase *kt_tcase_fused(void)
     TCase *tc = tcase_create("fused");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
+    tcase_add_loop_test(tc, test_fused_rms, 0, 2);
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fused_preload);

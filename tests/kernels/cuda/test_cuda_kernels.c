@@ -934,6 +934,99 @@ START_TEST(test_silu_mul)
 }
 END_TEST
 
+/* kern_silu_mul_rms (a folded norm): x rows of d values (d % 8 == 0 and
+ * not: both ways of summing a row's squares; x off 16-byte alignment by 2
+ * bytes: the scalar way), gate/up rows of odd and even f (the vector and
+ * scalar items), n from 1 to 37 (one part a row and several). Tolerance:
+ * the GPU's bf16 roundings of g r and u r and of the result. */
+START_TEST(test_silu_mul_rms)
+{
+    const int fs[][4] = {{1, 14336, 4096, 0}, {3, 64, 64, 0}, {17, 1000, 37, 0}, {5, 37, 40, 2}, {37, 88, 8, 0}};
+    const uint64_t seed = kt_seed();
+    printf("silu_mul_rms: seed %llu\n", (unsigned long long)seed);
+    int bad = 0;
+    for (int c = 0; c < 5; c++) {
+        const int n = fs[c][0], f = fs[c][1], d = fs[c][2], xoff = fs[c][3];
+        const size_t nin = (size_t)n * 2 * f, nout = (size_t)n * f, nx = (size_t)n * d;
+        float *gu = inferd_malloc(nin * sizeof(float)), *x = inferd_malloc(nx * sizeof(float));
+        kt_rand_bf16(gu, nin, seed + 10 * (uint64_t)c, -6.0f, 6.0f);
+        kt_rand_bf16(x, nx, seed + 10 * (uint64_t)c + 1, -3.0f, 3.0f);
+        float *cgu = kt_cpu_f32(gu, nin), *cx = kt_cpu_f32(x, nx);
+        float *ref = inferd_malloc(nout * sizeof(float)), *got = inferd_malloc(nout * sizeof(float));
+        kern_silu_mul_rms(kt_cpu, ref, cgu, n, f, cx, d, 1e-5f);
+        void *ggu = kt_gpu_bf16(gu, nin);
+        kt_gbuf g, gx;
+        void *dx = kt_gbuf_alloc(&gx, nx * 2, (size_t)xoff);
+        uint16_t *hx = kt_to_bf16(x, nx);
+        kern_memcpy_h2d(kt_gpu, dx, hx, nx * 2);
+        void *out = kt_gbuf_alloc(&g, nout * 2, 0);
+        kern_silu_mul_rms(kt_gpu, out, ggu, n, f, dx, d, 1e-5f);
+        uint16_t *h = inferd_malloc(nout * 2);
+        kt_gbuf_read(&g, h);
+        kt_from_bf16(h, got, nout);
+        char what[64];
+        snprintf(what, sizeof what, "n=%d f=%d d=%d x+%d", n, f, d, xoff);
+        bad += kt_compare("silu_mul_rms", what, got, ref, nout, 2e-3, 2e-2);
+        bad += kt_gbuf_guards_bad(&g, "silu_mul_rms") + kt_gbuf_guards_bad(&gx, "silu_mul_rms x");
+        kt_gbuf_free(&g);
+        kt_gbuf_free(&gx);
+        kern_free(kt_gpu, ggu);
+        kern_free(kt_cpu, cgu);
+        kern_free(kt_cpu, cx);
+        inferd_free(hx);
+        inferd_free(h);
+        inferd_free(got);
+        inferd_free(ref);
+        inferd_free(x);
+        inferd_free(gu);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* kern_weight_scale_cols (the norm fold at load): bf16 weights times a bf16
+ * norm weight, rounded once: the GPU's bits equal the CPU twin's on a bf16
+ * weight, bitwise (the same fp32 product, the same rounding); odd shapes
+ * and a one-row weight. */
+START_TEST(test_weight_scale_cols)
+{
+    const int64_t shapes[][2] = {{37, 53}, {1, 8}, {300, 4096}};
+    const uint64_t seed = kt_seed();
+    int bad = 0;
+    for (int c = 0; c < 3; c++) {
+        const int64_t R = shapes[c][0], C = shapes[c][1];
+        const size_t nw = (size_t)(R * C);
+        float *w = inferd_malloc(nw * sizeof(float)), *g = inferd_malloc((size_t)C * sizeof(float));
+        kt_rand_bf16(w, nw, seed + (uint64_t)c, -2.0f, 2.0f);
+        kt_rand_bf16(g, (size_t)C, seed + 50 + (uint64_t)c, 0.01f, 3.0f);
+        uint16_t *wb = kt_to_bf16(w, nw), *gb = kt_to_bf16(g, (size_t)C);
+        kern_weight wc = {inferd_malloc(nw * 2), KERN_DTYPE_BF16, R, C}, gc = {gb, KERN_DTYPE_BF16, 1, C};
+        memcpy(wc.data, wb, nw * 2);
+        kern_weight_scale_cols(kt_cpu, &wc, &gc);
+        kern_weight wg = kt_weight_gpu(w, R, C), gg = kt_weight_gpu(g, 1, C);
+        kern_weight_scale_cols(kt_gpu, &wg, &gg);
+        uint16_t *got = inferd_malloc(nw * 2);
+        kern_memcpy_d2h(kt_gpu, got, wg.data, nw * 2);
+        int b = memcmp(got, wc.data, nw * 2) != 0;
+        int changed = memcmp(got, wb, nw * 2) != 0;
+        if (b || !changed)
+            printf("  weight_scale_cols %lld x %lld: %s\n", (long long)R, (long long)C,
+                   b ? "GPU bits differ from the CPU twin's" : "the weight did not change");
+        kt_record("weight_scale_cols", b + !changed, 0, 0);
+        bad += b + !changed;
+        kern_free(kt_gpu, wg.data);
+        kern_free(kt_gpu, gg.data);
+        inferd_free(got);
+        inferd_free(wc.data);
+        inferd_free(wb);
+        inferd_free(gb);
+        inferd_free(g);
+        inferd_free(w);
+    }
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* kern_f32_to_act: random fp32 values (every fifth exactly halfway between
  * two bf16 values: round to even), the CPU twin's copy rounded by
  * common/half.h on the host is the reference, bitwise. Both CUDA paths: 8
@@ -1000,9 +1093,11 @@ END_TEST
  * (caches pre-filled 0xFF: unwritten slots must stay so). Tolerance: atol 3e-2,
  * rtol 2e-2: the GPU rounds the biased row and the normed heads to bf16
  * (as HF does) before RoPE, the CPU twin stays fp32 throughout. mscale
- * (YaRN's attention factor on cos and sin; 0 = 1) goes to both twins. */
+ * (YaRN's attention factor on cos and sin; 0 = 1) goes to both twins.
+ * rms_d > 0: a folded norm's input rows (kern_qkv_epilogue.rms_x, n_tokens
+ * x rms_d in [-3, 3)) scale each token's row first. */
 static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias, bool norm, float mscale,
-                        uint64_t seed)
+                        int rms_d, uint64_t seed)
 {
     const int row = (nh + 2 * nkv) * hd;
     const int n_blocks = n_tokens / bs + 3;
@@ -1035,6 +1130,10 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
     float *inv = inferd_malloc((size_t)(hd / 2) * sizeof(float));
     for (int j = 0; j < hd / 2; j++)
         inv[j] = (float)(1.0 / pow(1000000.0, 2.0 * j / hd));
+    const size_t nx = (size_t)n_tokens * (size_t)(rms_d > 0 ? rms_d : 1); /* a folded norm's input rows */
+    float *x = inferd_malloc(nx * sizeof(float));
+    kt_rand_bf16(x, nx, seed + 5, -3.0f, 3.0f);
+    float *cx = kt_cpu_f32(x, nx);
 
     /* CPU twin */
     float *cqkv = kt_cpu_f32(qkv, nq);
@@ -1046,7 +1145,8 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
                               .k_cache = ckc, .v_cache = cvc, .n_tokens = n_tokens, .n_heads = nh,
                               .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .mscale = mscale};
     kern_qkv_epilogue ec = {.qkv_bias = bias ? &cb : NULL, .q_norm = norm ? &cqn : NULL,
-                            .k_norm = norm ? &ckn : NULL, .norm_eps = 1e-6f};
+                            .k_norm = norm ? &ckn : NULL, .norm_eps = 1e-6f, .rms_x = rms_d > 0 ? cx : NULL,
+                            .rms_cols = rms_d};
     kern_rope_kv_write_ex(kt_cpu, &pc, &ec);
 
     /* GPU, odd offsets into guarded buffers where the op allows them (bf16: 2-byte aligned) */
@@ -1058,16 +1158,18 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
     void *dpos = kt_gpu_bytes(pos, (size_t)n_tokens * 4), *dslot = kt_gpu_bytes(slot, (size_t)n_tokens * 8);
     void *dinv = kt_gpu_bytes(inv, (size_t)(hd / 2) * 4);
     kern_weight gb = kt_weight_gpu(bv, row, 1), gqn = kt_weight_gpu(qw, 1, hd), gkn = kt_weight_gpu(kw, 1, hd);
+    void *dx = kt_gpu_bf16(x, nx);
     kern_rope_kv_params pg = {.qkv = dqkv, .positions = dpos, .slot_mapping = dslot, .inv_freq = dinv,
                               .k_cache = dkc, .v_cache = dvc, .n_tokens = n_tokens, .n_heads = nh,
                               .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .mscale = mscale};
     kern_qkv_epilogue eg = {.qkv_bias = bias ? &gb : NULL, .q_norm = norm ? &gqn : NULL,
-                            .k_norm = norm ? &gkn : NULL, .norm_eps = 1e-6f};
+                            .k_norm = norm ? &gkn : NULL, .norm_eps = 1e-6f, .rms_x = rms_d > 0 ? dx : NULL,
+                            .rms_cols = rms_d};
     kern_rope_kv_write_ex(kt_gpu, &pg, &eg);
 
     char what[96];
-    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d n=%d bias=%d norm=%d mscale=%g", nh, nkv, hd, bs,
-             n_tokens, bias, norm, mscale);
+    snprintf(what, sizeof what, "nh=%d nkv=%d hd=%d bs=%d n=%d bias=%d norm=%d mscale=%g rms_d=%d", nh, nkv, hd,
+             bs, n_tokens, bias, norm, mscale, rms_d);
     const size_t nmax = nq > nc ? nq : nc;
     float *got = inferd_malloc(nmax * sizeof(float));
     uint16_t *h = inferd_malloc(nmax * 2);
@@ -1105,6 +1207,9 @@ static int qkv_epi_case(int nh, int nkv, int hd, int bs, int n_tokens, bool bias
     kern_free(kt_gpu, gb.data);
     kern_free(kt_gpu, gqn.data);
     kern_free(kt_gpu, gkn.data);
+    kern_free(kt_gpu, dx);
+    kern_free(kt_cpu, cx);
+    inferd_free(x);
     kern_free(kt_cpu, cb.data);
     kern_free(kt_cpu, cqn.data);
     kern_free(kt_cpu, ckn.data);
@@ -1131,15 +1236,18 @@ START_TEST(test_rope_kv_write_ex)
     uint64_t seed = kt_seed();
     printf("rope_kv_write_ex: seed %llu\n", (unsigned long long)seed);
     int bad = 0;
-    bad += qkv_epi_case(14, 2, 64, 16, 11, true, false, 0.0f, seed);     /* Qwen2.5-0.5B heads: bias */
-    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.0f, seed + 10); /* Qwen3 head_dim 128: q/k norm */
-    bad += qkv_epi_case(5, 1, 6, 3, 7, true, true, 0.0f, seed + 20);     /* odd sizes, hd < 32 lanes, both */
-    bad += qkv_epi_case(3, 3, 40, 1, 5, false, true, 0.0f, seed + 30);   /* MHA, block size 1, hd 40 */
-    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, 0.0f, seed + 40);  /* odd GQA 7, hd 34 */
-    bad += qkv_epi_case(7, 1, 34, 5, 13, false, false, 1.1386294f, seed + 60); /* YaRN factor 4: mscale */
-    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.6f, seed + 70);  /* mscale < 1, Qwen3 norms */
+    bad += qkv_epi_case(14, 2, 64, 16, 11, true, false, 0.0f, 0, seed);     /* Qwen2.5-0.5B heads: bias */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.0f, 0, seed + 10); /* Qwen3 head_dim 128: q/k norm */
+    bad += qkv_epi_case(5, 1, 6, 3, 7, true, true, 0.0f, 0, seed + 20);     /* odd sizes, hd < 32 lanes, both */
+    bad += qkv_epi_case(3, 3, 40, 1, 5, false, true, 0.0f, 0, seed + 30);   /* MHA, block size 1, hd 40 */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, 0.0f, 0, seed + 40);  /* odd GQA 7, hd 34 */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, false, false, 1.1386294f, 0, seed + 60); /* YaRN factor 4: mscale */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.6f, 0, seed + 70);  /* mscale < 1, Qwen3 norms */
+    bad += qkv_epi_case(8, 2, 64, 16, 11, false, false, 0.0f, 4096, seed + 80); /* a folded norm: Llama */
+    bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, 0.0f, 37, seed + 90);    /* ... odd d: the scalar sum, bias */
+    bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.0f, 136, seed + 100); /* ... and q/k norms */
     if (!kt_quick)
-        bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, 1.25f, seed + 50); /* more heads than warps, hd 256 */
+        bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, 1.25f, 0, seed + 50); /* more heads than warps, hd 256 */
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -1165,6 +1273,8 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_gemv_ring_bitwise);
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
+    tcase_add_test(tc, test_silu_mul_rms);
+    tcase_add_test(tc, test_weight_scale_cols);
     tcase_add_test(tc, test_f32_to_act);
     tcase_add_test(tc, test_rope_kv_write_ex);
     return tc;
