@@ -607,9 +607,11 @@ static bool use_accum(const model *m, int n)
 }
 
 /* How the layers of a batch of n tokens run: fused (use_fused_layers), or
- * folded (model->norm_fold, no communicator: no norm kernels; the QKV and
- * gate/up products read x and scale by 1 / rms after it, in their epilogue
- * or in the RoPE / SiLU op; O and down add into x), or unfused with the
+ * folded (model->norm_fold, no communicator, n <= model->fold_max_n: no
+ * norm kernels; the QKV and gate/up products read x and scale by 1 / rms
+ * after it, in their epilogue or in the RoPE / SiLU op, each of whose
+ * blocks sums its token's squares again: prefill chunks keep the norm
+ * kernels; O and down add into x), or unfused with the
  * products adding into x (use_accum), or unfused with the add in the next
  * norm. With any but the last the last sub-block's output is already in x
  * when the head runs (folded). */
@@ -618,7 +620,7 @@ static layers_form layers_form_of(const model *m, int n)
 {
     if (use_fused_layers(m, n))
         return LAYERS_FUSED;
-    if (m->norm_fold && !m->comm)
+    if (m->norm_fold && !m->comm && n <= m->fold_max_n)
         return LAYERS_FOLD;
     return use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
 }

@@ -373,6 +373,8 @@ static inferd_status load_begin(model *m, int rank, int local)
     }
     const char *fold = getenv("INFERD_NORM_FOLD"); /* opt-in while it is measured (docs/PERF.md) */
     m->norm_fold = fold && strcmp(fold, "1") == 0;
+    const char *fold_n = getenv("INFERD_NORM_FOLD_MAX_N");
+    m->fold_max_n = fold_n && *fold_n ? atoi(fold_n) : MODEL_FOLD_MAX_N;
     m->act_dtype = kern_act_dtype(m->kc);
     m->kv_dtype = m->opts.kv_cache_dtype == MODEL_KV_CACHE_FP8_E4M3 ? KERN_DTYPE_FP8_E4M3 : m->act_dtype;
     m->block_size = m->opts.block_size;
