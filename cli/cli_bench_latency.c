@@ -38,7 +38,9 @@ static void usage(FILE *f)
                "                              chunk (time per step, bytes, GB/s, FLOPs, TFLOP/s, %% of ceilings)\n"
                "  (environment) INFERD_KNOCKOUT=OP[,OP...]  decode steps leave these ops out (norm, qkv, rope,\n"
                "                              attn, o, gateup, silu, down): a graph step's time without an op is\n"
-               "                              its share of the step; for timing only, the outputs are wrong\n\n");
+               "                              its share of the step; for timing only, the outputs are wrong\n"
+               "                              (norm: the norm kernels of the unfolded layers, INFERD_NORM_FOLD=0;\n"
+               "                              the folded layers, the default, have none)\n\n");
     cli_model_usage(f);
 }
 

@@ -19,13 +19,14 @@
  * (kern_matmul_epi_fusable; the same bits as the unfused ops).
  * Larger batches of large models on the GPU (cuBLASLt's products) fold the
  * residual add into the O and down products instead (use_accum: beta = 1),
- * so each norm reads x alone. With the norm fold (model->norm_fold,
- * INFERD_NORM_FOLD=1: each layer norm's weight multiplied into the columns
+ * so each norm reads x alone. With the norm fold (model->norm_fold, on
+ * unless INFERD_NORM_FOLD=0: each layer norm's weight multiplied into the columns
  * of the QKV and gate/up weights at load, model_weights.c) every batch
  * past the fused layers runs without norm kernels (LAYERS_FOLD): those
  * products read x itself and their outputs are scaled by each token's
  * 1 / rms(x) in the tensor-core GEMV's epilogue or in the RoPE / SiLU op
- * after cuBLASLt, and O and down add into x.
+ * after cuBLASLt, and O and down add into x (with a communicator after
+ * the sum over the ranks).
  * The final add + norm and the LM head run only on the rows that need logits
  * (gathered first), like vLLM's logits_indices; a batch's optional extra
  * rows (prompt logprobs) go through the same head first, in sub-batches of
@@ -519,15 +520,21 @@ static void qkv_rope(model *m, const model_layer *L, const model_fwd_in *b, bool
 /* The output of a row-parallel product (O, down) for the next add + norm:
  * added into x by the product itself (accum: on the GEMV route its RESID
  * epilogue, which only the folded layers reach there; else
- * kern_matmul_accum, the add then reads resid in the product's epilogue),
- * else a->proj, summed over the ranks (row_parallel). */
+ * kern_matmul_accum, the add then reads resid in the product's epilogue;
+ * with a communicator, which only the folded layers bring here, the sum
+ * over the ranks in a->proj added by kern_add_rmsnorm, whose normed a->h
+ * they do not read: fused_resid's bits), else a->proj, summed over the
+ * ranks (row_parallel). */
 static void out_proj(model *m, model_op op, const void *in, const kern_weight *w, int n, bool accum)
 {
     PROF_MARK(m, op, gemm_bytes(m, w, n) + (accum ? act_bytes(m, (double)n * (double)w->rows) : 0.0),
               gemm_flops(w, n));
     if (knocked(m, op))
         return;
-    if (accum && kern_matmul_epi_fusable(m->kc, w, n)) {
+    if (accum && m->comm) {
+        row_parallel(m, in, w, n);
+        kern_add_rmsnorm(m->kc, m->a.h, m->a.x, m->a.proj, &m->final_norm, n, m->cfg.rms_norm_eps);
+    } else if (accum && kern_matmul_epi_fusable(m->kc, w, n)) {
         const kern_fuse f = {.epi = KERN_EPI_RESID, .resid = m->a.x, .after_attention = op == MODEL_OP_O_PROJ};
         kern_matmul_fused(m->kc, NULL, in, w, n, &f);
     } else if (accum) {
@@ -607,11 +614,11 @@ static bool use_accum(const model *m, int n)
 }
 
 /* How the layers of a batch of n tokens run: fused (use_fused_layers), or
- * folded (model->norm_fold, no communicator, n <= model->fold_max_n: no
- * norm kernels; the QKV and gate/up products read x and scale by 1 / rms
- * after it, in their epilogue or in the RoPE / SiLU op, each of whose
- * blocks sums its token's squares again: prefill chunks keep the norm
- * kernels; O and down add into x), or unfused with the
+ * folded (model->norm_fold: no norm kernels; the QKV and
+ * gate/up products read x and scale by 1 / rms after it, in their epilogue
+ * or in the RoPE / SiLU op; O and down add into x; at every n, so a
+ * token's arithmetic does not depend on the batch more than the products'
+ * routes make it), or unfused with the
  * products adding into x (use_accum), or unfused with the add in the next
  * norm. With any but the last the last sub-block's output is already in x
  * when the head runs (folded). */
@@ -620,7 +627,7 @@ static layers_form layers_form_of(const model *m, int n)
 {
     if (use_fused_layers(m, n))
         return LAYERS_FUSED;
-    if (m->norm_fold && !m->comm && n <= m->fold_max_n)
+    if (m->norm_fold)
         return LAYERS_FOLD;
     return use_accum(m, n) ? LAYERS_ACCUM : LAYERS_PLAIN;
 }

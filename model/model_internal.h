@@ -65,10 +65,6 @@ typedef struct {
     int max_q, max_len;          /* over the batch */
 } model_fwd_in;
 
-/* The largest batch (tokens) the folded layers run (forward.c, LAYERS_FOLD):
- * their RoPE and SiLU blocks each sum a token's squares again, which a
- * 1k-token prefill chunk paid 5% for on an H100 (docs/PERF.md). */
-#define MODEL_FOLD_MAX_N 256
 #define MODEL_GRAPH_MAX_SIZES 24
 #define MODEL_GRAPH_MAX_BUCKETS 24
 #define MODEL_GRAPH_MAX_BATCH 512 /* larger decode batches run eagerly (vLLM's cap); */
@@ -156,9 +152,7 @@ struct model {
     size_t weight_bytes;
     void *act_slab;
     size_t act_bytes;
-    bool norm_fold;         /* layer norm weights folded into wqkv / w_gate_up (INFERD_NORM_FOLD; forward.c) */
-    int fold_max_n;         /* ... and batches of up to this many tokens run the folded layers
-                               (INFERD_NORM_FOLD_MAX_N, default MODEL_FOLD_MAX_N) */
+    bool norm_fold;         /* layer norm weights folded into wqkv / w_gate_up (INFERD_NORM_FOLD=0: off; forward.c) */
     unsigned knockout;      /* model_op bits decode-only steps leave out (INFERD_KNOCKOUT; timing only) */
     char knockout_list[257]; /* ... as given (model_knockout) */
     unsigned ko_step;       /* the bits the step being enqueued leaves out (forward.c) */

@@ -420,11 +420,15 @@ struct rope_epi {
     bool rvec;               /* rx rows 16-byte aligned, rd % 8 == 0 */
 };
 
-#define ROPE_HEADS 4 /* heads of a rope_kv_kernel block: one warp each */
+#define ROPE_HEADS 4 /* warps of a rope_kv_kernel block, one head at a time each */
+#define ROPE_TOKEN_BLOCK_N 128 /* a folded norm's batches from this many tokens: one block a token */
 
-/* One block per (token, ROPE_HEADS heads), one warp per head (a block per
- * token alone ran 11.4 us for 16 tokens on an H100: 16 blocks, each thread a
- * serial chain of 20 load-store round trips). The block's threads first
+/* One block per (token, hpb heads), one warp per head, ROPE_HEADS warps
+ * (hpb = ROPE_HEADS: a block per token alone ran 11.4 us for 16 tokens on
+ * an H100: 16 blocks, each thread a serial chain of 20 load-store round
+ * trips; but after a folded norm each block sums its token's squares, so
+ * batches of ROPE_TOKEN_BLOCK_N tokens and more take all heads a block,
+ * the warps looping over them: the sum once a token). The block's threads first
  * put cos/sin of pos * inv_freq[j] (times mscale) in shared memory (and,
  * after a folded norm, sum the squares of the token's input row: r); then
  * each warp, for its head: bf16(bf16(x r) + bias) in place, each step
@@ -439,6 +443,7 @@ struct rope_epi {
 struct rope_kv_args {
     kern_rope_kv_params p;
     rope_epi e;
+    int hpb; /* heads a block, a multiple of ROPE_HEADS */
 };
 
 /* N (1, 2 or 4) adjacent bf16 values at p (N-element aligned) in one access. */
@@ -464,35 +469,13 @@ template <int N> __device__ __forceinline__ void rope_st(uint16_t *p, const uint
         *reinterpret_cast<uint32_t *>(p) = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
 }
 
-/* P: adjacent elements of each half a lane rotates (2 when head_dim % 8 ==
- * 0 and the rows and caches are 16-byte aligned, else 1), and 2 P of a v
- * head it copies (1 when P = 1): a 128-dim head is then one load-store
- * round trip a lane instead of two (a v head one instead of four). The same
- * arithmetic per element either way. */
-template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
+/* Head h of token t (one warp, lane): rs the token's folded-norm scale (1
+ * without), cs / sn its cos and sin; see rope_kv_kernel. */
+template <int P>
+__device__ __forceinline__ void rope_head(const kern_rope_kv_params &p, const rope_epi &e, int64_t t, int h, int lane,
+                                          const float *cs, const float *sn, float rs)
 {
-    kc_pdl_trigger();
-    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
-    const kern_rope_kv_params &p = ra.p;
-    const rope_epi &e = ra.e;
-    extern __shared__ float rope_sm[]; /* cs[half], sn[half] */
     const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
-    float *cs = rope_sm, *sn = rope_sm + half;
-    const int64_t t = blockIdx.x;
-    const float pos = (float)p.positions[t];
-    const float ms = p.mscale != 0.0f ? p.mscale : 1.0f; /* YaRN attention factor; 0 = unset */
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float angle = pos * p.inv_freq[j];
-        cs[j] = cosf(angle) * ms;
-        sn[j] = sinf(angle) * ms;
-    }
-    __shared__ float red[33];
-    const uint16_t *rx = e.rx ? e.rx + t * e.rd : NULL; /* [rd] */
-    const float rs = !rx ? 1.0f : e.rvec ? row_inv_rms<true>(rx, e.rd, e.eps, red) : row_inv_rms<false>(rx, e.rd, e.eps, red);
-    __syncthreads();
-    const int lane = threadIdx.x & 31, h = blockIdx.y * ROPE_HEADS + (int)(threadIdx.x >> 5);
-    if (h >= nh + 2 * nkv)
-        return; /* warp-uniform; no block barrier follows */
     uint16_t *v = (uint16_t *)p.qkv + (t * (int64_t)(nh + 2 * nkv) + h) * hd; /* this head's [hd] */
     if (e.bias || e.rx) { /* bf16(bf16(x rs) + bias), each step where it applies */
         for (int i = lane; i < hd; i += 32) {
@@ -559,11 +542,45 @@ template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
     }
 }
 
+/* P: adjacent elements of each half a lane rotates (2 when head_dim % 8 ==
+ * 0 and the rows and caches are 16-byte aligned, else 1), and 2 P of a v
+ * head it copies (1 when P = 1): a 128-dim head is then one load-store
+ * round trip a lane instead of two (a v head one instead of four). The same
+ * arithmetic per element either way. */
+template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
+{
+    kc_pdl_trigger();
+    kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
+    const kern_rope_kv_params &p = ra.p;
+    const rope_epi &e = ra.e;
+    extern __shared__ float rope_sm[]; /* cs[half], sn[half] */
+    const int half = p.head_dim / 2;
+    float *cs = rope_sm, *sn = rope_sm + half;
+    const int64_t t = blockIdx.x;
+    const float pos = (float)p.positions[t];
+    const float ms = p.mscale != 0.0f ? p.mscale : 1.0f; /* YaRN attention factor; 0 = unset */
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const float angle = pos * p.inv_freq[j];
+        cs[j] = cosf(angle) * ms;
+        sn[j] = sinf(angle) * ms;
+    }
+    __shared__ float red[33];
+    const uint16_t *rx = e.rx ? e.rx + t * e.rd : NULL; /* [rd] */
+    const float rs = !rx ? 1.0f : e.rvec ? row_inv_rms<true>(rx, e.rd, e.eps, red) : row_inv_rms<false>(rx, e.rd, e.eps, red);
+    __syncthreads();
+    const int lane = threadIdx.x & 31, h1 = min(p.n_heads + 2 * p.n_kv_heads, ((int)blockIdx.y + 1) * ra.hpb);
+    for (int h = (int)blockIdx.y * ra.hpb + (int)(threadIdx.x >> 5); h < h1; h += ROPE_HEADS) /* warp-uniform */
+        rope_head<P>(p, e, t, h, lane, cs, sn, rs);
+}
+
 static void launch_rope_kv(cudaStream_t s, bool pdl, const kern_rope_kv_params *p, const rope_epi *e)
 {
     const size_t smem = (size_t)p->head_dim * sizeof(float);
-    const dim3 grid((unsigned)p->n_tokens, kcuda_cdiv(p->n_heads + 2 * p->n_kv_heads, ROPE_HEADS));
-    const rope_kv_args a = {*p, *e};
+    const int heads = p->n_heads + 2 * p->n_kv_heads;
+    const int hpb = e->rx && p->n_tokens >= ROPE_TOKEN_BLOCK_N ? (int)kcuda_cdiv(heads, ROPE_HEADS) * ROPE_HEADS
+                                                                 : ROPE_HEADS;
+    const dim3 grid((unsigned)p->n_tokens, kcuda_cdiv(heads, hpb));
+    const rope_kv_args a = {*p, *e, hpb};
     const bool v2 = p->head_dim % 8 == 0 && kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->k_cache, 16) &&
                     kcuda_aligned(p->v_cache, 16);
     kc_launch(v2 ? rope_kv_kernel<2> : rope_kv_kernel<1>, grid, ROPE_HEADS * 32, smem, s, pdl, a);

@@ -1246,6 +1246,7 @@ START_TEST(test_rope_kv_write_ex)
     bad += qkv_epi_case(8, 2, 64, 16, 11, false, false, 0.0f, 4096, seed + 80); /* a folded norm: Llama */
     bad += qkv_epi_case(7, 1, 34, 5, 13, true, false, 0.0f, 37, seed + 90);    /* ... odd d: the scalar sum, bias */
     bad += qkv_epi_case(8, 4, 128, 16, 9, false, true, 0.0f, 136, seed + 100); /* ... and q/k norms */
+    bad += qkv_epi_case(8, 2, 64, 16, 130, true, false, 0.0f, 512, seed + 110); /* ... a block a token (>= 128) */
     if (!kt_quick)
         bad += qkv_epi_case(32, 8, 256, 16, 37, true, true, 1.25f, 0, seed + 50); /* more heads than warps, hd 256 */
     ck_assert_int_eq(bad, 0);
