@@ -19,7 +19,8 @@
 #    folder carried from another checkout path cannot be reused by CMake; it
 #    is left alone and build-gpu-test is configured instead.
 # 3. ctest -L gpu --output-on-failure (tests skip with 77 without a device);
-#    then the stories260K and decode-graph tests again with INFERD_NORM_FOLD=0.
+#    then the stories260K, decode-graph and engine invariance tests again with
+#    INFERD_NORM_FOLD=1.
 # 4. compute-sanitizer --tool memcheck on the kernel test binary, the
 #    stories260K GPU test and the decode-graph test (graph replays included)
 #    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
@@ -142,19 +143,20 @@ while read -r line; do
 done < <(grep -E "Test +#[0-9]+: " "$OUT/ctest-gpu.log" || true)
 [[ $RC -eq 0 ]] || row "ctest -L gpu (exit $RC)" FAIL "ctest-gpu.log"
 
-# --- 3b. without the norm fold (INFERD_NORM_FOLD=0; the default folds, model/forward.c
-# LAYERS_FOLD): the stories260K goldens and graphs == eager again on the unfolded layers
-for t in test_stories_gpu test_graphs_gpu; do
-    bin=$BUILD/tests/model/$t
+# --- 3b. the norm fold (INFERD_NORM_FOLD=1, opt-in; model/forward.c LAYERS_FOLD): the
+# stories260K goldens, graphs == eager and the engine's invariance tests on the folded layers
+for t in model/test_stories_gpu model/test_graphs_gpu scheduler/test_engine_stories; do
+    bin=$BUILD/tests/$t
+    t=$(basename "$t")
     [[ -x $bin ]] || continue
     set +e
-    INFERD_NORM_FOLD=0 "$bin" >"$OUT/nofold-$t.log" 2>&1
+    INFERD_NORM_FOLD=1 INFERD_TEST_DEVICE=cuda "$bin" >"$OUT/fold-$t.log" 2>&1
     rc=$?
     set -e
     case $rc in
-    0) row "$t, INFERD_NORM_FOLD=0" PASS "nofold-$t.log" ;;
-    77) row "$t, INFERD_NORM_FOLD=0" SKIP "no device or fixtures" ;;
-    *) row "$t, INFERD_NORM_FOLD=0 (exit $rc)" FAIL "nofold-$t.log" ;;
+    0) row "$t, INFERD_NORM_FOLD=1" PASS "fold-$t.log" ;;
+    77) row "$t, INFERD_NORM_FOLD=1" SKIP "no device or fixtures" ;;
+    *) row "$t, INFERD_NORM_FOLD=1 (exit $rc)" FAIL "fold-$t.log" ;;
     esac
 done
 
