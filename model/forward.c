@@ -614,14 +614,13 @@ static bool use_accum(const model *m, int n)
 }
 
 /* How the layers of a batch of n tokens run: fused (use_fused_layers), or
- * folded (model->norm_fold: no norm kernels; the QKV and
- * gate/up products read x and scale by 1 / rms after it, in their epilogue
- * or in the RoPE / SiLU op; O and down add into x; at every n, so a
- * token's arithmetic does not depend on the batch more than the products'
- * routes make it), or unfused with the
- * products adding into x (use_accum), or unfused with the add in the next
- * norm. With any but the last the last sub-block's output is already in x
- * when the head runs (folded). */
+ * folded (model->norm_fold: no norm kernels; the QKV and gate/up products
+ * read x and scale by 1 / rms after it, in their epilogue or in the RoPE /
+ * SiLU op; O and down add into x; at every n, so a token's arithmetic
+ * depends on the batch no more than the products' routes make it), or
+ * unfused with the products adding into x (use_accum), or unfused with the
+ * add in the next norm. With any but the last, the last sub-block's output
+ * is already in x when the head runs (folded). */
 typedef enum { LAYERS_PLAIN, LAYERS_ACCUM, LAYERS_FOLD, LAYERS_FUSED } layers_form;
 static layers_form layers_form_of(const model *m, int n)
 {
