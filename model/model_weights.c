@@ -151,14 +151,20 @@ static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight
  * with its place in the whole (fused) matrix, one seed per weight, so a
  * tensor-parallel rank holds the same values as those rows and columns of
  * the unsplit model. */
+/* A [1, cols] weight (a norm's) set to ones. */
+static void fill_ones(kern_ctx *kc, kern_weight *w)
+{
+    float *ones = inferd_malloc(sizeof(float) * (size_t)w->cols);
+    for (int64_t i = 0; i < w->cols; i++)
+        ones[i] = 1.0f;
+    kern_weight_upload(kc, w, 0, ones, KERN_DTYPE_F32, 1);
+    inferd_free(ones);
+}
+
 static void fill_dummy(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
 {
     if (src[0].n_dims == 1 && src[0].cols > 1) {
-        float *ones = inferd_malloc(sizeof(float) * (size_t)w->cols);
-        for (int64_t i = 0; i < w->cols; i++)
-            ones[i] = 1.0f;
-        kern_weight_upload(p->m->kc, w, 0, ones, KERN_DTYPE_F32, 1);
-        inferd_free(ones);
+        fill_ones(p->m->kc, w);
         return;
     }
     const uint64_t seed = p->seed++;
@@ -381,19 +387,14 @@ static inferd_status check_finite(weight_pass *p)
  * layers read neither (forward.c). */
 static void fold_norms(model *m)
 {
-    const int64_t d = m->cfg.hidden_size;
-    float *ones = inferd_malloc(sizeof(float) * (size_t)d);
-    for (int64_t i = 0; i < d; i++)
-        ones[i] = 1.0f;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         model_layer *L = &m->layers[l];
         kern_weight_scale_cols(m->kc, &L->wqkv, &L->attn_norm);
         kern_weight_scale_cols(m->kc, &L->w_gate_up, &L->mlp_norm);
-        kern_weight_upload(m->kc, &L->attn_norm, 0, ones, KERN_DTYPE_F32, 1);
-        kern_weight_upload(m->kc, &L->mlp_norm, 0, ones, KERN_DTYPE_F32, 1);
+        fill_ones(m->kc, &L->attn_norm); /* after the scaling, in stream order */
+        fill_ones(m->kc, &L->mlp_norm);
     }
     kern_sync(m->kc);
-    inferd_free(ones);
 }
 
 inferd_status model_weights_load(model *m)

@@ -177,27 +177,21 @@ void kcpu_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weig
     }
     float *prod = f->epi == KERN_EPI_STORE ? out : inferd_malloc(sizeof(float) * (size_t)(n * rows)); /* [n, rows] */
     kcpu_matmul(ctx, prod, x, w, n);
-    if (f->rms && f->epi == KERN_EPI_SILU_MUL) {
-        kcpu_silu_mul_rms(ctx, out, prod, n, (int)(rows / 2), in, (int)cols, f->eps);
-    } else if (f->rms) { /* ROPE_KV (kern_matmul_fused checked) */
-        kern_rope_kv_params rp = *f->rope;
-        rp.qkv = prod;
-        rp.n_tokens = n;
-        const kern_qkv_epilogue e = {.qkv_bias = f->qkv_bias, .rms_x = in, .rms_cols = (int)cols, .norm_eps = f->eps};
-        kcpu_rope_kv_write(ctx, &rp, &e);
-        memcpy(out, prod, sizeof(float) * (size_t)(n * rows));
-    } else if (f->epi == KERN_EPI_RESID) {
+    if (f->epi == KERN_EPI_RESID) {
         float *r = f->resid; /* [n, rows] */
         for (int64_t i = 0; i < n * rows; i++)
             r[i] += prod[i];
+    } else if (f->epi == KERN_EPI_SILU_MUL && f->rms) {
+        kcpu_silu_mul_rms(ctx, out, prod, n, (int)(rows / 2), in, (int)cols, f->eps);
     } else if (f->epi == KERN_EPI_SILU_MUL) {
         kcpu_silu_mul(ctx, out, prod, n, (int)(rows / 2));
     } else if (f->epi == KERN_EPI_ROPE_KV) {
         kern_rope_kv_params rp = *f->rope;
         rp.qkv = prod;
         rp.n_tokens = n;
-        const kern_qkv_epilogue e = {.qkv_bias = f->qkv_bias};
-        kcpu_rope_kv_write(ctx, &rp, f->qkv_bias ? &e : NULL);
+        const kern_qkv_epilogue e = {
+            .qkv_bias = f->qkv_bias, .rms_x = f->rms ? in : NULL, .rms_cols = (int)cols, .norm_eps = f->eps};
+        kcpu_rope_kv_write(ctx, &rp, &e); /* members left NULL do nothing */
         memcpy(out, prod, sizeof(float) * (size_t)(n * rows));
     }
     if (prod != out)
