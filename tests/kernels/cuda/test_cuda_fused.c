@@ -223,6 +223,18 @@ static int fused_case(const fcase *c, uint64_t seed)
     return bad;
 }
 
+/* The ROPE_KV shapes of the form tests, case s of 4: Llama GQA hd 64, Qwen2
+ * bias, odd hd 6 (3 pairs), MHA hd 34 with block size 1; n tokens of 136
+ * input columns. */
+static fcase rope_fcase(int s, int n)
+{
+    static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
+    fcase c = {.epi = KERN_EPI_ROPE_KV, .bias = rp[s][4] != 0, .n = n, .cols = 136, .nh = rp[s][0],
+               .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
+    c.rows = (c.nh + 2 * c.nkv) * c.hd;
+    return c;
+}
+
 /* GEMV route for every size: small test weights must take it too; the
  * tensor-core form's shared-memory ring (0 or 2: off, forced; _i of the loop
  * tests); the
@@ -262,12 +274,9 @@ START_TEST(test_fused_forms)
                     c.norm = true; /* the plain product is test_gemv's */
                 bad += fused_case(&c, seed + (uint64_t)k * 16);
             }
-        /* ROPE_KV: Llama GQA hd 64, Qwen2 bias, odd hd 6 (3 pairs), MHA hd 34 with block size 1 */
-        static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
-        for (int s = 0; s < 4; s++, k++) {
-            fcase c = {.epi = KERN_EPI_ROPE_KV, .norm = (k % 2) == 0, .bias = rp[s][4] != 0, .n = n,
-                       .cols = 136, .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
-            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+        for (int s = 0; s < 4; s++, k++) { /* ROPE_KV (rope_fcase) */
+            fcase c = rope_fcase(s, n);
+            c.norm = (k % 2) == 0;
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
     }
@@ -284,11 +293,8 @@ START_TEST(test_fused_forms)
                     c.rows++;
                 bad += fused_case(&c, seed + (uint64_t)k * 16);
             }
-        static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
         for (int s = 0; s < 4; s++, k++) {
-            fcase c = {.epi = KERN_EPI_ROPE_KV, .bias = rp[s][4] != 0, .n = n, .cols = 136, .nh = rp[s][0],
-                       .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
-            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            const fcase c = rope_fcase(s, n);
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
     }
@@ -327,7 +333,6 @@ START_TEST(test_fused_rms)
     const uint64_t seed = kt_seed() + 7000;
     printf("test_fused_rms: tensor-core ring %d, seed %llu\n", 2 * _i, (unsigned long long)seed);
     static const int dense[][2] = {{2, 8}, {38, 264}, {258, 72}, {1000, 512}};
-    static const int rp[][5] = {{8, 2, 64, 16, 0}, {7, 1, 32, 5, 1}, {5, 1, 6, 3, 1}, {3, 3, 34, 1, 0}};
     static const int ns[] = {1, 2, 3, 7, 8, 9, 16};
     int bad = 0, k = 0;
     for (int i = 0; i < 7; i++) {
@@ -338,9 +343,8 @@ START_TEST(test_fused_rms)
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
         for (int s = 0; s < 4; s++, k++) {
-            fcase c = {.epi = KERN_EPI_ROPE_KV, .rms = true, .bias = rp[s][4] != 0, .n = ns[i], .cols = 136,
-                       .nh = rp[s][0], .nkv = rp[s][1], .hd = rp[s][2], .bs = rp[s][3]};
-            c.rows = (c.nh + 2 * c.nkv) * c.hd;
+            fcase c = rope_fcase(s, ns[i]);
+            c.rms = true;
             bad += fused_case(&c, seed + (uint64_t)k * 16);
         }
     }
