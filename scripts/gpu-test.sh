@@ -19,8 +19,8 @@
 #    folder carried from another checkout path cannot be reused by CMake; it
 #    is left alone and build-gpu-test is configured instead.
 # 3. ctest -L gpu --output-on-failure (tests skip with 77 without a device);
-#    then the stories260K, decode-graph and engine invariance tests again with
-#    INFERD_NORM_FOLD=1.
+#    then the engine invariance tests on the GPU, and they, the stories260K
+#    and the decode-graph tests again with INFERD_NORM_FOLD=0.
 # 4. compute-sanitizer --tool memcheck on the kernel test binary, the
 #    stories260K GPU test and the decode-graph test (graph replays included)
 #    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
@@ -143,20 +143,22 @@ while read -r line; do
 done < <(grep -E "Test +#[0-9]+: " "$OUT/ctest-gpu.log" || true)
 [[ $RC -eq 0 ]] || row "ctest -L gpu (exit $RC)" FAIL "ctest-gpu.log"
 
-# --- 3b. the norm fold (INFERD_NORM_FOLD=1, opt-in; model/forward.c LAYERS_FOLD): the
-# stories260K goldens, graphs == eager and the engine's invariance tests on the folded layers
-for t in model/test_stories_gpu model/test_graphs_gpu scheduler/test_engine_stories; do
-    bin=$BUILD/tests/$t
-    t=$(basename "$t")
+# --- 3b. the engine's invariance tests on the GPU (a request alone == in a batch, through
+# the folded layers, the default: model/forward.c LAYERS_FOLD), then without the norm fold
+# (INFERD_NORM_FOLD=0): the stories260K goldens, graphs == eager and the invariance tests again
+for run in "1 scheduler/test_engine_stories" "0 model/test_stories_gpu" "0 model/test_graphs_gpu" \
+           "0 scheduler/test_engine_stories"; do
+    fold=${run%% *} bin=$BUILD/tests/${run#* }
+    t=$(basename "$bin")
     [[ -x $bin ]] || continue
     set +e
-    INFERD_NORM_FOLD=1 INFERD_TEST_DEVICE=cuda "$bin" >"$OUT/fold-$t.log" 2>&1
+    INFERD_NORM_FOLD=$fold INFERD_TEST_DEVICE=cuda "$bin" >"$OUT/fold$fold-$t.log" 2>&1
     rc=$?
     set -e
     case $rc in
-    0) row "$t, INFERD_NORM_FOLD=1" PASS "fold-$t.log" ;;
-    77) row "$t, INFERD_NORM_FOLD=1" SKIP "no device or fixtures" ;;
-    *) row "$t, INFERD_NORM_FOLD=1 (exit $rc)" FAIL "fold-$t.log" ;;
+    0) row "$t (cuda), INFERD_NORM_FOLD=$fold" PASS "fold$fold-$t.log" ;;
+    77) row "$t, INFERD_NORM_FOLD=$fold" SKIP "no device or fixtures" ;;
+    *) row "$t, INFERD_NORM_FOLD=$fold (exit $rc)" FAIL "fold$fold-$t.log" ;;
     esac
 done
 

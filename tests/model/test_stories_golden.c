@@ -73,7 +73,7 @@ static model *load_model(int block_size, int max_tokens, int threads)
     return load_model_kv(block_size, max_tokens, threads, MODEL_KV_CACHE_AUTO);
 }
 
-/* load_model with the norm fold (INFERD_NORM_FOLD=1) or without (0, the default). */
+/* load_model with the norm fold (the default) or without (INFERD_NORM_FOLD=0). */
 static model *load_model_fold(int block_size, int max_tokens, int threads, bool fold)
 {
     setenv("INFERD_NORM_FOLD", fold ? "1" : "0", 1);
