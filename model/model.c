@@ -371,8 +371,6 @@ static inferd_status load_begin(model *m, int rank, int local)
         INFERD_LOG_WARN("INFERD_KNOCKOUT=%.64s: decode steps leave these ops out; for timing only, the outputs "
                         "are wrong", ko_list);
     }
-    const char *fold = getenv("INFERD_NORM_FOLD"); /* the norm fold (forward.c), on by default */
-    m->norm_fold = !(fold && strcmp(fold, "0") == 0);
     m->act_dtype = kern_act_dtype(m->kc);
     m->kv_dtype = m->opts.kv_cache_dtype == MODEL_KV_CACHE_FP8_E4M3 ? KERN_DTYPE_FP8_E4M3 : m->act_dtype;
     m->block_size = m->opts.block_size;

@@ -152,7 +152,7 @@ struct model {
     size_t weight_bytes;
     void *act_slab;
     size_t act_bytes;
-    bool norm_fold;         /* layer norm weights folded into wqkv / w_gate_up (INFERD_NORM_FOLD=0: off; forward.c) */
+    bool norm_fold;         /* layer norm weights folded into wqkv / w_gate_up (fold_wanted, model_weights.c; forward.c) */
     unsigned knockout;      /* model_op bits decode-only steps leave out (INFERD_KNOCKOUT; timing only) */
     char knockout_list[257]; /* ... as given (model_knockout) */
     unsigned ko_step;       /* the bits the step being enqueued leaves out (forward.c) */

@@ -23,6 +23,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -380,6 +381,26 @@ static inferd_status check_finite(weight_pass *p)
     return st;
 }
 
+/* Whether the layer norms are folded (model->norm_fold): INFERD_NORM_FOLD=0
+ * never, another value always; unset, when the model's O and down products
+ * (bf16, unsharded, so every rank decides alike) are at least
+ * MODEL_FOLD_MIN_WEIGHT_BYTES. Below that the folded layers' add into x is
+ * cuBLASLt's beta = 1 product, whose kernel changes with the batch size on
+ * such shapes: on stories260K a request then decodes other tokens batched
+ * than alone (the GPU engine tests), which the unfolded layers (the add in
+ * the norm) do not; kcuda_matmul_accum_fast keeps the same floor. */
+#define MODEL_FOLD_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
+static bool fold_wanted(const model *m)
+{
+    const char *e = getenv("INFERD_NORM_FOLD");
+    if (e && *e)
+        return strcmp(e, "0") != 0;
+    const model_config *c = &m->cfg;
+    const int64_t o_bytes = 2 * (int64_t)c->hidden_size * c->n_heads * c->head_dim;
+    const int64_t down_bytes = 2 * (int64_t)c->hidden_size * c->intermediate_size;
+    return o_bytes >= MODEL_FOLD_MIN_WEIGHT_BYTES && down_bytes >= MODEL_FOLD_MIN_WEIGHT_BYTES;
+}
+
 /* The norm fold (model->norm_fold): each layer's attention and MLP norm
  * weights multiplied into the columns of wqkv and w_gate_up (rounded once,
  * to the weight dtype), the norm weights then all ones, which the fused
@@ -426,7 +447,8 @@ inferd_status model_weights_load(model *m)
     }
     if (st == INFERD_OK)
         st = check_finite(&p);
-    if (st == INFERD_OK && m->norm_fold)
+    m->norm_fold = st == INFERD_OK && fold_wanted(m);
+    if (m->norm_fold)
         fold_norms(m);
     if (p.st)
         st_close(p.st);

@@ -19,8 +19,9 @@
 #    folder carried from another checkout path cannot be reused by CMake; it
 #    is left alone and build-gpu-test is configured instead.
 # 3. ctest -L gpu --output-on-failure (tests skip with 77 without a device);
-#    then the engine invariance tests on the GPU, and they, the stories260K
-#    and the decode-graph tests again with INFERD_NORM_FOLD=0.
+#    then the engine invariance tests on the GPU, the stories260K and
+#    decode-graph tests with the norm fold forced on, and the decode-graph
+#    test with it off (INFERD_NORM_FOLD=0).
 # 4. compute-sanitizer --tool memcheck on the kernel test binary, the
 #    stories260K GPU test and the decode-graph test (graph replays included)
 #    (INFERD_TEST_QUICK=1: the largest cases are skipped under the sanitizer);
@@ -143,13 +144,16 @@ while read -r line; do
 done < <(grep -E "Test +#[0-9]+: " "$OUT/ctest-gpu.log" || true)
 [[ $RC -eq 0 ]] || row "ctest -L gpu (exit $RC)" FAIL "ctest-gpu.log"
 
-# --- 3b. the engine's invariance tests on the GPU (a request alone == in a batch, through
-# the folded layers, the default: model/forward.c LAYERS_FOLD), then without the norm fold
-# (INFERD_NORM_FOLD=0): the stories260K goldens, graphs == eager and the invariance tests again
-for run in "1 scheduler/test_engine_stories" "0 model/test_stories_gpu" "0 model/test_graphs_gpu" \
-           "0 scheduler/test_engine_stories"; do
+# --- 3b. the norm fold (model_weights.c fold_wanted: on for models whose O and down products
+# are 1 MiB or more, so the dummy Llama-3-structured model of test_graphs_gpu folds and
+# stories260K does not; INFERD_NORM_FOLD=1 / 0 forces it on / off): the engine's
+# invariance tests on the GPU (stories260K, unfolded), the stories260K goldens and
+# graphs == eager folded, and graphs == eager on the unfolded dummy Llama-3 model
+for run in "- scheduler/test_engine_stories" "1 model/test_stories_gpu" "1 model/test_graphs_gpu" \
+           "0 model/test_graphs_gpu"; do
     fold=${run%% *} bin=$BUILD/tests/${run#* }
     t=$(basename "$bin")
+    [[ $fold == - ]] && fold=""
     [[ -x $bin ]] || continue
     set +e
     INFERD_NORM_FOLD=$fold INFERD_TEST_DEVICE=cuda "$bin" >"$OUT/fold$fold-$t.log" 2>&1

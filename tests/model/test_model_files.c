@@ -361,6 +361,63 @@ START_TEST(test_nan_dummy)
 }
 END_TEST
 
+/* --- (b2) the norm fold's size rule (model_weights.c fold_wanted) ------------- */
+
+/* A dummy Llama config of these dims: whether its layer norms are folded
+ * under INFERD_NORM_FOLD = env (NULL: unset). O is hidden x heads * head_dim
+ * and down hidden x intermediate, bf16; the floor is 1 MiB each. */
+static const struct {
+    int hidden, heads, head_dim, inter;
+    const char *env;
+    bool want;
+} k_fold_rows[] = {
+    {512, 8, 128, 1024, NULL, true},   /* O and down exactly 1 MiB */
+    {512, 8, 128, 1023, NULL, false},  /* down one column short */
+    {512, 4, 128, 4096, NULL, false},  /* O 512 KiB */
+    {1024, 16, 64, 2048, NULL, true},  /* 2 MiB and 4 MiB */
+    {1024, 16, 64, 2048, "", true},    /* empty: the rule */
+    {1024, 16, 64, 2048, "0", false},  /* forced off */
+    {64, 4, 16, 96, NULL, false},      /* the tiny model's shapes */
+    {64, 4, 16, 96, "1", true},        /* forced on */
+    {64, 4, 16, 96, "yes", true},      /* any value but 0 */
+};
+
+START_TEST(test_norm_fold_rule)
+{
+    const int i = _i;
+    char *dir = test_make_temp_dir("inferd-fold");
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d, "
+            "\"intermediate_size\": %d, \"num_hidden_layers\": 1, \"num_attention_heads\": %d, "
+            "\"num_key_value_heads\": 2, \"head_dim\": %d, \"vocab_size\": 64, "
+            "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-05, \"torch_dtype\": \"bfloat16\"}\n",
+            k_fold_rows[i].hidden, k_fold_rows[i].inter, k_fold_rows[i].heads, k_fold_rows[i].head_dim);
+    fclose(f);
+    model_opts o;
+    opts_for(&o, dir, test_backend(), 1, 1 << 20);
+    o.load_format = MODEL_LOAD_DUMMY;
+    if (k_fold_rows[i].env)
+        setenv("INFERD_NORM_FOLD", k_fold_rows[i].env, 1);
+    else
+        unsetenv("INFERD_NORM_FOLD");
+    model *m = NULL;
+    const inferd_status st = model_load(&o, &m);
+    unsetenv("INFERD_NORM_FOLD");
+    ck_assert_msg(st == INFERD_OK, "row %d: %s", i, inferd_last_error());
+    ck_assert_msg(m->norm_fold == k_fold_rows[i].want, "row %d (hidden %d, O %d x %d, intermediate %d, env %s): "
+                  "folded %d", i, k_fold_rows[i].hidden, k_fold_rows[i].heads, k_fold_rows[i].head_dim,
+                  k_fold_rows[i].inter, k_fold_rows[i].env ? k_fold_rows[i].env : "unset", m->norm_fold);
+    model_free(m);
+    remove(path);
+    rmdir(dir);
+    inferd_free(dir);
+}
+END_TEST
+
 /* --- (c) host memory ----------------------------------------------------------- */
 
 START_TEST(test_host_memory)
@@ -510,6 +567,7 @@ int main(void)
     tcase_add_loop_test(tc, test_nan_weights, 0, (int)(sizeof k_nan_rows / sizeof k_nan_rows[0]));
     tcase_add_test(tc, test_nan_dummy);
     tcase_add_test(tc, test_kv_layout);
+    tcase_add_loop_test(tc, test_norm_fold_rule, 0, (int)(sizeof k_fold_rows / sizeof k_fold_rows[0]));
     char *stories = test_fixture_path("models/stories260K/model.safetensors");
     if (stories && access(stories, R_OK) == 0 && !test_use_cuda()) {
         tcase_add_test(tc, test_tokenizer_vocab);
