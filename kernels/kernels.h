@@ -250,10 +250,9 @@ typedef struct {
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
                          when their plan is first built inside kern_gemm_search_window, outside graph
                          capture, and keep the fastest (0 = never; INFERD_GEMM_SEARCH_MAX_N, 512) ... */
-    int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2;
-                                        INFERD_GEMM_SEARCH_MIN_BYTES); a smaller weight's timed runs each
-                                        follow a write of twice the L2, so they read it from HBM as the
-                                        model does */
+    int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
+                                        the timed runs read the weight from HBM as the model does;
+                                        INFERD_GEMM_SEARCH_MIN_BYTES) */
 } kern_gemm_opts;
 void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o);
 /* CUDA: while the window is open, cuBLASLt plans first built for products

@@ -123,27 +123,20 @@ static bool search_wanted(const kern_ctx *ctx, const kern_weight *w, int n)
 /* Time the candidates c[0..n_c) of pl on the product's own operands into a
  * scratch output (beta 0: an accumulating product's destination is left
  * alone) and return the index of the fastest (an earlier one unless a
- * later runs 2% faster); 0 when anything fails or the stream is capturing.
- * A weight that could stay in the L2 (under twice its size) is timed cold,
- * as a decode step reads it after the other layers' weights went through:
- * a write of twice the L2 before each run, outside the timed span. */
+ * later runs 2% faster); 0 when anything fails or the stream is capturing. */
 static int plan_search(kcuda_state *st, const kcuda_gemm_plan *pl, const cublasLtMatmulHeuristicResult_t *c,
                        int n_c, const void *w, const void *in)
 {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (n_c < 2 || cudaStreamIsCapturing(st->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
         return 0;
-    const size_t flush_bytes = pl->rows * pl->cols * 2 < 2 * (int64_t)st->l2_bytes ? 2 * st->l2_bytes : 0;
-    void *scratch = NULL, *flush = NULL;
+    void *scratch = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     if (cudaMalloc(&scratch, (size_t)pl->n * (size_t)pl->rows * (pl->out_f32 ? 4 : 2)) != cudaSuccess ||
-        (flush_bytes && cudaMalloc(&flush, flush_bytes) != cudaSuccess) || cudaEventCreate(&e0) != cudaSuccess ||
-        cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         (void)cudaGetLastError(); /* an allocation failure is not sticky: no search */
         if (scratch)
             CUDA_CHECK(cudaFree(scratch));
-        if (flush)
-            CUDA_CHECK(cudaFree(flush));
         if (e0)
             CUDA_CHECK(cudaEventDestroy(e0));
         return 0;
@@ -155,26 +148,17 @@ static int plan_search(kcuda_state *st, const kcuda_gemm_plan *pl, const cublasL
         if (c[i].state != CUBLAS_STATUS_SUCCESS || c[i].workspaceSize > st->gemm_ws_bytes)
             continue;
         bool ok = true;
-        float ms = 0.0f;
         for (int r = -1; r < KCUDA_GEMM_SEARCH_REPS && ok; r++) {
-            if (flush)
-                CUDA_CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st->stream));
-            if (r == 0 || (flush && r > 0))
+            if (r == 0)
                 CUDA_CHECK(cudaEventRecord(e0, st->stream));
             ok = cublasLtMatmul(st->lt, pl->desc, &alpha, w, pl->la, in, pl->lb, &beta, scratch, pl->ld, scratch,
                                 pl->ld, &c[i].algo, st->gemm_ws, st->gemm_ws_bytes, st->stream) == CUBLAS_STATUS_SUCCESS;
-            float rep_ms = INFINITY;
-            if (ok && r >= 0 && (flush || r == KCUDA_GEMM_SEARCH_REPS - 1)) { /* one span, or a span a run */
-                CUDA_CHECK(cudaEventRecord(e1, st->stream));
-                CUDA_CHECK(cudaEventSynchronize(e1));
-                ok = cudaEventElapsedTime(&rep_ms, e0, e1) == cudaSuccess;
-                ms += rep_ms;
-            }
         }
-        if (!ok) {
-            CUDA_CHECK(cudaStreamSynchronize(st->stream));
+        CUDA_CHECK(cudaEventRecord(e1, st->stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = INFINITY;
+        if (!ok || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
             continue;
-        }
         timed++;
         if (timed == 1)
             first_ms = ms;
@@ -186,14 +170,11 @@ static int plan_search(kcuda_state *st, const kcuda_gemm_plan *pl, const cublasL
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
     CUDA_CHECK(cudaFree(scratch));
-    if (flush)
-        CUDA_CHECK(cudaFree(flush));
     kcuda_gemm_last_searched = timed;
     if (best > 0)
-        INFERD_LOG_INFO("cuda gemm: %lld x %lld at %lld tokens: cuBLASLt candidate %d of %d, %.1f us against %.1f%s",
+        INFERD_LOG_INFO("cuda gemm: %lld x %lld at %lld tokens: cuBLASLt candidate %d of %d, %.1f us against %.1f",
                         (long long)pl->rows, (long long)pl->cols, (long long)pl->n, best + 1, timed,
-                        1e3 * best_ms / KCUDA_GEMM_SEARCH_REPS, 1e3 * first_ms / KCUDA_GEMM_SEARCH_REPS,
-                        flush ? " (cold L2)" : "");
+                        1e3 * best_ms / KCUDA_GEMM_SEARCH_REPS, 1e3 * first_ms / KCUDA_GEMM_SEARCH_REPS);
     return best;
 }
 #endif
