@@ -154,15 +154,16 @@ for run in "- scheduler/test_engine_stories" "1 model/test_stories_gpu" "1 model
     fold=${run%% *} bin=$BUILD/tests/${run#* }
     t=$(basename "$bin")
     [[ $fold == - ]] && fold=""
+    lab=$([[ -n $fold ]] && echo "INFERD_NORM_FOLD=$fold" || echo "the fold by size")
     [[ -x $bin ]] || continue
     set +e
     INFERD_NORM_FOLD=$fold INFERD_TEST_DEVICE=cuda "$bin" >"$OUT/fold$fold-$t.log" 2>&1
     rc=$?
     set -e
     case $rc in
-    0) row "$t (cuda), INFERD_NORM_FOLD=$fold" PASS "fold$fold-$t.log" ;;
-    77) row "$t, INFERD_NORM_FOLD=$fold" SKIP "no device or fixtures" ;;
-    *) row "$t, INFERD_NORM_FOLD=$fold (exit $rc)" FAIL "fold$fold-$t.log" ;;
+    0) row "$t (cuda), $lab" PASS "fold$fold-$t.log" ;;
+    77) row "$t, $lab" SKIP "no device or fixtures" ;;
+    *) row "$t, $lab (exit $rc)" FAIL "fold$fold-$t.log" ;;
     esac
 done
 

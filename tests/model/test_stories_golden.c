@@ -73,7 +73,8 @@ static model *load_model(int block_size, int max_tokens, int threads)
     return load_model_kv(block_size, max_tokens, threads, MODEL_KV_CACHE_AUTO);
 }
 
-/* load_model with the norm fold (the default) or without (INFERD_NORM_FOLD=0). */
+/* load_model with the norm fold forced on (INFERD_NORM_FOLD=1: stories260K
+ * is under the fold's size floor, model_weights.c fold_wanted) or off. */
 static model *load_model_fold(int block_size, int max_tokens, int threads, bool fold)
 {
     setenv("INFERD_NORM_FOLD", fold ? "1" : "0", 1);
