@@ -39,8 +39,8 @@ static void usage(FILE *f)
                "  (environment) INFERD_KNOCKOUT=OP[,OP...]  decode steps leave these ops out (norm, qkv, rope,\n"
                "                              attn, o, gateup, silu, down): a graph step's time without an op is\n"
                "                              its share of the step; for timing only, the outputs are wrong\n"
-               "                              (norm: the norm kernels of the unfolded layers, INFERD_NORM_FOLD=0;\n"
-               "                              the folded layers, the default, have none)\n\n");
+               "                              (norm: the norm kernels of the unfolded layers; the folded ones,\n"
+               "                              the default where O and down are 1 MiB or more, have none)\n\n");
     cli_model_usage(f);
 }
 
