@@ -124,6 +124,15 @@ void test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
         x[i] = lo + (hi - lo) * (float)rng_uniform(seed, i);
 }
 
+int test_argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
 char *test_write_temp(const char *prefix, const void *data, size_t len)
 {
     char tmpl[256];

@@ -40,6 +40,8 @@ struct cJSON *test_golden_stories(void);
 int test_run_suite(Suite *s);
 /* Deterministic uniform floats in [lo, hi). */
 void test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Index of the largest of x[0..n) (the first of equal ones). */
+int test_argmax(const float *x, int n);
 /* Write `len` bytes to a fresh temp file; returns heap path. */
 char *test_write_temp(const char *prefix, const void *data, size_t len);
 /* Make a fresh temp directory; returns heap path. */

@@ -214,15 +214,6 @@ START_TEST(test_greedy_golden_block7_chunk2)
 }
 END_TEST
 
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* The norm fold changes the bits (each weight rounded once more) but not
  * the model: the logits of the golden prompts and 24 greedy steps agree
  * with the unfolded model's to 1e-4, not bitwise. */
@@ -248,8 +239,8 @@ START_TEST(test_norm_fold_logits)
             model_logits_to_host(m1, l1);
             for (int v = 0; v < vocab; v++)
                 max_diff = fmax(max_diff, fabs((double)l0[v] - (double)l1[v]));
-            toks[n] = argmax(l0, vocab);
-            ck_assert_int_eq(toks[n], argmax(l1, vocab));
+            toks[n] = test_argmax(l0, vocab);
+            ck_assert_int_eq(toks[n], test_argmax(l1, vocab));
             forward_seq(m0, &toks[n], n, 1, 0);
             forward_seq(m1, &toks[n], n, 1, 0);
             n++;
@@ -346,8 +337,8 @@ START_TEST(test_fp8_vs_auto_logits)
                 max_diff = fmax(max_diff, fabs((double)la[v] - (double)l8[v]));
                 max_abs = fmax(max_abs, fabs((double)la[v]));
             }
-            toks[n] = argmax(la, vocab);
-            same_argmax += toks[n] == argmax(l8, vocab);
+            toks[n] = test_argmax(la, vocab);
+            same_argmax += toks[n] == test_argmax(l8, vocab);
             n_rows++;
             forward_seq(ma, &toks[n], n, 1, 0);
             forward_seq(m8, &toks[n], n, 1, 0);

@@ -134,15 +134,6 @@ static void run_one(model *m, const prompt *p, const sampling_params *sp, result
     etu_finish_engine(e, NULL);
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* --- logit_bias ------------------------------------------------------------- */
 
 START_TEST(test_logit_bias_forces)
@@ -238,7 +229,7 @@ static void check_against_host(model *m, const prompt *p, const sampling_params 
     for (int k = 0; k < r->n; k++) {
         model_logits_to_host(m, x);
         ref_penalize(x, vocab, ctx, p->n, n, sp);
-        int want = argmax(x, vocab);
+        int want = test_argmax(x, vocab);
         ck_assert_msg(r->toks[k] == want, "token %d: engine %d, host reference %d", k, r->toks[k], want);
         float lp = log_softmax_at(x, vocab, want);
         ck_assert_msg(fabsf(r->lp[k] - lp) <= 1e-4f, "token %d: engine logprob %.7g, host %.7g", k, r->lp[k], lp);
@@ -732,7 +723,7 @@ static void check_prompt_against_host(model *m, const prompt *p, int n_top, cons
             float lp = log_softmax_at(x, vocab, e->top_ids[j]);
             ck_assert_msg(fabsf(e->top_logprobs[j] - lp) <= tol, "prompt token %d top %d", k + 1, j);
             if (j == 0)
-                ck_assert_float_eq_tol(lp, log_softmax_at(x, vocab, argmax(x, vocab)), tol);
+                ck_assert_float_eq_tol(lp, log_softmax_at(x, vocab, test_argmax(x, vocab)), tol);
             else
                 ck_assert(e->top_logprobs[j] <= e->top_logprobs[j - 1]);
         }

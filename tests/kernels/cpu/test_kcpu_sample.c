@@ -40,21 +40,12 @@ static int32_t sample1(kern_ctx *ctx, const float *logits, int vocab, kern_sampl
     return t;
 }
 
-static int naive_argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 START_TEST(test_greedy)
 {
     kern_ctx *ctx = kt_ctx(2);
     float x[1001];
     test_fill_uniform(x, 1001, 4, -5.0f, 5.0f);
-    const int want = naive_argmax(x, 1001);
+    const int want = test_argmax(x, 1001);
     KT_INT_EQ(sample1(ctx, x, 1001, params(0.0f, 0, 1.0f, 0.0f, 1, 0)), want);
     KT_INT_EQ(sample1(ctx, x, 1001, params(-1.0f, 5, 0.5f, 0.1f, 1, 0)), want);
     /* ties go to the lowest id */
@@ -101,7 +92,7 @@ START_TEST(test_topk1_tiny_topp_equal_greedy)
     float x[777];
     for (uint64_t r = 0; r < 50; r++) {
         test_fill_uniform(x, 777, 100 + r, -3.0f, 3.0f);
-        int want = naive_argmax(x, 777);
+        int want = test_argmax(x, 777);
         KT_INT_EQ(sample1(ctx, x, 777, params(1.3f, 1, 1.0f, 0.0f, r, r)), want);
         KT_INT_EQ(sample1(ctx, x, 777, params(2.0f, 0, 1e-6f, 0.0f, r, 2 * r)), want);
         KT_INT_EQ(sample1(ctx, x, 777, params(0.7f, 0, 0.0f, 0.0f, r, 5)), want);
