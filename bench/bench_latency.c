@@ -289,8 +289,9 @@ void bench_print_device(FILE *f, model *m, const kern_ceilings *c)
     model_graph_info gi;
     model_graph_info_get(m, &gi);
     fprintf(f, "device: %s (%s backend)\n", c->device, kern_backend_name(kern_ctx_backend(model_kern(m))));
-    fprintf(f, "model: %s, %d layers, d %d, vocab %d, KV cache %s\n", cfg->arch, cfg->n_layers,
-            cfg->hidden_size, cfg->vocab_size, kern_dtype_name(model_kv_dtype(m)));
+    fprintf(f, "model: %s, %d layers, d %d, vocab %d, KV cache %s, norm fold %s\n", cfg->arch, cfg->n_layers,
+            cfg->hidden_size, cfg->vocab_size, kern_dtype_name(model_kv_dtype(m)),
+            model_norm_folded(m) ? "on" : "off");
     fprintf(f, "ceilings (measured now): copy %.1f GB/s (%lld MiB d2d), GEMM %.2f TFLOP/s (%dx%dx%d)\n",
             c->copy_gbps, (long long)(c->copy_bytes >> 20), c->gemm_tflops, c->gemm_m, c->gemm_n, c->gemm_k);
     if (gi.enabled)
@@ -459,6 +460,7 @@ static int write_json(const char *path, model *m, const kern_ceilings *c, const 
     cJSON_AddStringToObject(root, "device", c->device);
     cJSON_AddStringToObject(root, "backend", kern_backend_name(kern_ctx_backend(model_kern(m))));
     cJSON_AddStringToObject(root, "kv_cache_dtype", kern_dtype_name(model_kv_dtype(m)));
+    cJSON_AddBoolToObject(root, "norm_fold", model_norm_folded(m));
     cJSON_AddBoolToObject(root, "graphs", gi.enabled);
     cJSON_AddNumberToObject(root, "graphs_captured", gi.n_graphs);
     cJSON_AddNumberToObject(root, "graph_capture_s", gi.capture_s);

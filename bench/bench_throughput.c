@@ -424,6 +424,7 @@ static int write_json(const char *path, model *m, const engine_opts *eo, const k
     cJSON_AddNumberToObject(ej, "max_model_len", model_max_model_len(m));
     cJSON_AddBoolToObject(ej, "enable_prefix_caching", eo->enable_prefix_caching);
     cJSON_AddBoolToObject(ej, "graphs", gi.enabled);
+    cJSON_AddBoolToObject(ej, "norm_fold", model_norm_folded(m));
     cJSON_AddNumberToObject(ej, "steps", (double)r->stats.steps);
     cJSON_AddNumberToObject(ej, "steps_ahead", (double)r->stats.steps_ahead);
     cJSON_AddNumberToObject(ej, "preemptions", (double)r->stats.preemptions);

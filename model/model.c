@@ -248,10 +248,10 @@ static void log_plan(const model *m)
     int64_t kv_tokens = (int64_t)(m->n_blocks - 1) * m->block_size;
     const model_shard *sh = &m->sh;
     if (sh->rank == 0)
-        INFERD_LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights)",
+        INFERD_LOG_INFO("model: %s, %d layers, d=%d, heads %d/%d x %d, vocab %d, backend %s (%s weights%s)",
                         m->cfg.arch, m->cfg.n_layers, m->cfg.hidden_size, m->cfg.n_heads, m->cfg.n_kv_heads,
                         m->cfg.head_dim, m->cfg.vocab_size, kern_backend_name(kern_ctx_backend(m->kc)),
-                        kern_dtype_name(m->embed.dtype));
+                        kern_dtype_name(m->embed.dtype), m->norm_fold ? ", norms folded" : "");
     if (sh->tp > 1 || m->comm)
         INFERD_LOG_INFO("tensor parallel rank %d/%d (%s %d): q heads [%lld, %lld), kv heads [%lld, %lld)%s, "
                         "intermediate [%lld, %lld), vocabulary [%lld, %lld)",
@@ -516,6 +516,11 @@ int model_max_blocks_per_seq(const model *m)
 const char *model_knockout(const model *m)
 {
     return m->knockout ? m->knockout_list : NULL;
+}
+
+bool model_norm_folded(const model *m)
+{
+    return m->norm_fold;
 }
 
 int64_t model_kv_bytes_per_block(const model *m)

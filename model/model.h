@@ -109,6 +109,10 @@ int model_max_blocks_per_seq(const model *m);
 /* The ops decode steps leave out (INFERD_KNOCKOUT as given at load, for
  * timing only: the outputs are wrong), or NULL. */
 const char *model_knockout(const model *m);
+/* Whether the layer norms were folded into the QKV and gate/up weights at
+ * load (the norm fold: models whose O and down products are 1 MiB or
+ * more, unless INFERD_NORM_FOLD=0; INFERD_NORM_FOLD=1 forces it). */
+bool model_norm_folded(const model *m);
 /* Bytes of KV storage per block over all layers (K and V), in the KV
  * cache's element (model_kv_dtype). */
 int64_t model_kv_bytes_per_block(const model *m);

@@ -210,6 +210,26 @@ START_TEST(test_cpu_knockout_named)
 }
 END_TEST
 
+/* The norm fold in the header and the JSON: off on stories260K by the size
+ * rule, on when INFERD_NORM_FOLD=1 forces it. */
+START_TEST(test_cpu_norm_fold_named)
+{
+    static const char *const flags[] = {"--batch-size", "2", "--input-len", "8", "--output-len", "4",
+                                        "--num-iters-warmup", "0", "--num-iters", "1", NULL};
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced)
+            setenv("INFERD_NORM_FOLD", "1", 1);
+        bl_run run;
+        bl_start(&run, flags);
+        unsetenv("INFERD_NORM_FOLD");
+        ck_assert_msg(strstr(run.out, forced ? "norm fold on\n" : "norm fold off\n"), "%s", run.out);
+        const cJSON *nf = cJSON_GetObjectItem(run.root, "norm_fold");
+        ck_assert_msg(cJSON_IsBool(nf) && cJSON_IsTrue(nf) == forced, "norm_fold in the JSON");
+        bl_done(&run);
+    }
+}
+END_TEST
+
 /* A batch the KV cache cannot hold at once (8 prompts of 200 tokens in 28
  * blocks of 16) runs in parts: its row has no decode steps, and a warning
  * names it, with the pool's size, instead of leaving bare zeros. */
@@ -296,6 +316,7 @@ int main(void)
     tcase_add_test(tc, test_cpu_table_and_json);
     tcase_add_test(tc, test_cpu_profile_ops);
     tcase_add_test(tc, test_cpu_knockout_named);
+    tcase_add_test(tc, test_cpu_norm_fold_named);
     tcase_add_test(tc, test_cpu_batch_in_parts);
     tcase_add_test(tc, test_cpu_kv_fp8);
     tcase_add_test(tc, test_bad_flags);
