@@ -20,8 +20,8 @@
  * Larger batches of large models on the GPU (cuBLASLt's products) fold the
  * residual add into the O and down products instead (use_accum: beta = 1),
  * so each norm reads x alone. With the norm fold (model->norm_fold: models
- * whose O and down products are 1 MiB or more, unless INFERD_NORM_FOLD=0;
- * fold_wanted in model_weights.c: each layer norm's weight multiplied into
+ * whose O and down products pass use_accum's weight floor, unless
+ * INFERD_NORM_FOLD=0; fold_wanted in model_weights.c: each layer norm's weight multiplied into
  * the columns of the QKV and gate/up weights at load) every batch
  * past the fused layers runs without norm kernels (LAYERS_FOLD): those
  * products read x itself and their outputs are scaled by each token's

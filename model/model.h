@@ -110,8 +110,9 @@ int model_max_blocks_per_seq(const model *m);
  * timing only: the outputs are wrong), or NULL. */
 const char *model_knockout(const model *m);
 /* Whether the layer norms were folded into the QKV and gate/up weights at
- * load (the norm fold: models whose O and down products are 1 MiB or
- * more, unless INFERD_NORM_FOLD=0; INFERD_NORM_FOLD=1 forces it). */
+ * load (the norm fold: models whose O and down products pass the residual
+ * add's weight floor, 1 MiB by default, unless INFERD_NORM_FOLD=0;
+ * INFERD_NORM_FOLD=1 forces it). */
 bool model_norm_folded(const model *m);
 /* Bytes of KV storage per block over all layers (K and V), in the KV
  * cache's element (model_kv_dtype). */

@@ -146,12 +146,6 @@ static inferd_status fill_from_file(weight_pass *p, kern_weight *w, const weight
     return INFERD_OK;
 }
 
-/* Dummy values: norms 1; biases ([n, 1]) uniform(-0.5, 0.5), the size of a
- * projection's output; matrices uniform(-s, s) with s = 1/sqrt(in
- * features), which keeps activations O(1). Each source window is filled
- * with its place in the whole (fused) matrix, one seed per weight, so a
- * tensor-parallel rank holds the same values as those rows and columns of
- * the unsplit model. */
 /* A [1, cols] weight (a norm's) set to ones. */
 static void fill_ones(kern_ctx *kc, kern_weight *w)
 {
@@ -162,6 +156,12 @@ static void fill_ones(kern_ctx *kc, kern_weight *w)
     inferd_free(ones);
 }
 
+/* Dummy values: norms 1; biases ([n, 1]) uniform(-0.5, 0.5), the size of a
+ * projection's output; matrices uniform(-s, s) with s = 1/sqrt(in
+ * features), which keeps activations O(1). Each source window is filled
+ * with its place in the whole (fused) matrix, one seed per weight, so a
+ * tensor-parallel rank holds the same values as those rows and columns of
+ * the unsplit model. */
 static void fill_dummy(weight_pass *p, kern_weight *w, const weight_src *src, int n_src)
 {
     if (src[0].n_dims == 1 && src[0].cols > 1) {
@@ -382,23 +382,25 @@ static inferd_status check_finite(weight_pass *p)
 }
 
 /* Whether the layer norms are folded (model->norm_fold): INFERD_NORM_FOLD=0
- * never, another value always; unset, when the model's O and down products
- * (bf16, unsharded, so every rank decides alike) are at least
- * MODEL_FOLD_MIN_WEIGHT_BYTES. Below that the folded layers' add into x is
- * cuBLASLt's beta = 1 product, whose kernel changes with the batch size on
- * such shapes: on stories260K a request then decodes other tokens batched
- * than alone (the GPU engine tests), which the unfolded layers (the add in
- * the norm) do not; kcuda_matmul_accum_fast keeps the same floor. */
-#define MODEL_FOLD_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
+ * never, another value always; unset, where the kernels let a product add
+ * into the residual stream (kern_gemm_opts.accum, INFERD_GEMM_ACCUM) and
+ * the model's O and down products (bf16, unsharded, so every rank decides
+ * alike) pass that add's weight floor (accum_min_weight_bytes, 1 MiB),
+ * the rule use_accum (forward.c) applies per batch: the folded layers add
+ * O and down into x at every batch size, and under the floor cuBLASLt's
+ * beta = 1 product changes kernel with the batch (on stories260K a request
+ * then decodes other tokens batched than alone, the GPU engine tests). */
 static bool fold_wanted(const model *m)
 {
     const char *e = getenv("INFERD_NORM_FOLD");
     if (e && *e)
         return strcmp(e, "0") != 0;
+    kern_gemm_opts go;
+    kern_gemm_config_get(m->kc, &go);
     const model_config *c = &m->cfg;
     const int64_t o_bytes = 2 * (int64_t)c->hidden_size * c->n_heads * c->head_dim;
     const int64_t down_bytes = 2 * (int64_t)c->hidden_size * c->intermediate_size;
-    return o_bytes >= MODEL_FOLD_MIN_WEIGHT_BYTES && down_bytes >= MODEL_FOLD_MIN_WEIGHT_BYTES;
+    return go.accum && o_bytes >= go.accum_min_weight_bytes && down_bytes >= go.accum_min_weight_bytes;
 }
 
 /* The norm fold (model->norm_fold): each layer's attention and MLP norm

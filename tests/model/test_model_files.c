@@ -364,22 +364,25 @@ END_TEST
 /* --- (b2) the norm fold's size rule (model_weights.c fold_wanted) ------------- */
 
 /* A dummy Llama config of these dims: whether its layer norms are folded
- * under INFERD_NORM_FOLD = env (NULL: unset). O is hidden x heads * head_dim
- * and down hidden x intermediate, bf16; the floor is 1 MiB each. */
+ * under INFERD_NORM_FOLD = env and INFERD_GEMM_ACCUM = accum (NULL: unset).
+ * O is hidden x heads * head_dim and down hidden x intermediate, bf16; the
+ * floor is the add's, 1 MiB each. */
 static const struct {
     int hidden, heads, head_dim, inter;
-    const char *env;
+    const char *env, *accum;
     bool want;
 } k_fold_rows[] = {
-    {512, 8, 128, 1024, NULL, true},   /* O and down exactly 1 MiB */
-    {512, 8, 128, 1023, NULL, false},  /* down one column short */
-    {512, 4, 128, 4096, NULL, false},  /* O 512 KiB */
-    {1024, 16, 64, 2048, NULL, true},  /* 2 MiB and 4 MiB */
-    {1024, 16, 64, 2048, "", true},    /* empty: the rule */
-    {1024, 16, 64, 2048, "0", false},  /* forced off */
-    {64, 4, 16, 96, NULL, false},      /* the tiny model's shapes */
-    {64, 4, 16, 96, "1", true},        /* forced on */
-    {64, 4, 16, 96, "yes", true},      /* any value but 0 */
+    {512, 8, 128, 1024, NULL, NULL, true},   /* O and down exactly 1 MiB */
+    {512, 8, 128, 1023, NULL, NULL, false},  /* down one column short */
+    {512, 4, 128, 4096, NULL, NULL, false},  /* O 512 KiB */
+    {1024, 16, 64, 2048, NULL, NULL, true},  /* 2 MiB and 4 MiB */
+    {1024, 16, 64, 2048, "", NULL, true},    /* empty: the rule */
+    {1024, 16, 64, 2048, "0", NULL, false},  /* forced off */
+    {64, 4, 16, 96, NULL, NULL, false},      /* the tiny model's shapes */
+    {64, 4, 16, 96, "1", NULL, true},        /* forced on */
+    {64, 4, 16, 96, "yes", NULL, true},      /* any value but 0 */
+    {1024, 16, 64, 2048, NULL, "0", false},  /* the products may not add into x */
+    {1024, 16, 64, 2048, "1", "0", true},    /* ... forced on regardless */
 };
 
 START_TEST(test_norm_fold_rule)
@@ -404,16 +407,21 @@ START_TEST(test_norm_fold_rule)
         setenv("INFERD_NORM_FOLD", k_fold_rows[i].env, 1);
     else
         unsetenv("INFERD_NORM_FOLD");
+    if (k_fold_rows[i].accum)
+        setenv("INFERD_GEMM_ACCUM", k_fold_rows[i].accum, 1);
+    else
+        unsetenv("INFERD_GEMM_ACCUM");
     model *m = NULL;
     const inferd_status st = model_load(&o, &m);
     unsetenv("INFERD_NORM_FOLD");
+    unsetenv("INFERD_GEMM_ACCUM");
     ck_assert_msg(st == INFERD_OK, "row %d: %s", i, inferd_last_error());
-    ck_assert_msg(m->norm_fold == k_fold_rows[i].want, "row %d (hidden %d, O %d x %d, intermediate %d, env %s): "
-                  "folded %d", i, k_fold_rows[i].hidden, k_fold_rows[i].heads, k_fold_rows[i].head_dim,
-                  k_fold_rows[i].inter, k_fold_rows[i].env ? k_fold_rows[i].env : "unset", m->norm_fold);
+    ck_assert_msg(m->norm_fold == k_fold_rows[i].want, "row %d (hidden %d, O %d x %d, intermediate %d, env %s, "
+                  "accum %s): folded %d", i, k_fold_rows[i].hidden, k_fold_rows[i].heads, k_fold_rows[i].head_dim,
+                  k_fold_rows[i].inter, k_fold_rows[i].env ? k_fold_rows[i].env : "unset",
+                  k_fold_rows[i].accum ? k_fold_rows[i].accum : "unset", m->norm_fold);
     model_free(m);
-    remove(path);
-    rmdir(dir);
+    remove_tiny_model(dir);
     inferd_free(dir);
 }
 END_TEST
