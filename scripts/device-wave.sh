@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout)
+# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout wgbench)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -374,6 +374,16 @@ kcase() {
 if part kcases; then
 for c in ${WAVE_KCASES:-}; do kcase "kc-$c" 0 "$c"; done
 for c in ${WAVE_KCASES_SAN:-}; do kcase "kc-$c-memcheck" 1 "$c" memcheck; done
+fi
+# i4a0b. the warpgroup GEMM (gemm_wg.cu) against cuBLASLt on the Llama-3-8B
+#        weight shapes at 16..64 tokens: test_cuda_kernels' WG_BENCH table
+#        (the dense cases at quick sizes run first)
+if part wgbench; then
+if INFERD_TEST_QUICK=1 INFERD_TEST_WG_BENCH=1 CK_RUN_CASE=dense timeout 300 \
+      "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/wgbench.log" 2>&1
+then row "WG_BENCH (dense cases, quick) $(el)" ok
+else row "WG_BENCH (exit $?)" "FAIL (wave/wgbench.log)"; fi
+grep -E "^WG_BENCH|FAIL|differ" "$W/wgbench.log" | head -40
 fi
 # i4a1. the fused cases under compute-sanitizer memcheck, WAVE_REPS times
 #       each with programmatic GEMV launches and without (INFERD_GEMV_PDL=0):

@@ -65,7 +65,19 @@ typedef struct {
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
+    int *wg_cnt;                /* [KCUDA_WG_MAX_TILES] the warpgroup GEMM's arrival counters, gemm_wg.cu */
+    bool wg_ok;                 /* the device runs the warpgroup GEMM (kcuda_gemm_wg_init) */
 } kcuda_state;
+
+/* Whether a device of compute capability cc (10 major + minor) runs the
+ * wgmma forms: the build's sm_90a code runs on 9.0 only. */
+static inline bool kcuda_wgmma_cc(int cc)
+{
+    return cc == 90;
+}
+/* Sets the warpgroup GEMM's shared-memory opt-in; false where the device
+ * cannot run it (gemm_wg.cu). */
+bool kcuda_gemm_wg_init(kcuda_state *st);
 
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
 #define KCUDA_GEMM_PLANS 256

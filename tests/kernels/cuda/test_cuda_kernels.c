@@ -435,9 +435,11 @@ END_TEST
  * (0: its first), and what the last plan build saw and did */
 extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
     kcuda_gemm_last_searched;
+/* kernels/cuda/gemm_wg.cu test hook: launches of the warpgroup GEMM */
+extern int kcuda_gemm_wg_launches;
 #else
 static int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
-    kcuda_gemm_last_searched;
+    kcuda_gemm_last_searched, kcuda_gemm_wg_launches;
 #endif
 
 /* --- matmul, logits ------------------------------------------------------------------ */
@@ -785,6 +787,170 @@ START_TEST(test_gemv_batch_invariant)
     kern_gemm_config(kt_gpu, &go0);
     gemv_bufs_free(&b);
     ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* --- the warpgroup GEMM of 17..64 tokens (kernels/cuda/gemm_wg.cu) ------------------- */
+
+/* The options that send every product of 1..64 tokens of any weight to the
+ * warpgroup GEMM (the GEMV off), on a grid of `grid` CTAs (0: ctas an SM). */
+static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas)
+{
+    kern_gemm_opts go = *base;
+    go.gemv_max_n = 0;
+    go.gemv_min_weight_bytes = 0;
+    go.wg_min_n = 1;
+    go.wg_max_n = 64;
+    go.wg_grid = grid;
+    go.wg_ctas = ctas;
+    return go;
+}
+
+/* Plain, logits and accumulating products forced onto the warpgroup GEMM
+ * against the CPU twin (gemm_case): rows off the 64-row tile, C off the
+ * 64-wide k unit and shorter than one, n on both sides of the 8-token
+ * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
+ * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
+ * (one CTA a unit where the product has fewer units than the grid), each
+ * ring depth (wg_ctas 1..3); inputs 16-byte but not 256-byte aligned.
+ * Every product must have run the kernel where the device runs it (compute
+ * capability 9.0; elsewhere the route is off and cuBLASLt computes them). */
+START_TEST(test_gemm_wg)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    static const int shapes[][2] = {{1, 8}, {37, 264}, {130, 200}, {1000, 520}, {64, 4096}};
+    static const int ns[] = {1, 9, 17, 33, 64};
+    static const int grids[] = {0, 1, 3, 7};
+    const uint64_t seed = kt_seed() + 300;
+    printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
+    int bad = 0, k = 0;
+    const int before = kcuda_gemm_wg_launches;
+    for (int gi = 0; gi < 4; gi++) {
+        const kern_gemm_opts go = wg_forced(&go0, grids[gi], 1 + gi % 3);
+        kern_gemm_config(kt_gpu, &go);
+        for (int si = 0; si < 5; si++)
+            for (int ni = 0; ni < 5; ni++) {
+                if (kt_quick && (si + ni + gi) % 3 != 0)
+                    continue;
+                const gemm_kind kind = (gemm_kind)(k % 3);
+                bad += gemm_case(kind, ns[ni], shapes[si][0], shapes[si][1], (size_t)(16 * (k % 2)),
+                                 seed + (uint64_t)k);
+                k++;
+            }
+    }
+    const int launched = kcuda_gemm_wg_launches - before;
+    kern_gemm_config(kt_gpu, &go0);
+    if (launched == 0)
+        printf("test_gemm_wg: the device does not run the warpgroup GEMM; cuBLASLt computed the cases\n");
+    ck_assert(launched == 0 || launched == k);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* A token's product does not depend on how many tokens share the launch
+ * (what makes a padded graph replay equal the eager step): logits of a
+ * batch of n equal the first n tokens' of a batch of 64 bit for bit, on
+ * the default grid and on one of 3 CTAs (tiles summed across CTAs). */
+START_TEST(test_gemm_wg_batch_invariant)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    const int R = 203, C = 520, N = 64;
+    static const int ns[] = {1, 8, 17, 40, 63};
+    gemv_bufs b;
+    gemv_bufs_make(&b, N, R, C, kt_seed() + 310);
+    int bad = 0;
+    for (int gi = 0; gi < 2; gi++) {
+        const kern_gemm_opts go = wg_forced(&go0, gi ? 3 : 0, 2);
+        kern_gemm_config(kt_gpu, &go);
+        kern_logits(kt_gpu, b.gout, b.gin, &b.wg, N);
+        kern_memcpy_d2h(kt_gpu, b.ref, b.gout, sizeof(float) * (size_t)N * R);
+        for (int i = 0; i < 5; i++) {
+            kern_logits(kt_gpu, b.gout, b.gin, &b.wg, ns[i]);
+            kern_memcpy_d2h(kt_gpu, b.got, b.gout, sizeof(float) * (size_t)ns[i] * R);
+            if (memcmp(b.got, b.ref, sizeof(float) * (size_t)ns[i] * R) != 0 && bad++ < 10)
+                printf("  gemm wg (grid %d): batch of %d differs from batch of %d\n", go.wg_grid, ns[i], N);
+        }
+    }
+    kt_record("gemm_wg_batch_invariant", bad, 0, 0);
+    kern_gemm_config(kt_gpu, &go0);
+    gemv_bufs_free(&b);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
+ * GEMM (1, 2 and 3 CTAs an SM) on the Llama-3-8B weight shapes at 16..64
+ * tokens, plain products (logits for lm_head), weights rotated through
+ * >= 256 MiB of copies so the L2 never holds them, and print a table (us a
+ * product, % of the copy bandwidth measured in the same run). */
+START_TEST(test_gemm_wg_bench)
+{
+    const char *e = getenv("INFERD_TEST_WG_BENCH");
+    if (!e || strcmp(e, "1") != 0) /* (also under INFERD_TEST_QUICK, which shortens the cases before it) */
+        return;
+    kern_ceilings cl;
+    ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    static const struct {
+        const char *name;
+        int R, C, f32;
+    } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
+              {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}};
+    static const int ns[] = {16, 24, 32, 48, 64};
+    enum { NMAX = 64, NCOL = 4 };
+    kern_timer *t = kern_timer_create(kt_gpu, 2);
+    ck_assert_ptr_nonnull(t);
+    printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
+    printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 |\n");
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
+        int copies = (int)((((size_t)256 << 20) + wb - 1) / wb);
+        copies = copies < 2 ? 2 : copies;
+        uint8_t *slab = kern_alloc(kt_gpu, wb * (size_t)copies);
+        ck_assert_ptr_nonnull(slab);
+        kern_weight all = {slab, KERN_DTYPE_BF16, (int64_t)sh[s].R * copies, sh[s].C};
+        kern_weight_fill_random(kt_gpu, &all, 5 + s, 0.02f);
+        const size_t ni = (size_t)NMAX * (size_t)sh[s].C;
+        float *hin = inferd_malloc(ni * sizeof(float));
+        kt_rand_bf16(hin, ni, 9 + s, -1.0f, 1.0f);
+        void *in = kt_gpu_bf16(hin, ni);
+        void *out = kern_alloc(kt_gpu, (size_t)NMAX * (size_t)sh[s].R * 4);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n = ns[k];
+            double us[NCOL];
+            for (int mode = 0; mode < NCOL; mode++) {
+                kern_gemm_opts go = wg_forced(&go0, 0, mode > 0 ? mode : 1);
+                go.wg_max_n = mode > 0 ? 64 : 0;
+                kern_gemm_config(kt_gpu, &go);
+                const int reps = 6 * copies > 30 ? 6 * copies : 30;
+                for (int r = -copies; r < reps; r++) { /* first round: warm-up */
+                    if (r == 0)
+                        kern_timer_record(kt_gpu, t, 0);
+                    kern_weight w = {slab + wb * (size_t)((r + copies) % copies), KERN_DTYPE_BF16, sh[s].R, sh[s].C};
+                    if (sh[s].f32)
+                        kern_logits(kt_gpu, out, in, &w, n);
+                    else
+                        kern_matmul(kt_gpu, out, in, &w, n);
+                }
+                kern_timer_record(kt_gpu, t, 1);
+                kern_sync(kt_gpu);
+                us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+            }
+            printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
+            for (int mode = 0; mode < NCOL; mode++)
+                printf(" %.1f (%.1f%%) |", us[mode], 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps);
+            printf("\n");
+        }
+        kern_free(kt_gpu, out);
+        kern_free(kt_gpu, in);
+        kern_free(kt_gpu, slab);
+        inferd_free(hin);
+    }
+    kern_timer_free(kt_gpu, t);
+    kern_gemm_config(kt_gpu, &go0);
 }
 END_TEST
 
@@ -1273,6 +1439,9 @@ TCase *kt_tcase_dense(void)
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemv_ring_bitwise);
     tcase_add_test(tc, test_gemm_small_bench);
+    tcase_add_test(tc, test_gemm_wg);
+    tcase_add_test(tc, test_gemm_wg_batch_invariant);
+    tcase_add_test(tc, test_gemm_wg_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_silu_mul_rms);
     tcase_add_test(tc, test_weight_scale_cols);
