@@ -101,6 +101,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_min_n = env_int("INFERD_GEMM_WG_MIN_N", KCUDA_WG_DEFAULT_MIN_N),
                          .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
+                         .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {

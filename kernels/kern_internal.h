@@ -203,6 +203,8 @@ int kcuda_gemv_preload(const kern_ctx *ctx, int n);
  * fp32 logits; accum: added into out, the residual stream). */
 bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n);
 void kcuda_gemm_wg(kern_ctx *ctx, void *out, bool f32, bool accum, const void *in, const kern_weight *w, int n);
+/* kern_matmul_fused on that route (kern_gemm_opts.wg_fuse; no norm weight). */
+void kcuda_gemm_wg_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f);
 /* Event timers on the ctx's stream (kernels/cuda/timer.cu). */
 bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);
 void kcuda_timer_record(kern_ctx *ctx, kern_timer *t, int i);

@@ -256,6 +256,8 @@ typedef struct {
                                (wg_max_n 0 = never, at most KCUDA_WG_MAX_N = 64; INFERD_GEMM_WG_MIN_N,
                                INFERD_GEMM_WG_MAX_N: 17 and 64; kernels/cuda/gemm_wg.cu) */
     int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 2) */
+    bool wg_fuse; /* kern_matmul_epi_fusable on its route: RESID and SILU_MUL in its epilogue, ROPE_KV after it
+                     (INFERD_GEMM_WG_FUSE, 0/1, default 1) */
     int wg_grid;  /* test hook: its grid's CTA count (0: wg_ctas an SM) */
     int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
                                         the timed runs read the weight from HBM as the model does;

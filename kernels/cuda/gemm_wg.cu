@@ -50,17 +50,26 @@ int kcuda_gemm_wg_launches;
 #define WGG_THREADS 128                   /* one warpgroup */
 #define WGG_TILE (WGG_M * WGG_K)          /* elements of a stage's A (or B: 64 tokens) */
 #define WGG_TILE_BYTES (WGG_TILE * 2)     /* 8 KiB */
-#define WGG_FRAG (WGG_M * KCUDA_WG_MAX_N) /* floats of a partial slot */
+#define WGG_FRAG (WGG_M * KCUDA_WG_MAX_N) /* floats of a tile's sums */
+#define WGG_SLOT (WGG_FRAG + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' sums of squares */
+
+/* What the epilogue does with a tile's sums (kernels.h's epilogues):
+ * bf16 store, fp32 store (logits), the add with one rounding
+ * (kern_matmul_accum), RESID (kern_fuse: bf16(resid + bf16(product))) and
+ * SILU_MUL (a tile's 64 rows are 32 gate rows and the same 32 up rows). */
+enum { WGG_STORE, WGG_F32, WGG_ACCUM, WGG_RESID, WGG_SILU };
 
 typedef struct {
     const uint16_t *w;  /* [R, C] */
     const uint16_t *in; /* [n, C] */
-    void *out;          /* [n, R]: bf16, fp32 (f32) or the bf16 residual stream (accum) */
-    float *ws;          /* [2 gridDim.x][WGG_FRAG] partial slots, fragment order */
+    void *out;          /* [n, R] ([n, R / 2] for WGG_SILU): bf16, fp32, or the bf16 residual stream */
+    float *ws;          /* [2 gridDim.x][WGG_SLOT] partial slots, fragment order */
     int *cnt;           /* [tiles] arrival counters: 0 between launches */
     int R, C, n, kb;    /* kb: k units a tile, ceil(C / WGG_K) */
     int64_t units;      /* tiles * kb */
-    int f32, accum;
+    int epi;            /* WGG_* */
+    int rms;            /* a folded norm: each token's outputs scaled by 1 / rms(in row) first (SILU only) */
+    float eps;
 } wgg_args;
 
 /* First unit of CTA i's range: units are cut into gridDim.x ranges of
@@ -81,74 +90,139 @@ __device__ __forceinline__ int wgg_cta_of(const wgg_args &a, int64_t u)
  * of src ([*, C]), 8 chunks of 16 bytes a row into the 128-byte swizzle
  * (chunk ch of row r at chunk ch ^ (r % 8)); rows past `rows` and k past C
  * zero-filled without a read. */
-__device__ __forceinline__ void wgg_load(const uint16_t *src, int row0, int rows, int C, int k0, uint16_t *stage)
+/* Tile row r's source row, from src: r itself, or with pairs (SILU) the
+ * gate row 8 (r / 16) + r % 8 for r % 16 < 8 and that row's up row `up`
+ * rows further for the others, so the thread holding a tile row's sums
+ * (rows g and g + 8 of a warp's 16, mma.cuh) holds a gate and its up; the
+ * source row is valid below `rows` (before the up offset). */
+__device__ __forceinline__ int wgg_src_row(int r, bool pairs)
+{
+    return pairs ? 8 * (r >> 4) + (r & 7) : r;
+}
+
+__device__ __forceinline__ void wgg_load(const uint16_t *src, int rows, int64_t up, int C, int k0, uint16_t *stage)
 {
 #pragma unroll
     for (int j = 0; j < WGG_TILE / 8 / WGG_THREADS; j++) {
         const int i = threadIdx.x + j * WGG_THREADS, r = i >> 3, ch = i & 7, k = k0 + ch * 8;
-        const bool ok = r < rows && k < C;
-        kc_cp_async16(stage + r * WGG_K + ((ch ^ (r & 7)) << 3), ok ? src + (int64_t)(row0 + r) * C + k : src,
-                      ok);
+        const int sr = wgg_src_row(r, up > 0);
+        const bool ok = sr < rows && k < C;
+        const int64_t row = sr + ((r >> 3) & 1) * up;
+        kc_cp_async16(stage + r * WGG_K + ((ch ^ (r & 7)) << 3), ok ? src + row * C + k : src, ok);
     }
 }
 
+/* Weight rows of tile t: 64 from 64 t, or (SILU) the gate and up rows of
+ * the outputs [32 t, +32) (the up rows R / 2 further). */
 __device__ __forceinline__ void wgg_load_w(const wgg_args &a, int64_t u, uint16_t *stage)
 {
-    const int t = (int)(u / a.kb), m0 = t * WGG_M;
-    wgg_load(a.w, m0, min(WGG_M, a.R - m0), a.C, (int)(u - (int64_t)t * a.kb) * WGG_K, stage);
+    const int t = (int)(u / a.kb), k0 = (int)(u - (int64_t)t * a.kb) * WGG_K;
+    if (a.epi == WGG_SILU) {
+        const int f = a.R / 2, j0 = t * (WGG_M / 2);
+        wgg_load(a.w + (int64_t)j0 * a.C, min(WGG_M / 2, f - j0), f, a.C, k0, stage);
+    } else {
+        const int m0 = t * WGG_M;
+        wgg_load(a.w + (int64_t)m0 * a.C, min(WGG_M, a.R - m0), 0, a.C, k0, stage);
+    }
 }
 
 __device__ __forceinline__ void wgg_load_x(const wgg_args &a, int64_t u, uint16_t *stage)
 {
     const int t = (int)(u / a.kb);
-    wgg_load(a.in, 0, a.n, a.C, (int)(u - (int64_t)t * a.kb) * WGG_K, stage);
+    wgg_load(a.in, a.n, 0, a.C, (int)(u - (int64_t)t * a.kb) * WGG_K, stage);
+}
+
+/* The folded norm's sums of squares (a.rms): this thread's share of unit
+ * q's input tile (token threadIdx.x / 2, its k half threadIdx.x % 2: four
+ * 16-byte chunks of the swizzled row) added to ss; tokens past n hold 0. */
+__device__ __forceinline__ void wgg_sumsq(const uint16_t *stage, float &ss)
+{
+    const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        float v[8];
+        kc_unpack8(*(const uint4 *)(stage + r * WGG_K + (((4 * h + c) ^ (r & 7)) << 3)), v);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            ss = fmaf(v[e], v[e], ss);
+    }
 }
 
 /* The epilogue of tile t from its sums d (d[j][2 h + e] = the product of
- * row 64 t + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh). */
-__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[8][4], int t)
+ * tile row 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh); sm_r: each
+ * token's 1 / rms (a.rms). */
+__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[8][4], int t, const float *sm_r)
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+    if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
+        const int f = a.R / 2, j = t * (WGG_M / 2) + 8 * w + g;
+        if (j >= f)
+            return;
+        uint16_t *o = static_cast<uint16_t *>(a.out);
+#pragma unroll
+        for (int jt = 0; jt < 8; jt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = 8 * jt + 2 * c + e;
+                if (col >= a.n)
+                    continue;
+                float gv = kc_bf2f(kc_f2bf(d[jt][e])), uv = kc_bf2f(kc_f2bf(d[jt][2 + e]));
+                if (a.rms) {
+                    gv = kc_bf2f(kc_f2bf(gv * sm_r[col]));
+                    uv = kc_bf2f(kc_f2bf(uv * sm_r[col]));
+                }
+                o[(int64_t)col * f + j] = kc_f2bf(kc_silu_mul(gv, uv));
+            }
+        return;
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = t * WGG_M + 16 * w + g + 8 * h;
         if (row >= a.R)
             continue;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int jt = 0; jt < 8; jt++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int col = 8 * j + 2 * c + e;
+                const int col = 8 * jt + 2 * c + e;
                 if (col >= a.n)
                     continue;
                 const int64_t i = (int64_t)col * a.R + row;
-                const float v = d[j][2 * h + e];
-                if (a.f32) {
-                    static_cast<float *>(a.out)[i] = v;
-                } else {
-                    uint16_t *o = static_cast<uint16_t *>(a.out);
-                    o[i] = kc_f2bf(a.accum ? kc_bf2f(o[i]) + v : v);
+                const float v = d[jt][2 * h + e];
+                uint16_t *o = static_cast<uint16_t *>(a.out);
+                switch (a.epi) {
+                case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
+                case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(o[i]) + v); break;
+                case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(o[i]) + kc_bf2f(kc_f2bf(v))); break;
+                default: o[i] = kc_f2bf(v); break;
                 }
             }
     }
 }
 
-/* After the unit that ends this CTA's segment of tile t (its sums in d):
- * the epilogue where the segment is the whole tile; else the partial to
- * this CTA's slot (first: the segment is the CTA's first), the arrival
- * counted, and the last of the tile's CTAs sums every slot in k order and
- * runs the epilogue. Every thread calls it. NOTE: the fences make each
- * partial visible before the count that admits the summing CTA, and the
- * others' partials visible to it after (threadFenceReduction's pattern). */
-__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], int t, bool whole, bool first,
-                                           int *sm_last)
+/* After the unit that ends this CTA's segment of tile t (its sums in d,
+ * its share of the tokens' sums of squares in ss when a.rms): the epilogue
+ * where the segment is the whole tile; else the partial to this CTA's slot
+ * (first: the segment is the CTA's first), the arrival counted, and the
+ * last of the tile's CTAs sums every slot in k order and runs the
+ * epilogue. Every thread calls it. sm: the flag and the tokens' 1 / rms.
+ * NOTE: the fences make each partial visible before the count that admits
+ * the summing CTA, and the others' partials visible to it after
+ * (threadFenceReduction's pattern). */
+__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], float ss, int t, bool whole,
+                                           bool first, int *sm_last, float *sm_r)
 {
+    const int tok = threadIdx.x >> 1;
+    if (a.rms)
+        ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves (a + b == b + a) */
     if (!whole) {
-        float4 *ws = reinterpret_cast<float4 *>(a.ws);
-        const int64_t slot = 2 * (int64_t)blockIdx.x + (first ? 0 : 1);
+        float *slot = a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            ws[(slot * 8 + j) * WGG_THREADS + threadIdx.x] = make_float4(d[j][0], d[j][1], d[j][2], d[j][3]);
+            reinterpret_cast<float4 *>(slot)[j * WGG_THREADS + threadIdx.x] =
+                make_float4(d[j][0], d[j][1], d[j][2], d[j][3]);
+        if (a.rms && (threadIdx.x & 1) == 0)
+            slot[WGG_FRAG + tok] = ss;
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
         __threadfence();
         __syncthreads(); /* every thread's partial written; sm_last free */
@@ -166,19 +240,27 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
 #pragma unroll
         for (int j = 0; j < 8; j++)
             d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+        ss = 0.0f;
         for (int i = i0; i <= i1; i++) {
-            const int64_t s = 2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1);
+            const float *si = a.ws + (2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1)) * WGG_SLOT;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const float4 v = __ldcg(ws + (s * 8 + j) * WGG_THREADS + threadIdx.x);
+                const float4 v = __ldcg(reinterpret_cast<const float4 *>(si) + j * WGG_THREADS + threadIdx.x);
                 d[j][0] += v.x;
                 d[j][1] += v.y;
                 d[j][2] += v.z;
                 d[j][3] += v.w;
             }
+            if (a.rms)
+                ss += __ldcg(si + WGG_FRAG + tok);
         }
     }
-    wgg_epilogue(a, d, t);
+    if (a.rms) {
+        if ((threadIdx.x & 1) == 0)
+            sm_r[tok] = kc_inv_rms(ss, a.C, a.eps);
+        __syncthreads();
+    }
+    wgg_epilogue(a, d, t, sm_r);
 }
 
 template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_kernel(const wgg_args a)
@@ -188,6 +270,7 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
     extern __shared__ float4 wgg_sm4[];
     uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_TILE; /* stage s at + s WGG_TILE */
     int *sm_last = (int *)(sB + STAGES * WGG_TILE);
+    float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
     const int64_t u0 = wgg_begin(a, blockIdx.x);
     const int nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
     /* cp.async groups: the weights of units 0 .. STAGES - 2 (before the
@@ -206,7 +289,7 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
         kc_cp_commit();
     }
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
-    float d[8][4] = {};
+    float d[8][4] = {}, ss = 0.0f;
     int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb), seg_k0 = kbi;
     bool first = true;
     for (int q = 0; q < nu; q++) {
@@ -222,6 +305,11 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
             kc_wgmma_ss<KCUDA_WG_MAX_N>(d, kc_wg_desc_add(da, off + 32 * ks), kc_wg_desc_add(db, off + 32 * ks),
                                         kbi > seg_k0 || ks > 0);
         kc_wg_commit();
+        if (a.rms) { /* while the products run: the inputs are read, not written */
+            if (kbi == seg_k0)
+                ss = 0.0f;
+            wgg_sumsq(sB + (q % STAGES) * WGG_TILE, ss);
+        }
         const int qn = q + STAGES - 1;
         if (qn < nu) {
             const int sn = qn % STAGES;
@@ -232,7 +320,7 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
         kc_wg_wait<0>();
         kc_wg_fence_regs(d);
         if (kbi == a.kb - 1 || q == nu - 1) { /* the segment of tile t ends */
-            wgg_finish(a, d, t, seg_k0 == 0 && kbi == a.kb - 1, first, sm_last);
+            wgg_finish(a, d, ss, t, seg_k0 == 0 && kbi == a.kb - 1, first, sm_last, sm_r);
             first = false;
             t++;
             kbi = seg_k0 = 0;
@@ -251,7 +339,8 @@ static int wgg_stages(int ctas)
 
 static size_t wgg_smem(int stages)
 {
-    return (size_t)stages * 2 * WGG_TILE_BYTES + 16; /* the ring, the last-arrival flag */
+    /* the ring, the last-arrival flag (16 bytes), the tokens' 1 / rms */
+    return (size_t)stages * 2 * WGG_TILE_BYTES + 16 + KCUDA_WG_MAX_N * sizeof(float);
 }
 
 /* Contract (kern_internal.h): sets the kernels' shared-memory opt-in; false
@@ -282,14 +371,13 @@ bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
            kcuda_aligned(w->data, 16);
 }
 
-/* Contract (kern_internal.h): out[n, w->rows] = in[n, w->cols] @ w^T as
- * bf16 (f32: fp32; accum: added into out, the bf16 residual stream, with
- * one rounding); kcuda_gemm_wg_route must hold and in be 16-byte aligned;
- * out must not overlap in. */
-void kcuda_gemm_wg(kern_ctx *ctx, void *out, bool f32, bool accum, const void *in, const kern_weight *w, int n)
+/* One launch with epilogue epi (WGG_*; rms: the folded norm, eps). */
+static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, const void *in, const kern_weight *w,
+                    int n)
 {
     kcuda_state *st = kcuda_st(ctx);
-    INFERD_CHECK(kcuda_gemm_wg_route(ctx, w, n) && kcuda_aligned(in, 16) && !(f32 && accum));
+    INFERD_CHECK(kcuda_gemm_wg_route(ctx, w, n) && kcuda_aligned(in, 16));
+    INFERD_CHECK(epi != WGG_SILU || w->rows % 2 == 0);
     wgg_args a = {};
     a.w = static_cast<const uint16_t *>(w->data);
     a.in = static_cast<const uint16_t *>(in);
@@ -298,18 +386,53 @@ void kcuda_gemm_wg(kern_ctx *ctx, void *out, bool f32, bool accum, const void *i
     a.C = (int)w->cols;
     a.n = n;
     a.kb = (int)kcuda_cdiv(a.C, WGG_K);
-    a.units = (int64_t)kcuda_cdiv(a.R, WGG_M) * a.kb;
-    a.f32 = f32;
-    a.accum = accum;
+    a.units = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? WGG_M / 2 : WGG_M) * a.kb;
+    a.epi = epi;
+    a.rms = rms;
+    a.eps = eps;
     a.cnt = st->wg_cnt;
     a.ws = static_cast<float *>(st->gemm_ws);
     const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
     int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
     grid = grid < a.units ? grid : a.units;
-    INFERD_CHECK((size_t)grid * 2 * WGG_FRAG * sizeof(float) <= st->gemm_ws_bytes);
+    INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
     const int stages = wgg_stages(ctas);
     void (*k)(const wgg_args) = stages == 8 ? wgg_kernel<8> : stages == 6 ? wgg_kernel<6> : wgg_kernel<4>;
     kc_launch(k, dim3((unsigned)grid), WGG_THREADS, wgg_smem(stages), st->stream, ctx->gemm.pdl, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;
+}
+
+/* Contract (kern_internal.h): out[n, w->rows] = in[n, w->cols] @ w^T as
+ * bf16 (f32: fp32; accum: added into out, the bf16 residual stream, with
+ * one rounding); kcuda_gemm_wg_route must hold and in be 16-byte aligned;
+ * out must not overlap in. */
+void kcuda_gemm_wg(kern_ctx *ctx, void *out, bool f32, bool accum, const void *in, const kern_weight *w, int n)
+{
+    INFERD_CHECK(!(f32 && accum));
+    wgg_run(ctx, out, f32 ? WGG_F32 : accum ? WGG_ACCUM : WGG_STORE, false, 0.0f, in, w, n);
+}
+
+/* Contract (kern_internal.h): kern_matmul_fused on this route (no norm
+ * weight): RESID and SILU_MUL (with or without the folded norm) in the
+ * kernel's epilogue; ROPE_KV as the product, then kcuda_rope_kv_write
+ * with the bias and the folded norm's rows (the unfused ops: their bits). */
+void kcuda_gemm_wg_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
+{
+    INFERD_CHECK(!f->norm);
+    switch (f->epi) {
+    case KERN_EPI_RESID: wgg_run(ctx, f->resid, WGG_RESID, false, 0.0f, in, w, n); break;
+    case KERN_EPI_SILU_MUL: wgg_run(ctx, out, WGG_SILU, f->rms, f->eps, in, w, n); break;
+    case KERN_EPI_ROPE_KV: {
+        wgg_run(ctx, out, WGG_STORE, false, 0.0f, in, w, n);
+        kern_rope_kv_params p = *f->rope;
+        p.qkv = out;
+        p.n_tokens = n;
+        const kern_qkv_epilogue e = {.qkv_bias = f->qkv_bias, .norm_eps = f->eps,
+                                     .rms_x = f->rms ? in : NULL, .rms_cols = (int)w->cols};
+        kcuda_rope_kv_write(ctx, &p, f->qkv_bias || f->rms ? &e : NULL);
+        break;
+    }
+    default: wgg_run(ctx, out, WGG_STORE, false, 0.0f, in, w, n); break;
+    }
 }

@@ -362,6 +362,75 @@ START_TEST(test_fused_rms)
 }
 END_TEST
 
+/* The warpgroup GEMM's epilogues (kernels/cuda/gemm_wg.cu; the GEMV off,
+ * every weight on its route): RESID, SILU_MUL with and without the folded
+ * norm (a tile's rows are gate / up pairs; the tokens' squares summed from
+ * its input tiles and, for tiles shared by CTAs, across their slots),
+ * ROPE_KV (the product, then the unfused RoPE) against the twin; n on both
+ * sides of the 8-token column tiles up to 64, odd shapes, the default grid
+ * and one of 3 CTAs (every tile shared). Where the device does not run
+ * the kernel (not compute capability 9.0) the route is off and the cases
+ * are skipped. */
+START_TEST(test_fused_wg)
+{
+    kern_gemm_opts saved, o;
+    kern_gemm_config_get(kt_gpu, &saved);
+    o = saved;
+    o.gemv_max_n = 0;
+    o.gemv_min_weight_bytes = 0;
+    o.wg_min_n = 1;
+    o.wg_max_n = 64;
+    o.wg_fuse = true;
+    const uint64_t seed = kt_seed() + 11000;
+    printf("test_fused_wg: seed %llu\n", (unsigned long long)seed);
+    static const int dense[][2] = {{2, 8}, {38, 264}, {258, 72}, {1000, 512}};
+    static const int ns[] = {1, 17, 33, 64};
+    int bad = 0, k = 0;
+    for (int grid = 0; grid <= 3; grid += 3) {
+        o.wg_grid = grid;
+        o.wg_ctas = grid ? 3 : 2;
+        kern_gemm_config(kt_gpu, &o);
+        const kern_weight probe = {(void *)(uintptr_t)256, KERN_DTYPE_BF16, 64, 64};
+        if (!kern_matmul_epi_fusable(kt_gpu, &probe, 17)) {
+            printf("test_fused_wg: the device does not run the warpgroup GEMM; skipped\n");
+            break;
+        }
+        for (int i = 0; i < 4; i++) {
+            for (int s = 0; s < 4; s++)
+                for (int v = 0; v < 3; v++, k++) { /* RESID, SILU_MUL, SILU_MUL folded */
+                    if (kt_quick && (s + i + v + grid) % 3)
+                        continue;
+                    fcase c = {.epi = v == 0 ? KERN_EPI_RESID : KERN_EPI_SILU_MUL, .rms = v == 2, .n = ns[i],
+                               .rows = dense[s][0], .cols = dense[s][1]};
+                    bad += fused_case(&c, seed + (uint64_t)k * 16);
+                }
+            for (int s = 0; s < 4; s++, k++) {
+                if (kt_quick && (s + i + grid) % 2)
+                    continue;
+                fcase c = rope_fcase(s, ns[i]);
+                c.rms = (k % 2) == 0;
+                bad += fused_case(&c, seed + (uint64_t)k * 16);
+            }
+        }
+    }
+    if (!kt_quick) { /* Llama-3-8B gate/up and QKV at 48 tokens, folded */
+        o.wg_grid = 0;
+        o.wg_ctas = 2;
+        kern_gemm_config(kt_gpu, &o);
+        const fcase big[] = {
+            {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = 48, .rows = 28672, .cols = 4096},
+            {.epi = KERN_EPI_ROPE_KV, .rms = true, .n = 48, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
+             .hd = 128, .bs = 16},
+            {.epi = KERN_EPI_RESID, .n = 40, .rows = 4096, .cols = 14336},
+        };
+        for (int i = 0; i < 3; i++)
+            bad += fused_case(&big[i], seed + 12000 + (uint64_t)i);
+    }
+    kern_gemm_config(kt_gpu, &saved);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* Device bytes a and b (bytes each) equal? Prints what differs. */
 static int same_dev(const char *what, const void *a, const void *b, size_t bytes)
 {
@@ -871,6 +940,7 @@ TCase *kt_tcase_fused(void)
     tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
     tcase_add_loop_test(tc, test_fused_rms, 0, 2);
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
+    tcase_add_test(tc, test_fused_wg);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fused_preload);
     tcase_add_test(tc, test_fused_xs);
