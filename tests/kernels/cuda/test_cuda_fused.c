@@ -924,6 +924,43 @@ START_TEST(test_fusable_table)
         if (got != erows[i].want && bad++ < 20)
             printf("  epi fusable row %zu: got %d want %d\n", i, got, erows[i].want);
     }
+    /* ... or past the GEMV route the warpgroup GEMM's epilogues (wg_fuse), where the device runs it
+     * (avail: compute capability 9.0; elsewhere every such row is false) */
+    const struct {
+        int gemv_max_n, wg_min_n, wg_max_n;
+        bool fuse;
+        int64_t min_bytes, lt_bytes;
+        const kern_weight *w;
+        bool cpu;
+        int n;
+        bool want; /* where the device runs the kernel */
+    } wrows[] = {
+        {16, 17, 64, true, 0, 0, &wg, false, 17, true},      /* past the GEMV */
+        {16, 17, 64, true, 0, 0, &wg, false, 64, true},
+        {16, 17, 64, true, 0, 0, &wg, false, 65, false},     /* past wg_max_n: cuBLASLt */
+        {16, 17, 64, false, 0, 0, &wg, false, 17, false},    /* INFERD_GEMM_WG_FUSE=0 */
+        {16, 17, 0, true, 0, 0, &wg, false, 17, false},      /* INFERD_GEMM_WG_MAX_N=0 */
+        {16, 17, 64, true, wbytes + 1, 0, &wg, false, 17, false}, /* weight below the floor */
+        {16, 17, 64, true, 0, 0, &odd, false, 17, false},    /* cols % 8 != 0 */
+        {16, 17, 64, true, 0, 0, &wc, true, 17, false},      /* never on the CPU */
+        {16, 9, 64, true, 0, wbytes, &wg, false, 9, true},   /* 9..16 off the GEMV (gemv_lt_min_bytes) */
+        {8, 17, 64, true, 0, 0, &wg, false, 12, false},      /* below wg_min_n, past the GEMV: cuBLASLt */
+    };
+    const kern_gemm_opts probe = {.gemv_max_n = 16, .gemv_tc_min_n = 3, .wg_min_n = 17, .wg_max_n = 64,
+                                  .wg_fuse = true, .wg_ctas = 2};
+    kern_gemm_config(kt_gpu, &probe);
+    const bool avail = kern_matmul_epi_fusable(kt_gpu, &wg, 17);
+    printf("test_fusable_table: the warpgroup GEMM %s\n", avail ? "runs here" : "does not run here");
+    for (size_t i = 0; i < sizeof wrows / sizeof wrows[0]; i++) {
+        const kern_gemm_opts o = {.gemv_max_n = wrows[i].gemv_max_n, .gemv_min_weight_bytes = wrows[i].min_bytes,
+                                  .pdl = true, .gemv_variant = 1, .fuse_max_n = 2, .gemv_tc_min_n = 3,
+                                  .gemv_lt_min_bytes = wrows[i].lt_bytes, .wg_min_n = wrows[i].wg_min_n,
+                                  .wg_max_n = wrows[i].wg_max_n, .wg_ctas = 2, .wg_fuse = wrows[i].fuse};
+        kern_gemm_config(kt_gpu, &o);
+        const bool got = kern_matmul_epi_fusable(wrows[i].cpu ? kt_cpu : kt_gpu, wrows[i].w, wrows[i].n);
+        if (got != (wrows[i].want && avail) && bad++ < 20)
+            printf("  wg epi fusable row %zu: got %d want %d\n", i, got, wrows[i].want && avail);
+    }
     kt_record("matmul_fusable", bad, 0, 0);
     kern_gemm_config(kt_gpu, &saved);
     kern_free(kt_gpu, wg.data);

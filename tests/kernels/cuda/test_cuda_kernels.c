@@ -880,6 +880,63 @@ START_TEST(test_gemm_wg_batch_invariant)
 }
 END_TEST
 
+/* A benchmark shape's operands: `copies` copies of a random R x C bf16
+ * weight (256 MiB together or more, so the L2 never holds the one read
+ * next), nmax random input rows and an output of nmax fp32 rows. */
+typedef struct {
+    uint8_t *slab;
+    void *in, *out;
+    size_t wb; /* bytes of one copy */
+    int R, C, f32, copies;
+} bench_ops;
+
+static void bench_ops_make(bench_ops *b, int R, int C, int f32, int nmax, uint64_t seed)
+{
+    b->R = R;
+    b->C = C;
+    b->f32 = f32;
+    b->wb = (size_t)R * (size_t)C * 2;
+    b->copies = (int)((((size_t)256 << 20) + b->wb - 1) / b->wb);
+    b->copies = b->copies < 2 ? 2 : b->copies;
+    b->slab = kern_alloc(kt_gpu, b->wb * (size_t)b->copies);
+    ck_assert_ptr_nonnull(b->slab);
+    kern_weight all = {b->slab, KERN_DTYPE_BF16, (int64_t)R * b->copies, C};
+    kern_weight_fill_random(kt_gpu, &all, seed, 0.02f);
+    const size_t ni = (size_t)nmax * (size_t)C;
+    float *hin = inferd_malloc(ni * sizeof(float));
+    kt_rand_bf16(hin, ni, seed + 4, -1.0f, 1.0f);
+    b->in = kt_gpu_bf16(hin, ni);
+    inferd_free(hin);
+    b->out = kern_alloc(kt_gpu, (size_t)nmax * (size_t)R * 4);
+}
+
+static void bench_ops_free(bench_ops *b)
+{
+    kern_free(kt_gpu, b->out);
+    kern_free(kt_gpu, b->in);
+    kern_free(kt_gpu, b->slab);
+}
+
+/* Microseconds a product of n tokens (kern_logits where f32, else
+ * kern_matmul) under the ctx's current options: a warm-up round over the
+ * copies, then at least 30 products timed, each on the next copy. */
+static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
+{
+    const int reps = 6 * b->copies > 30 ? 6 * b->copies : 30;
+    for (int r = -b->copies; r < reps; r++) {
+        if (r == 0)
+            kern_timer_record(kt_gpu, t, 0);
+        kern_weight w = {b->slab + b->wb * (size_t)((r + b->copies) % b->copies), KERN_DTYPE_BF16, b->R, b->C};
+        if (b->f32)
+            kern_logits(kt_gpu, b->out, b->in, &w, n);
+        else
+            kern_matmul(kt_gpu, b->out, b->in, &w, n);
+    }
+    kern_timer_record(kt_gpu, t, 1);
+    kern_sync(kt_gpu);
+    return 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+}
+
 /* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
  * GEMM (1, 2 and 3 CTAs an SM) on the Llama-3-8B weight shapes at 16..64
  * tokens, plain products (logits for lm_head), weights rotated through
@@ -906,48 +963,21 @@ START_TEST(test_gemm_wg_bench)
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 |\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
-        const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
-        int copies = (int)((((size_t)256 << 20) + wb - 1) / wb);
-        copies = copies < 2 ? 2 : copies;
-        uint8_t *slab = kern_alloc(kt_gpu, wb * (size_t)copies);
-        ck_assert_ptr_nonnull(slab);
-        kern_weight all = {slab, KERN_DTYPE_BF16, (int64_t)sh[s].R * copies, sh[s].C};
-        kern_weight_fill_random(kt_gpu, &all, 5 + s, 0.02f);
-        const size_t ni = (size_t)NMAX * (size_t)sh[s].C;
-        float *hin = inferd_malloc(ni * sizeof(float));
-        kt_rand_bf16(hin, ni, 9 + s, -1.0f, 1.0f);
-        void *in = kt_gpu_bf16(hin, ni);
-        void *out = kern_alloc(kt_gpu, (size_t)NMAX * (size_t)sh[s].R * 4);
+        bench_ops b;
+        bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
-            double us[NCOL];
+            printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
             for (int mode = 0; mode < NCOL; mode++) {
                 kern_gemm_opts go = wg_forced(&go0, 0, mode > 0 ? mode : 1);
                 go.wg_max_n = mode > 0 ? 64 : 0;
                 kern_gemm_config(kt_gpu, &go);
-                const int reps = 6 * copies > 30 ? 6 * copies : 30;
-                for (int r = -copies; r < reps; r++) { /* first round: warm-up */
-                    if (r == 0)
-                        kern_timer_record(kt_gpu, t, 0);
-                    kern_weight w = {slab + wb * (size_t)((r + copies) % copies), KERN_DTYPE_BF16, sh[s].R, sh[s].C};
-                    if (sh[s].f32)
-                        kern_logits(kt_gpu, out, in, &w, n);
-                    else
-                        kern_matmul(kt_gpu, out, in, &w, n);
-                }
-                kern_timer_record(kt_gpu, t, 1);
-                kern_sync(kt_gpu);
-                us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+                const double us = bench_ops_time(&b, t, n);
+                printf(" %.1f (%.1f%%) |", us, 100.0 * ((double)b.wb / (us * 1e-6) / 1e9) / cl.copy_gbps);
             }
-            printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
-            for (int mode = 0; mode < NCOL; mode++)
-                printf(" %.1f (%.1f%%) |", us[mode], 100.0 * ((double)wb / (us[mode] * 1e-6) / 1e9) / cl.copy_gbps);
             printf("\n");
         }
-        kern_free(kt_gpu, out);
-        kern_free(kt_gpu, in);
-        kern_free(kt_gpu, slab);
-        inferd_free(hin);
+        bench_ops_free(&b);
     }
     kern_timer_free(kt_gpu, t);
     kern_gemm_config(kt_gpu, &go0);
@@ -980,25 +1010,15 @@ START_TEST(test_gemm_small_bench)
               {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
     static const int ns[] = {1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64};
     enum { NMAX = 64, NCOL = 5 };
-    const size_t rot_bytes = (size_t)256 << 20;
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nGEMM_BENCH copy %.0f GB/s; us per product (GB/s of weights, %% copy BW)\n", cl.copy_gbps);
     printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | GEMV TC+PDL us | GEMV TC ring us | "
            "cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW | GEMV TC ring %%BW |\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
-        const size_t wb = (size_t)sh[s].R * (size_t)sh[s].C * 2;
-        int copies = (int)((rot_bytes + wb - 1) / wb);
-        copies = copies < 2 ? 2 : copies;
-        uint8_t *slab = kern_alloc(kt_gpu, wb * (size_t)copies);
-        ck_assert_ptr_nonnull(slab);
-        kern_weight all = {slab, KERN_DTYPE_BF16, (int64_t)sh[s].R * copies, sh[s].C};
-        kern_weight_fill_random(kt_gpu, &all, 5 + s, 0.02f);
-        const size_t ni = (size_t)NMAX * (size_t)sh[s].C;
-        float *hin = inferd_malloc(ni * sizeof(float));
-        kt_rand_bf16(hin, ni, 9 + s, -1.0f, 1.0f);
-        void *in = kt_gpu_bf16(hin, ni);
-        void *out = kern_alloc(kt_gpu, (size_t)NMAX * (size_t)sh[s].R * 4);
+        bench_ops b;
+        bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
+        const size_t wb = b.wb;
         for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
             const int n = ns[ni_];
             double us[NCOL + 7];
@@ -1018,19 +1038,7 @@ START_TEST(test_gemm_small_bench)
                 kern_gemm_config(kt_gpu, &go);
                 kcuda_gemm_pick = pick;
                 kcuda_gemm_last_n_res = kcuda_gemm_last_splitk = kcuda_gemm_last_tile = -9; /* -9: no plan built */
-                const int reps = 6 * copies > 30 ? 6 * copies : 30;
-                for (int r = -copies; r < reps; r++) { /* first round: warm-up (plans, modules) */
-                    if (r == 0)
-                        kern_timer_record(kt_gpu, t, 0);
-                    kern_weight w = {slab + wb * (size_t)((r + copies) % copies), KERN_DTYPE_BF16, sh[s].R, sh[s].C};
-                    if (sh[s].f32)
-                        kern_logits(kt_gpu, out, in, &w, n);
-                    else
-                        kern_matmul(kt_gpu, out, in, &w, n);
-                }
-                kern_timer_record(kt_gpu, t, 1);
-                kern_sync(kt_gpu);
-                us[mode] = 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
+                us[mode] = bench_ops_time(&b, t, n); /* its warm-up builds the plans */
                 if (mode == 0 || mode >= NCOL) { /* a plan was built in this mode's warm-up */
                     if (mode == 0)
                         n_res = 8; /* a pick run asks again for up to 8 */
@@ -1055,10 +1063,7 @@ START_TEST(test_gemm_small_bench)
                        splitk[k], tile[k]);
             }
         }
-        kern_free(kt_gpu, out);
-        kern_free(kt_gpu, in);
-        kern_free(kt_gpu, slab);
-        inferd_free(hin);
+        bench_ops_free(&b);
     }
     kern_timer_free(kt_gpu, t);
     kern_gemm_config(kt_gpu, &go0);
