@@ -60,13 +60,13 @@ struct kern_ctx {
 #define KCUDA_FUSE_MAX_N 2
 /* The warpgroup GEMM (kernels/cuda/gemm_wg.cu): the most tokens it takes
  * (its wgmma's N), the defaults of kern_ctx::wg_min_n / wg_max_n / wg_ctas
- * (INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N, INFERD_GEMM_WG_CTAS), and
- * its arrival counters' count (tiles of 64 weight rows). 16 and 64 are
- * sizes of the graph ladder, so a padded replay picks the eager step's
- * kernel. */
+ * (INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N, INFERD_GEMM_WG_CTAS; opt-in:
+ * INFERD_GEMM_WG_MAX_N=64 turns it on), and its arrival counters' count
+ * (tiles of 64 weight rows). 16 and 64 are sizes of the graph ladder, so a
+ * padded replay picks the eager step's kernel. */
 #define KCUDA_WG_MAX_N 64
 #define KCUDA_WG_DEFAULT_MIN_N 17
-#define KCUDA_WG_DEFAULT_MAX_N 64
+#define KCUDA_WG_DEFAULT_MAX_N 0 /* off: on an H100 it ran behind cuBLASLt (docs/PERF.md) */
 #define KCUDA_WG_DEFAULT_CTAS 2
 #define KCUDA_WG_MAX_TILES 8192
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,

@@ -254,8 +254,8 @@ typedef struct {
     int wg_min_n, wg_max_n; /* products of wg_min_n..wg_max_n tokens past the GEMV route (weights of at least
                                gemv_min_weight_bytes) on the warpgroup GEMM, compute capability 9.0 only
                                (wg_max_n 0 = never, at most KCUDA_WG_MAX_N = 64; INFERD_GEMM_WG_MIN_N,
-                               INFERD_GEMM_WG_MAX_N: 17 and 64; kernels/cuda/gemm_wg.cu) */
-    int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 2) */
+                               INFERD_GEMM_WG_MAX_N: 17 and 0, opt-in; kernels/cuda/gemm_wg.cu) */
+    int wg_ctas;  /* its CTAs an SM, 1..4 (INFERD_GEMM_WG_CTAS, 2) */
     bool wg_fuse; /* kern_matmul_epi_fusable on its route: RESID and SILU_MUL in its epilogue, ROPE_KV after it
                      (INFERD_GEMM_WG_FUSE, 0/1, default 1) */
     int wg_grid;  /* test hook: its grid's CTA count (0: wg_ctas an SM) */

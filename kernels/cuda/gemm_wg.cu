@@ -33,8 +33,8 @@
  *  - epilogues: the bf16 store (kern_matmul), the fp32 store (kern_logits)
  *    and the residual add (kern_matmul_accum: resid = bf16(resid + the
  *    fp32 product), rounded once, as cuBLASLt's beta = 1).
- * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..3, with 8 / 6 / 4 stages of
- * 16 KiB), at most one a unit; wg_grid overrides the count (tests).
+ * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4, with 8 / 6 / 4 / 3 stages
+ * of 16 KiB), at most one a unit; wg_grid overrides the count (tests).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
  * in 16-byte aligned, R <= 64 KCUDA_WG_MAX_TILES.
  */
@@ -112,11 +112,11 @@ __device__ __forceinline__ void wgg_load(const uint16_t *src, int rows, int64_t 
     }
 }
 
-/* Weight rows of tile t: 64 from 64 t, or (SILU) the gate and up rows of
- * the outputs [32 t, +32) (the up rows R / 2 further). */
-__device__ __forceinline__ void wgg_load_w(const wgg_args &a, int64_t u, uint16_t *stage)
+/* Weight rows of tile t at k unit kbi: 64 from 64 t, or (SILU) the gate
+ * and up rows of the outputs [32 t, +32) (the up rows R / 2 further). */
+__device__ __forceinline__ void wgg_load_w(const wgg_args &a, int t, int kbi, uint16_t *stage)
 {
-    const int t = (int)(u / a.kb), k0 = (int)(u - (int64_t)t * a.kb) * WGG_K;
+    const int k0 = kbi * WGG_K;
     if (a.epi == WGG_SILU) {
         const int f = a.R / 2, j0 = t * (WGG_M / 2);
         wgg_load(a.w + (int64_t)j0 * a.C, min(WGG_M / 2, f - j0), f, a.C, k0, stage);
@@ -126,10 +126,18 @@ __device__ __forceinline__ void wgg_load_w(const wgg_args &a, int64_t u, uint16_
     }
 }
 
-__device__ __forceinline__ void wgg_load_x(const wgg_args &a, int64_t u, uint16_t *stage)
+__device__ __forceinline__ void wgg_load_x(const wgg_args &a, int kbi, uint16_t *stage)
 {
-    const int t = (int)(u / a.kb);
-    wgg_load(a.in, a.n, 0, a.C, (int)(u - (int64_t)t * a.kb) * WGG_K, stage);
+    wgg_load(a.in, a.n, 0, a.C, kbi * WGG_K, stage);
+}
+
+/* The next unit (tile t, k unit kbi) in tile-major order. */
+__device__ __forceinline__ void wgg_next(const wgg_args &a, int &t, int &kbi)
+{
+    if (++kbi == a.kb) {
+        kbi = 0;
+        t++;
+    }
 }
 
 /* The folded norm's sums of squares (a.rms): this thread's share of unit
@@ -215,12 +223,14 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
     const int tok = threadIdx.x >> 1;
     if (a.rms)
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves (a + b == b + a) */
+    const int nj = (a.n + 7) >> 3; /* column tiles holding tokens: the partials carry only those */
     if (!whole) {
         float *slot = a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            reinterpret_cast<float4 *>(slot)[j * WGG_THREADS + threadIdx.x] =
-                make_float4(d[j][0], d[j][1], d[j][2], d[j][3]);
+            if (j < nj)
+                reinterpret_cast<float4 *>(slot)[j * WGG_THREADS + threadIdx.x] =
+                    make_float4(d[j][0], d[j][1], d[j][2], d[j][3]);
         if (a.rms && (threadIdx.x & 1) == 0)
             slot[WGG_FRAG + tok] = ss;
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
@@ -245,6 +255,8 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
             const float *si = a.ws + (2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1)) * WGG_SLOT;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
+                if (j >= nj)
+                    break;
                 const float4 v = __ldcg(reinterpret_cast<const float4 *>(si) + j * WGG_THREADS + threadIdx.x);
                 d[j][0] += v.x;
                 d[j][1] += v.y;
@@ -273,24 +285,28 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
     float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
     const int64_t u0 = wgg_begin(a, blockIdx.x);
     const int nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
+    int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb), seg_k0 = kbi;
+    int lt = t, lkbi = kbi; /* the next unit to load */
     /* cp.async groups: the weights of units 0 .. STAGES - 2 (before the
      * PDL wait), their inputs, then one group a unit */
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nu)
-            wgg_load_w(a, u0 + s, sA + s * WGG_TILE);
+            wgg_load_w(a, lt, lkbi, sA + s * WGG_TILE);
         kc_cp_commit();
+        wgg_next(a, lt, lkbi);
     }
     kc_pdl_wait();
+    lkbi = kbi;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nu)
-            wgg_load_x(a, u0 + s, sB + s * WGG_TILE);
+            wgg_load_x(a, lkbi, sB + s * WGG_TILE);
         kc_cp_commit();
+        lkbi = lkbi + 1 == a.kb ? 0 : lkbi + 1;
     }
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
     float d[8][4] = {}, ss = 0.0f;
-    int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb), seg_k0 = kbi;
     bool first = true;
     for (int q = 0; q < nu; q++) {
         kc_cp_wait<STAGES - 2>(); /* unit q's group and every earlier one */
@@ -313,8 +329,9 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
         const int qn = q + STAGES - 1;
         if (qn < nu) {
             const int sn = qn % STAGES;
-            wgg_load_w(a, u0 + qn, sA + sn * WGG_TILE);
-            wgg_load_x(a, u0 + qn, sB + sn * WGG_TILE);
+            wgg_load_w(a, lt, lkbi, sA + sn * WGG_TILE);
+            wgg_load_x(a, lkbi, sB + sn * WGG_TILE);
+            wgg_next(a, lt, lkbi);
         }
         kc_cp_commit();
         kc_wg_wait<0>();
@@ -331,10 +348,10 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
     kc_cp_wait<0>();
 }
 
-/* Stages a ring of CTAs an SM (1..3) holds: 8 / 6 / 4 units of 16 KiB. */
+/* Stages a ring of CTAs an SM (1..4) holds: 8 / 6 / 4 / 3 units of 16 KiB. */
 static int wgg_stages(int ctas)
 {
-    return ctas <= 1 ? 8 : ctas == 2 ? 6 : 4;
+    return ctas <= 1 ? 8 : ctas == 2 ? 6 : ctas == 3 ? 4 : 3;
 }
 
 static size_t wgg_smem(int stages)
@@ -353,6 +370,7 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(8)));
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(6)));
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(4)));
+    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(3)));
     return true;
 }
 
@@ -392,12 +410,15 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.eps = eps;
     a.cnt = st->wg_cnt;
     a.ws = static_cast<float *>(st->gemm_ws);
-    const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
+    const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..4 */
     int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
     grid = grid < a.units ? grid : a.units;
     INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
     const int stages = wgg_stages(ctas);
-    void (*k)(const wgg_args) = stages == 8 ? wgg_kernel<8> : stages == 6 ? wgg_kernel<6> : wgg_kernel<4>;
+    void (*k)(const wgg_args) = stages == 8   ? wgg_kernel<8>
+                                : stages == 6 ? wgg_kernel<6>
+                                : stages == 4 ? wgg_kernel<4>
+                                              : wgg_kernel<3>;
     kc_launch(k, dim3((unsigned)grid), WGG_THREADS, wgg_smem(stages), st->stream, ctx->gemm.pdl, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;

@@ -812,7 +812,7 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas)
  * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
  * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
  * (one CTA a unit where the product has fewer units than the grid), each
- * ring depth (wg_ctas 1..3); inputs 16-byte but not 256-byte aligned.
+ * ring depth (wg_ctas 1..4); inputs 16-byte but not 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
  * capability 9.0; elsewhere the route is off and cuBLASLt computes them). */
 START_TEST(test_gemm_wg)
@@ -827,7 +827,7 @@ START_TEST(test_gemm_wg)
     int bad = 0, k = 0;
     const int before = kcuda_gemm_wg_launches;
     for (int gi = 0; gi < 4; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, grids[gi], 1 + gi % 3);
+        const kern_gemm_opts go = wg_forced(&go0, grids[gi], 1 + gi);
         kern_gemm_config(kt_gpu, &go);
         for (int si = 0; si < 5; si++)
             for (int ni = 0; ni < 5; ni++) {
@@ -938,7 +938,7 @@ static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
 }
 
 /* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
- * GEMM (1, 2 and 3 CTAs an SM) on the Llama-3-8B weight shapes at 16..64
+ * GEMM (1..4 CTAs an SM) on the Llama-3-8B weight shapes at 16..64
  * tokens, plain products (logits for lm_head), weights rotated through
  * >= 256 MiB of copies so the L2 never holds them, and print a table (us a
  * product, % of the copy bandwidth measured in the same run). */
@@ -957,11 +957,11 @@ START_TEST(test_gemm_wg_bench)
     } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
               {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}};
     static const int ns[] = {16, 24, 32, 48, 64};
-    enum { NMAX = 64, NCOL = 4 };
+    enum { NMAX = 64, NCOL = 5 };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
-    printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 |\n");
+    printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 | wg 4 |\n");
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         bench_ops b;
         bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
