@@ -1,6 +1,7 @@
-/* kernels/cuda/gemm_wg.cu: the decode products of 17..64 tokens (by
- * default; kern_gemm_opts.wg_min_n .. wg_max_n) on Hopper's warpgroup
- * tensor-core product (wgmma), as a weight-streaming GEMM of our own.
+/* kernels/cuda/gemm_wg.cu: the decode products of 17..64 tokens
+ * (kern_gemm_opts.wg_min_n .. wg_max_n; opt-in, INFERD_GEMM_WG_MAX_N=64)
+ * on Hopper's warpgroup tensor-core product (wgmma), as a weight-streaming
+ * GEMM of our own.
  * CPU twin: kcpu_matmul / kcpu_logits / kcpu_matmul_accum
  * (kernels/cpu/gemm.c); gemm.cu routes a product here (kcuda_gemm_wg_route).
  *
@@ -30,9 +31,18 @@
  *    multiplied; the weights of the first STAGES - 1 units are requested
  *    before the PDL wait (programmatic dependent launch, as the GEMV), so
  *    they arrive while the kernel before this one ends;
- *  - epilogues: the bf16 store (kern_matmul), the fp32 store (kern_logits)
- *    and the residual add (kern_matmul_accum: resid = bf16(resid + the
- *    fp32 product), rounded once, as cuBLASLt's beta = 1).
+ *  - epilogues: the bf16 store (kern_matmul), the fp32 store (kern_logits),
+ *    the residual add (kern_matmul_accum: resid = bf16(resid + the fp32
+ *    product), rounded once, as cuBLASLt's beta = 1) and kern_matmul_fused's
+ *    RESID and SILU_MUL (with the folded norm's 1 / rms: each CTA sums the
+ *    tokens' squares from the input tiles it holds, carried in the slots
+ *    as the products are); ROPE_KV is the product, then the RoPE kernel.
+ * Measured on an H100 (docs/PERF.md, thirtieth session): in steady state
+ * it streams at the copy bandwidth (lm_head: 94%), but a launch costs
+ * 10-13 us more than its bytes (cuBLASLt: about 5), so it ran QKV and O at
+ * 52-56% of the copy bandwidth against cuBLASLt's 74-79%; hence opt-in. A
+ * 96 KiB ring a CTA leaves no room for the next product's CTAs, so the PDL
+ * prologue overlaps nothing.
  * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4, with 8 / 6 / 4 / 3 stages
  * of 16 KiB), at most one a unit; wg_grid overrides the count (tests).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
