@@ -880,6 +880,17 @@ START_TEST(test_gemm_wg_batch_invariant)
 }
 END_TEST
 
+/* The GEMM benches' shapes: Llama-3-8B's products (the first
+ * BENCH_LLAMA_SHAPES; lm_head as logits), then a small one. */
+typedef struct {
+    const char *name;
+    int R, C, f32;
+} bench_shape;
+static const bench_shape bench_shapes[] = {{"qkv", 6144, 4096, 0},      {"o", 4096, 4096, 0},
+                                           {"gate_up", 28672, 4096, 0}, {"down", 4096, 14336, 0},
+                                           {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
+#define BENCH_LLAMA_SHAPES 5
+
 /* A benchmark shape's operands: `copies` copies of a random R x C bf16
  * weight (256 MiB together or more, so the L2 never holds the one read
  * next), nmax random input rows and an output of nmax fp32 rows. */
@@ -951,18 +962,15 @@ START_TEST(test_gemm_wg_bench)
     ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
     kern_gemm_opts go0;
     kern_gemm_config_get(kt_gpu, &go0);
-    static const struct {
-        const char *name;
-        int R, C, f32;
-    } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
-              {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}};
+    const bench_shape *sh = bench_shapes;
+    const size_t n_sh = BENCH_LLAMA_SHAPES;
     static const int ns[] = {16, 24, 32, 48, 64};
     enum { NMAX = 64, NCOL = 5 };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 | wg 4 |\n");
-    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+    for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
         bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -1003,11 +1011,8 @@ START_TEST(test_gemm_small_bench)
     ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
     kern_gemm_opts go0;
     kern_gemm_config_get(kt_gpu, &go0);
-    static const struct {
-        const char *name;
-        int R, C, f32;
-    } sh[] = {{"qkv", 6144, 4096, 0}, {"o", 4096, 4096, 0}, {"gate_up", 28672, 4096, 0},
-              {"down", 4096, 14336, 0}, {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
+    const bench_shape *sh = bench_shapes;
+    const size_t n_sh = sizeof bench_shapes / sizeof bench_shapes[0];
     static const int ns[] = {1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64};
     enum { NMAX = 64, NCOL = 5 };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
@@ -1015,7 +1020,7 @@ START_TEST(test_gemm_small_bench)
     printf("\nGEMM_BENCH copy %.0f GB/s; us per product (GB/s of weights, %% copy BW)\n", cl.copy_gbps);
     printf("GEMM_BENCH | shape | n | cuBLASLt us | GEMV+PDL us | GEMV v1+PDL us | GEMV TC+PDL us | GEMV TC ring us | "
            "cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW | GEMV TC ring %%BW |\n");
-    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+    for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
         bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
         const size_t wb = b.wb;
