@@ -40,9 +40,12 @@
  * Measured on an H100 (docs/PERF.md, thirtieth session): in steady state
  * it streams at the copy bandwidth (lm_head: 94%), but a launch costs
  * 10-13 us more than its bytes (cuBLASLt: about 5), so it ran QKV and O at
- * 52-56% of the copy bandwidth against cuBLASLt's 74-79%; hence opt-in. A
- * 96 KiB ring a CTA leaves no room for the next product's CTAs, so the PDL
- * prologue overlaps nothing.
+ * 52-56% of the copy bandwidth against cuBLASLt's 74-79%; hence opt-in.
+ * ncu: 8 warps an SM busy issuing (every thread's 8 cp.async a unit with
+ * their address arithmetic), not waiting on memory, so too few bytes are
+ * in flight; and a 96 KiB ring a CTA leaves no room for the next
+ * product's CTAs, so the PDL prologue overlaps nothing. TMA loads from a
+ * producer warp are the next form (docs/PERF.md).
  * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4, with 8 / 6 / 4 / 3 stages
  * of 16 KiB), at most one a unit; wg_grid overrides the count (tests).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
