@@ -169,55 +169,53 @@ __device__ __forceinline__ void wgg_sumsq(const uint16_t *stage, float &ss)
     }
 }
 
+/* fn(jt, e, col) for each token column col = 8 jt + 2 c + e below n that
+ * this thread's sums d[jt][2 h + e] hold (mma.cuh's C fragment). */
+template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &a, F fn)
+{
+    const int c = threadIdx.x & 3;
+#pragma unroll
+    for (int jt = 0; jt < 8; jt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (8 * jt + 2 * c + e < a.n)
+                fn(jt, e, 8 * jt + 2 * c + e);
+}
+
 /* The epilogue of tile t from its sums d (d[j][2 h + e] = the product of
  * tile row 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh); sm_r: each
  * token's 1 / rms (a.rms). */
 __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[8][4], int t, const float *sm_r)
 {
-    const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+    const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    uint16_t *o = static_cast<uint16_t *>(a.out);
     if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
         const int f = a.R / 2, j = t * (WGG_M / 2) + 8 * w + g;
-        if (j >= f)
-            return;
-        uint16_t *o = static_cast<uint16_t *>(a.out);
-#pragma unroll
-        for (int jt = 0; jt < 8; jt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = 8 * jt + 2 * c + e;
-                if (col >= a.n)
-                    continue;
+        if (j < f)
+            wgg_each_col(a, [&](int jt, int e, int col) {
                 float gv = kc_bf2f(kc_f2bf(d[jt][e])), uv = kc_bf2f(kc_f2bf(d[jt][2 + e]));
                 if (a.rms) {
                     gv = kc_bf2f(kc_f2bf(gv * sm_r[col]));
                     uv = kc_bf2f(kc_f2bf(uv * sm_r[col]));
                 }
                 o[(int64_t)col * f + j] = kc_f2bf(kc_silu_mul(gv, uv));
-            }
+            });
         return;
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = t * WGG_M + 16 * w + g + 8 * h;
-        if (row >= a.R)
-            continue;
-#pragma unroll
-        for (int jt = 0; jt < 8; jt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = 8 * jt + 2 * c + e;
-                if (col >= a.n)
-                    continue;
+        if (row < a.R)
+            wgg_each_col(a, [&](int jt, int e, int col) {
                 const int64_t i = (int64_t)col * a.R + row;
                 const float v = d[jt][2 * h + e];
-                uint16_t *o = static_cast<uint16_t *>(a.out);
                 switch (a.epi) {
                 case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
                 case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(o[i]) + v); break;
                 case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(o[i]) + kc_bf2f(kc_f2bf(v))); break;
                 default: o[i] = kc_f2bf(v); break;
                 }
-            }
+            });
     }
 }
 
