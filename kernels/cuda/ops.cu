@@ -14,20 +14,6 @@
  */
 #include "kernels/cuda/common.cuh"
 
-/* A launch-shape knob from the environment (a positive integer), read once
- * per process and logged when set; def when unset or malformed. Launch
- * shapes only: the results' bits do not depend on them. */
-static int ops_env_knob(const char *name, int def)
-{
-    const char *v = getenv(name);
-    char *end = NULL;
-    const long x = v && *v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || !end || *end || x < 1 || x > 1 << 20)
-        return def;
-    INFERD_LOG_INFO("cuda: %s=%ld", name, x);
-    return (int)x;
-}
-
 /* Threads for a row op processing `items` items per row: a multiple of 32 in
  * [32, 1024]. */
 static int row_threads(int64_t items)
@@ -398,16 +384,14 @@ template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const
 
 /* Contract (kern_silu_mul_rms): kcuda_silu_mul of bf16(g r), bf16(u r), r =
  * kc_inv_rms of the token's row of x. Parts a row so that the grid holds
- * about four blocks an SM (INFERD_SILU_RMS_BLOCKS_PER_SM; at least one a
- * row, at most one per 256 items); every part sums its row's squares. */
+ * about four blocks an SM (at least one, at most one per 256 items). */
 void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
 {
     kcuda_state *st = kcuda_st(ctx);
     const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
     const bool xvec = d % 8 == 0 && kcuda_aligned(x, 16);
     const int items = vec ? f / 8 : f;
-    static const int per_sm = ops_env_knob("INFERD_SILU_RMS_BLOCKS_PER_SM", 4);
-    const int64_t want = kcuda_cdiv(per_sm * (int64_t)st->n_sms, n), most = kcuda_cdiv(items, 256);
+    const int64_t want = kcuda_cdiv(4 * (int64_t)st->n_sms, n), most = kcuda_cdiv(items, 256);
     const int parts = (int)(want < 1 ? 1 : want > most ? most : want);
     const silu_rms_args a = {(uint16_t *)out, (const uint16_t *)gate_up, (const uint16_t *)x, f, d,
                              (int)kcuda_cdiv(items, parts), eps};
@@ -437,8 +421,7 @@ struct rope_epi {
 };
 
 #define ROPE_HEADS 4 /* warps of a rope_kv_kernel block, one head at a time each */
-#define ROPE_TOKEN_BLOCK_N 128 /* a folded norm's batches from this many tokens: one block a token
-                                  (INFERD_ROPE_TOKEN_BLOCK_N moves it) */
+#define ROPE_TOKEN_BLOCK_N 128 /* a folded norm's batches from this many tokens: one block a token */
 
 /* One block per (token, hpb heads), one warp per head, ROPE_HEADS warps
  * (hpb = ROPE_HEADS: a block per token alone ran 11.4 us for 16 tokens on
@@ -594,9 +577,8 @@ static void launch_rope_kv(cudaStream_t s, bool pdl, const kern_rope_kv_params *
 {
     const size_t smem = (size_t)p->head_dim * sizeof(float);
     const int heads = p->n_heads + 2 * p->n_kv_heads;
-    static const int token_block_n = ops_env_knob("INFERD_ROPE_TOKEN_BLOCK_N", ROPE_TOKEN_BLOCK_N);
-    const int hpb = e->rx && p->n_tokens >= token_block_n ? (int)kcuda_cdiv(heads, ROPE_HEADS) * ROPE_HEADS
-                                                            : ROPE_HEADS;
+    const int hpb = e->rx && p->n_tokens >= ROPE_TOKEN_BLOCK_N ? (int)kcuda_cdiv(heads, ROPE_HEADS) * ROPE_HEADS
+                                                                 : ROPE_HEADS;
     const dim3 grid((unsigned)p->n_tokens, kcuda_cdiv(heads, hpb));
     const rope_kv_args a = {*p, *e, hpb};
     const bool v2 = p->head_dim % 8 == 0 && kcuda_aligned(p->qkv, 16) && kcuda_aligned(p->k_cache, 16) &&
