@@ -101,6 +101,8 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_min_n = env_int("INFERD_GEMM_WG_MIN_N", KCUDA_WG_DEFAULT_MIN_N),
                          .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
+                         .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
+                         .wg_trigger = env_int("INFERD_GEMM_WG_TRIGGER", 1) != 0,
                          .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
@@ -406,6 +408,10 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.wg_max_n = INFERD_MAX(0, INFERD_MIN(o->wg_max_n, KCUDA_WG_MAX_N));
     ctx->gemm.wg_min_n = INFERD_MAX(1, o->wg_min_n);
     ctx->gemm.wg_ctas = INFERD_MAX(1, INFERD_MIN(o->wg_ctas, 4));
+    ctx->gemm.wg_stages = o->wg_stages == 2 || o->wg_stages == 3 || o->wg_stages == 4 || o->wg_stages == 6 ||
+                                  o->wg_stages == 8
+                              ? o->wg_stages
+                              : 0;
     ctx->gemm.wg_grid = INFERD_MAX(0, o->wg_grid);
 }
 

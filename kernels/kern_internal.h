@@ -67,7 +67,7 @@ struct kern_ctx {
 #define KCUDA_WG_MAX_N 64
 #define KCUDA_WG_DEFAULT_MIN_N 17
 #define KCUDA_WG_DEFAULT_MAX_N 0 /* off: on an H100 it ran behind cuBLASLt (docs/PERF.md) */
-#define KCUDA_WG_DEFAULT_CTAS 2
+#define KCUDA_WG_DEFAULT_CTAS 1
 #define KCUDA_WG_MAX_TILES 8192
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */

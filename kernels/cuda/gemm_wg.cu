@@ -25,34 +25,39 @@
  *    in k order (so the sum's order is fixed by R, C and the grid, never by
  *    which CTA came last) and runs the epilogue, as the decode attention's
  *    fused merge does (attention_decode.cu);
- *  - both operands go through a ring of STAGES units in shared memory by
- *    cp.async (16-byte copies into the 128-byte swizzle the descriptors
- *    describe, mma.cuh), STAGES - 1 units in flight while one is
- *    multiplied; the weights of the first STAGES - 1 units are requested
- *    before the PDL wait (programmatic dependent launch, as the GEMV), so
- *    they arrive while the kernel before this one ends;
+ *  - both operands go through a ring of STAGES units in shared memory,
+ *    loaded by TMA (tma.cuh) from a producer warp beside the consuming
+ *    warpgroup: one request a box, the 128-byte swizzle the descriptors
+ *    describe (mma.cuh) made by the copy engine, rows past R or n and k
+ *    past C zero-filled; each stage's full barrier counts its bytes in,
+ *    its empty barrier the consumers' release. The weights of the first
+ *    STAGES units are requested before the PDL wait (programmatic
+ *    dependent launch), so they arrive while the kernel before this one
+ *    ends; with kern_gemm_opts.wg_trigger the producer releases the next
+ *    kernel's launch after its last request, so that kernel's weights
+ *    stream during this one's tail (one CTA's 96 KiB ring leaves room for
+ *    the next product's CTA beside it);
  *  - epilogues: the bf16 store (kern_matmul), the fp32 store (kern_logits),
  *    the residual add (kern_matmul_accum: resid = bf16(resid + the fp32
  *    product), rounded once, as cuBLASLt's beta = 1) and kern_matmul_fused's
  *    RESID and SILU_MUL (with the folded norm's 1 / rms: each CTA sums the
  *    tokens' squares from the input tiles it holds, carried in the slots
  *    as the products are); ROPE_KV is the product, then the RoPE kernel.
- * Measured on an H100 (docs/PERF.md, thirtieth session): in steady state
- * it streams at the copy bandwidth (lm_head: 94%), but a launch costs
- * 10-13 us more than its bytes (cuBLASLt: about 5), so it ran QKV and O at
- * 52-56% of the copy bandwidth against cuBLASLt's 74-79%; hence opt-in.
- * ncu: 8 warps an SM busy issuing (every thread's 8 cp.async a unit with
- * their address arithmetic), not waiting on memory, so too few bytes are
- * in flight; and a 96 KiB ring a CTA leaves no room for the next
- * product's CTAs, so the PDL prologue overlaps nothing. TMA loads from a
- * producer warp are the next form (docs/PERF.md).
- * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4, with 8 / 6 / 4 / 3 stages
- * of 16 KiB), at most one a unit; wg_grid overrides the count (tests).
+ * History (docs/PERF.md, thirtieth session): the first form loaded the ring
+ * by cp.async from every consumer thread (8 copies a thread a unit with
+ * their address arithmetic); ncu found its warps busy issuing rather than
+ * waiting on memory, a launch cost 10-13 us more than its bytes (cuBLASLt:
+ * about 5), and it ran QKV and O at 52-56% of the copy bandwidth against
+ * cuBLASLt's 74-79%.
+ * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4), at most one a unit;
+ * wg_grid overrides the count (tests); the ring has wg_stages stages of
+ * 16 KiB (by default 6 / 4 / 3 / 2 for 1..4 CTAs an SM).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
  * in 16-byte aligned, R <= 64 KCUDA_WG_MAX_TILES.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tma.cuh"
 
 /* Test hook (test_cuda_kernels): launches so far. */
 extern "C" int kcuda_gemm_wg_launches;
@@ -60,7 +65,8 @@ int kcuda_gemm_wg_launches;
 
 #define WGG_M 64                          /* weight rows a tile: the wgmma's M */
 #define WGG_K 64                          /* k a unit: one 128-byte row of a swizzled tile */
-#define WGG_THREADS 128                   /* one warpgroup */
+#define WGG_THREADS 128                   /* the consumers: one warpgroup */
+#define WGG_BLOCK (WGG_THREADS + 32)      /* and the producer warp */
 #define WGG_TILE (WGG_M * WGG_K)          /* elements of a stage's A (or B: 64 tokens) */
 #define WGG_TILE_BYTES (WGG_TILE * 2)     /* 8 KiB */
 #define WGG_FRAG (WGG_M * KCUDA_WG_MAX_N) /* floats of a tile's sums */
@@ -73,8 +79,9 @@ int kcuda_gemm_wg_launches;
 enum { WGG_STORE, WGG_F32, WGG_ACCUM, WGG_RESID, WGG_SILU };
 
 typedef struct {
-    const uint16_t *w;  /* [R, C] */
-    const uint16_t *in; /* [n, C] */
+    kc_tmap tw;         /* the weights [R, C] as {C, R, 1}, boxes of 64 x 64; SILU: {C, R / 2, 2} (gate rows, then
+                           up rows), boxes of 64 x 8 x 2 */
+    kc_tmap tx;         /* the inputs [n, C] as {C, n, 1}, boxes of 64 x 64 (tokens past n arrive as zeros) */
     void *out;          /* [n, R] ([n, R / 2] for WGG_SILU): bf16, fp32, or the bf16 residual stream */
     float *ws;          /* [2 gridDim.x][WGG_SLOT] partial slots, fragment order */
     int *cnt;           /* [tiles] arrival counters: 0 between launches */
@@ -82,6 +89,7 @@ typedef struct {
     int64_t units;      /* tiles * kb */
     int epi;            /* WGG_* */
     int rms;            /* a folded norm: each token's outputs scaled by 1 / rms(in row) first (SILU only) */
+    int trigger;        /* the producer triggers the dependent launch after its last load */
     float eps;
 } wgg_args;
 
@@ -99,49 +107,34 @@ __device__ __forceinline__ int wgg_cta_of(const wgg_args &a, int64_t u)
     return (int)(((u + 1) * gridDim.x + a.units - 1) / a.units - 1);
 }
 
-/* Copies of unit u's k range into a stage: rows r of [row0, row0 + rows)
- * of src ([*, C]), 8 chunks of 16 bytes a row into the 128-byte swizzle
- * (chunk ch of row r at chunk ch ^ (r % 8)); rows past `rows` and k past C
- * zero-filled without a read. */
-/* Tile row r's source row, from src: r itself, or with pairs (SILU) the
- * gate row 8 (r / 16) + r % 8 for r % 16 < 8 and that row's up row `up`
- * rows further for the others, so the thread holding a tile row's sums
- * (rows g and g + 8 of a warp's 16, mma.cuh) holds a gate and its up; the
- * source row is valid below `rows` (before the up offset). */
-__device__ __forceinline__ int wgg_src_row(int r, bool pairs)
+/* Bytes of tile t's weights a stage receives: a whole box (rows past R
+ * zero-filled), or (SILU) the boxes of 8 gate + 8 up rows holding rows
+ * below R / 2 (the others are not requested: their rows' sums are never
+ * stored, see wgg_epilogue). */
+__device__ __forceinline__ uint32_t wgg_w_bytes(const wgg_args &a, int t)
 {
-    return pairs ? 8 * (r >> 4) + (r & 7) : r;
+    if (a.epi != WGG_SILU)
+        return WGG_TILE_BYTES;
+    const int left = a.R / 2 - t * (WGG_M / 2);
+    return (uint32_t)min(4, (left + 7) / 8) * (WGG_TILE_BYTES / 4);
 }
 
-__device__ __forceinline__ void wgg_load(const uint16_t *src, int rows, int64_t up, int C, int k0, uint16_t *stage)
-{
-#pragma unroll
-    for (int j = 0; j < WGG_TILE / 8 / WGG_THREADS; j++) {
-        const int i = threadIdx.x + j * WGG_THREADS, r = i >> 3, ch = i & 7, k = k0 + ch * 8;
-        const int sr = wgg_src_row(r, up > 0);
-        const bool ok = sr < rows && k < C;
-        const int64_t row = sr + ((r >> 3) & 1) * up;
-        kc_cp_async16(stage + r * WGG_K + ((ch ^ (r & 7)) << 3), ok ? src + row * C + k : src, ok);
-    }
-}
-
-/* Weight rows of tile t at k unit kbi: 64 from 64 t, or (SILU) the gate
- * and up rows of the outputs [32 t, +32) (the up rows R / 2 further). */
-__device__ __forceinline__ void wgg_load_w(const wgg_args &a, int t, int kbi, uint16_t *stage)
+/* Tile t's weights at k unit kbi into a stage, completing on bar. SILU:
+ * tile row r holds the gate row 8 (r / 16) + r % 8 of the tile's 32 for
+ * r % 16 < 8 and that row's up row for the others, so the thread holding
+ * a tile row's sums (rows g and g + 8 of a warp's 16, mma.cuh) holds a
+ * gate and its up: a box of 8 gate rows over their 8 up rows for each
+ * warp's 16 tile rows. */
+__device__ __forceinline__ void wgg_tma_w(const wgg_args &a, int t, int kbi, uint16_t *stage, uint64_t *bar)
 {
     const int k0 = kbi * WGG_K;
     if (a.epi == WGG_SILU) {
-        const int f = a.R / 2, j0 = t * (WGG_M / 2);
-        wgg_load(a.w + (int64_t)j0 * a.C, min(WGG_M / 2, f - j0), f, a.C, k0, stage);
+        const int j0 = t * (WGG_M / 2), nb = (int)(wgg_w_bytes(a, t) / (WGG_TILE_BYTES / 4));
+        for (int i = 0; i < nb; i++)
+            kc_tma_load(stage + i * 16 * WGG_K, &a.tw, k0, j0 + 8 * i, 0, bar);
     } else {
-        const int m0 = t * WGG_M;
-        wgg_load(a.w + (int64_t)m0 * a.C, min(WGG_M, a.R - m0), 0, a.C, k0, stage);
+        kc_tma_load(stage, &a.tw, k0, t * WGG_M, 0, bar);
     }
-}
-
-__device__ __forceinline__ void wgg_load_x(const wgg_args &a, int kbi, uint16_t *stage)
-{
-    wgg_load(a.in, a.n, 0, a.C, kbi * WGG_K, stage);
 }
 
 /* The next unit (tile t, k unit kbi) in tile-major order. */
@@ -219,12 +212,23 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
     }
 }
 
+/* A barrier of the consumer warpgroup alone (named barrier 1; the
+ * producer warp has left). */
+__device__ __forceinline__ void wgg_sync(void)
+{
+#if defined(KEMU_H)
+    kemu_syncwg(__LINE__);
+#else
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+#endif
+}
+
 /* After the unit that ends this CTA's segment of tile t (its sums in d,
  * its share of the tokens' sums of squares in ss when a.rms): the epilogue
  * where the segment is the whole tile; else the partial to this CTA's slot
  * (first: the segment is the CTA's first), the arrival counted, and the
  * last of the tile's CTAs sums every slot in k order and runs the
- * epilogue. Every thread calls it. sm: the flag and the tokens' 1 / rms.
+ * epilogue. Every consumer thread calls it. sm: the flag and the tokens' 1 / rms.
  * NOTE: the fences make each partial visible before the count that admits
  * the summing CTA, and the others' partials visible to it after
  * (threadFenceReduction's pattern). */
@@ -246,7 +250,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
             slot[WGG_FRAG + tok] = ss;
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
         __threadfence();
-        __syncthreads(); /* every thread's partial written; sm_last free */
+        wgg_sync(); /* every thread's partial written; sm_last free */
         if (threadIdx.x == 0) {
             int *cnt = a.cnt + t;
             *sm_last = atomicAdd(cnt, 1) == i1 - i0;
@@ -255,7 +259,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
                 __threadfence();
             }
         }
-        __syncthreads();
+        wgg_sync();
         if (!*sm_last)
             return;
 #pragma unroll
@@ -281,51 +285,85 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
     if (a.rms) {
         if ((threadIdx.x & 1) == 0)
             sm_r[tok] = kc_inv_rms(ss, a.C, a.eps);
-        __syncthreads();
+        wgg_sync();
     }
     wgg_epilogue(a, d, t, sm_r);
 }
 
-template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_kernel(const wgg_args a)
+/* The producer (the extra warp's first lane): unit q of the CTA's range
+ * (tile t, k unit kbi first) into stage q % STAGES, completing on that
+ * stage's full barrier; a stage is refilled once the consumers have
+ * released it (its empty barrier). The weights of the first STAGES units
+ * are requested before the PDL wait, their inputs after it. With
+ * a.trigger the dependent launch is released after the last request, so
+ * the next kernel's CTAs start their own weights during this one's tail. */
+template <int STAGES>
+__device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, int nu, uint16_t *sA, uint16_t *sB,
+                                            uint64_t *full, uint64_t *empty)
+{
+    const int pre = nu < STAGES ? nu : STAGES;
+    int lt = t, lk = kbi; /* the next unit's weights */
+    for (int q = 0; q < pre; q++) {
+        kc_mbar_arrive_tx(&full[q], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
+        wgg_tma_w(a, lt, lk, sA + q * WGG_TILE, &full[q]);
+        wgg_next(a, lt, lk);
+    }
+    kc_pdl_wait();
+    for (int q = 0, xk = kbi; q < pre; q++, xk = xk + 1 == a.kb ? 0 : xk + 1)
+        kc_tma_load(sB + q * WGG_TILE, &a.tx, xk * WGG_K, 0, 0, &full[q]);
+    int s = 0;
+    uint32_t ph = 0; /* the parity of stage s's previous use */
+    for (int q = pre; q < nu; q++) {
+        kc_mbar_wait(&empty[s], ph);
+        kc_mbar_arrive_tx(&full[s], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
+        wgg_tma_w(a, lt, lk, sA + s * WGG_TILE, &full[s]);
+        kc_tma_load(sB + s * WGG_TILE, &a.tx, lk * WGG_K, 0, 0, &full[s]);
+        wgg_next(a, lt, lk);
+        if (++s == STAGES) {
+            s = 0;
+            ph ^= 1;
+        }
+    }
+    if (a.trigger)
+        kc_pdl_trigger();
+}
+
+/* One CTA: WGG_THREADS consumer threads (one warpgroup: the products, the
+ * partials and the epilogues) and one producer warp (TMA requests). */
+template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_constant__ wgg_args a)
 {
     /* NOTE: no static shared memory, so the ring starts the window,
-     * 1024-byte aligned as the swizzle needs; the flag follows the ring */
+     * 1024-byte aligned as the swizzle needs; barriers and flags follow */
     extern __shared__ float4 wgg_sm4[];
     uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_TILE; /* stage s at + s WGG_TILE */
-    int *sm_last = (int *)(sB + STAGES * WGG_TILE);
+    uint64_t *full = (uint64_t *)(sB + STAGES * WGG_TILE), *empty = full + STAGES;
+    int *sm_last = (int *)(empty + STAGES);
     float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
     const int64_t u0 = wgg_begin(a, blockIdx.x);
     const int nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
     int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb), seg_k0 = kbi;
-    int lt = t, lkbi = kbi; /* the next unit to load */
-    /* cp.async groups: the weights of units 0 .. STAGES - 2 (before the
-     * PDL wait), their inputs, then one group a unit */
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nu)
-            wgg_load_w(a, lt, lkbi, sA + s * WGG_TILE);
-        kc_cp_commit();
-        wgg_next(a, lt, lkbi);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; i++) {
+            kc_mbar_init(&full[i], 1);
+            kc_mbar_init(&empty[i], WGG_THREADS);
+        }
+        kc_mbar_fence_init();
     }
-    kc_pdl_wait();
-    lkbi = kbi;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nu)
-            wgg_load_x(a, lkbi, sB + s * WGG_TILE);
-        kc_cp_commit();
-        lkbi = lkbi + 1 == a.kb ? 0 : lkbi + 1;
+    __syncthreads();
+    if (threadIdx.x >= WGG_THREADS) {
+        if (threadIdx.x == WGG_THREADS)
+            wgg_produce<STAGES>(a, t, kbi, nu, sA, sB, full, empty);
+        return;
     }
+    kc_pdl_wait(); /* the epilogue's residual rows, the partial slots and counters */
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
     float d[8][4] = {}, ss = 0.0f;
     bool first = true;
+    int s = 0;
+    uint32_t ph = 0; /* the parity of stage s's current use */
     for (int q = 0; q < nu; q++) {
-        kc_cp_wait<STAGES - 2>(); /* unit q's group and every earlier one */
-        kc_fence_proxy_async();
-        /* unit q published; every thread's products of unit q - 1 done, so
-         * its stage is free for unit q + STAGES - 1 */
-        __syncthreads();
-        const uint32_t off = (uint32_t)(q % STAGES) * WGG_TILE_BYTES;
+        kc_mbar_wait(&full[s], ph);
+        const uint32_t off = (uint32_t)s * WGG_TILE_BYTES;
         kc_wg_fence();
 #pragma unroll
         for (int ks = 0; ks < WGG_K / 16; ks++)
@@ -335,18 +373,16 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
         if (a.rms) { /* while the products run: the inputs are read, not written */
             if (kbi == seg_k0)
                 ss = 0.0f;
-            wgg_sumsq(sB + (q % STAGES) * WGG_TILE, ss);
+            wgg_sumsq(sB + s * WGG_TILE, ss);
+            kc_fence_proxy_async(); /* these reads before the copy engine's next write of the stage */
         }
-        const int qn = q + STAGES - 1;
-        if (qn < nu) {
-            const int sn = qn % STAGES;
-            wgg_load_w(a, lt, lkbi, sA + sn * WGG_TILE);
-            wgg_load_x(a, lkbi, sB + sn * WGG_TILE);
-            wgg_next(a, lt, lkbi);
-        }
-        kc_cp_commit();
         kc_wg_wait<0>();
         kc_wg_fence_regs(d);
+        kc_mbar_arrive(&empty[s]);
+        if (++s == STAGES) {
+            s = 0;
+            ph ^= 1;
+        }
         if (kbi == a.kb - 1 || q == nu - 1) { /* the segment of tile t ends */
             wgg_finish(a, d, ss, t, seg_k0 == 0 && kbi == a.kb - 1, first, sm_last, sm_r);
             first = false;
@@ -356,19 +392,23 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_THREADS) wgg_
             kbi++;
         }
     }
-    kc_cp_wait<0>();
 }
 
-/* Stages a ring of CTAs an SM (1..4) holds: 8 / 6 / 4 / 3 units of 16 KiB. */
-static int wgg_stages(int ctas)
+/* Stages of the ring: the options' (wg_stages), else by CTAs an SM (1..4):
+ * 6 / 4 / 3 / 2 units of 16 KiB; one CTA's 96 KiB leaves room for the next
+ * product's CTA beside it (the trigger's overlap). */
+static int wgg_stages(const kern_gemm_opts *o)
 {
-    return ctas <= 1 ? 8 : ctas == 2 ? 6 : ctas == 3 ? 4 : 3;
+    if (o->wg_stages)
+        return o->wg_stages;
+    return o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : o->wg_ctas == 3 ? 3 : 2;
 }
 
 static size_t wgg_smem(int stages)
 {
-    /* the ring, the last-arrival flag (16 bytes), the tokens' 1 / rms */
-    return (size_t)stages * 2 * WGG_TILE_BYTES + 16 + KCUDA_WG_MAX_N * sizeof(float);
+    /* the ring, its full and empty barriers, the last-arrival flag (16
+     * bytes), the tokens' 1 / rms */
+    return (size_t)stages * (2 * WGG_TILE_BYTES + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
 }
 
 /* Contract (kern_internal.h): sets the kernels' shared-memory opt-in; false
@@ -376,12 +416,13 @@ static size_t wgg_smem(int stages)
  * shared memory than the largest ring). */
 bool kcuda_gemm_wg_init(kcuda_state *st)
 {
-    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(8))
+    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(8) || !kc_tmap_init())
         return false;
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(8)));
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(6)));
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(4)));
     CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(3)));
+    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(2)));
     return true;
 }
 
@@ -408,8 +449,6 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     INFERD_CHECK(kcuda_gemm_wg_route(ctx, w, n) && kcuda_aligned(in, 16));
     INFERD_CHECK(epi != WGG_SILU || w->rows % 2 == 0);
     wgg_args a = {};
-    a.w = static_cast<const uint16_t *>(w->data);
-    a.in = static_cast<const uint16_t *>(in);
     a.out = out;
     a.R = (int)w->rows;
     a.C = (int)w->cols;
@@ -418,19 +457,27 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.units = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? WGG_M / 2 : WGG_M) * a.kb;
     a.epi = epi;
     a.rms = rms;
+    a.trigger = ctx->gemm.wg_trigger;
     a.eps = eps;
     a.cnt = st->wg_cnt;
     a.ws = static_cast<float *>(st->gemm_ws);
+    const uint64_t row = (uint64_t)a.C * 2, rows = epi == WGG_SILU ? (uint64_t)a.R / 2 : (uint64_t)a.R;
+    const uint64_t wd[3] = {(uint64_t)a.C, rows, epi == WGG_SILU ? 2u : 1u}, ws[2] = {row, row * rows};
+    const uint32_t wb[3] = {WGG_K, epi == WGG_SILU ? 8u : (uint32_t)WGG_M, epi == WGG_SILU ? 2u : 1u};
+    const uint64_t xd[3] = {(uint64_t)a.C, (uint64_t)n, 1}, xs[2] = {row, row * (uint64_t)n};
+    const uint32_t xb[3] = {WGG_K, KCUDA_WG_MAX_N, 1};
+    INFERD_CHECK(kc_tmap_encode(&a.tw, w->data, wd, ws, wb) && kc_tmap_encode(&a.tx, in, xd, xs, xb));
     const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..4 */
     int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
     grid = grid < a.units ? grid : a.units;
     INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
-    const int stages = wgg_stages(ctas);
+    const int stages = wgg_stages(&ctx->gemm);
     void (*k)(const wgg_args) = stages == 8   ? wgg_kernel<8>
                                 : stages == 6 ? wgg_kernel<6>
                                 : stages == 4 ? wgg_kernel<4>
-                                              : wgg_kernel<3>;
-    kc_launch(k, dim3((unsigned)grid), WGG_THREADS, wgg_smem(stages), st->stream, ctx->gemm.pdl, a);
+                                : stages == 3 ? wgg_kernel<3>
+                                              : wgg_kernel<2>;
+    kc_launch(k, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(stages), st->stream, ctx->gemm.pdl, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;
 }

@@ -793,8 +793,9 @@ END_TEST
 /* --- the warpgroup GEMM of 17..64 tokens (kernels/cuda/gemm_wg.cu) ------------------- */
 
 /* The options that send every product of 1..64 tokens of any weight to the
- * warpgroup GEMM (the GEMV off), on a grid of `grid` CTAs (0: ctas an SM). */
-static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas)
+ * warpgroup GEMM (the GEMV off), on a grid of `grid` CTAs (0: ctas an SM),
+ * with a ring of `stages` (0: by ctas) and the early trigger on or off. */
+static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, int stages, bool trigger)
 {
     kern_gemm_opts go = *base;
     go.gemv_max_n = 0;
@@ -803,6 +804,8 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas)
     go.wg_max_n = 64;
     go.wg_grid = grid;
     go.wg_ctas = ctas;
+    go.wg_stages = stages;
+    go.wg_trigger = trigger;
     return go;
 }
 
@@ -812,7 +815,8 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas)
  * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
  * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
  * (one CTA a unit where the product has fewer units than the grid), each
- * ring depth (wg_ctas 1..4); inputs 16-byte but not 256-byte aligned.
+ * ring depth (wg_ctas 1..4: 6, 4, 3, 2 stages; and 8), the early trigger
+ * on and off; inputs 16-byte but not 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
  * capability 9.0; elsewhere the route is off and cuBLASLt computes them). */
 START_TEST(test_gemm_wg)
@@ -821,13 +825,16 @@ START_TEST(test_gemm_wg)
     kern_gemm_config_get(kt_gpu, &go0);
     static const int shapes[][2] = {{1, 8}, {37, 264}, {130, 200}, {1000, 520}, {64, 4096}};
     static const int ns[] = {1, 9, 17, 33, 64};
-    static const int grids[] = {0, 1, 3, 7};
+    static const struct {
+        int grid, ctas, stages;
+        bool trigger;
+    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 4, 0, true}, {0, 1, 8, true}};
     const uint64_t seed = kt_seed() + 300;
     printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
     const int before = kcuda_gemm_wg_launches;
-    for (int gi = 0; gi < 4; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, grids[gi], 1 + gi);
+    for (int gi = 0; gi < 5; gi++) {
+        const kern_gemm_opts go = wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger);
         kern_gemm_config(kt_gpu, &go);
         for (int si = 0; si < 5; si++)
             for (int ni = 0; ni < 5; ni++) {
@@ -862,7 +869,7 @@ START_TEST(test_gemm_wg_batch_invariant)
     gemv_bufs_make(&b, N, R, C, kt_seed() + 310);
     int bad = 0;
     for (int gi = 0; gi < 2; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, gi ? 3 : 0, 2);
+        const kern_gemm_opts go = wg_forced(&go0, gi ? 3 : 0, 2, 0, true);
         kern_gemm_config(kt_gpu, &go);
         kern_logits(kt_gpu, b.gout, b.gin, &b.wg, N);
         kern_memcpy_d2h(kt_gpu, b.ref, b.gout, sizeof(float) * (size_t)N * R);
@@ -949,9 +956,10 @@ static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
 }
 
 /* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
- * GEMM (1..4 CTAs an SM) on the Llama-3-8B weight shapes at 16..64
- * tokens, plain products (logits for lm_head), weights rotated through
- * >= 256 MiB of copies so the L2 never holds them, and print a table (us a
+ * GEMM (ring forms below) on the Llama-3-8B weight shapes at 16..64 tokens,
+ * plain products (logits for lm_head), weights rotated through >= 256 MiB
+ * of copies so the L2 never holds them, back to back as programmatic
+ * dependents (the trigger's overlap shows), and print a table (us a
  * product, % of the copy bandwidth measured in the same run). */
 START_TEST(test_gemm_wg_bench)
 {
@@ -965,20 +973,27 @@ START_TEST(test_gemm_wg_bench)
     const bench_shape *sh = bench_shapes;
     const size_t n_sh = BENCH_LLAMA_SHAPES;
     static const int ns[] = {16, 24, 32, 48, 64};
-    enum { NMAX = 64, NCOL = 5 };
+    static const struct {
+        int ctas, stages;
+        bool trigger;
+    } col[] = {{0, 0, false}, {1, 6, true}, {1, 6, false}, {1, 8, true}, {1, 4, true}, {2, 4, true}};
+    enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
-    printf("WG_BENCH | shape | n | cuBLASLt | wg 1 CTA/SM | wg 2 | wg 3 | wg 4 |\n");
+    printf("WG_BENCH | shape | n | cuBLASLt |");
+    for (int c = 1; c < NCOL; c++)
+        printf(" wg %d CTA/SM %d stages%s |", col[c].ctas, col[c].stages, col[c].trigger ? "" : " no trigger");
+    printf("\n");
     for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
         bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
-            for (int mode = 0; mode < NCOL; mode++) {
-                kern_gemm_opts go = wg_forced(&go0, 0, mode > 0 ? mode : 1);
-                go.wg_max_n = mode > 0 ? 64 : 0;
+            for (int c = 0; c < NCOL; c++) {
+                kern_gemm_opts go = wg_forced(&go0, 0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger);
+                go.wg_max_n = c ? 64 : 0;
                 kern_gemm_config(kt_gpu, &go);
                 const double us = bench_ops_time(&b, t, n);
                 printf(" %.1f (%.1f%%) |", us, 100.0 * ((double)b.wb / (us * 1e-6) / 1e9) / cl.copy_gbps);

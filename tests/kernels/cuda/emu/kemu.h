@@ -28,6 +28,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __grid_constant__
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 {
@@ -123,6 +124,14 @@ static inline void kemu_bar_drop(kemu_bar &b)
         b.arrived = 0;
         b.gen++;
     }
+}
+
+/* A spinning wait's turn: the other fibers run before this one goes on
+ * (tma.cuh's mbarrier waits). */
+static inline void kemu_yield(void)
+{
+    kemu_cur->state = 0;
+    swapcontext(&kemu_cur->ctx, &kemu_sched);
 }
 
 static inline void kemu_syncthreads(int site) { kemu_bar_wait(kemu_blk->bar, site, "__syncthreads"); }
