@@ -888,10 +888,14 @@ START_TEST(test_gemm_wg_batch_invariant)
 END_TEST
 
 /* The GEMM benches' shapes: Llama-3-8B's products (the first
- * BENCH_LLAMA_SHAPES; lm_head as logits), then a small one. */
+ * BENCH_LLAMA_SHAPES; lm_head as logits), then a small one. kind: 0 a
+ * plain product, 1 logits (fp32), 2 gate/up then SiLU * up with the folded
+ * norm's 1 / rms (kern_matmul_fused where the route takes it, else the
+ * product and kern_silu_mul_rms, as the forward pass), 3 added into the
+ * residual stream (kern_matmul_accum). */
 typedef struct {
     const char *name;
-    int R, C, f32;
+    int R, C, kind;
 } bench_shape;
 static const bench_shape bench_shapes[] = {{"qkv", 6144, 4096, 0},      {"o", 4096, 4096, 0},
                                            {"gate_up", 28672, 4096, 0}, {"down", 4096, 14336, 0},
@@ -900,19 +904,21 @@ static const bench_shape bench_shapes[] = {{"qkv", 6144, 4096, 0},      {"o", 40
 
 /* A benchmark shape's operands: `copies` copies of a random R x C bf16
  * weight (256 MiB together or more, so the L2 never holds the one read
- * next), nmax random input rows and an output of nmax fp32 rows. */
+ * next), nmax random input rows, an output of nmax fp32 rows (the residual
+ * stream of kind 3) and one of nmax x R / 2 bf16 (kind 2's SiLU). */
 typedef struct {
     uint8_t *slab;
-    void *in, *out;
+    void *in, *out, *act;
     size_t wb; /* bytes of one copy */
-    int R, C, f32, copies;
+    int R, C, kind, copies;
 } bench_ops;
 
-static void bench_ops_make(bench_ops *b, int R, int C, int f32, int nmax, uint64_t seed)
+static void bench_ops_make(bench_ops *b, const bench_shape *sh, int nmax, uint64_t seed)
 {
+    const int R = sh->R, C = sh->C;
     b->R = R;
     b->C = C;
-    b->f32 = f32;
+    b->kind = sh->kind;
     b->wb = (size_t)R * (size_t)C * 2;
     b->copies = (int)((((size_t)256 << 20) + b->wb - 1) / b->wb);
     b->copies = b->copies < 2 ? 2 : b->copies;
@@ -926,18 +932,40 @@ static void bench_ops_make(bench_ops *b, int R, int C, int f32, int nmax, uint64
     b->in = kt_gpu_bf16(hin, ni);
     inferd_free(hin);
     b->out = kern_alloc(kt_gpu, (size_t)nmax * (size_t)R * 4);
+    kern_memset0(kt_gpu, b->out, (size_t)nmax * (size_t)R * 4); /* kind 3 adds into it */
+    b->act = kern_alloc(kt_gpu, (size_t)nmax * (size_t)R);
 }
 
 static void bench_ops_free(bench_ops *b)
 {
+    kern_free(kt_gpu, b->act);
     kern_free(kt_gpu, b->out);
     kern_free(kt_gpu, b->in);
     kern_free(kt_gpu, b->slab);
 }
 
-/* Microseconds a product of n tokens (kern_logits where f32, else
- * kern_matmul) under the ctx's current options: a warm-up round over the
- * copies, then at least 30 products timed, each on the next copy. */
+/* One product of n tokens of w as the shape's kind says. */
+static void bench_ops_run(const bench_ops *b, const kern_weight *w, int n)
+{
+    switch (b->kind) {
+    case 1: kern_logits(kt_gpu, b->out, b->in, w, n); break;
+    case 2:
+        if (kern_matmul_epi_fusable(kt_gpu, w, n)) {
+            const kern_fuse f = {.rms = true, .eps = 1e-5f, .epi = KERN_EPI_SILU_MUL};
+            kern_matmul_fused(kt_gpu, b->act, b->in, w, n, &f);
+        } else {
+            kern_matmul(kt_gpu, b->out, b->in, w, n);
+            kern_silu_mul_rms(kt_gpu, b->act, b->out, n, b->R / 2, b->in, b->C, 1e-5f);
+        }
+        break;
+    case 3: kern_matmul_accum(kt_gpu, b->out, b->in, w, n); break;
+    default: kern_matmul(kt_gpu, b->out, b->in, w, n); break;
+    }
+}
+
+/* Microseconds a product of n tokens (bench_ops_run) under the ctx's
+ * current options: a warm-up round over the copies, then at least 30
+ * products timed, each on the next copy. */
 static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
 {
     const int reps = 6 * b->copies > 30 ? 6 * b->copies : 30;
@@ -945,10 +973,7 @@ static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
         if (r == 0)
             kern_timer_record(kt_gpu, t, 0);
         kern_weight w = {b->slab + b->wb * (size_t)((r + b->copies) % b->copies), KERN_DTYPE_BF16, b->R, b->C};
-        if (b->f32)
-            kern_logits(kt_gpu, b->out, b->in, &w, n);
-        else
-            kern_matmul(kt_gpu, b->out, b->in, &w, n);
+        bench_ops_run(b, &w, n);
     }
     kern_timer_record(kt_gpu, t, 1);
     kern_sync(kt_gpu);
@@ -970,8 +995,11 @@ START_TEST(test_gemm_wg_bench)
     ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
     kern_gemm_opts go0;
     kern_gemm_config_get(kt_gpu, &go0);
-    const bench_shape *sh = bench_shapes;
-    const size_t n_sh = BENCH_LLAMA_SHAPES;
+    bench_shape sh[BENCH_LLAMA_SHAPES + 2];
+    memcpy(sh, bench_shapes, sizeof(bench_shape) * BENCH_LLAMA_SHAPES);
+    sh[BENCH_LLAMA_SHAPES] = (bench_shape){"gate_up+silu", 28672, 4096, 2};
+    sh[BENCH_LLAMA_SHAPES + 1] = (bench_shape){"down+add", 4096, 14336, 3};
+    const size_t n_sh = BENCH_LLAMA_SHAPES + 2;
     static const int ns[] = {16, 24, 32, 48, 64};
     static const struct {
         int ctas, stages;
@@ -987,7 +1015,7 @@ START_TEST(test_gemm_wg_bench)
     printf("\n");
     for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
-        bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
+        bench_ops_make(&b, &sh[s], NMAX, 5 + s);
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
@@ -1037,7 +1065,7 @@ START_TEST(test_gemm_small_bench)
            "cuBLASLt %%BW | GEMV+PDL %%BW | GEMV v1+PDL %%BW | GEMV TC+PDL %%BW | GEMV TC ring %%BW |\n");
     for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
-        bench_ops_make(&b, sh[s].R, sh[s].C, sh[s].f32, NMAX, 5 + s);
+        bench_ops_make(&b, &sh[s], NMAX, 5 + s);
         const size_t wb = b.wb;
         for (size_t ni_ = 0; ni_ < sizeof ns / sizeof ns[0]; ni_++) {
             const int n = ns[ni_];
