@@ -221,8 +221,8 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * INFERD_GEMM_ACCUM (accum, 0/1),
  * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N,
  * INFERD_GEMM_SEARCH_MIN_BYTES, INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N,
- * INFERD_GEMM_WG_CTAS, INFERD_GEMM_WG_STAGES and INFERD_GEMM_WG_TRIGGER
- * override them at kern_ctx_create. The
+ * INFERD_GEMM_WG_CTAS, INFERD_GEMM_WG_STAGES, INFERD_GEMM_WG_TRIGGER and
+ * INFERD_GEMM_WG_EVICT_FIRST override them at kern_ctx_create. The
  * choice depends only on n and the weight, so a padded graph replay uses
  * the same kernel as the eager step when gemv_max_n, gemv_tc_min_n - 1,
  * wg_min_n - 1 and wg_max_n are sizes of the graph ladder (1, 2, 4, 8,
@@ -260,6 +260,8 @@ typedef struct {
     int wg_stages; /* its ring's stages of 16 KiB: 2, 3, 4, 6 or 8; 0 = by wg_ctas, 6 / 4 / 3 / 2 (INFERD_GEMM_WG_STAGES) */
     bool wg_trigger; /* its CTAs let the next kernel launch once their last loads are issued, so that kernel's
                         weights stream during this one's tail (INFERD_GEMM_WG_TRIGGER, 0/1, default 1) */
+    bool wg_evict_first; /* its weight reads under an L2 evict-first policy (INFERD_GEMM_WG_EVICT_FIRST, 0/1,
+                            default 0) */
     bool wg_fuse; /* kern_matmul_epi_fusable on its route: RESID and SILU_MUL in its epilogue, ROPE_KV after it
                      (INFERD_GEMM_WG_FUSE, 0/1, default 1) */
     int wg_grid;  /* test hook: its grid's CTA count (0: wg_ctas an SM) */

@@ -90,6 +90,7 @@ typedef struct {
     int epi;            /* WGG_* */
     int rms;            /* a folded norm: each token's outputs scaled by 1 / rms(in row) first (SILU only) */
     int trigger;        /* the producer triggers the dependent launch after its last load */
+    int evict_first;    /* the weights read under an L2 evict-first policy */
     float eps;
 } wgg_args;
 
@@ -125,15 +126,16 @@ __device__ __forceinline__ uint32_t wgg_w_bytes(const wgg_args &a, int t)
  * a tile row's sums (rows g and g + 8 of a warp's 16, mma.cuh) holds a
  * gate and its up: a box of 8 gate rows over their 8 up rows for each
  * warp's 16 tile rows. */
-__device__ __forceinline__ void wgg_tma_w(const wgg_args &a, int t, int kbi, uint16_t *stage, uint64_t *bar)
+__device__ __forceinline__ void wgg_tma_w(const wgg_args &a, int t, int kbi, uint16_t *stage, uint64_t *bar,
+                                          uint64_t pol)
 {
     const int k0 = kbi * WGG_K;
     if (a.epi == WGG_SILU) {
         const int j0 = t * (WGG_M / 2), nb = (int)(wgg_w_bytes(a, t) / (WGG_TILE_BYTES / 4));
         for (int i = 0; i < nb; i++)
-            kc_tma_load(stage + i * 16 * WGG_K, &a.tw, k0, j0 + 8 * i, 0, bar);
+            kc_tma_load(stage + i * 16 * WGG_K, &a.tw, k0, j0 + 8 * i, 0, bar, pol, a.evict_first);
     } else {
-        kc_tma_load(stage, &a.tw, k0, t * WGG_M, 0, bar);
+        kc_tma_load(stage, &a.tw, k0, t * WGG_M, 0, bar, pol, a.evict_first);
     }
 }
 
@@ -302,10 +304,11 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
                                             uint64_t *full, uint64_t *empty)
 {
     const int pre = nu < STAGES ? nu : STAGES;
+    const uint64_t pol = a.evict_first ? kc_l2_evict_first() : 0;
     int lt = t, lk = kbi; /* the next unit's weights */
     for (int q = 0; q < pre; q++) {
         kc_mbar_arrive_tx(&full[q], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
-        wgg_tma_w(a, lt, lk, sA + q * WGG_TILE, &full[q]);
+        wgg_tma_w(a, lt, lk, sA + q * WGG_TILE, &full[q], pol);
         wgg_next(a, lt, lk);
     }
     kc_pdl_wait();
@@ -316,7 +319,7 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
     for (int q = pre; q < nu; q++) {
         kc_mbar_wait(&empty[s], ph);
         kc_mbar_arrive_tx(&full[s], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
-        wgg_tma_w(a, lt, lk, sA + s * WGG_TILE, &full[s]);
+        wgg_tma_w(a, lt, lk, sA + s * WGG_TILE, &full[s], pol);
         kc_tma_load(sB + s * WGG_TILE, &a.tx, lk * WGG_K, 0, 0, &full[s]);
         wgg_next(a, lt, lk);
         if (++s == STAGES) {
@@ -458,6 +461,7 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.epi = epi;
     a.rms = rms;
     a.trigger = ctx->gemm.wg_trigger;
+    a.evict_first = ctx->gemm.wg_evict_first;
     a.eps = eps;
     a.cnt = st->wg_cnt;
     a.ws = static_cast<float *>(st->gemm_ws);

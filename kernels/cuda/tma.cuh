@@ -16,7 +16,8 @@
  * Device: kc_mbar_init (count arrivals a phase), kc_mbar_arrive,
  * kc_mbar_arrive_tx (an arrival that also expects `bytes` of copies),
  * kc_mbar_wait (until the phase of the given parity has completed),
- * kc_tma_load (one box to shared memory, completing on a barrier).
+ * kc_tma_load (one box to shared memory, completing on a barrier; with
+ * an L2 policy such as kc_l2_evict_first's as a hint).
  * A barrier's phase completes when its arrivals and its expected bytes
  * are all in; waiting on parity p returns once the barrier's current
  * phase parity is not p (so a fresh barrier's "previous" phase, parity
@@ -104,8 +105,15 @@ static inline void kc_mbar_wait(uint64_t *bar, uint32_t parity)
         kemu_yield();
     }
 }
-static inline void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int c2, uint64_t *bar)
+static inline uint64_t kc_l2_evict_first(void)
 {
+    return 0;
+}
+static inline void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int c2, uint64_t *bar,
+                               uint64_t policy = 0, bool hint = false)
+{
+    (void)policy;
+    (void)hint;
     const size_t base = (size_t)((char *)dst - (char *)kemu_dyn_smem);
     size_t o = 0;
     for (uint32_t z = 0; z < m->box[2]; z++)
@@ -194,14 +202,30 @@ __device__ __forceinline__ void kc_mbar_wait(uint64_t *bar, uint32_t parity)
                      : "memory");
     } while (!done);
 }
-/* m: the address of a __grid_constant__ kernel parameter (the copy engine
- * reads the map from there). */
-__device__ __forceinline__ void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int c2, uint64_t *bar)
+/* An L2 policy for kc_tma_load's hint: lines read under it are evicted
+ * first (data streamed once, as a product's weights). */
+__device__ __forceinline__ uint64_t kc_l2_evict_first(void)
 {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-                 "[%5];\n" ::"r"(kc_smem_addr(dst)),
-                 "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(kc_smem_addr(bar))
-                 : "memory");
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+/* m: the address of a __grid_constant__ kernel parameter (the copy engine
+ * reads the map from there); with hint, the read goes through the L2
+ * under policy. */
+__device__ __forceinline__ void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int c2, uint64_t *bar,
+                                            uint64_t policy = 0, bool hint = false)
+{
+    if (hint)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                     "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(kc_smem_addr(dst)),
+                     "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(kc_smem_addr(bar)), "l"(policy)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                     "%4}], [%5];\n" ::"r"(kc_smem_addr(dst)),
+                     "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(kc_smem_addr(bar))
+                     : "memory");
 }
 #endif
 

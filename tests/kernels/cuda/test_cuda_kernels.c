@@ -816,7 +816,8 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
  * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
  * (one CTA a unit where the product has fewer units than the grid), each
  * ring depth (wg_ctas 1..4: 6, 4, 3, 2 stages; and 8), the early trigger
- * on and off; inputs 16-byte but not 256-byte aligned.
+ * on and off, the weights' L2 evict-first hint; inputs 16-byte but not
+ * 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
  * capability 9.0; elsewhere the route is off and cuBLASLt computes them). */
 START_TEST(test_gemm_wg)
@@ -834,7 +835,8 @@ START_TEST(test_gemm_wg)
     int bad = 0, k = 0;
     const int before = kcuda_gemm_wg_launches;
     for (int gi = 0; gi < 5; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger);
+        kern_gemm_opts go = wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger);
+        go.wg_evict_first = gi == 4; /* the weights under the L2 evict-first policy */
         kern_gemm_config(kt_gpu, &go);
         for (int si = 0; si < 5; si++)
             for (int ni = 0; ni < 5; ni++) {
