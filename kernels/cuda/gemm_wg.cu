@@ -11,11 +11,13 @@
  * bandwidth on Llama-3-8B's QKV and O (docs/PERF.md): their tiles leave a
  * partial last wave on 132 SMs, and they cannot overlap their start with
  * the previous kernel's end. Here:
- *  - the weights are the wgmma's A operand, a tile of WGG_M = 64 rows; the
- *    n tokens its B operand, N = 64 columns (tokens past n zero-filled), so
- *    one m64n64k16 product covers the whole batch and a token's result
- *    depends on its own input row only: bitwise the same at every n the
- *    route takes (a padded graph replay equals the eager step);
+ *  - the weights are the wgmma's A operand, a tile of WGG_M = 128 rows (two
+ *    m64 products sharing each input tile, so a stage holds twice the
+ *    weight bytes of its input bytes); the n tokens its B operand, N = 64
+ *    columns (tokens past n zero-filled), so the m64n64k16 products cover
+ *    the whole batch and a token's result depends on its own input row
+ *    only: bitwise the same at every n the route takes (a padded graph
+ *    replay equals the eager step);
  *  - stream-K: the (tile, 64-wide k unit) pairs, tile-major, are cut into
  *    gridDim.x equal ranges, one a CTA (one warpgroup), so every SM streams
  *    the same number of weight bytes whatever R is. A tile whose k range
@@ -35,8 +37,9 @@
  *    dependent launch), so they arrive while the kernel before this one
  *    ends; with kern_gemm_opts.wg_trigger the producer releases the next
  *    kernel's launch after its last request, so that kernel's weights
- *    stream during this one's tail (one CTA's 96 KiB ring leaves room for
- *    the next product's CTA beside it);
+ *    stream during this one's tail where it fits beside this one;
+ *  - the consumers keep one unit's products in flight while they issue the
+ *    next unit's, and release a stage once its products are done;
  *  - epilogues: the bf16 store (kern_matmul), the fp32 store (kern_logits),
  *    the residual add (kern_matmul_accum: resid = bf16(resid + the fp32
  *    product), rounded once, as cuBLASLt's beta = 1) and kern_matmul_fused's
@@ -49,9 +52,9 @@
  * waiting on memory, a launch cost 10-13 us more than its bytes (cuBLASLt:
  * about 5), and it ran QKV and O at 52-56% of the copy bandwidth against
  * cuBLASLt's 74-79%.
- * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..4), at most one a unit;
+ * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one a unit;
  * wg_grid overrides the count (tests); the ring has wg_stages stages of
- * 16 KiB (by default 6 / 4 / 3 / 2 for 1..4 CTAs an SM).
+ * 24 KiB (by default 6 / 4 / 2 for 1..3 CTAs an SM).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
  * in 16-byte aligned, R <= 64 KCUDA_WG_MAX_TILES.
  */
@@ -63,12 +66,14 @@
 extern "C" int kcuda_gemm_wg_launches;
 int kcuda_gemm_wg_launches;
 
-#define WGG_M 64                          /* weight rows a tile: the wgmma's M */
+#define WGG_MB 2                          /* 64-row blocks a tile: m64 products sharing each input tile */
+#define WGG_M (64 * WGG_MB)               /* weight rows a tile */
 #define WGG_K 64                          /* k a unit: one 128-byte row of a swizzled tile */
 #define WGG_THREADS 128                   /* the consumers: one warpgroup */
 #define WGG_BLOCK (WGG_THREADS + 32)      /* and the producer warp */
-#define WGG_TILE (WGG_M * WGG_K)          /* elements of a stage's A (or B: 64 tokens) */
-#define WGG_TILE_BYTES (WGG_TILE * 2)     /* 8 KiB */
+#define WGG_A (WGG_M * WGG_K)             /* elements of a stage's A: 16 KiB */
+#define WGG_B (KCUDA_WG_MAX_N * WGG_K)    /* elements of a stage's B (64 tokens): 8 KiB */
+#define WGG_BLK_BYTES (64 * WGG_K * 2)    /* bytes of a 64-row block (A) or of B */
 #define WGG_FRAG (WGG_M * KCUDA_WG_MAX_N) /* floats of a tile's sums */
 #define WGG_SLOT (WGG_FRAG + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' sums of squares */
 
@@ -115,14 +120,14 @@ __device__ __forceinline__ int wgg_cta_of(const wgg_args &a, int64_t u)
 __device__ __forceinline__ uint32_t wgg_w_bytes(const wgg_args &a, int t)
 {
     if (a.epi != WGG_SILU)
-        return WGG_TILE_BYTES;
+        return WGG_A * 2;
     const int left = a.R / 2 - t * (WGG_M / 2);
-    return (uint32_t)min(4, (left + 7) / 8) * (WGG_TILE_BYTES / 4);
+    return (uint32_t)min(WGG_M / 16, (left + 7) / 8) * (WGG_BLK_BYTES / 4);
 }
 
 /* Tile t's weights at k unit kbi into a stage, completing on bar. SILU:
- * tile row r holds the gate row 8 (r / 16) + r % 8 of the tile's 32 for
- * r % 16 < 8 and that row's up row for the others, so the thread holding
+ * tile row r holds the gate row 8 (r / 16) + r % 8 of the tile's WGG_M / 2
+ * for r % 16 < 8 and that row's up row for the others, so the thread holding
  * a tile row's sums (rows g and g + 8 of a warp's 16, mma.cuh) holds a
  * gate and its up: a box of 8 gate rows over their 8 up rows for each
  * warp's 16 tile rows. */
@@ -131,7 +136,7 @@ __device__ __forceinline__ void wgg_tma_w(const wgg_args &a, int t, int kbi, uin
 {
     const int k0 = kbi * WGG_K;
     if (a.epi == WGG_SILU) {
-        const int j0 = t * (WGG_M / 2), nb = (int)(wgg_w_bytes(a, t) / (WGG_TILE_BYTES / 4));
+        const int j0 = t * (WGG_M / 2), nb = (int)(wgg_w_bytes(a, t) / (WGG_BLK_BYTES / 4));
         for (int i = 0; i < nb; i++)
             kc_tma_load(stage + i * 16 * WGG_K, &a.tw, k0, j0 + 8 * i, 0, bar, pol, a.evict_first);
     } else {
@@ -177,40 +182,44 @@ template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &
                 fn(jt, e, 8 * jt + 2 * c + e);
 }
 
-/* The epilogue of tile t from its sums d (d[j][2 h + e] = the product of
- * tile row 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh); sm_r: each
- * token's 1 / rms (a.rms). */
-__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[8][4], int t, const float *sm_r)
+/* The epilogue of tile t from its sums d (d[mb][j][2 h + e] = the product
+ * of tile row 64 mb + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh);
+ * sm_r: each token's 1 / rms (a.rms). */
+__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[WGG_MB][8][4], int t,
+                                             const float *sm_r)
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     uint16_t *o = static_cast<uint16_t *>(a.out);
-    if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
-        const int f = a.R / 2, j = t * (WGG_M / 2) + 8 * w + g;
-        if (j < f)
-            wgg_each_col(a, [&](int jt, int e, int col) {
-                float gv = kc_bf2f(kc_f2bf(d[jt][e])), uv = kc_bf2f(kc_f2bf(d[jt][2 + e]));
-                if (a.rms) {
-                    gv = kc_bf2f(kc_f2bf(gv * sm_r[col]));
-                    uv = kc_bf2f(kc_f2bf(uv * sm_r[col]));
-                }
-                o[(int64_t)col * f + j] = kc_f2bf(kc_silu_mul(gv, uv));
-            });
-        return;
-    }
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int row = t * WGG_M + 16 * w + g + 8 * h;
-        if (row < a.R)
-            wgg_each_col(a, [&](int jt, int e, int col) {
-                const int64_t i = (int64_t)col * a.R + row;
-                const float v = d[jt][2 * h + e];
-                switch (a.epi) {
-                case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
-                case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(o[i]) + v); break;
-                case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(o[i]) + kc_bf2f(kc_f2bf(v))); break;
-                default: o[i] = kc_f2bf(v); break;
-                }
-            });
+    for (int mb = 0; mb < WGG_MB; mb++) {
+        if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
+            const int f = a.R / 2, j = t * (WGG_M / 2) + 32 * mb + 8 * w + g;
+            if (j < f)
+                wgg_each_col(a, [&](int jt, int e, int col) {
+                    float gv = kc_bf2f(kc_f2bf(d[mb][jt][e])), uv = kc_bf2f(kc_f2bf(d[mb][jt][2 + e]));
+                    if (a.rms) {
+                        gv = kc_bf2f(kc_f2bf(gv * sm_r[col]));
+                        uv = kc_bf2f(kc_f2bf(uv * sm_r[col]));
+                    }
+                    o[(int64_t)col * f + j] = kc_f2bf(kc_silu_mul(gv, uv));
+                });
+            continue;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = t * WGG_M + 64 * mb + 16 * w + g + 8 * h;
+            if (row < a.R)
+                wgg_each_col(a, [&](int jt, int e, int col) {
+                    const int64_t i = (int64_t)col * a.R + row;
+                    const float v = d[mb][jt][2 * h + e];
+                    switch (a.epi) {
+                    case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
+                    case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(o[i]) + v); break;
+                    case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(o[i]) + kc_bf2f(kc_f2bf(v))); break;
+                    default: o[i] = kc_f2bf(v); break;
+                    }
+                });
+        }
     }
 }
 
@@ -234,22 +243,24 @@ __device__ __forceinline__ void wgg_sync(void)
  * NOTE: the fences make each partial visible before the count that admits
  * the summing CTA, and the others' partials visible to it after
  * (threadFenceReduction's pattern). */
-__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], float ss, int t, bool whole,
-                                           bool first, int *sm_last, float *sm_r)
+__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB][8][4], float ss, int t,
+                                           bool whole, bool first, int *sm_last, float *sm_r)
 {
     const int tok = threadIdx.x >> 1;
     if (a.rms)
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves (a + b == b + a) */
     const int nj = (a.n + 7) >> 3; /* column tiles holding tokens: the partials carry only those */
     if (!whole) {
-        float *slot = a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT;
+        float4 *slot = reinterpret_cast<float4 *>(a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (j < nj)
-                reinterpret_cast<float4 *>(slot)[j * WGG_THREADS + threadIdx.x] =
-                    make_float4(d[j][0], d[j][1], d[j][2], d[j][3]);
+        for (int mb = 0; mb < WGG_MB; mb++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (j < nj)
+                    slot[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
+                        make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
         if (a.rms && (threadIdx.x & 1) == 0)
-            slot[WGG_FRAG + tok] = ss;
+            reinterpret_cast<float *>(slot)[WGG_FRAG + tok] = ss;
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
         __threadfence();
         wgg_sync(); /* every thread's partial written; sm_last free */
@@ -265,21 +276,26 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[8][4], 
         if (!*sm_last)
             return;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+        for (int mb = 0; mb < WGG_MB; mb++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                d[mb][j][0] = d[mb][j][1] = d[mb][j][2] = d[mb][j][3] = 0.0f;
         ss = 0.0f;
         for (int i = i0; i <= i1; i++) {
             const float *si = a.ws + (2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1)) * WGG_SLOT;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (j >= nj)
-                    break;
-                const float4 v = __ldcg(reinterpret_cast<const float4 *>(si) + j * WGG_THREADS + threadIdx.x);
-                d[j][0] += v.x;
-                d[j][1] += v.y;
-                d[j][2] += v.z;
-                d[j][3] += v.w;
-            }
+            for (int mb = 0; mb < WGG_MB; mb++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (j >= nj)
+                        break;
+                    const float4 v =
+                        __ldcg(reinterpret_cast<const float4 *>(si) + (mb * 8 + j) * WGG_THREADS + threadIdx.x);
+                    d[mb][j][0] += v.x;
+                    d[mb][j][1] += v.y;
+                    d[mb][j][2] += v.z;
+                    d[mb][j][3] += v.w;
+                }
             if (a.rms)
                 ss += __ldcg(si + WGG_FRAG + tok);
         }
@@ -307,20 +323,20 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
     const uint64_t pol = a.evict_first ? kc_l2_evict_first() : 0;
     int lt = t, lk = kbi; /* the next unit's weights */
     for (int q = 0; q < pre; q++) {
-        kc_mbar_arrive_tx(&full[q], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
-        wgg_tma_w(a, lt, lk, sA + q * WGG_TILE, &full[q], pol);
+        kc_mbar_arrive_tx(&full[q], wgg_w_bytes(a, lt) + WGG_BLK_BYTES);
+        wgg_tma_w(a, lt, lk, sA + q * WGG_A, &full[q], pol);
         wgg_next(a, lt, lk);
     }
     kc_pdl_wait();
     for (int q = 0, xk = kbi; q < pre; q++, xk = xk + 1 == a.kb ? 0 : xk + 1)
-        kc_tma_load(sB + q * WGG_TILE, &a.tx, xk * WGG_K, 0, 0, &full[q]);
+        kc_tma_load(sB + q * WGG_B, &a.tx, xk * WGG_K, 0, 0, &full[q]);
     int s = 0;
     uint32_t ph = 0; /* the parity of stage s's previous use */
     for (int q = pre; q < nu; q++) {
         kc_mbar_wait(&empty[s], ph);
-        kc_mbar_arrive_tx(&full[s], wgg_w_bytes(a, lt) + WGG_TILE_BYTES);
-        wgg_tma_w(a, lt, lk, sA + s * WGG_TILE, &full[s], pol);
-        kc_tma_load(sB + s * WGG_TILE, &a.tx, lk * WGG_K, 0, 0, &full[s]);
+        kc_mbar_arrive_tx(&full[s], wgg_w_bytes(a, lt) + WGG_BLK_BYTES);
+        wgg_tma_w(a, lt, lk, sA + s * WGG_A, &full[s], pol);
+        kc_tma_load(sB + s * WGG_B, &a.tx, lk * WGG_K, 0, 0, &full[s]);
         wgg_next(a, lt, lk);
         if (++s == STAGES) {
             s = 0;
@@ -338,13 +354,13 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     /* NOTE: no static shared memory, so the ring starts the window,
      * 1024-byte aligned as the swizzle needs; barriers and flags follow */
     extern __shared__ float4 wgg_sm4[];
-    uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_TILE; /* stage s at + s WGG_TILE */
-    uint64_t *full = (uint64_t *)(sB + STAGES * WGG_TILE), *empty = full + STAGES;
+    uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_A; /* stage s at + s WGG_A, + s WGG_B */
+    uint64_t *full = (uint64_t *)(sB + STAGES * WGG_B), *empty = full + STAGES;
     int *sm_last = (int *)(empty + STAGES);
     float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
     const int64_t u0 = wgg_begin(a, blockIdx.x);
     const int nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
-    int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb), seg_k0 = kbi;
+    int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb);
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; i++) {
             kc_mbar_init(&full[i], 1);
@@ -360,58 +376,61 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     }
     kc_pdl_wait(); /* the epilogue's residual rows, the partial slots and counters */
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
-    float d[8][4] = {}, ss = 0.0f;
-    bool first = true;
-    int s = 0;
-    uint32_t ph = 0; /* the parity of stage s's current use */
-    for (int q = 0; q < nu; q++) {
-        kc_mbar_wait(&full[s], ph);
-        const uint32_t off = (uint32_t)s * WGG_TILE_BYTES;
-        kc_wg_fence();
+    float d[WGG_MB][8][4] = {}, ss = 0.0f;
+    int s = 0;       /* the stage of the next unit */
+    uint32_t ph = 0; /* the parity of its current use */
+    for (int q = 0; q < nu; t++) { /* the segments of tiles t, t + 1, ... in the CTA's range */
+        const int len = min(a.kb - kbi, nu - q), k0 = kbi;
+        int held = -1; /* the stage whose products may still run (released after the next unit's issue) */
+        for (int i = 0; i < len; i++) {
+            kc_mbar_wait(&full[s], ph);
+            const uint32_t offa = (uint32_t)s * (WGG_A * 2), offb = (uint32_t)s * WGG_BLK_BYTES;
+            kc_wg_fence();
 #pragma unroll
-        for (int ks = 0; ks < WGG_K / 16; ks++)
-            kc_wgmma_ss<KCUDA_WG_MAX_N>(d, kc_wg_desc_add(da, off + 32 * ks), kc_wg_desc_add(db, off + 32 * ks),
-                                        kbi > seg_k0 || ks > 0);
-        kc_wg_commit();
-        if (a.rms) { /* while the products run: the inputs are read, not written */
-            if (kbi == seg_k0)
-                ss = 0.0f;
-            wgg_sumsq(sB + s * WGG_TILE, ss);
-            kc_fence_proxy_async(); /* these reads before the copy engine's next write of the stage */
+            for (int ks = 0; ks < WGG_K / 16; ks++)
+#pragma unroll
+                for (int mb = 0; mb < WGG_MB; mb++)
+                    kc_wgmma_ss<KCUDA_WG_MAX_N>(d[mb], kc_wg_desc_add(da, offa + mb * WGG_BLK_BYTES + 32 * ks),
+                                                kc_wg_desc_add(db, offb + 32 * ks), i > 0 || ks > 0);
+            kc_wg_commit();
+            if (a.rms) { /* while the products run: the inputs are read, not written */
+                if (i == 0)
+                    ss = 0.0f;
+                wgg_sumsq(sB + s * WGG_B, ss);
+            }
+            kc_wg_wait<1>(); /* the previous unit's products done: its stage is free */
+            if (held >= 0)
+                kc_mbar_arrive(&empty[held]);
+            held = s;
+            if (++s == STAGES) {
+                s = 0;
+                ph ^= 1;
+            }
         }
         kc_wg_wait<0>();
-        kc_wg_fence_regs(d);
-        kc_mbar_arrive(&empty[s]);
-        if (++s == STAGES) {
-            s = 0;
-            ph ^= 1;
-        }
-        if (kbi == a.kb - 1 || q == nu - 1) { /* the segment of tile t ends */
-            wgg_finish(a, d, ss, t, seg_k0 == 0 && kbi == a.kb - 1, first, sm_last, sm_r);
-            first = false;
-            t++;
-            kbi = seg_k0 = 0;
-        } else {
-            kbi++;
-        }
+        kc_wg_fence_regs(d[0]);
+        kc_wg_fence_regs(d[WGG_MB - 1]);
+        kc_mbar_arrive(&empty[held]);
+        q += len;
+        kbi = 0;
+        wgg_finish(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
     }
 }
 
-/* Stages of the ring: the options' (wg_stages), else by CTAs an SM (1..4):
- * 6 / 4 / 3 / 2 units of 16 KiB; one CTA's 96 KiB leaves room for the next
- * product's CTA beside it (the trigger's overlap). */
+/* Stages of the ring: the options' (wg_stages), else by CTAs an SM (1..3):
+ * 6 / 4 / 2 units of 24 KiB (16 of weights, 8 of inputs). */
 static int wgg_stages(const kern_gemm_opts *o)
 {
     if (o->wg_stages)
         return o->wg_stages;
-    return o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : o->wg_ctas == 3 ? 3 : 2;
+    return o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : 2;
 }
 
 static size_t wgg_smem(int stages)
 {
     /* the ring, its full and empty barriers, the last-arrival flag (16
      * bytes), the tokens' 1 / rms */
-    return (size_t)stages * (2 * WGG_TILE_BYTES + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
+    return (size_t)stages * ((WGG_A + WGG_B) * 2 + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
 }
 
 /* Contract (kern_internal.h): sets the kernels' shared-memory opt-in; false
@@ -467,7 +486,7 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.ws = static_cast<float *>(st->gemm_ws);
     const uint64_t row = (uint64_t)a.C * 2, rows = epi == WGG_SILU ? (uint64_t)a.R / 2 : (uint64_t)a.R;
     const uint64_t wd[3] = {(uint64_t)a.C, rows, epi == WGG_SILU ? 2u : 1u}, ws[2] = {row, row * rows};
-    const uint32_t wb[3] = {WGG_K, epi == WGG_SILU ? 8u : (uint32_t)WGG_M, epi == WGG_SILU ? 2u : 1u};
+    const uint32_t wb[3] = {WGG_K, epi == WGG_SILU ? 8u : (uint32_t)WGG_M, epi == WGG_SILU ? 2u : 1u}; /* WGG_M <= 256 */
     const uint64_t xd[3] = {(uint64_t)a.C, (uint64_t)n, 1}, xs[2] = {row, row * (uint64_t)n};
     const uint32_t xb[3] = {WGG_K, KCUDA_WG_MAX_N, 1};
     INFERD_CHECK(kc_tmap_encode(&a.tw, w->data, wd, ws, wb) && kc_tmap_encode(&a.tx, in, xd, xs, xb));

@@ -815,7 +815,7 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
  * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
  * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
  * (one CTA a unit where the product has fewer units than the grid), each
- * ring depth (wg_ctas 1..4: 6, 4, 3, 2 stages; and 8), the early trigger
+ * ring depth (wg_ctas 1..3: 6, 4, 2 stages; and 3 and 8), the early trigger
  * on and off, the weights' L2 evict-first hint; inputs 16-byte but not
  * 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
@@ -829,7 +829,7 @@ START_TEST(test_gemm_wg)
     static const struct {
         int grid, ctas, stages;
         bool trigger;
-    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 4, 0, true}, {0, 1, 8, true}};
+    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 3, 3, true}, {0, 1, 8, true}};
     const uint64_t seed = kt_seed() + 300;
     printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
@@ -1006,7 +1006,7 @@ START_TEST(test_gemm_wg_bench)
     static const struct {
         int ctas, stages;
         bool trigger;
-    } col[] = {{0, 0, false}, {1, 6, true}, {1, 6, false}, {1, 8, true}, {1, 4, true}, {2, 4, true}};
+    } col[] = {{0, 0, false}, {1, 6, true}, {1, 6, false}, {1, 8, true}, {1, 8, false}, {2, 4, false}};
     enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
