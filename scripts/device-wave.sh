@@ -385,18 +385,21 @@ then row "WG_BENCH (dense cases, quick) $(el)" ok
 else row "WG_BENCH (exit $?)" "FAIL (wave/wgbench.log)"; fi
 grep -E "^WG_BENCH|FAIL|differ" "$W/wgbench.log" | head -40
 fi
-# i4a0c. ncu of the warpgroup GEMM (opt-in, plain epilogues) in eager batch-64
-#        decode steps: two launches (a layer's QKV and O) past the first 600
+# i4a0c. ncu of the warpgroup GEMM (opt-in, plain epilogues) in eager decode
+#        steps of each batch in WAVE_NCUWG_BATCH (default 64; 17..64 take
+#        the kernel): two launches (a layer's QKV and O) past the first 600
 if part ncuwg; then
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for nb in ${WAVE_NCUWG_BATCH:-64}; do
 if INFERD_GEMM_WG_MAX_N=64 INFERD_GEMM_WG_FUSE=0 timeout 300 "$NCU" --clock-control none --cache-control none \
       -k regex:wgg_kernel --launch-skip 600 --launch-count 2 --section SpeedOfLight --section LaunchStats \
       --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-      "$BIN" bench latency --load-format dummy --device cuda --model $L8 --batch-size 64 --input-len 1024 \
+      "$BIN" bench latency --load-format dummy --device cuda --model $L8 --batch-size "$nb" --input-len 1024 \
       --output-len 16 --num-iters-warmup 0 --num-iters 1 --enforce-eager --kv-cache-dtype fp8 --max-num-seqs 64 \
-      --max-num-batched-tokens 8192 --max-model-len 2048 >"$W/ncuwg.txt" 2>&1
-then row "ncu wgg_kernel b64 $(el)" ok; else row "ncu wgg_kernel b64 (exit $?)" FAILED; fi
-grep -E "wgg_kernel|Duration|Throughput|Occupancy|Registers Per|Block Limit|Grid Size|Shared Memory Config|Stall|Warp Cycles Per|Issued Warp|No Eligible|One or More" "$W/ncuwg.txt" | head -70
+      --max-num-batched-tokens 8192 --max-model-len 2048 >"$W/ncuwg-b$nb.txt" 2>&1
+then row "ncu wgg_kernel b$nb $(el)" ok; else row "ncu wgg_kernel b$nb (exit $?)" FAILED; fi
+grep -E "wgg_kernel|Duration|Throughput|Registers Per|Grid Size|Stall|Warp Cycles Per|Issued Warp|No Eligible|One or More" "$W/ncuwg-b$nb.txt" | head -60
+done
 fi
 # i4a1. the fused cases under compute-sanitizer memcheck, WAVE_REPS times
 #       each with programmatic GEMV launches and without (INFERD_GEMV_PDL=0):
