@@ -62,7 +62,7 @@ struct kern_ctx {
  * (its wgmma's N), the defaults of kern_ctx::wg_min_n / wg_max_n / wg_ctas
  * (INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N, INFERD_GEMM_WG_CTAS; opt-in:
  * INFERD_GEMM_WG_MAX_N=64 turns it on), and its arrival counters' count
- * (tiles of 64 weight rows). 16 and 64 are sizes of the graph ladder, so a
+ * (tiles of its 128 weight rows). 16 and 64 are sizes of the graph ladder, so a
  * padded replay picks the eager step's kernel. */
 #define KCUDA_WG_MAX_N 64
 #define KCUDA_WG_DEFAULT_MIN_N 17

@@ -51,12 +51,16 @@
  * their address arithmetic); ncu found its warps busy issuing rather than
  * waiting on memory, a launch cost 10-13 us more than its bytes (cuBLASLt:
  * about 5), and it ran QKV and O at 52-56% of the copy bandwidth against
- * cuBLASLt's 74-79%.
+ * cuBLASLt's 74-79%. The TMA form with 64-row tiles was no faster (deeper
+ * rings helped: the weights in flight were capped at half the ring); with
+ * 128-row tiles it still runs QKV and O at 0.35-0.9x cuBLASLt's rate, its
+ * time growing with n at a fixed weight (docs/PERF.md, thirty-first
+ * session), so cuBLASLt keeps these products by default.
  * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one a unit;
  * wg_grid overrides the count (tests); the ring has wg_stages stages of
  * 24 KiB (by default 6 / 4 / 2 for 1..3 CTAs an SM).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
- * in 16-byte aligned, R <= 64 KCUDA_WG_MAX_TILES.
+ * in 16-byte aligned, R <= WGG_M KCUDA_WG_MAX_TILES.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -490,7 +494,7 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     const uint64_t xd[3] = {(uint64_t)a.C, (uint64_t)n, 1}, xs[2] = {row, row * (uint64_t)n};
     const uint32_t xb[3] = {WGG_K, KCUDA_WG_MAX_N, 1};
     INFERD_CHECK(kc_tmap_encode(&a.tw, w->data, wd, ws, wb) && kc_tmap_encode(&a.tx, in, xd, xs, xb));
-    const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..4 */
+    const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
     int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
     grid = grid < a.units ? grid : a.units;
     INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
