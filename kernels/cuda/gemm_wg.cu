@@ -88,8 +88,8 @@ int kcuda_gemm_wg_launches;
 enum { WGG_STORE, WGG_F32, WGG_ACCUM, WGG_RESID, WGG_SILU };
 
 typedef struct {
-    kc_tmap tw;         /* the weights [R, C] as {C, R, 1}, boxes of 64 x 64; SILU: {C, R / 2, 2} (gate rows, then
-                           up rows), boxes of 64 x 8 x 2 */
+    kc_tmap tw;         /* the weights [R, C] as {C, R, 1}, boxes of 64 x WGG_M; SILU: {C, R / 2, 2} (gate rows,
+                           then up rows), boxes of 64 x 8 x 2 */
     kc_tmap tx;         /* the inputs [n, C] as {C, n, 1}, boxes of 64 x 64 (tokens past n arrive as zeros) */
     void *out;          /* [n, R] ([n, R / 2] for WGG_SILU): bf16, fp32, or the bf16 residual stream */
     float *ws;          /* [2 gridDim.x][WGG_SLOT] partial slots, fragment order */
