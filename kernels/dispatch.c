@@ -409,10 +409,7 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.wg_max_n = INFERD_MAX(0, INFERD_MIN(o->wg_max_n, KCUDA_WG_MAX_N));
     ctx->gemm.wg_min_n = INFERD_MAX(1, o->wg_min_n);
     ctx->gemm.wg_ctas = INFERD_MAX(1, INFERD_MIN(o->wg_ctas, 3));
-    ctx->gemm.wg_stages = o->wg_stages == 2 || o->wg_stages == 3 || o->wg_stages == 4 || o->wg_stages == 6 ||
-                                  o->wg_stages == 8
-                              ? o->wg_stages
-                              : 0;
+    ctx->gemm.wg_stages = INFERD_MAX(0, INFERD_MIN(o->wg_stages, 8));
     ctx->gemm.wg_grid = INFERD_MAX(0, o->wg_grid);
 }
 

@@ -257,7 +257,8 @@ typedef struct {
                                (wg_max_n 0 = never, at most KCUDA_WG_MAX_N = 64; INFERD_GEMM_WG_MIN_N,
                                INFERD_GEMM_WG_MAX_N: 17 and 0, opt-in; kernels/cuda/gemm_wg.cu) */
     int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 1) */
-    int wg_stages; /* its ring's stages of 24 KiB: 2, 3, 4, 6 or 8; 0 = by wg_ctas, 6 / 4 / 2 (INFERD_GEMM_WG_STAGES) */
+    int wg_stages; /* its ring's stages of 24 KiB, at most 8 (the deepest built form of at most this many: 2, 3, 4,
+                      6, 8); 0 = by wg_ctas, 6 / 4 / 2 (INFERD_GEMM_WG_STAGES) */
     bool wg_trigger; /* its CTAs let the next kernel launch once their last loads are issued, so that kernel's
                         weights stream during this one's tail (INFERD_GEMM_WG_TRIGGER, 0/1, default 1) */
     bool wg_evict_first; /* its weight reads under an L2 evict-first policy (INFERD_GEMM_WG_EVICT_FIRST, 0/1,

@@ -421,13 +421,23 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     }
 }
 
-/* Stages of the ring: the options' (wg_stages), else by CTAs an SM (1..3):
- * 6 / 4 / 2 units of 24 KiB (16 of weights, 8 of inputs). */
-static int wgg_stages(const kern_gemm_opts *o)
+/* The ring forms built: stages of 24 KiB (16 of weights, 8 of inputs),
+ * deepest first. */
+static const struct {
+    int stages;
+    void (*kernel)(const wgg_args);
+} wgg_forms[] = {{8, wgg_kernel<8>}, {6, wgg_kernel<6>}, {4, wgg_kernel<4>}, {3, wgg_kernel<3>}, {2, wgg_kernel<2>}};
+#define WGG_N_FORMS (sizeof wgg_forms / sizeof wgg_forms[0])
+
+/* The form a launch takes: the deepest with at most the options' stages
+ * (wg_stages), else by CTAs an SM (1..3) 6 / 4 / 2 stages. */
+static size_t wgg_form(const kern_gemm_opts *o)
 {
-    if (o->wg_stages)
-        return o->wg_stages;
-    return o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : 2;
+    const int want = o->wg_stages ? o->wg_stages : o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : 2;
+    size_t i = 0;
+    while (i + 1 < WGG_N_FORMS && wgg_forms[i].stages > want)
+        i++;
+    return i;
 }
 
 static size_t wgg_smem(int stages)
@@ -442,13 +452,11 @@ static size_t wgg_smem(int stages)
  * shared memory than the largest ring). */
 bool kcuda_gemm_wg_init(kcuda_state *st)
 {
-    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(8) || !kc_tmap_init())
+    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(wgg_forms[0].stages) || !kc_tmap_init())
         return false;
-    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(8)));
-    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(6)));
-    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(4)));
-    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(3)));
-    CUDA_CHECK(cudaFuncSetAttribute(wgg_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wgg_smem(2)));
+    for (size_t i = 0; i < WGG_N_FORMS; i++)
+        CUDA_CHECK(cudaFuncSetAttribute(wgg_forms[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)wgg_smem(wgg_forms[i].stages)));
     return true;
 }
 
@@ -498,13 +506,9 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
     grid = grid < a.units ? grid : a.units;
     INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
-    const int stages = wgg_stages(&ctx->gemm);
-    void (*k)(const wgg_args) = stages == 8   ? wgg_kernel<8>
-                                : stages == 6 ? wgg_kernel<6>
-                                : stages == 4 ? wgg_kernel<4>
-                                : stages == 3 ? wgg_kernel<3>
-                                              : wgg_kernel<2>;
-    kc_launch(k, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(stages), st->stream, ctx->gemm.pdl, a);
+    const size_t f = wgg_form(&ctx->gemm);
+    kc_launch(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(wgg_forms[f].stages), st->stream,
+              ctx->gemm.pdl, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;
 }

@@ -815,7 +815,8 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
  * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
  * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
  * (one CTA a unit where the product has fewer units than the grid), each
- * ring depth (wg_ctas 1..3: 6, 4, 2 stages; and 3 and 8), the early trigger
+ * ring depth (wg_ctas 1..3: 6, 4, 2 stages; 3 and 8; 5, which takes the
+ * 4-stage form), the early trigger
  * on and off, the weights' L2 evict-first hint; inputs 16-byte but not
  * 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
@@ -829,12 +830,12 @@ START_TEST(test_gemm_wg)
     static const struct {
         int grid, ctas, stages;
         bool trigger;
-    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 3, 3, true}, {0, 1, 8, true}};
+    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 3, 3, true}, {0, 1, 8, true}, {7, 1, 5, true}};
     const uint64_t seed = kt_seed() + 300;
     printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
     const int before = kcuda_gemm_wg_launches;
-    for (int gi = 0; gi < 5; gi++) {
+    for (int gi = 0; gi < (int)(sizeof cfg / sizeof cfg[0]); gi++) {
         kern_gemm_opts go = wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger);
         go.wg_evict_first = gi == 4; /* the weights under the L2 evict-first policy */
         kern_gemm_config(kt_gpu, &go);
