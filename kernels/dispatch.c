@@ -102,6 +102,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
                          .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
+                         .wg_split = env_int("INFERD_GEMM_WG_SPLIT", 1),
                          .wg_trigger = env_int("INFERD_GEMM_WG_TRIGGER", 1) != 0,
                          .wg_evict_first = env_int("INFERD_GEMM_WG_EVICT_FIRST", 0) != 0,
                          .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,
@@ -410,6 +411,7 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.wg_min_n = INFERD_MAX(1, o->wg_min_n);
     ctx->gemm.wg_ctas = INFERD_MAX(1, INFERD_MIN(o->wg_ctas, 3));
     ctx->gemm.wg_stages = INFERD_MAX(0, INFERD_MIN(o->wg_stages, 8));
+    ctx->gemm.wg_split = INFERD_MAX(0, INFERD_MIN(o->wg_split, 8));
     ctx->gemm.wg_grid = INFERD_MAX(0, o->wg_grid);
 }
 

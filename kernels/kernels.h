@@ -259,6 +259,10 @@ typedef struct {
     int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 1) */
     int wg_stages; /* its ring's stages of 24 KiB, at most 8 (the deepest built form of at most this many: 2, 3, 4,
                       6, 8); 0 = by wg_ctas, 6 / 4 / 2 (INFERD_GEMM_WG_STAGES) */
+    int wg_split;   /* its split mode (one cluster of S CTAs a weight tile, summed in distributed shared
+                       memory) where a product's tiles are few: 1 = where the device holds all the clusters at
+                       once (the largest S of 2..8), 0 = never (stream-K), 2..8 = always with that S (tests)
+                       (INFERD_GEMM_WG_SPLIT, default 1) */
     bool wg_trigger; /* its CTAs let the next kernel launch once their last loads are issued, so that kernel's
                         weights stream during this one's tail (INFERD_GEMM_WG_TRIGGER, 0/1, default 1) */
     bool wg_evict_first; /* its weight reads under an L2 evict-first policy (INFERD_GEMM_WG_EVICT_FIRST, 0/1,

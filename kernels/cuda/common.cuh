@@ -67,6 +67,7 @@ typedef struct {
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
     int *wg_cnt;                /* [KCUDA_WG_MAX_TILES] the warpgroup GEMM's arrival counters, gemm_wg.cu */
     bool wg_ok;                 /* the device runs the warpgroup GEMM (kcuda_gemm_wg_init) */
+    int wg_clusters[8][9];      /* [ring form][S]: clusters of S of its CTAs resident at once (gemm_wg.cu) */
 } kcuda_state;
 
 /* Whether a device of compute capability cc (10 major + minor) runs the
@@ -316,32 +317,50 @@ static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
 
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
  * stream-serialization attribute when pdl (the kernel then calls
- * kc_pdl_wait before reading what the previous kernel wrote). Valid inside
+ * kc_pdl_wait before reading what the previous kernel wrote) and in
+ * clusters of `cluster` consecutive CTAs along x when it is more than 1
+ * (tma.cuh's cluster functions; grid.x a multiple of it). Valid inside
  * CUDA graphs (captured as a programmatic edge). */
 template <class A>
-static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s, bool pdl,
-                      const A &args)
+static void kc_launch_cluster(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s,
+                              bool pdl, unsigned cluster, const A &args)
 {
 #ifndef KEMU_H
-    if (pdl) {
+    if (pdl || cluster > 1) {
         cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1] = {};
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchAttribute attr[2] = {};
+        unsigned na = 0;
+        if (pdl) {
+            attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[na++].val.programmaticStreamSerializationAllowed = 1;
+        }
+        if (cluster > 1) {
+            attr[na].id = cudaLaunchAttributeClusterDimension;
+            attr[na].val.clusterDim.x = cluster;
+            attr[na].val.clusterDim.y = 1;
+            attr[na++].val.clusterDim.z = 1;
+        }
         cfg.gridDim = grid;
         cfg.blockDim = dim3(block);
         cfg.dynamicSmemBytes = smem;
         cfg.stream = s;
         cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cfg.numAttrs = na;
         CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
         return;
     }
     kern<<<grid, block, smem, s>>>(args);
 #else
     (void)pdl; /* the host emulator runs kernels one after another */
-    kemu_launch(kern, grid, dim3(block), smem, s, args);
+    kemu_launch_cluster(kern, grid, dim3(block), smem, s, cluster, args);
 #endif
+}
+
+template <class A>
+static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s, bool pdl,
+                      const A &args)
+{
+    kc_launch_cluster(kern, grid, block, smem, s, pdl, 1u, args);
 }
 
 /* The RoPE rotation of the pair (x1, x2) by cos cs and sin sn, rounded to

@@ -18,6 +18,13 @@
  *    the whole batch and a token's result depends on its own input row
  *    only: bitwise the same at every n the route takes (a padded graph
  *    replay equals the eager step);
+ *  - split mode, where a product's tiles are few (kern_gemm_opts.wg_split;
+ *    wgg_split: the QKV, O and down products of an 8B model): each tile's
+ *    k range is cut into S = 2..8 ranges, one CTA each, the S CTAs one
+ *    cluster, and the launch (tiles x S CTAs) one wave; each CTA leaves
+ *    its partial sums in its own shared memory and the cluster sums them
+ *    in k order through distributed shared memory (wgg_finish_cluster), so
+ *    no partial crosses the L2. Otherwise
  *  - stream-K: the (tile, 64-wide k unit) pairs, tile-major, are cut into
  *    gridDim.x equal ranges, one a CTA (one warpgroup), so every SM streams
  *    the same number of weight bytes whatever R is. A tile whose k range
@@ -66,9 +73,9 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/tma.cuh"
 
-/* Test hook (test_cuda_kernels): launches so far. */
-extern "C" int kcuda_gemm_wg_launches;
-int kcuda_gemm_wg_launches;
+/* Test hooks (test_cuda_kernels): launches so far, and those in split mode. */
+extern "C" int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
+int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 
 #define WGG_MB 2                          /* 64-row blocks a tile: m64 products sharing each input tile */
 #define WGG_M (64 * WGG_MB)               /* weight rows a tile */
@@ -98,6 +105,7 @@ typedef struct {
     int64_t units;      /* tiles * kb */
     int epi;            /* WGG_* */
     int rms;            /* a folded norm: each token's outputs scaled by 1 / rms(in row) first (SILU only) */
+    int split;          /* 0: stream-K; S in 2..8: split mode, one cluster of S CTAs a tile (wgg_finish_cluster) */
     int trigger;        /* the producer triggers the dependent launch after its last load */
     int evict_first;    /* the weights read under an L2 evict-first policy */
     float eps;
@@ -174,23 +182,26 @@ __device__ __forceinline__ void wgg_sumsq(const uint16_t *stage, float &ss)
 }
 
 /* fn(jt, e, col) for each token column col = 8 jt + 2 c + e below n that
- * this thread's sums d[jt][2 h + e] hold (mma.cuh's C fragment). */
-template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &a, F fn)
+ * this thread's sums d[mb][jt][2 h + e] hold (mma.cuh's C fragment), in the
+ * column tiles this CTA owns: (8 mb + jt) % S == rank (split mode,
+ * wgg_finish_cluster; S = 1 owns all). */
+template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &a, int mb, int S, int rank, F fn)
 {
     const int c = threadIdx.x & 3;
 #pragma unroll
     for (int jt = 0; jt < 8; jt++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (8 * jt + 2 * c + e < a.n)
+            if (8 * jt + 2 * c + e < a.n && (8 * mb + jt) % S == rank)
                 fn(jt, e, 8 * jt + 2 * c + e);
 }
 
 /* The epilogue of tile t from its sums d (d[mb][j][2 h + e] = the product
- * of tile row 64 mb + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh);
- * sm_r: each token's 1 / rms (a.rms). */
+ * of tile row 64 mb + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh),
+ * for the column tiles owned (wgg_each_col's S, rank); sm_r: each token's
+ * 1 / rms (a.rms). */
 __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[WGG_MB][8][4], int t,
-                                             const float *sm_r)
+                                             const float *sm_r, int S, int rank)
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     uint16_t *o = static_cast<uint16_t *>(a.out);
@@ -199,7 +210,7 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
         if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
             const int f = a.R / 2, j = t * (WGG_M / 2) + 32 * mb + 8 * w + g;
             if (j < f)
-                wgg_each_col(a, [&](int jt, int e, int col) {
+                wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     float gv = kc_bf2f(kc_f2bf(d[mb][jt][e])), uv = kc_bf2f(kc_f2bf(d[mb][jt][2 + e]));
                     if (a.rms) {
                         gv = kc_bf2f(kc_f2bf(gv * sm_r[col]));
@@ -213,7 +224,7 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
         for (int h = 0; h < 2; h++) {
             const int row = t * WGG_M + 64 * mb + 16 * w + g + 8 * h;
             if (row < a.R)
-                wgg_each_col(a, [&](int jt, int e, int col) {
+                wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     const int64_t i = (int64_t)col * a.R + row;
                     const float v = d[mb][jt][2 * h + e];
                     switch (a.epi) {
@@ -309,7 +320,71 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
             sm_r[tok] = kc_inv_rms(ss, a.C, a.eps);
         wgg_sync();
     }
-    wgg_epilogue(a, d, t, sm_r);
+    wgg_epilogue(a, d, t, sm_r, 1, 0);
+}
+
+/* Split mode (a.split = S, the tile's k range cut into S in rank order, one
+ * CTA each, one cluster a tile): after this CTA's units, its sums in d and
+ * its share of the tokens' sums of squares in ss. Each CTA writes both to
+ * its own ring (free: every unit is consumed; part: fragment order as the
+ * stream-K slots, pss: a token's sum); after the cluster's barrier each
+ * sums the column tiles it owns ((8 mb + j) % S == rank) over every CTA's
+ * ring in rank (k) order through distributed shared memory, and the
+ * tokens' squares likewise; the second barrier keeps each ring until its
+ * peers have read it. Then the epilogue of the owned column tiles. No
+ * global workspace, counters or fences. Every consumer thread calls it;
+ * the producer warp meets the two barriers (wgg_kernel). */
+__device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)[WGG_MB][8][4], float ss, int t,
+                                                   float4 *part, float *pss, float *sm_r)
+{
+    const int S = a.split, nj = (a.n + 7) >> 3, tok = threadIdx.x >> 1;
+    const int rank = (int)kc_cluster_rank();
+    if (a.rms)
+        ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves */
+    wgg_sync(); /* every consumer's products done: the ring is free */
+#pragma unroll
+    for (int mb = 0; mb < WGG_MB; mb++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (j < nj)
+                part[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
+                    make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
+    if (a.rms && (threadIdx.x & 1) == 0)
+        pss[tok] = ss;
+    kc_cluster_sync();
+#pragma unroll
+    for (int mb = 0; mb < WGG_MB; mb++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (j >= nj || (mb * 8 + j) % S != rank)
+                continue;
+            float4 v[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) /* every peer's partial in flight at once */
+                if (i < S)
+                    v[i] = kc_dsmem_ld4(part + (mb * 8 + j) * WGG_THREADS + threadIdx.x, (uint32_t)i);
+            float x = 0.0f, y = 0.0f, z = 0.0f, w = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                if (i < S) {
+                    x += v[i].x;
+                    y += v[i].y;
+                    z += v[i].z;
+                    w += v[i].w;
+                }
+            d[mb][j][0] = x;
+            d[mb][j][1] = y;
+            d[mb][j][2] = z;
+            d[mb][j][3] = w;
+        }
+    if (a.rms && (threadIdx.x & 1) == 0) {
+        float sum = 0.0f;
+        for (int i = 0; i < S; i++)
+            sum += kc_dsmem_ld(pss + tok, (uint32_t)i);
+        sm_r[tok] = kc_inv_rms(sum, a.C, a.eps);
+    }
+    kc_cluster_sync(); /* the peers' reads of this ring done; sm_r written */
+    wgg_epilogue(a, d, t, sm_r, S, rank);
 }
 
 /* The producer (the extra warp's first lane): unit q of the CTA's range
@@ -362,9 +437,18 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     uint64_t *full = (uint64_t *)(sB + STAGES * WGG_B), *empty = full + STAGES;
     int *sm_last = (int *)(empty + STAGES);
     float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
-    const int64_t u0 = wgg_begin(a, blockIdx.x);
-    const int nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
-    int t = (int)(u0 / a.kb), kbi = (int)(u0 - (int64_t)t * a.kb);
+    int64_t u0;
+    int nu;
+    if (a.split) { /* rank blockIdx.x % S (a 1-D cluster) of tile blockIdx.x / S: k units [k0, k1) */
+        const int r = (int)(blockIdx.x % a.split), k0 = r * a.kb / a.split;
+        u0 = (int64_t)(blockIdx.x / a.split) * a.kb + k0;
+        nu = (r + 1) * a.kb / a.split - k0;
+    } else {
+        u0 = wgg_begin(a, blockIdx.x);
+        nu = (int)(wgg_begin(a, blockIdx.x + 1) - u0);
+    }
+    const int t0 = (int)(u0 / a.kb);
+    int t = t0, kbi = (int)(u0 - (int64_t)t * a.kb);
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; i++) {
             kc_mbar_init(&full[i], 1);
@@ -376,6 +460,11 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     if (threadIdx.x >= WGG_THREADS) {
         if (threadIdx.x == WGG_THREADS)
             wgg_produce<STAGES>(a, t, kbi, nu, sA, sB, full, empty);
+        if (a.split) { /* wgg_finish_cluster's two barriers: the whole cluster's threads */
+            __syncwarp();
+            kc_cluster_sync();
+            kc_cluster_sync();
+        }
         return;
     }
     kc_pdl_wait(); /* the epilogue's residual rows, the partial slots and counters */
@@ -417,8 +506,11 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
         kc_mbar_arrive(&empty[held]);
         q += len;
         kbi = 0;
-        wgg_finish(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
+        if (!a.split)
+            wgg_finish(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
     }
+    if (a.split) /* one segment (or none: more CTAs than k units), its sums in d */
+        wgg_finish_cluster(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r);
 }
 
 /* The ring forms built: stages of 24 KiB (16 of weights, 8 of inputs),
@@ -447,6 +539,51 @@ static size_t wgg_smem(int stages)
     return (size_t)stages * ((WGG_A + WGG_B) * 2 + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
 }
 
+/* How many clusters of S CTAs of ring form f the device holds at once (0
+ * where it cannot launch them). */
+static int wgg_max_clusters(const kcuda_state *st, size_t f, int S)
+{
+#ifndef KEMU_H
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = (unsigned)S;
+    at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)S);
+    cfg.blockDim = dim3(WGG_BLOCK);
+    cfg.dynamicSmemBytes = wgg_smem(wgg_forms[f].stages);
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, wgg_forms[f].kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    return n;
+#else
+    (void)f;
+    return st->n_sms / S; /* the emulator: one CTA an SM */
+#endif
+}
+
+/* Split mode's cluster size S for a product of `tiles` tiles: the largest
+ * of 2..8, at most kb (a CTA at least one k unit), whose clusters of form
+ * f the device holds all at once, so the launch is one wave of tiles x S
+ * CTAs; 0 (stream-K) where none does, with wg_split 0, or with a test's
+ * wg_grid. wg_split 2..8 forces that S (tests: any tile and k count). A
+ * function of the weight's shape and the options, never of n. */
+static int wgg_split(const kcuda_state *st, const kern_gemm_opts *o, size_t f, int64_t tiles, int kb)
+{
+    if (o->wg_split == 0 || o->wg_grid > 0)
+        return 0;
+    if (o->wg_split >= 2)
+        return o->wg_split;
+    for (int S = 8; S >= 2; S--)
+        if (S <= kb && tiles <= st->wg_clusters[f][S])
+            return S;
+    return 0;
+}
+
 /* Contract (kern_internal.h): sets the kernels' shared-memory opt-in; false
  * where the device cannot run them (not compute capability 9.0, or less
  * shared memory than the largest ring). */
@@ -454,9 +591,13 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
 {
     if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(wgg_forms[0].stages) || !kc_tmap_init())
         return false;
-    for (size_t i = 0; i < WGG_N_FORMS; i++)
+    static_assert(WGG_N_FORMS <= sizeof st->wg_clusters / sizeof st->wg_clusters[0], "wg_clusters' forms");
+    for (size_t i = 0; i < WGG_N_FORMS; i++) {
         CUDA_CHECK(cudaFuncSetAttribute(wgg_forms[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)wgg_smem(wgg_forms[i].stages)));
+        for (int S = 2; S <= 8; S++)
+            st->wg_clusters[i][S] = wgg_max_clusters(st, i, S);
+    }
     return true;
 }
 
@@ -488,7 +629,8 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.C = (int)w->cols;
     a.n = n;
     a.kb = (int)kcuda_cdiv(a.C, WGG_K);
-    a.units = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? WGG_M / 2 : WGG_M) * a.kb;
+    const int64_t tiles = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? WGG_M / 2 : WGG_M);
+    a.units = tiles * a.kb;
     a.epi = epi;
     a.rms = rms;
     a.trigger = ctx->gemm.wg_trigger;
@@ -502,15 +644,23 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     const uint64_t xd[3] = {(uint64_t)a.C, (uint64_t)n, 1}, xs[2] = {row, row * (uint64_t)n};
     const uint32_t xb[3] = {WGG_K, KCUDA_WG_MAX_N, 1};
     INFERD_CHECK(kc_tmap_encode(&a.tw, w->data, wd, ws, wb) && kc_tmap_encode(&a.tx, in, xd, xs, xb));
-    const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
-    int64_t grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
-    grid = grid < a.units ? grid : a.units;
-    INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
     const size_t f = wgg_form(&ctx->gemm);
-    kc_launch(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(wgg_forms[f].stages), st->stream,
-              ctx->gemm.pdl, a);
+    a.split = wgg_split(st, &ctx->gemm, f, tiles, a.kb);
+    int64_t grid;
+    if (a.split) {
+        grid = tiles * a.split;
+        INFERD_CHECK(grid <= INT32_MAX);
+    } else {
+        const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
+        grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
+        grid = grid < a.units ? grid : a.units;
+        INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
+    }
+    kc_launch_cluster(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(wgg_forms[f].stages), st->stream,
+                      ctx->gemm.pdl, a.split > 1 ? (unsigned)a.split : 1u, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;
+    kcuda_gemm_wg_split_launches += a.split != 0;
 }
 
 /* Contract (kern_internal.h): out[n, w->rows] = in[n, w->cols] @ w^T as

@@ -18,6 +18,13 @@
  * kc_mbar_wait (until the phase of the given parity has completed),
  * kc_tma_load (one box to shared memory, completing on a barrier; with
  * an L2 policy such as kc_l2_evict_first's as a hint).
+ * Clusters (a launch with a cluster dimension, kc_launch_cluster): the
+ * CTA's rank in its cluster (kc_cluster_rank), a barrier of every thread
+ * of the cluster's CTAs whose shared-memory writes before it are visible
+ * to every CTA of the cluster after it (kc_cluster_sync), and reads of a
+ * peer CTA's shared memory at the address of the same variable in this
+ * CTA's (kc_dsmem_ld4, kc_dsmem_ld: distributed shared memory; the peer
+ * must not exit before the reads are done).
  * A barrier's phase completes when its arrivals and its expected bytes
  * are all in; waiting on parity p returns once the barrier's current
  * phase parity is not p (so a fresh barrier's "previous" phase, parity
@@ -27,7 +34,8 @@
  * Host emulator (kemu.h): the copy is made at once (swizzle and zero fill
  * included) and the barrier is a counter word in shared memory; a wait
  * yields to the other threads' fibers, and aborts after a million yields
- * (a deadlock).
+ * (a deadlock). A cluster's CTAs run together as fibers (kemu_launch's
+ * cluster size), each with its own shared memory.
  */
 #ifndef INFERD_KERNELS_CUDA_TMA_CUH
 #define INFERD_KERNELS_CUDA_TMA_CUH
@@ -132,6 +140,34 @@ static inline void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int 
     b->tx -= (int32_t)o;
     kc_mbar_emu_step(b);
 }
+
+static inline uint32_t kc_cluster_rank(void)
+{
+    return (uint32_t)kemu_cluster_rank;
+}
+static inline void kc_cluster_sync(void)
+{
+    kemu_cluster_sync(__LINE__);
+}
+/* p: in this CTA's dynamic shared memory; the same offset in CTA rank's */
+static inline const char *kc_dsmem_emu(const void *p, uint32_t rank)
+{
+    const size_t o = (size_t)((const char *)p - (const char *)kemu_dyn_smem);
+    assert(rank < (uint32_t)kemu_cluster_n);
+    return (const char *)kemu_cluster_smem[rank] + o;
+}
+static inline float4 kc_dsmem_ld4(const void *p, uint32_t rank)
+{
+    float4 v;
+    memcpy(&v, kc_dsmem_emu(p, rank), sizeof v);
+    return v;
+}
+static inline float kc_dsmem_ld(const float *p, uint32_t rank)
+{
+    float v;
+    memcpy(&v, kc_dsmem_emu(p, rank), sizeof v);
+    return v;
+}
 #else
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -226,6 +262,39 @@ __device__ __forceinline__ void kc_tma_load(void *dst, const kc_tmap *m, int c0,
                      "%4}], [%5];\n" ::"r"(kc_smem_addr(dst)),
                      "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(kc_smem_addr(bar))
                      : "memory");
+}
+
+__device__ __forceinline__ uint32_t kc_cluster_rank(void)
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every thread of every CTA of the cluster (warp-uniform: .aligned). */
+__device__ __forceinline__ void kc_cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t kc_dsmem_addr(const void *p, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(kc_smem_addr(p)), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float4 kc_dsmem_ld4(const void *p, uint32_t rank)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(kc_dsmem_addr(p, rank))
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ float kc_dsmem_ld(const float *p, uint32_t rank)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(kc_dsmem_addr(p, rank)) : "memory");
+    return v;
 }
 #endif
 

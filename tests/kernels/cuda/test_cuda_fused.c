@@ -368,7 +368,9 @@ END_TEST
  * its input tiles and, for tiles shared by CTAs, across their slots),
  * ROPE_KV (the product, then the unfused RoPE) against the twin; n on both
  * sides of the 8-token column tiles up to 64, odd shapes, the default grid
- * and one of 3 CTAs (every tile shared). Where the device does not run
+ * (split mode where the device picks it), one of 3 CTAs (every tile
+ * shared; stream-K) and split mode forced with clusters of 3 (the squares
+ * met across a cluster too). Where the device does not run
  * the kernel (not compute capability 9.0) the route is off and the cases
  * are skipped. */
 START_TEST(test_fused_wg)
@@ -394,9 +396,11 @@ START_TEST(test_fused_wg)
     kern_free(kt_gpu, probe.data);
     if (!avail)
         printf("test_fused_wg: the device does not run the warpgroup GEMM; skipped\n");
-    for (int grid = 0; avail && grid <= 3; grid += 3) {
+    for (int pass = 0; avail && pass < 3; pass++) {
+        const int grid = pass == 1 ? 3 : 0;
         o.wg_grid = grid;
         o.wg_ctas = grid ? 3 : 2;
+        o.wg_split = pass == 2 ? 3 : 1;
         kern_gemm_config(kt_gpu, &o);
         for (int i = 0; i < 4; i++) {
             for (int s = 0; s < 4; s++)
@@ -419,6 +423,7 @@ START_TEST(test_fused_wg)
     if (avail && !kt_quick) { /* Llama-3-8B gate/up and QKV at 48 tokens, folded */
         o.wg_grid = 0;
         o.wg_ctas = 2;
+        o.wg_split = 1; /* QKV and down in split mode where the device holds their clusters */
         kern_gemm_config(kt_gpu, &o);
         const fcase big[] = {
             {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = 48, .rows = 28672, .cols = 4096},

@@ -435,11 +435,11 @@ END_TEST
  * (0: its first), and what the last plan build saw and did */
 extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
     kcuda_gemm_last_searched;
-/* kernels/cuda/gemm_wg.cu test hook: launches of the warpgroup GEMM */
-extern int kcuda_gemm_wg_launches;
+/* kernels/cuda/gemm_wg.cu test hooks: launches of the warpgroup GEMM, those in split mode */
+extern int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 #else
 static int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
-    kcuda_gemm_last_searched, kcuda_gemm_wg_launches;
+    kcuda_gemm_last_searched, kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 #endif
 
 /* --- matmul, logits ------------------------------------------------------------------ */
@@ -794,8 +794,10 @@ END_TEST
 
 /* The options that send every product of 1..64 tokens of any weight to the
  * warpgroup GEMM (the GEMV off), on a grid of `grid` CTAs (0: ctas an SM),
- * with a ring of `stages` (0: by ctas) and the early trigger on or off. */
-static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, int stages, bool trigger)
+ * with a ring of `stages` (0: by ctas), the early trigger on or off, and
+ * split mode as `split` says (kern_gemm_opts.wg_split; a grid > 0 is
+ * stream-K). */
+static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, int stages, bool trigger, int split)
 {
     kern_gemm_opts go = *base;
     go.gemv_max_n = 0;
@@ -806,6 +808,7 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
     go.wg_ctas = ctas;
     go.wg_stages = stages;
     go.wg_trigger = trigger;
+    go.wg_split = split;
     return go;
 }
 
@@ -820,7 +823,11 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
  * on and off, the weights' L2 evict-first hint; inputs 16-byte but not
  * 256-byte aligned.
  * Every product must have run the kernel where the device runs it (compute
- * capability 9.0; elsewhere the route is off and cuBLASLt computes them). */
+ * capability 9.0; elsewhere the route is off and cuBLASLt computes them).
+ * Split mode (a cluster of S CTAs a tile, their sums met in distributed
+ * shared memory): as the device picks it on the default grid, and forced
+ * with S = 2, 3 and 8 (8: more CTAs than k units on the short rows), beside
+ * the default grid forced onto stream-K. */
 START_TEST(test_gemm_wg)
 {
     kern_gemm_opts go0;
@@ -830,13 +837,16 @@ START_TEST(test_gemm_wg)
     static const struct {
         int grid, ctas, stages;
         bool trigger;
-    } cfg[] = {{0, 1, 0, true}, {1, 2, 0, true}, {3, 3, 0, false}, {7, 3, 3, true}, {0, 1, 8, true}, {7, 1, 5, true}};
+        int split;
+    } cfg[] = {{0, 1, 0, true, 1}, {1, 2, 0, true, 1}, {3, 3, 0, false, 1}, {7, 3, 3, true, 1}, {0, 1, 8, true, 1},
+               {7, 1, 5, true, 1}, {0, 1, 0, true, 0}, {0, 2, 0, true, 2},  {0, 1, 4, false, 3}, {0, 1, 0, true, 8}};
     const uint64_t seed = kt_seed() + 300;
     printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
-    const int before = kcuda_gemm_wg_launches;
+    const int before = kcuda_gemm_wg_launches, split_before = kcuda_gemm_wg_split_launches;
     for (int gi = 0; gi < (int)(sizeof cfg / sizeof cfg[0]); gi++) {
-        kern_gemm_opts go = wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger);
+        kern_gemm_opts go =
+            wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger, cfg[gi].split);
         go.wg_evict_first = gi == 4; /* the weights under the L2 evict-first policy */
         kern_gemm_config(kt_gpu, &go);
         for (int si = 0; si < 5; si++)
@@ -849,11 +859,13 @@ START_TEST(test_gemm_wg)
                 k++;
             }
     }
-    const int launched = kcuda_gemm_wg_launches - before;
+    const int launched = kcuda_gemm_wg_launches - before, split = kcuda_gemm_wg_split_launches - split_before;
+    printf("test_gemm_wg: %d launches, %d in split mode\n", launched, split);
     kern_gemm_config(kt_gpu, &go0);
     if (launched == 0)
         printf("test_gemm_wg: the device does not run the warpgroup GEMM; cuBLASLt computed the cases\n");
     ck_assert(launched == 0 || launched == k);
+    ck_assert(launched == 0 || (split > 0 && split < launched)); /* both modes ran */
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -861,7 +873,8 @@ END_TEST
 /* A token's product does not depend on how many tokens share the launch
  * (what makes a padded graph replay equal the eager step): logits of a
  * batch of n equal the first n tokens' of a batch of 64 bit for bit, on
- * the default grid and on one of 3 CTAs (tiles summed across CTAs). */
+ * the default grid (stream-K), on one of 3 CTAs (tiles summed across
+ * CTAs), and in split mode with clusters of 4. */
 START_TEST(test_gemm_wg_batch_invariant)
 {
     kern_gemm_opts go0;
@@ -871,8 +884,8 @@ START_TEST(test_gemm_wg_batch_invariant)
     gemv_bufs b;
     gemv_bufs_make(&b, N, R, C, kt_seed() + 310);
     int bad = 0;
-    for (int gi = 0; gi < 2; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, gi ? 3 : 0, 2, 0, true);
+    for (int gi = 0; gi < 3; gi++) {
+        const kern_gemm_opts go = wg_forced(&go0, gi == 1 ? 3 : 0, 2, 0, true, gi == 2 ? 4 : 0);
         kern_gemm_config(kt_gpu, &go);
         kern_logits(kt_gpu, b.gout, b.gin, &b.wg, N);
         kern_memcpy_d2h(kt_gpu, b.ref, b.gout, sizeof(float) * (size_t)N * R);
@@ -880,7 +893,8 @@ START_TEST(test_gemm_wg_batch_invariant)
             kern_logits(kt_gpu, b.gout, b.gin, &b.wg, ns[i]);
             kern_memcpy_d2h(kt_gpu, b.got, b.gout, sizeof(float) * (size_t)ns[i] * R);
             if (memcmp(b.got, b.ref, sizeof(float) * (size_t)ns[i] * R) != 0 && bad++ < 10)
-                printf("  gemm wg (grid %d): batch of %d differs from batch of %d\n", go.wg_grid, ns[i], N);
+                printf("  gemm wg (grid %d, split %d): batch of %d differs from batch of %d\n", go.wg_grid,
+                       go.wg_split, ns[i], N);
         }
     }
     kt_record("gemm_wg_batch_invariant", bad, 0, 0);
@@ -1007,14 +1021,16 @@ START_TEST(test_gemm_wg_bench)
     static const struct {
         int ctas, stages;
         bool trigger;
-    } col[] = {{0, 0, false}, {1, 6, true}, {1, 6, false}, {1, 8, true}, {1, 8, false}, {2, 4, false}};
+        int split;
+    } col[] = {{0, 0, false, 0}, {1, 6, true, 1}, {1, 6, true, 0}, {1, 8, true, 1}, {1, 8, true, 0}, {1, 6, false, 1}};
     enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_BENCH | shape | n | cuBLASLt |");
     for (int c = 1; c < NCOL; c++)
-        printf(" wg %d CTA/SM %d stages%s |", col[c].ctas, col[c].stages, col[c].trigger ? "" : " no trigger");
+        printf(" wg %s %d CTA/SM %d stages%s |", col[c].split ? "split" : "stream-K", col[c].ctas, col[c].stages,
+               col[c].trigger ? "" : " no trigger");
     printf("\n");
     for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
@@ -1023,7 +1039,7 @@ START_TEST(test_gemm_wg_bench)
             const int n = ns[k];
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
             for (int c = 0; c < NCOL; c++) {
-                kern_gemm_opts go = wg_forced(&go0, 0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger);
+                kern_gemm_opts go = wg_forced(&go0, 0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger, col[c].split);
                 go.wg_max_n = c ? 64 : 0;
                 kern_gemm_config(kt_gpu, &go);
                 const double us = bench_ops_time(&b, t, n);
