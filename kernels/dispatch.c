@@ -103,6 +103,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
                          .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
                          .wg_split = env_int("INFERD_GEMM_WG_SPLIT", 1),
+                         .wg_split_only = env_int("INFERD_GEMM_WG_SPLIT_ONLY", 0) != 0,
                          .wg_trigger = env_int("INFERD_GEMM_WG_TRIGGER", 1) != 0,
                          .wg_evict_first = env_int("INFERD_GEMM_WG_EVICT_FIRST", 0) != 0,
                          .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,

@@ -263,6 +263,8 @@ typedef struct {
                        memory) where a product's tiles are few: 1 = where the device holds all the clusters at
                        once (the largest S of 2..8), 0 = never (stream-K), 2..8 = always with that S (tests)
                        (INFERD_GEMM_WG_SPLIT, default 1) */
+    bool wg_split_only; /* only the products split mode takes run on it; the others stay on cuBLASLt
+                           (INFERD_GEMM_WG_SPLIT_ONLY, 0/1, default 0) */
     bool wg_trigger; /* its CTAs let the next kernel launch once their last loads are issued, so that kernel's
                         weights stream during this one's tail (INFERD_GEMM_WG_TRIGGER, 0/1, default 1) */
     bool wg_evict_first; /* its weight reads under an L2 evict-first policy (INFERD_GEMM_WG_EVICT_FIRST, 0/1,

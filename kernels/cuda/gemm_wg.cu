@@ -604,16 +604,21 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
 /* Contract (kern_internal.h): whether n tokens of w run here: the options'
  * token range (wg_min_n..wg_max_n) and weight floor (gemv_min_weight_bytes,
  * the GEMV's: small models stay on the kernels their numerics were
- * validated with), a device that runs the kernel, and its requirements on
- * the weight; the input's alignment is the caller's to check. A function of
- * n and w alone, so a padded graph replay chooses as the eager step. */
+ * validated with), a device that runs the kernel, its requirements on the
+ * weight, and with wg_split_only, a weight split mode takes (its tiles
+ * the same as a SiLU pair's: rows / 2 in tiles of WGG_M / 2); the input's
+ * alignment is the caller's to check. A function of n and w alone, so a
+ * padded graph replay chooses as the eager step. */
 bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
 {
     const kcuda_state *st = kcuda_st(ctx);
-    return st->wg_ok && n >= ctx->gemm.wg_min_n && n <= ctx->gemm.wg_max_n && n >= 1 &&
-           kern_weight_bytes(w) >= ctx->gemm.gemv_min_weight_bytes && w->dtype == KERN_DTYPE_BF16 &&
-           w->cols % 8 == 0 && w->cols <= INT32_MAX && w->rows <= (int64_t)WGG_M * KCUDA_WG_MAX_TILES &&
-           kcuda_aligned(w->data, 16);
+    if (!(st->wg_ok && n >= ctx->gemm.wg_min_n && n <= ctx->gemm.wg_max_n && n >= 1 &&
+          kern_weight_bytes(w) >= ctx->gemm.gemv_min_weight_bytes && w->dtype == KERN_DTYPE_BF16 &&
+          w->cols % 8 == 0 && w->cols <= INT32_MAX && w->rows <= (int64_t)WGG_M * KCUDA_WG_MAX_TILES &&
+          kcuda_aligned(w->data, 16)))
+        return false;
+    return !ctx->gemm.wg_split_only || wgg_split(st, &ctx->gemm, wgg_form(&ctx->gemm), kcuda_cdiv(w->rows, WGG_M),
+                                                 (int)kcuda_cdiv(w->cols, WGG_K)) != 0;
 }
 
 /* One launch with epilogue epi (WGG_*; rms: the folded norm, eps). */

@@ -396,6 +396,26 @@ START_TEST(test_fused_wg)
     kern_free(kt_gpu, probe.data);
     if (!avail)
         printf("test_fused_wg: the device does not run the warpgroup GEMM; skipped\n");
+    if (avail) { /* wg_split_only: the route takes a weight only where split mode does (2 tiles, 4 k units) */
+        float *pw2 = inferd_calloc(256 * 256, sizeof(float));
+        kern_weight w2 = kt_weight_gpu(pw2, 256, 256);
+        inferd_free(pw2);
+        kern_gemm_opts so = o;
+        so.wg_split_only = true;
+        so.wg_split = 1;
+        kern_gemm_config(kt_gpu, &so);
+        const bool split_on = kern_matmul_epi_fusable(kt_gpu, &w2, 17);
+        so.wg_split = 0;
+        kern_gemm_config(kt_gpu, &so);
+        const bool split_off = kern_matmul_epi_fusable(kt_gpu, &w2, 17);
+        kern_free(kt_gpu, w2.data);
+        if (!split_on || split_off) {
+            printf("test_fused_wg: split-only route: %d with split mode, %d without (want 1, 0)\n", split_on,
+                   split_off);
+            bad++;
+        }
+        kern_gemm_config(kt_gpu, &o);
+    }
     for (int pass = 0; avail && pass < 3; pass++) {
         const int grid = pass == 1 ? 3 : 0;
         o.wg_grid = grid;
