@@ -101,6 +101,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_min_n = env_int("INFERD_GEMM_WG_MIN_N", KCUDA_WG_DEFAULT_MIN_N),
                          .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
+                         .wg_mb = env_int("INFERD_GEMM_WG_MB", 2),
                          .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
                          .wg_split = env_int("INFERD_GEMM_WG_SPLIT", 1),
                          .wg_split_only = env_int("INFERD_GEMM_WG_SPLIT_ONLY", 0) != 0,
@@ -412,6 +413,7 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.wg_min_n = INFERD_MAX(1, o->wg_min_n);
     ctx->gemm.wg_ctas = INFERD_MAX(1, INFERD_MIN(o->wg_ctas, 3));
     ctx->gemm.wg_stages = INFERD_MAX(0, INFERD_MIN(o->wg_stages, 8));
+    ctx->gemm.wg_mb = o->wg_mb == 1 ? 1 : 2;
     ctx->gemm.wg_split = INFERD_MAX(0, INFERD_MIN(o->wg_split, 8));
     ctx->gemm.wg_grid = INFERD_MAX(0, o->wg_grid);
 }

@@ -67,7 +67,7 @@ typedef struct {
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
     int *wg_cnt;                /* [KCUDA_WG_MAX_TILES] the warpgroup GEMM's arrival counters, gemm_wg.cu */
     bool wg_ok;                 /* the device runs the warpgroup GEMM (kcuda_gemm_wg_init) */
-    int wg_clusters[8][9];      /* [ring form][S]: clusters of S of its CTAs resident at once (gemm_wg.cu) */
+    int wg_clusters[16][9];     /* [form][S]: clusters of S of its CTAs resident at once (gemm_wg.cu) */
 } kcuda_state;
 
 /* Whether a device of compute capability cc (10 major + minor) runs the

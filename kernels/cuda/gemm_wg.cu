@@ -11,9 +11,9 @@
  * bandwidth on Llama-3-8B's QKV and O (docs/PERF.md): their tiles leave a
  * partial last wave on 132 SMs, and they cannot overlap their start with
  * the previous kernel's end. Here:
- *  - the weights are the wgmma's A operand, a tile of WGG_M = 128 rows (two
- *    m64 products sharing each input tile, so a stage holds twice the
- *    weight bytes of its input bytes); the n tokens its B operand, N = 64
+ *  - the weights are the wgmma's A operand, a tile of 64 or 128 rows
+ *    (kern_gemm_opts.wg_mb; at 128 two m64 products share each input
+ *    tile, so a stage holds twice the weight bytes of its input bytes); the n tokens its B operand, N = 64
  *    columns (tokens past n zero-filled), so the m64n64k16 products cover
  *    the whole batch and a token's result depends on its own input row
  *    only: bitwise the same at every n the route takes (a padded graph
@@ -63,11 +63,12 @@
  * 128-row tiles it still runs QKV and O at 0.35-0.9x cuBLASLt's rate, its
  * time growing with n at a fixed weight (docs/PERF.md, thirty-first
  * session), so cuBLASLt keeps these products by default.
- * Grid: kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one a unit;
- * wg_grid overrides the count (tests); the ring has wg_stages stages of
- * 24 KiB (by default 6 / 4 / 2 for 1..3 CTAs an SM).
+ * Grid (stream-K): kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one
+ * a unit; wg_grid overrides the count (tests); the ring has wg_stages
+ * stages of 16 or 24 KiB (64- or 128-row tiles; by default 6 / 4 / 2 for
+ * 1..3 CTAs an SM).
  * Requirements (else cuBLASLt): compute capability 9.0, C % 8 == 0, W and
- * in 16-byte aligned, R <= WGG_M KCUDA_WG_MAX_TILES.
+ * in 16-byte aligned, R <= 64 KCUDA_WG_MAX_TILES.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -77,16 +78,17 @@
 extern "C" int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 
-#define WGG_MB 2                          /* 64-row blocks a tile: m64 products sharing each input tile */
-#define WGG_M (64 * WGG_MB)               /* weight rows a tile */
-#define WGG_K 64                          /* k a unit: one 128-byte row of a swizzled tile */
-#define WGG_THREADS 128                   /* the consumers: one warpgroup */
-#define WGG_BLOCK (WGG_THREADS + 32)      /* and the producer warp */
-#define WGG_A (WGG_M * WGG_K)             /* elements of a stage's A: 16 KiB */
-#define WGG_B (KCUDA_WG_MAX_N * WGG_K)    /* elements of a stage's B (64 tokens): 8 KiB */
-#define WGG_BLK_BYTES (64 * WGG_K * 2)    /* bytes of a 64-row block (A) or of B */
-#define WGG_FRAG (WGG_M * KCUDA_WG_MAX_N) /* floats of a tile's sums */
-#define WGG_SLOT (WGG_FRAG + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' sums of squares */
+/* MB: 64-row blocks a tile (1 or 2; kern_gemm_opts.wg_mb), m64 products
+ * sharing each input tile. */
+#define WGG_M(MB) (64 * (MB))                /* weight rows a tile */
+#define WGG_K 64                             /* k a unit: one 128-byte row of a swizzled tile */
+#define WGG_THREADS 128                      /* the consumers: one warpgroup */
+#define WGG_BLOCK (WGG_THREADS + 32)         /* and the producer warp */
+#define WGG_A(MB) (WGG_M(MB) * WGG_K)        /* elements of a stage's A: 8 KiB a block */
+#define WGG_B (KCUDA_WG_MAX_N * WGG_K)       /* elements of a stage's B (64 tokens): 8 KiB */
+#define WGG_BLK_BYTES (64 * WGG_K * 2)       /* bytes of a 64-row block (A) or of B */
+#define WGG_FRAG(MB) (WGG_M(MB) * KCUDA_WG_MAX_N) /* floats of a tile's sums */
+#define WGG_SLOT(MB) (WGG_FRAG(MB) + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' squares */
 
 /* What the epilogue does with a tile's sums (kernels.h's epilogues):
  * bf16 store, fp32 store (logits), the add with one rounding
@@ -95,11 +97,11 @@ int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 enum { WGG_STORE, WGG_F32, WGG_ACCUM, WGG_RESID, WGG_SILU };
 
 typedef struct {
-    kc_tmap tw;         /* the weights [R, C] as {C, R, 1}, boxes of 64 x WGG_M; SILU: {C, R / 2, 2} (gate rows,
+    kc_tmap tw;         /* the weights [R, C] as {C, R, 1}, boxes of 64 x the tile's rows; SILU: {C, R / 2, 2} (gate rows,
                            then up rows), boxes of 64 x 8 x 2 */
     kc_tmap tx;         /* the inputs [n, C] as {C, n, 1}, boxes of 64 x 64 (tokens past n arrive as zeros) */
     void *out;          /* [n, R] ([n, R / 2] for WGG_SILU): bf16, fp32, or the bf16 residual stream */
-    float *ws;          /* [2 gridDim.x][WGG_SLOT] partial slots, fragment order */
+    float *ws;          /* [2 gridDim.x][WGG_SLOT(MB)] partial slots, fragment order */
     int *cnt;           /* [tiles] arrival counters: 0 between launches */
     int R, C, n, kb;    /* kb: k units a tile, ceil(C / WGG_K) */
     int64_t units;      /* tiles * kb */
@@ -129,30 +131,31 @@ __device__ __forceinline__ int wgg_cta_of(const wgg_args &a, int64_t u)
  * zero-filled), or (SILU) the boxes of 8 gate + 8 up rows holding rows
  * below R / 2 (the others are not requested: their rows' sums are never
  * stored, see wgg_epilogue). */
-__device__ __forceinline__ uint32_t wgg_w_bytes(const wgg_args &a, int t)
+template <int MB> __device__ __forceinline__ uint32_t wgg_w_bytes(const wgg_args &a, int t)
 {
     if (a.epi != WGG_SILU)
-        return WGG_A * 2;
-    const int left = a.R / 2 - t * (WGG_M / 2);
-    return (uint32_t)min(WGG_M / 16, (left + 7) / 8) * (WGG_BLK_BYTES / 4);
+        return WGG_A(MB) * 2;
+    const int left = a.R / 2 - t * (WGG_M(MB) / 2);
+    return (uint32_t)min(WGG_M(MB) / 16, (left + 7) / 8) * (WGG_BLK_BYTES / 4);
 }
 
 /* Tile t's weights at k unit kbi into a stage, completing on bar. SILU:
- * tile row r holds the gate row 8 (r / 16) + r % 8 of the tile's WGG_M / 2
+ * tile row r holds the gate row 8 (r / 16) + r % 8 of the tile's WGG_M(MB) / 2
  * for r % 16 < 8 and that row's up row for the others, so the thread holding
  * a tile row's sums (rows g and g + 8 of a warp's 16, mma.cuh) holds a
  * gate and its up: a box of 8 gate rows over their 8 up rows for each
  * warp's 16 tile rows. */
+template <int MB>
 __device__ __forceinline__ void wgg_tma_w(const wgg_args &a, int t, int kbi, uint16_t *stage, uint64_t *bar,
                                           uint64_t pol)
 {
     const int k0 = kbi * WGG_K;
     if (a.epi == WGG_SILU) {
-        const int j0 = t * (WGG_M / 2), nb = (int)(wgg_w_bytes(a, t) / (WGG_BLK_BYTES / 4));
+        const int j0 = t * (WGG_M(MB) / 2), nb = (int)(wgg_w_bytes<MB>(a, t) / (WGG_BLK_BYTES / 4));
         for (int i = 0; i < nb; i++)
             kc_tma_load(stage + i * 16 * WGG_K, &a.tw, k0, j0 + 8 * i, 0, bar, pol, a.evict_first);
     } else {
-        kc_tma_load(stage, &a.tw, k0, t * WGG_M, 0, bar, pol, a.evict_first);
+        kc_tma_load(stage, &a.tw, k0, t * WGG_M(MB), 0, bar, pol, a.evict_first);
     }
 }
 
@@ -200,15 +203,16 @@ template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &
  * of tile row 64 mb + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh),
  * for the column tiles owned (wgg_each_col's S, rank); sm_r: each token's
  * 1 / rms (a.rms). */
-__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[WGG_MB][8][4], int t,
+template <int MB>
+__device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[MB][8][4], int t,
                                              const float *sm_r, int S, int rank)
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     uint16_t *o = static_cast<uint16_t *>(a.out);
 #pragma unroll
-    for (int mb = 0; mb < WGG_MB; mb++) {
+    for (int mb = 0; mb < MB; mb++) {
         if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
-            const int f = a.R / 2, j = t * (WGG_M / 2) + 32 * mb + 8 * w + g;
+            const int f = a.R / 2, j = t * (WGG_M(MB) / 2) + 32 * mb + 8 * w + g;
             if (j < f)
                 wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     float gv = kc_bf2f(kc_f2bf(d[mb][jt][e])), uv = kc_bf2f(kc_f2bf(d[mb][jt][2 + e]));
@@ -222,7 +226,7 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int row = t * WGG_M + 64 * mb + 16 * w + g + 8 * h;
+            const int row = t * WGG_M(MB) + 64 * mb + 16 * w + g + 8 * h;
             if (row < a.R)
                 wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     const int64_t i = (int64_t)col * a.R + row;
@@ -258,7 +262,8 @@ __device__ __forceinline__ void wgg_sync(void)
  * NOTE: the fences make each partial visible before the count that admits
  * the summing CTA, and the others' partials visible to it after
  * (threadFenceReduction's pattern). */
-__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB][8][4], float ss, int t,
+template <int MB>
+__device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][4], float ss, int t,
                                            bool whole, bool first, int *sm_last, float *sm_r)
 {
     const int tok = threadIdx.x >> 1;
@@ -266,16 +271,16 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves (a + b == b + a) */
     const int nj = (a.n + 7) >> 3; /* column tiles holding tokens: the partials carry only those */
     if (!whole) {
-        float4 *slot = reinterpret_cast<float4 *>(a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT);
+        float4 *slot = reinterpret_cast<float4 *>(a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT(MB));
 #pragma unroll
-        for (int mb = 0; mb < WGG_MB; mb++)
+        for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 if (j < nj)
                     slot[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
                         make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
         if (a.rms && (threadIdx.x & 1) == 0)
-            reinterpret_cast<float *>(slot)[WGG_FRAG + tok] = ss;
+            reinterpret_cast<float *>(slot)[WGG_FRAG(MB) + tok] = ss;
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
         __threadfence();
         wgg_sync(); /* every thread's partial written; sm_last free */
@@ -291,15 +296,15 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
         if (!*sm_last)
             return;
 #pragma unroll
-        for (int mb = 0; mb < WGG_MB; mb++)
+        for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 d[mb][j][0] = d[mb][j][1] = d[mb][j][2] = d[mb][j][3] = 0.0f;
         ss = 0.0f;
         for (int i = i0; i <= i1; i++) {
-            const float *si = a.ws + (2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1)) * WGG_SLOT;
+            const float *si = a.ws + (2 * (int64_t)i + (wgg_begin(a, i) / a.kb == t ? 0 : 1)) * WGG_SLOT(MB);
 #pragma unroll
-            for (int mb = 0; mb < WGG_MB; mb++)
+            for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     if (j >= nj)
@@ -312,7 +317,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
                     d[mb][j][3] += v.w;
                 }
             if (a.rms)
-                ss += __ldcg(si + WGG_FRAG + tok);
+                ss += __ldcg(si + WGG_FRAG(MB) + tok);
         }
     }
     if (a.rms) {
@@ -320,7 +325,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
             sm_r[tok] = kc_inv_rms(ss, a.C, a.eps);
         wgg_sync();
     }
-    wgg_epilogue(a, d, t, sm_r, 1, 0);
+    wgg_epilogue<MB>(a, d, t, sm_r, 1, 0);
 }
 
 /* Split mode (a.split = S, the tile's k range cut into S in rank order, one
@@ -334,7 +339,8 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[WGG_MB]
  * peers have read it. Then the epilogue of the owned column tiles. No
  * global workspace, counters or fences. Every consumer thread calls it;
  * the producer warp meets the two barriers (wgg_kernel). */
-__device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)[WGG_MB][8][4], float ss, int t,
+template <int MB>
+__device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)[MB][8][4], float ss, int t,
                                                    float4 *part, float *pss, float *sm_r)
 {
     const int S = a.split, nj = (a.n + 7) >> 3, tok = threadIdx.x >> 1;
@@ -343,7 +349,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves */
     wgg_sync(); /* every consumer's products done: the ring is free */
 #pragma unroll
-    for (int mb = 0; mb < WGG_MB; mb++)
+    for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int j = 0; j < 8; j++)
             if (j < nj)
@@ -353,7 +359,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
         pss[tok] = ss;
     kc_cluster_sync();
 #pragma unroll
-    for (int mb = 0; mb < WGG_MB; mb++)
+    for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             if (j >= nj || (mb * 8 + j) % S != rank)
@@ -384,7 +390,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
         sm_r[tok] = kc_inv_rms(sum, a.C, a.eps);
     }
     kc_cluster_sync(); /* the peers' reads of this ring done; sm_r written */
-    wgg_epilogue(a, d, t, sm_r, S, rank);
+    wgg_epilogue<MB>(a, d, t, sm_r, S, rank);
 }
 
 /* The producer (the extra warp's first lane): unit q of the CTA's range
@@ -394,7 +400,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
  * are requested before the PDL wait, their inputs after it. With
  * a.trigger the dependent launch is released after the last request, so
  * the next kernel's CTAs start their own weights during this one's tail. */
-template <int STAGES>
+template <int MB, int STAGES>
 __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, int nu, uint16_t *sA, uint16_t *sB,
                                             uint64_t *full, uint64_t *empty)
 {
@@ -402,8 +408,8 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
     const uint64_t pol = a.evict_first ? kc_l2_evict_first() : 0;
     int lt = t, lk = kbi; /* the next unit's weights */
     for (int q = 0; q < pre; q++) {
-        kc_mbar_arrive_tx(&full[q], wgg_w_bytes(a, lt) + WGG_BLK_BYTES);
-        wgg_tma_w(a, lt, lk, sA + q * WGG_A, &full[q], pol);
+        kc_mbar_arrive_tx(&full[q], wgg_w_bytes<MB>(a, lt) + WGG_BLK_BYTES);
+        wgg_tma_w<MB>(a, lt, lk, sA + q * WGG_A(MB), &full[q], pol);
         wgg_next(a, lt, lk);
     }
     kc_pdl_wait();
@@ -413,8 +419,8 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
     uint32_t ph = 0; /* the parity of stage s's previous use */
     for (int q = pre; q < nu; q++) {
         kc_mbar_wait(&empty[s], ph);
-        kc_mbar_arrive_tx(&full[s], wgg_w_bytes(a, lt) + WGG_BLK_BYTES);
-        wgg_tma_w(a, lt, lk, sA + s * WGG_A, &full[s], pol);
+        kc_mbar_arrive_tx(&full[s], wgg_w_bytes<MB>(a, lt) + WGG_BLK_BYTES);
+        wgg_tma_w<MB>(a, lt, lk, sA + s * WGG_A(MB), &full[s], pol);
         kc_tma_load(sB + s * WGG_B, &a.tx, lk * WGG_K, 0, 0, &full[s]);
         wgg_next(a, lt, lk);
         if (++s == STAGES) {
@@ -428,12 +434,13 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
 
 /* One CTA: WGG_THREADS consumer threads (one warpgroup: the products, the
  * partials and the epilogues) and one producer warp (TMA requests). */
-template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_constant__ wgg_args a)
+template <int MB, int STAGES>
+static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_constant__ wgg_args a)
 {
     /* NOTE: no static shared memory, so the ring starts the window,
      * 1024-byte aligned as the swizzle needs; barriers and flags follow */
     extern __shared__ float4 wgg_sm4[];
-    uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_A; /* stage s at + s WGG_A, + s WGG_B */
+    uint16_t *sA = (uint16_t *)wgg_sm4, *sB = sA + STAGES * WGG_A(MB); /* stage s at + s WGG_A, + s WGG_B */
     uint64_t *full = (uint64_t *)(sB + STAGES * WGG_B), *empty = full + STAGES;
     int *sm_last = (int *)(empty + STAGES);
     float *sm_r = (float *)(sm_last + 4); /* [KCUDA_WG_MAX_N] */
@@ -459,7 +466,7 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     __syncthreads();
     if (threadIdx.x >= WGG_THREADS) {
         if (threadIdx.x == WGG_THREADS)
-            wgg_produce<STAGES>(a, t, kbi, nu, sA, sB, full, empty);
+            wgg_produce<MB, STAGES>(a, t, kbi, nu, sA, sB, full, empty);
         if (a.split) { /* wgg_finish_cluster's two barriers: the whole cluster's threads */
             __syncwarp();
             kc_cluster_sync();
@@ -469,7 +476,7 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
     }
     kc_pdl_wait(); /* the epilogue's residual rows, the partial slots and counters */
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
-    float d[WGG_MB][8][4] = {}, ss = 0.0f;
+    float d[MB][8][4] = {}, ss = 0.0f;
     int s = 0;       /* the stage of the next unit */
     uint32_t ph = 0; /* the parity of its current use */
     for (int q = 0; q < nu; t++) { /* the segments of tiles t, t + 1, ... in the CTA's range */
@@ -477,12 +484,12 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
         int held = -1; /* the stage whose products may still run (released after the next unit's issue) */
         for (int i = 0; i < len; i++) {
             kc_mbar_wait(&full[s], ph);
-            const uint32_t offa = (uint32_t)s * (WGG_A * 2), offb = (uint32_t)s * WGG_BLK_BYTES;
+            const uint32_t offa = (uint32_t)s * (WGG_A(MB) * 2), offb = (uint32_t)s * WGG_BLK_BYTES;
             kc_wg_fence();
 #pragma unroll
             for (int ks = 0; ks < WGG_K / 16; ks++)
 #pragma unroll
-                for (int mb = 0; mb < WGG_MB; mb++)
+                for (int mb = 0; mb < MB; mb++)
                     kc_wgmma_ss<KCUDA_WG_MAX_N>(d[mb], kc_wg_desc_add(da, offa + mb * WGG_BLK_BYTES + 32 * ks),
                                                 kc_wg_desc_add(db, offb + 32 * ks), i > 0 || ks > 0);
             kc_wg_commit();
@@ -502,41 +509,48 @@ template <int STAGES> static __global__ void __launch_bounds__(WGG_BLOCK) wgg_ke
         }
         kc_wg_wait<0>();
         kc_wg_fence_regs(d[0]);
-        kc_wg_fence_regs(d[WGG_MB - 1]);
+        kc_wg_fence_regs(d[MB - 1]);
         kc_mbar_arrive(&empty[held]);
         q += len;
         kbi = 0;
         if (!a.split)
-            wgg_finish(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
+            wgg_finish<MB>(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
     }
     if (a.split) /* one segment (or none: more CTAs than k units), its sums in d */
-        wgg_finish_cluster(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r);
+        wgg_finish_cluster<MB>(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r);
 }
 
-/* The ring forms built: stages of 24 KiB (16 of weights, 8 of inputs),
- * deepest first. */
+/* The forms built: tiles of 64 or 128 rows (MB 1, 2), each with rings of
+ * 8, 6, 4, 3 and 2 stages of 16 or 24 KiB (8 KiB of weights a block, 8 of
+ * inputs), deepest first. */
 static const struct {
-    int stages;
+    int mb, stages;
     void (*kernel)(const wgg_args);
-} wgg_forms[] = {{8, wgg_kernel<8>}, {6, wgg_kernel<6>}, {4, wgg_kernel<4>}, {3, wgg_kernel<3>}, {2, wgg_kernel<2>}};
+} wgg_forms[] = {{1, 8, wgg_kernel<1, 8>}, {1, 6, wgg_kernel<1, 6>}, {1, 4, wgg_kernel<1, 4>},
+                 {1, 3, wgg_kernel<1, 3>}, {1, 2, wgg_kernel<1, 2>}, {2, 8, wgg_kernel<2, 8>},
+                 {2, 6, wgg_kernel<2, 6>}, {2, 4, wgg_kernel<2, 4>}, {2, 3, wgg_kernel<2, 3>},
+                 {2, 2, wgg_kernel<2, 2>}};
 #define WGG_N_FORMS (sizeof wgg_forms / sizeof wgg_forms[0])
 
-/* The form a launch takes: the deepest with at most the options' stages
+/* The form a launch takes: tiles of wg_mb blocks (kern_gemm_config keeps
+ * it 1 or 2), the deepest ring with at most the options' stages
  * (wg_stages), else by CTAs an SM (1..3) 6 / 4 / 2 stages. */
 static size_t wgg_form(const kern_gemm_opts *o)
 {
     const int want = o->wg_stages ? o->wg_stages : o->wg_ctas <= 1 ? 6 : o->wg_ctas == 2 ? 4 : 2;
     size_t i = 0;
-    while (i + 1 < WGG_N_FORMS && wgg_forms[i].stages > want)
+    while (wgg_forms[i].mb != o->wg_mb)
+        i++;
+    while (i + 1 < WGG_N_FORMS && wgg_forms[i + 1].mb == o->wg_mb && wgg_forms[i].stages > want)
         i++;
     return i;
 }
 
-static size_t wgg_smem(int stages)
+static size_t wgg_smem(int mb, int stages)
 {
     /* the ring, its full and empty barriers, the last-arrival flag (16
      * bytes), the tokens' 1 / rms */
-    return (size_t)stages * ((WGG_A + WGG_B) * 2 + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
+    return (size_t)stages * ((WGG_A(mb) + WGG_B) * 2 + 16) + 16 + KCUDA_WG_MAX_N * sizeof(float);
 }
 
 /* How many clusters of S CTAs of ring form f the device holds at once (0
@@ -551,7 +565,7 @@ static int wgg_max_clusters(const kcuda_state *st, size_t f, int S)
     at.val.clusterDim.y = at.val.clusterDim.z = 1;
     cfg.gridDim = dim3((unsigned)S);
     cfg.blockDim = dim3(WGG_BLOCK);
-    cfg.dynamicSmemBytes = wgg_smem(wgg_forms[f].stages);
+    cfg.dynamicSmemBytes = wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages);
     cfg.attrs = &at;
     cfg.numAttrs = 1;
     int n = 0;
@@ -589,12 +603,12 @@ static int wgg_split(const kcuda_state *st, const kern_gemm_opts *o, size_t f, i
  * shared memory than the largest ring). */
 bool kcuda_gemm_wg_init(kcuda_state *st)
 {
-    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(wgg_forms[0].stages) || !kc_tmap_init())
+    if (!kcuda_wgmma_cc(st->cc) || st->smem_optin < wgg_smem(2, 8) || !kc_tmap_init())
         return false;
     static_assert(WGG_N_FORMS <= sizeof st->wg_clusters / sizeof st->wg_clusters[0], "wg_clusters' forms");
     for (size_t i = 0; i < WGG_N_FORMS; i++) {
         CUDA_CHECK(cudaFuncSetAttribute(wgg_forms[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)wgg_smem(wgg_forms[i].stages)));
+                                        (int)wgg_smem(wgg_forms[i].mb, wgg_forms[i].stages)));
         for (int S = 2; S <= 8; S++)
             st->wg_clusters[i][S] = wgg_max_clusters(st, i, S);
     }
@@ -606,7 +620,7 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
  * the GEMV's: small models stay on the kernels their numerics were
  * validated with), a device that runs the kernel, its requirements on the
  * weight, and with wg_split_only, a weight split mode takes (its tiles
- * the same as a SiLU pair's: rows / 2 in tiles of WGG_M / 2); the input's
+ * the same as a SiLU pair's: rows / 2 in tiles of half a tile's rows); the input's
  * alignment is the caller's to check. A function of n and w alone, so a
  * padded graph replay chooses as the eager step. */
 bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
@@ -614,10 +628,11 @@ bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
     const kcuda_state *st = kcuda_st(ctx);
     if (!(st->wg_ok && n >= ctx->gemm.wg_min_n && n <= ctx->gemm.wg_max_n && n >= 1 &&
           kern_weight_bytes(w) >= ctx->gemm.gemv_min_weight_bytes && w->dtype == KERN_DTYPE_BF16 &&
-          w->cols % 8 == 0 && w->cols <= INT32_MAX && w->rows <= (int64_t)WGG_M * KCUDA_WG_MAX_TILES &&
+          w->cols % 8 == 0 && w->cols <= INT32_MAX && w->rows <= (int64_t)WGG_M(1) * KCUDA_WG_MAX_TILES &&
           kcuda_aligned(w->data, 16)))
         return false;
-    return !ctx->gemm.wg_split_only || wgg_split(st, &ctx->gemm, wgg_form(&ctx->gemm), kcuda_cdiv(w->rows, WGG_M),
+    return !ctx->gemm.wg_split_only || wgg_split(st, &ctx->gemm, wgg_form(&ctx->gemm),
+                                                 kcuda_cdiv(w->rows, WGG_M(ctx->gemm.wg_mb)),
                                                  (int)kcuda_cdiv(w->cols, WGG_K)) != 0;
 }
 
@@ -634,7 +649,9 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.C = (int)w->cols;
     a.n = n;
     a.kb = (int)kcuda_cdiv(a.C, WGG_K);
-    const int64_t tiles = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? WGG_M / 2 : WGG_M);
+    const size_t f = wgg_form(&ctx->gemm);
+    const int tm = WGG_M(wgg_forms[f].mb); /* rows a tile */
+    const int64_t tiles = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? tm / 2 : tm);
     a.units = tiles * a.kb;
     a.epi = epi;
     a.rms = rms;
@@ -645,11 +662,10 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.ws = static_cast<float *>(st->gemm_ws);
     const uint64_t row = (uint64_t)a.C * 2, rows = epi == WGG_SILU ? (uint64_t)a.R / 2 : (uint64_t)a.R;
     const uint64_t wd[3] = {(uint64_t)a.C, rows, epi == WGG_SILU ? 2u : 1u}, ws[2] = {row, row * rows};
-    const uint32_t wb[3] = {WGG_K, epi == WGG_SILU ? 8u : (uint32_t)WGG_M, epi == WGG_SILU ? 2u : 1u}; /* WGG_M <= 256 */
+    const uint32_t wb[3] = {WGG_K, epi == WGG_SILU ? 8u : (uint32_t)tm, epi == WGG_SILU ? 2u : 1u}; /* tm <= 256 */
     const uint64_t xd[3] = {(uint64_t)a.C, (uint64_t)n, 1}, xs[2] = {row, row * (uint64_t)n};
     const uint32_t xb[3] = {WGG_K, KCUDA_WG_MAX_N, 1};
     INFERD_CHECK(kc_tmap_encode(&a.tw, w->data, wd, ws, wb) && kc_tmap_encode(&a.tx, in, xd, xs, xb));
-    const size_t f = wgg_form(&ctx->gemm);
     a.split = wgg_split(st, &ctx->gemm, f, tiles, a.kb);
     int64_t grid;
     if (a.split) {
@@ -659,10 +675,11 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
         const int ctas = ctx->gemm.wg_ctas; /* kern_gemm_config keeps it in 1..3 */
         grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
         grid = grid < a.units ? grid : a.units;
-        INFERD_CHECK((size_t)grid * 2 * WGG_SLOT * sizeof(float) <= st->gemm_ws_bytes);
+        INFERD_CHECK((size_t)grid * 2 * WGG_SLOT(wgg_forms[f].mb) * sizeof(float) <= st->gemm_ws_bytes);
     }
-    kc_launch_cluster(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK, wgg_smem(wgg_forms[f].stages), st->stream,
-                      ctx->gemm.pdl, a.split > 1 ? (unsigned)a.split : 1u, a);
+    kc_launch_cluster(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK,
+                      wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages), st->stream, ctx->gemm.pdl,
+                      a.split > 1 ? (unsigned)a.split : 1u, a);
     KCUDA_LAUNCH_CHECK();
     kcuda_gemm_wg_launches++;
     kcuda_gemm_wg_split_launches += a.split != 0;

@@ -369,8 +369,8 @@ END_TEST
  * ROPE_KV (the product, then the unfused RoPE) against the twin; n on both
  * sides of the 8-token column tiles up to 64, odd shapes, the default grid
  * (split mode where the device picks it), one of 3 CTAs (every tile
- * shared; stream-K) and split mode forced with clusters of 3 (the squares
- * met across a cluster too). Where the device does not run
+ * shared; stream-K), split mode forced with clusters of 3 (the squares
+ * met across a cluster too), and tiles of 64 rows on the default grid. Where the device does not run
  * the kernel (not compute capability 9.0) the route is off and the cases
  * are skipped. */
 START_TEST(test_fused_wg)
@@ -416,23 +416,24 @@ START_TEST(test_fused_wg)
         }
         kern_gemm_config(kt_gpu, &o);
     }
-    for (int pass = 0; avail && pass < 3; pass++) {
+    for (int pass = 0; avail && pass < 4; pass++) {
         const int grid = pass == 1 ? 3 : 0;
         o.wg_grid = grid;
         o.wg_ctas = grid ? 3 : 2;
         o.wg_split = pass == 2 ? 3 : 1;
+        o.wg_mb = pass == 3 ? 1 : 2;
         kern_gemm_config(kt_gpu, &o);
         for (int i = 0; i < 4; i++) {
             for (int s = 0; s < 4; s++)
                 for (int v = 0; v < 3; v++, k++) { /* RESID, SILU_MUL, SILU_MUL folded */
-                    if (kt_quick && (s + i + v + grid) % 3)
+                    if (kt_quick && (s + i + v + pass) % 3)
                         continue;
                     fcase c = {.epi = v == 0 ? KERN_EPI_RESID : KERN_EPI_SILU_MUL, .rms = v == 2, .n = ns[i],
                                .rows = dense[s][0], .cols = dense[s][1]};
                     bad += fused_case(&c, seed + (uint64_t)k * 16);
                 }
             for (int s = 0; s < 4; s++, k++) {
-                if (kt_quick && (s + i + grid) % 2)
+                if (kt_quick && (s + i + pass) % 2)
                     continue;
                 fcase c = rope_fcase(s, ns[i]);
                 c.rms = (k % 2) == 0;
@@ -444,6 +445,7 @@ START_TEST(test_fused_wg)
         o.wg_grid = 0;
         o.wg_ctas = 2;
         o.wg_split = 1; /* QKV and down in split mode where the device holds their clusters */
+        o.wg_mb = 2;
         kern_gemm_config(kt_gpu, &o);
         const fcase big[] = {
             {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = 48, .rows = 28672, .cols = 4096},

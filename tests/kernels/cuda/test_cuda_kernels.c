@@ -827,7 +827,8 @@ static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, 
  * Split mode (a cluster of S CTAs a tile, their sums met in distributed
  * shared memory): as the device picks it on the default grid, and forced
  * with S = 2, 3 and 8 (8: more CTAs than k units on the short rows), beside
- * the default grid forced onto stream-K. */
+ * the default grid forced onto stream-K; tiles of 128 rows, and of 64
+ * (wg_mb = 1) in both modes. */
 START_TEST(test_gemm_wg)
 {
     kern_gemm_opts go0;
@@ -837,9 +838,11 @@ START_TEST(test_gemm_wg)
     static const struct {
         int grid, ctas, stages;
         bool trigger;
-        int split;
-    } cfg[] = {{0, 1, 0, true, 1}, {1, 2, 0, true, 1}, {3, 3, 0, false, 1}, {7, 3, 3, true, 1}, {0, 1, 8, true, 1},
-               {7, 1, 5, true, 1}, {0, 1, 0, true, 0}, {0, 2, 0, true, 2},  {0, 1, 4, false, 3}, {0, 1, 0, true, 8}};
+        int split, mb;
+    } cfg[] = {{0, 1, 0, true, 1, 2},  {1, 2, 0, true, 1, 2}, {3, 3, 0, false, 1, 2}, {7, 3, 3, true, 1, 2},
+               {0, 1, 8, true, 1, 2},  {7, 1, 5, true, 1, 2}, {0, 1, 0, true, 0, 2},  {0, 2, 0, true, 2, 2},
+               {0, 1, 4, false, 3, 2}, {0, 1, 0, true, 8, 2}, {0, 1, 8, true, 1, 1},  {3, 2, 0, true, 1, 1},
+               {0, 1, 6, true, 0, 1},  {0, 1, 3, true, 3, 1}};
     const uint64_t seed = kt_seed() + 300;
     printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
     int bad = 0, k = 0;
@@ -848,6 +851,7 @@ START_TEST(test_gemm_wg)
         kern_gemm_opts go =
             wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger, cfg[gi].split);
         go.wg_evict_first = gi == 4; /* the weights under the L2 evict-first policy */
+        go.wg_mb = cfg[gi].mb;
         kern_gemm_config(kt_gpu, &go);
         for (int si = 0; si < 5; si++)
             for (int ni = 0; ni < 5; ni++) {
@@ -1021,15 +1025,16 @@ START_TEST(test_gemm_wg_bench)
     static const struct {
         int ctas, stages;
         bool trigger;
-        int split;
-    } col[] = {{0, 0, false, 0}, {1, 6, true, 1}, {1, 6, true, 0}, {1, 8, true, 1}, {1, 8, true, 0}, {1, 6, false, 1}};
+        int split, mb;
+    } col[] = {{0, 0, false, 0, 2}, {1, 8, true, 1, 1}, {1, 8, true, 0, 1},
+               {1, 6, true, 1, 2},  {1, 6, true, 0, 2}, {1, 8, true, 0, 2}};
     enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_BENCH | shape | n | cuBLASLt |");
     for (int c = 1; c < NCOL; c++)
-        printf(" wg %s %d CTA/SM %d stages%s |", col[c].split ? "split" : "stream-K", col[c].ctas, col[c].stages,
+        printf(" wg %d rows %s %d stages%s |", 64 * col[c].mb, col[c].split ? "split" : "stream-K", col[c].stages,
                col[c].trigger ? "" : " no trigger");
     printf("\n");
     for (size_t s = 0; s < n_sh; s++) {
@@ -1040,6 +1045,7 @@ START_TEST(test_gemm_wg_bench)
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
             for (int c = 0; c < NCOL; c++) {
                 kern_gemm_opts go = wg_forced(&go0, 0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger, col[c].split);
+                go.wg_mb = col[c].mb;
                 go.wg_max_n = c ? 64 : 0;
                 kern_gemm_config(kt_gpu, &go);
                 const double us = bench_ops_time(&b, t, n);
