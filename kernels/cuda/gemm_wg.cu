@@ -242,6 +242,23 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
     }
 }
 
+/* This thread's sums d of the column tiles below nj to a partial in
+ * fragment order (dst[(8 mb + j) WGG_THREADS + thread]), and its token's
+ * sum of squares ss to sq[token] (the even thread of each pair) when sq. */
+template <int MB>
+__device__ __forceinline__ void wgg_put(float4 *dst, const float (&d)[MB][8][4], int nj, float *sq, float ss)
+{
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (j < nj)
+                dst[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
+                    make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
+    if (sq && (threadIdx.x & 1) == 0)
+        sq[threadIdx.x >> 1] = ss;
+}
+
 /* A barrier of the consumer warpgroup alone (named barrier 1; the
  * producer warp has left). */
 __device__ __forceinline__ void wgg_sync(void)
@@ -272,15 +289,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
     const int nj = (a.n + 7) >> 3; /* column tiles holding tokens: the partials carry only those */
     if (!whole) {
         float4 *slot = reinterpret_cast<float4 *>(a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT(MB));
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (j < nj)
-                    slot[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
-                        make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
-        if (a.rms && (threadIdx.x & 1) == 0)
-            reinterpret_cast<float *>(slot)[WGG_FRAG(MB) + tok] = ss;
+        wgg_put<MB>(slot, d, nj, a.rms ? reinterpret_cast<float *>(slot) + WGG_FRAG(MB) : nullptr, ss);
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
         __threadfence();
         wgg_sync(); /* every thread's partial written; sm_last free */
@@ -348,15 +357,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
     if (a.rms)
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves */
     wgg_sync(); /* every consumer's products done: the ring is free */
-#pragma unroll
-    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (j < nj)
-                part[(mb * 8 + j) * WGG_THREADS + threadIdx.x] =
-                    make_float4(d[mb][j][0], d[mb][j][1], d[mb][j][2], d[mb][j][3]);
-    if (a.rms && (threadIdx.x & 1) == 0)
-        pss[tok] = ss;
+    wgg_put<MB>(part, d, nj, a.rms ? pss : nullptr, ss);
     kc_cluster_sync();
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
