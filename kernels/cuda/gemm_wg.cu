@@ -74,9 +74,15 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/tma.cuh"
 
-/* Test hooks (test_cuda_kernels): launches so far, and those in split mode. */
-extern "C" int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
-int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
+/* Test hooks (test_cuda_kernels): launches so far, and those in split
+ * mode; the phase trace: while kcuda_gemm_wg_trace is set (device memory
+ * of kcuda_gemm_wg_trace_cap CTAs' WGG_TRACE stamps), a launch of at most
+ * that many CTAs records each CTA's stamps there (wgg_kernel) and sets
+ * kcuda_gemm_wg_trace_ctas to its grid. */
+extern "C" int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap, kcuda_gemm_wg_trace_ctas;
+extern "C" unsigned long long *kcuda_gemm_wg_trace;
+int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap, kcuda_gemm_wg_trace_ctas;
+unsigned long long *kcuda_gemm_wg_trace;
 
 /* MB: 64-row blocks a tile (1 or 2; kern_gemm_opts.wg_mb), m64 products
  * sharing each input tile. */
@@ -89,6 +95,10 @@ int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
 #define WGG_BLK_BYTES (64 * WGG_K * 2)       /* bytes of a 64-row block (A) or of B */
 #define WGG_FRAG(MB) (WGG_M(MB) * KCUDA_WG_MAX_N) /* floats of a tile's sums */
 #define WGG_SLOT(MB) (WGG_FRAG(MB) + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' squares */
+/* A CTA's phase stamps (kc_globaltimer, ns): entry; its first unit's bytes
+ * in (the producer sees stage 0 full); its last request issued; its exit
+ * (every finish and epilogue done). */
+#define WGG_TRACE 4
 
 /* What the epilogue does with a tile's sums (kernels.h's epilogues):
  * bf16 store, fp32 store (logits), the add with one rounding
@@ -111,6 +121,7 @@ typedef struct {
     int trigger;        /* the producer triggers the dependent launch after its last load */
     int evict_first;    /* the weights read under an L2 evict-first policy */
     float eps;
+    unsigned long long *trace; /* [gridDim.x][WGG_TRACE] phase stamps, or NULL (test hook) */
 } wgg_args;
 
 /* First unit of CTA i's range: units are cut into gridDim.x ranges of
@@ -416,6 +427,10 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
     kc_pdl_wait();
     for (int q = 0, xk = kbi; q < pre; q++, xk = xk + 1 == a.kb ? 0 : xk + 1)
         kc_tma_load(sB + q * WGG_B, &a.tx, xk * WGG_K, 0, 0, &full[q]);
+    if (a.trace && pre > 0) { /* stage 0's first phase: the first unit's bytes are in */
+        kc_mbar_wait(&full[0], 0);
+        a.trace[(size_t)blockIdx.x * WGG_TRACE + 1] = kc_globaltimer();
+    }
     int s = 0;
     uint32_t ph = 0; /* the parity of stage s's previous use */
     for (int q = pre; q < nu; q++) {
@@ -429,6 +444,8 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
             ph ^= 1;
         }
     }
+    if (a.trace)
+        a.trace[(size_t)blockIdx.x * WGG_TRACE + 2] = kc_globaltimer();
     if (a.trigger)
         kc_pdl_trigger();
 }
@@ -458,6 +475,8 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
     const int t0 = (int)(u0 / a.kb);
     int t = t0, kbi = (int)(u0 - (int64_t)t * a.kb);
     if (threadIdx.x == 0) {
+        if (a.trace)
+            a.trace[(size_t)blockIdx.x * WGG_TRACE] = kc_globaltimer();
         for (int i = 0; i < STAGES; i++) {
             kc_mbar_init(&full[i], 1);
             kc_mbar_init(&empty[i], WGG_THREADS);
@@ -519,6 +538,11 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
     }
     if (a.split) /* one segment (or none: more CTAs than k units), its sums in d */
         wgg_finish_cluster<MB>(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r);
+    if (a.trace) {
+        wgg_sync();
+        if (threadIdx.x == 0)
+            a.trace[(size_t)blockIdx.x * WGG_TRACE + 3] = kc_globaltimer();
+    }
 }
 
 /* The forms built: tiles of 64 or 128 rows (MB 1, 2), each with rings of
@@ -677,6 +701,10 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
         grid = ctx->gemm.wg_grid > 0 ? ctx->gemm.wg_grid : (int64_t)st->n_sms * ctas;
         grid = grid < a.units ? grid : a.units;
         INFERD_CHECK((size_t)grid * 2 * WGG_SLOT(wgg_forms[f].mb) * sizeof(float) <= st->gemm_ws_bytes);
+    }
+    if (kcuda_gemm_wg_trace && grid <= kcuda_gemm_wg_trace_cap) {
+        a.trace = kcuda_gemm_wg_trace;
+        kcuda_gemm_wg_trace_ctas = (int)grid;
     }
     kc_launch_cluster(wgg_forms[f].kernel, dim3((unsigned)grid), WGG_BLOCK,
                       wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages), st->stream, ctx->gemm.pdl,

@@ -18,7 +18,8 @@
  * kc_mbar_wait (until the phase of the given parity has completed),
  * kc_tma_load (one box to shared memory, completing on a barrier; with
  * an L2 policy such as kc_l2_evict_first's as a hint).
- * Clusters (a launch with a cluster dimension, kc_launch_cluster): the
+ * kc_globaltimer reads the device's nanosecond clock (a kernel's phase
+ * trace). Clusters (a launch with a cluster dimension, kc_launch_cluster): the
  * CTA's rank in its cluster (kc_cluster_rank), a barrier of every thread
  * of the cluster's CTAs whose shared-memory writes before it are visible
  * to every CTA of the cluster after it (kc_cluster_sync), and reads of a
@@ -141,6 +142,12 @@ static inline void kc_tma_load(void *dst, const kc_tmap *m, int c0, int c1, int 
     kc_mbar_emu_step(b);
 }
 
+/* A stand-in for the global nanosecond timer: it only increases. */
+static inline unsigned long long kc_globaltimer(void)
+{
+    static unsigned long long t;
+    return ++t;
+}
 static inline uint32_t kc_cluster_rank(void)
 {
     return (uint32_t)kemu_cluster_rank;
@@ -264,6 +271,13 @@ __device__ __forceinline__ void kc_tma_load(void *dst, const kc_tmap *m, int c0,
                      : "memory");
 }
 
+/* The device's global nanosecond timer (the same clock on every SM). */
+__device__ __forceinline__ unsigned long long kc_globaltimer(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
 __device__ __forceinline__ uint32_t kc_cluster_rank(void)
 {
     uint32_t r;

@@ -435,11 +435,14 @@ END_TEST
  * (0: its first), and what the last plan build saw and did */
 extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
     kcuda_gemm_last_searched;
-/* kernels/cuda/gemm_wg.cu test hooks: launches of the warpgroup GEMM, those in split mode */
-extern int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
+/* kernels/cuda/gemm_wg.cu test hooks: launches of the warpgroup GEMM, those in split mode; its phase trace */
+extern int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap, kcuda_gemm_wg_trace_ctas;
+extern unsigned long long *kcuda_gemm_wg_trace;
 #else
 static int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
-    kcuda_gemm_last_searched, kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches;
+    kcuda_gemm_last_searched, kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap,
+    kcuda_gemm_wg_trace_ctas;
+static unsigned long long *kcuda_gemm_wg_trace;
 #endif
 
 /* --- matmul, logits ------------------------------------------------------------------ */
@@ -874,6 +877,69 @@ START_TEST(test_gemm_wg)
 }
 END_TEST
 
+/* The warpgroup GEMM's phase trace (kcuda_gemm_wg_trace): room for
+ * WG_TRACE_CAP CTAs of 4 stamps (entry, first unit in, last request
+ * issued, exit; gemm_wg.cu's WGG_TRACE). */
+enum { WG_TRACE_CAP = 1024, WG_TRACE_N = 4 };
+
+/* Turn the trace on (into dev, zeroed) or off (dev NULL). */
+static void wg_trace_on(unsigned long long *dev)
+{
+    if (dev)
+        kern_memset0(kt_gpu, dev, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
+    kcuda_gemm_wg_trace = dev;
+    kcuda_gemm_wg_trace_cap = dev ? WG_TRACE_CAP : 0;
+    kcuda_gemm_wg_trace_ctas = 0;
+}
+
+/* The last traced launch's stamps into host (WG_TRACE_N a CTA); its CTA count. */
+static int wg_trace_read(const unsigned long long *dev, unsigned long long *host)
+{
+    kern_sync(kt_gpu);
+    const int ctas = kcuda_gemm_wg_trace_ctas;
+    if (ctas > 0)
+        kern_memcpy_d2h(kt_gpu, host, dev, sizeof(unsigned long long) * WG_TRACE_N * (size_t)ctas);
+    return ctas;
+}
+
+/* Every CTA of a traced launch stamps entry <= first unit in <= last
+ * request issued <= exit, all set (CTAs with no unit: no second stamp),
+ * in stream-K and in split mode, and the products stay right; where the
+ * device does not run the kernel nothing is traced. */
+START_TEST(test_gemm_wg_trace)
+{
+    kern_gemm_opts go0;
+    kern_gemm_config_get(kt_gpu, &go0);
+    unsigned long long *dev = kern_alloc(kt_gpu, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
+    unsigned long long *host = inferd_malloc(sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
+    ck_assert_ptr_nonnull(dev);
+    const uint64_t seed = kt_seed() + 320;
+    int bad = 0, traced = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        const kern_gemm_opts go = wg_forced(&go0, mode ? 0 : 7, 1, 0, true, mode ? 3 : 0);
+        kern_gemm_config(kt_gpu, &go);
+        wg_trace_on(dev);
+        bad += gemm_case(GEMM_MATMUL, 33, 1000, 520, 0, seed + (uint64_t)mode);
+        const int ctas = wg_trace_read(dev, host);
+        wg_trace_on(NULL);
+        traced += ctas > 0;
+        for (int i = 0; i < ctas; i++) {
+            const unsigned long long *t = host + (size_t)i * WG_TRACE_N;
+            const bool ok = t[0] > 0 && (t[1] == 0 || (t[0] <= t[1] && t[1] <= t[2])) && t[0] <= t[2] && t[2] <= t[3];
+            if (!ok && bad++ < 5)
+                printf("  gemm wg trace (split %d): CTA %d stamps %llu %llu %llu %llu\n", go.wg_split, i, t[0], t[1],
+                       t[2], t[3]);
+        }
+    }
+    kern_gemm_config(kt_gpu, &go0);
+    printf("test_gemm_wg_trace: %d traced launches\n", traced);
+    ck_assert(traced == 0 || traced == 2);
+    inferd_free(host);
+    kern_free(kt_gpu, dev);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* A token's product does not depend on how many tokens share the launch
  * (what makes a padded graph replay equal the eager step): logits of a
  * batch of n equal the first n tokens' of a batch of 64 bit for bit, on
@@ -1001,12 +1067,62 @@ static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
     return 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* WG_BENCH's phase row: the last of a few back-to-back products of n
+ * tokens traced (kcuda_gemm_wg_trace), each stamp's median and latest
+ * over the CTAs, us after the earliest entry. */
+static void wg_bench_trace(const bench_ops *b, const char *name, int n, const char *label, unsigned long long *dev,
+                           unsigned long long *host)
+{
+    wg_trace_on(dev);
+    for (int r = 0; r < 4; r++) {
+        kern_weight w = {b->slab + b->wb * (size_t)(r % b->copies), KERN_DTYPE_BF16, b->R, b->C};
+        bench_ops_run(b, &w, n);
+    }
+    const int ctas = wg_trace_read(dev, host);
+    wg_trace_on(NULL);
+    if (ctas <= 0)
+        return;
+    unsigned long long t0 = host[0], *col = inferd_malloc(sizeof(unsigned long long) * (size_t)ctas);
+    for (int i = 1; i < ctas; i++)
+        t0 = host[(size_t)i * WG_TRACE_N] < t0 ? host[(size_t)i * WG_TRACE_N] : t0;
+    printf("WG_TRACE | %s %dx%d | %d | %s | %d CTAs |", name, b->R, b->C, n, label, ctas);
+    for (int k = 0; k < WG_TRACE_N; k++) {
+        for (int i = 0; i < ctas; i++) {
+            const unsigned long long v = host[(size_t)i * WG_TRACE_N + k];
+            col[i] = v > t0 ? v - t0 : 0;
+        }
+        qsort(col, (size_t)ctas, sizeof col[0], cmp_u64);
+        printf(" %.1f / %.1f |", 1e-3 * (double)col[ctas / 2], 1e-3 * (double)col[ctas - 1]);
+    }
+    printf("\n");
+    inferd_free(col);
+}
+
+/* WG_BENCH's options for one column: the warpgroup GEMM forced (wg) or
+ * off (cuBLASLt), ctas / stages / trigger / split / tile blocks. */
+static kern_gemm_opts wg_bench_opts(const kern_gemm_opts *base, int ctas, int stages, bool trigger, int split, int mb,
+                                    bool wg)
+{
+    kern_gemm_opts go = wg_forced(base, 0, ctas, stages, trigger, split);
+    go.wg_mb = mb;
+    go.wg_max_n = wg ? 64 : 0;
+    return go;
+}
+
 /* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
  * GEMM (ring forms below) on the Llama-3-8B weight shapes at 16..64 tokens,
  * plain products (logits for lm_head), weights rotated through >= 256 MiB
  * of copies so the L2 never holds them, back to back as programmatic
  * dependents (the trigger's overlap shows), and print a table (us a
- * product, % of the copy bandwidth measured in the same run). */
+ * product, % of the copy bandwidth measured in the same run); then, at 16
+ * and 64 tokens, each form's phase trace (WG_TRACE rows: when the CTAs
+ * enter, get their first unit, issue their last request and exit). */
 START_TEST(test_gemm_wg_bench)
 {
     const char *e = getenv("INFERD_TEST_WG_BENCH");
@@ -1032,11 +1148,15 @@ START_TEST(test_gemm_wg_bench)
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
+    printf("WG_TRACE rows: the last of 4 back-to-back products; median / latest over the CTAs of each stamp, us after "
+           "the earliest entry: | entry | first unit in | last request issued | exit |\n");
     printf("WG_BENCH | shape | n | cuBLASLt |");
     for (int c = 1; c < NCOL; c++)
         printf(" wg %d rows %s %d stages%s |", 64 * col[c].mb, col[c].split ? "split" : "stream-K", col[c].stages,
                col[c].trigger ? "" : " no trigger");
     printf("\n");
+    unsigned long long *tdev = kern_alloc(kt_gpu, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
+    unsigned long long *thost = inferd_malloc(sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
     for (size_t s = 0; s < n_sh; s++) {
         bench_ops b;
         bench_ops_make(&b, &sh[s], NMAX, 5 + s);
@@ -1044,17 +1164,29 @@ START_TEST(test_gemm_wg_bench)
             const int n = ns[k];
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
             for (int c = 0; c < NCOL; c++) {
-                kern_gemm_opts go = wg_forced(&go0, 0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger, col[c].split);
-                go.wg_mb = col[c].mb;
-                go.wg_max_n = c ? 64 : 0;
+                const kern_gemm_opts go = wg_bench_opts(&go0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger,
+                                                        col[c].split, col[c].mb, c > 0);
                 kern_gemm_config(kt_gpu, &go);
                 const double us = bench_ops_time(&b, t, n);
                 printf(" %.1f (%.1f%%) |", us, 100.0 * ((double)b.wb / (us * 1e-6) / 1e9) / cl.copy_gbps);
             }
             printf("\n");
         }
+        /* where the time goes at 16 and 64 tokens: each column's phase stamps */
+        for (int n = 16; n <= 64; n *= 4)
+            for (int c = 1; c < NCOL; c++) {
+                const kern_gemm_opts go =
+                    wg_bench_opts(&go0, col[c].ctas, col[c].stages, col[c].trigger, col[c].split, col[c].mb, true);
+                kern_gemm_config(kt_gpu, &go);
+                char label[64];
+                snprintf(label, sizeof label, "%d rows %s %d stages%s", 64 * col[c].mb,
+                         col[c].split ? "split" : "stream-K", col[c].stages, col[c].trigger ? "" : " no trigger");
+                wg_bench_trace(&b, sh[s].name, n, label, tdev, thost);
+            }
         bench_ops_free(&b);
     }
+    kern_free(kt_gpu, tdev);
+    inferd_free(thost);
     kern_timer_free(kt_gpu, t);
     kern_gemm_config(kt_gpu, &go0);
 }
@@ -1519,6 +1651,7 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_gemm_wg);
     tcase_add_test(tc, test_gemm_wg_batch_invariant);
+    tcase_add_test(tc, test_gemm_wg_trace);
     tcase_add_test(tc, test_gemm_wg_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_silu_mul_rms);
