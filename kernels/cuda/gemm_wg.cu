@@ -13,7 +13,8 @@
  * the previous kernel's end. Here:
  *  - the weights are the wgmma's A operand, a tile of 64 or 128 rows
  *    (kern_gemm_opts.wg_mb; at 128 two m64 products share each input
- *    tile, so a stage holds twice the weight bytes of its input bytes); the n tokens its B operand, N = 64
+ *    tile, so a stage holds twice the weight bytes of its input bytes);
+ *    the n tokens its B operand, N = 64
  *    columns (tokens past n zero-filled), so the m64n64k16 products cover
  *    the whole batch and a token's result depends on its own input row
  *    only: bitwise the same at every n the route takes (a padded graph
@@ -62,7 +63,12 @@
  * rings helped: the weights in flight were capped at half the ring); with
  * 128-row tiles it still runs QKV and O at 0.35-0.9x cuBLASLt's rate, its
  * time growing with n at a fixed weight (docs/PERF.md, thirty-first
- * session), so cuBLASLt keeps these products by default.
+ * session), so cuBLASLt keeps these products by default. Split mode
+ * (thirty-second session) took the partials out of the L2 and was no
+ * faster; on one H100 the 128-row tiles ran behind the earlier 64-row
+ * ones, so both are built (wg_mb) for the A/B that decides, with a
+ * per-CTA phase trace (kcuda_gemm_wg_trace) to say where a short
+ * product's fixed cost goes.
  * Grid (stream-K): kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one
  * a unit; wg_grid overrides the count (tests); the ring has wg_stages
  * stages of 16 or 24 KiB (64- or 128-row tiles; by default 6 / 4 / 2 for
