@@ -315,6 +315,40 @@ static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
     return n > ctx->gemm.gemv_max_n;
 }
 
+#ifndef KEMU_H
+/* An extended launch's configuration: the programmatic
+ * stream-serialization attribute when pdl, a cluster of `cluster` CTAs
+ * along x when it is more than 1 (attrs points into the struct: use it
+ * where it was made). */
+typedef struct {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[2];
+} kc_launch_cfg;
+
+static inline void kc_launch_cfg_init(kc_launch_cfg *l, dim3 grid, unsigned block, size_t smem, cudaStream_t s,
+                                      bool pdl, unsigned cluster)
+{
+    *l = kc_launch_cfg{};
+    unsigned na = 0;
+    if (pdl) {
+        l->attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        l->attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        l->attr[na].id = cudaLaunchAttributeClusterDimension;
+        l->attr[na].val.clusterDim.x = cluster;
+        l->attr[na].val.clusterDim.y = 1;
+        l->attr[na++].val.clusterDim.z = 1;
+    }
+    l->cfg.gridDim = grid;
+    l->cfg.blockDim = dim3(block);
+    l->cfg.dynamicSmemBytes = smem;
+    l->cfg.stream = s;
+    l->cfg.attrs = l->attr;
+    l->cfg.numAttrs = na;
+}
+#endif
+
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
  * stream-serialization attribute when pdl (the kernel then calls
  * kc_pdl_wait before reading what the previous kernel wrote) and in
@@ -327,26 +361,9 @@ static void kc_launch_cluster(void (*kern)(const A), dim3 grid, unsigned block, 
 {
 #ifndef KEMU_H
     if (pdl || cluster > 1) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[2] = {};
-        unsigned na = 0;
-        if (pdl) {
-            attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[na++].val.programmaticStreamSerializationAllowed = 1;
-        }
-        if (cluster > 1) {
-            attr[na].id = cudaLaunchAttributeClusterDimension;
-            attr[na].val.clusterDim.x = cluster;
-            attr[na].val.clusterDim.y = 1;
-            attr[na++].val.clusterDim.z = 1;
-        }
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(block);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = na;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
+        kc_launch_cfg l;
+        kc_launch_cfg_init(&l, grid, block, smem, s, pdl, cluster);
+        CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, kern, args));
         return;
     }
     kern<<<grid, block, smem, s>>>(args);

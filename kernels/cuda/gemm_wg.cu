@@ -101,10 +101,10 @@ unsigned long long *kcuda_gemm_wg_trace;
 #define WGG_BLK_BYTES (64 * WGG_K * 2)       /* bytes of a 64-row block (A) or of B */
 #define WGG_FRAG(MB) (WGG_M(MB) * KCUDA_WG_MAX_N) /* floats of a tile's sums */
 #define WGG_SLOT(MB) (WGG_FRAG(MB) + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' squares */
-/* A CTA's phase stamps (kc_globaltimer, ns): entry; its first unit's bytes
- * in (the producer sees stage 0 full); its last request issued; its exit
- * (every finish and epilogue done). */
-#define WGG_TRACE 4
+/* A CTA's KCUDA_WG_TRACE_STAMPS phase stamps (kc_globaltimer, ns): entry;
+ * its first unit's bytes in (the producer sees stage 0 full); its last
+ * request issued; its exit (every finish and epilogue done). */
+#define WGG_TRACE KCUDA_WG_TRACE_STAMPS
 
 /* What the epilogue does with a tile's sums (kernels.h's epilogues):
  * bf16 store, fp32 store (logits), the add with one rounding
@@ -589,18 +589,11 @@ static size_t wgg_smem(int mb, int stages)
 static int wgg_max_clusters(const kcuda_state *st, size_t f, int S)
 {
 #ifndef KEMU_H
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at = {};
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = (unsigned)S;
-    at.val.clusterDim.y = at.val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)S);
-    cfg.blockDim = dim3(WGG_BLOCK);
-    cfg.dynamicSmemBytes = wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages);
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
+    kc_launch_cfg l;
+    kc_launch_cfg_init(&l, dim3((unsigned)S), WGG_BLOCK, wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages), st->stream,
+                       false, (unsigned)S);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, wgg_forms[f].kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, wgg_forms[f].kernel, &l.cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         n = 0;
     }
@@ -609,6 +602,14 @@ static int wgg_max_clusters(const kcuda_state *st, size_t f, int S)
     (void)f;
     return st->n_sms / S; /* the emulator: one CTA an SM */
 #endif
+}
+
+/* Tiles of MB 64-row blocks over a weight of `rows` rows; a SiLU pair's
+ * (rows / 2 gate rows in tiles of half the rows, rows even) is the same
+ * count. */
+static int64_t wgg_tiles(int mb, int64_t rows)
+{
+    return (int64_t)kcuda_cdiv(rows, WGG_M(mb));
 }
 
 /* Split mode's cluster size S for a product of `tiles` tiles: the largest
@@ -650,9 +651,9 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
  * token range (wg_min_n..wg_max_n) and weight floor (gemv_min_weight_bytes,
  * the GEMV's: small models stay on the kernels their numerics were
  * validated with), a device that runs the kernel, its requirements on the
- * weight, and with wg_split_only, a weight split mode takes (its tiles
- * the same as a SiLU pair's: rows / 2 in tiles of half a tile's rows); the input's
- * alignment is the caller's to check. A function of n and w alone, so a
+ * weight, and with wg_split_only, a weight split mode takes (wgg_tiles:
+ * the same for a SiLU pair); the input's alignment is the caller's to
+ * check. A function of n and w alone, so a
  * padded graph replay chooses as the eager step. */
 bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
 {
@@ -662,9 +663,9 @@ bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n)
           w->cols % 8 == 0 && w->cols <= INT32_MAX && w->rows <= (int64_t)WGG_M(1) * KCUDA_WG_MAX_TILES &&
           kcuda_aligned(w->data, 16)))
         return false;
-    return !ctx->gemm.wg_split_only || wgg_split(st, &ctx->gemm, wgg_form(&ctx->gemm),
-                                                 kcuda_cdiv(w->rows, WGG_M(ctx->gemm.wg_mb)),
-                                                 (int)kcuda_cdiv(w->cols, WGG_K)) != 0;
+    const size_t f = wgg_form(&ctx->gemm);
+    return !ctx->gemm.wg_split_only ||
+           wgg_split(st, &ctx->gemm, f, wgg_tiles(wgg_forms[f].mb, w->rows), (int)kcuda_cdiv(w->cols, WGG_K)) != 0;
 }
 
 /* One launch with epilogue epi (WGG_*; rms: the folded norm, eps). */
@@ -682,7 +683,7 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
     a.kb = (int)kcuda_cdiv(a.C, WGG_K);
     const size_t f = wgg_form(&ctx->gemm);
     const int tm = WGG_M(wgg_forms[f].mb); /* rows a tile */
-    const int64_t tiles = (int64_t)kcuda_cdiv(epi == WGG_SILU ? a.R / 2 : a.R, epi == WGG_SILU ? tm / 2 : tm);
+    const int64_t tiles = wgg_tiles(wgg_forms[f].mb, a.R); /* SILU: rows even, checked above */
     a.units = tiles * a.kb;
     a.epi = epi;
     a.rms = rms;

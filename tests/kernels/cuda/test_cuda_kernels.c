@@ -22,6 +22,7 @@
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "kernels/kern_internal.h"
 #include "kt_harness.h"
 
 /* --- memory and weights ---------------------------------------------------- */
@@ -878,9 +879,9 @@ START_TEST(test_gemm_wg)
 END_TEST
 
 /* The warpgroup GEMM's phase trace (kcuda_gemm_wg_trace): room for
- * WG_TRACE_CAP CTAs of 4 stamps (entry, first unit in, last request
- * issued, exit; gemm_wg.cu's WGG_TRACE). */
-enum { WG_TRACE_CAP = 1024, WG_TRACE_N = 4 };
+ * WG_TRACE_CAP CTAs of WG_TRACE_N stamps (entry, first unit in, last
+ * request issued, exit; gemm_wg.cu). */
+enum { WG_TRACE_CAP = 1024, WG_TRACE_N = KCUDA_WG_TRACE_STAMPS };
 
 /* Turn the trace on (into dev, zeroed) or off (dev NULL). */
 static void wg_trace_on(unsigned long long *dev)
