@@ -71,7 +71,7 @@ struct kern_ctx {
 #define KCUDA_WG_MAX_TILES 8192
 /* Stamps a CTA of the warpgroup GEMM records in its phase trace (test hook
  * kcuda_gemm_wg_trace, gemm_wg.cu). */
-#define KCUDA_WG_TRACE_STAMPS 4
+#define KCUDA_WG_TRACE_STAMPS 6
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */
 #define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)

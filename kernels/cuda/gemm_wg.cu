@@ -103,8 +103,11 @@ unsigned long long *kcuda_gemm_wg_trace;
 #define WGG_SLOT(MB) (WGG_FRAG(MB) + KCUDA_WG_MAX_N) /* floats of a partial slot: the sums, then the tokens' squares */
 /* A CTA's KCUDA_WG_TRACE_STAMPS phase stamps (kc_globaltimer, ns): entry;
  * its first unit's bytes in (the producer sees stage 0 full); its last
- * request issued; its exit (every finish and epilogue done). */
+ * request issued; its last unit's products done; its last finish's sums
+ * ready (the epilogue starts, or the tile is left to another CTA); its
+ * exit (every finish and epilogue done). */
 #define WGG_TRACE KCUDA_WG_TRACE_STAMPS
+enum { WGG_T_ENTRY, WGG_T_FIRST_IN, WGG_T_LAST_REQ, WGG_T_LAST_DONE, WGG_T_SUMS, WGG_T_EXIT };
 
 /* What the epilogue does with a tile's sums (kernels.h's epilogues):
  * bf16 store, fp32 store (logits), the add with one rounding
@@ -129,6 +132,13 @@ typedef struct {
     float eps;
     unsigned long long *trace; /* [gridDim.x][WGG_TRACE] phase stamps, or NULL (test hook) */
 } wgg_args;
+
+/* Phase stamp k of this CTA (a.trace set; the caller's one thread). */
+__device__ __forceinline__ void wgg_stamp(const wgg_args &a, int k)
+{
+    if (a.trace)
+        a.trace[(size_t)blockIdx.x * WGG_TRACE + k] = kc_globaltimer();
+}
 
 /* First unit of CTA i's range: units are cut into gridDim.x ranges of
  * floor or ceil(units / grid) units. */
@@ -226,6 +236,21 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     uint16_t *o = static_cast<uint16_t *>(a.out);
+    /* ACCUM / RESID: every residual value this thread adds to is loaded
+     * before any is stored, so the loads overlap (stored one at a time,
+     * each load waited on the L2 behind the store before it, which may
+     * alias: 3.6-8.8 us a product at 64 tokens, docs/PERF.md) */
+    uint16_t res[MB][2][8][2] = {};
+    if (a.epi == WGG_ACCUM || a.epi == WGG_RESID)
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = t * WGG_M(MB) + 64 * mb + 16 * w + g + 8 * h;
+                if (row < a.R)
+                    wgg_each_col(a, mb, S, rank,
+                                 [&](int jt, int e, int col) { res[mb][h][jt][e] = o[(int64_t)col * a.R + row]; });
+            }
 #pragma unroll
     for (int mb = 0; mb < MB; mb++) {
         if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
@@ -250,8 +275,8 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
                     const float v = d[mb][jt][2 * h + e];
                     switch (a.epi) {
                     case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
-                    case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(o[i]) + v); break;
-                    case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(o[i]) + kc_bf2f(kc_f2bf(v))); break;
+                    case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(res[mb][h][jt][e]) + v); break;
+                    case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(res[mb][h][jt][e]) + kc_bf2f(kc_f2bf(v))); break;
                     default: o[i] = kc_f2bf(v); break;
                     }
                 });
@@ -319,8 +344,11 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
             }
         }
         wgg_sync();
-        if (!*sm_last)
+        if (!*sm_last) {
+            if (threadIdx.x == 0)
+                wgg_stamp(a, WGG_T_SUMS);
             return;
+        }
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -351,6 +379,8 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
             sm_r[tok] = kc_inv_rms(ss, a.C, a.eps);
         wgg_sync();
     }
+    if (threadIdx.x == 0)
+        wgg_stamp(a, WGG_T_SUMS);
     wgg_epilogue<MB>(a, d, t, sm_r, 1, 0);
 }
 
@@ -408,6 +438,8 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
         sm_r[tok] = kc_inv_rms(sum, a.C, a.eps);
     }
     kc_cluster_sync(); /* the peers' reads of this ring done; sm_r written */
+    if (threadIdx.x == 0)
+        wgg_stamp(a, WGG_T_SUMS);
     wgg_epilogue<MB>(a, d, t, sm_r, S, rank);
 }
 
@@ -435,7 +467,7 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
         kc_tma_load(sB + q * WGG_B, &a.tx, xk * WGG_K, 0, 0, &full[q]);
     if (a.trace && pre > 0) { /* stage 0's first phase: the first unit's bytes are in */
         kc_mbar_wait(&full[0], 0);
-        a.trace[(size_t)blockIdx.x * WGG_TRACE + 1] = kc_globaltimer();
+        wgg_stamp(a, WGG_T_FIRST_IN);
     }
     int s = 0;
     uint32_t ph = 0; /* the parity of stage s's previous use */
@@ -450,8 +482,7 @@ __device__ __forceinline__ void wgg_produce(const wgg_args &a, int t, int kbi, i
             ph ^= 1;
         }
     }
-    if (a.trace)
-        a.trace[(size_t)blockIdx.x * WGG_TRACE + 2] = kc_globaltimer();
+    wgg_stamp(a, WGG_T_LAST_REQ);
     if (a.trigger)
         kc_pdl_trigger();
 }
@@ -481,8 +512,7 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
     const int t0 = (int)(u0 / a.kb);
     int t = t0, kbi = (int)(u0 - (int64_t)t * a.kb);
     if (threadIdx.x == 0) {
-        if (a.trace)
-            a.trace[(size_t)blockIdx.x * WGG_TRACE] = kc_globaltimer();
+        wgg_stamp(a, WGG_T_ENTRY);
         for (int i = 0; i < STAGES; i++) {
             kc_mbar_init(&full[i], 1);
             kc_mbar_init(&empty[i], WGG_THREADS);
@@ -538,6 +568,8 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
         kc_wg_fence_regs(d[MB - 1]);
         kc_mbar_arrive(&empty[held]);
         q += len;
+        if (q == nu && threadIdx.x == 0)
+            wgg_stamp(a, WGG_T_LAST_DONE);
         kbi = 0;
         if (!a.split)
             wgg_finish<MB>(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
@@ -547,7 +579,7 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
     if (a.trace) {
         wgg_sync();
         if (threadIdx.x == 0)
-            a.trace[(size_t)blockIdx.x * WGG_TRACE + 3] = kc_globaltimer();
+            wgg_stamp(a, WGG_T_EXIT);
     }
 }
 
@@ -615,7 +647,10 @@ static int64_t wgg_tiles(int mb, int64_t rows)
 /* Split mode's cluster size S for a product of `tiles` tiles: the largest
  * of 2..8, at most kb (a CTA at least one k unit), whose clusters of form
  * f the device holds all at once, so the launch is one wave of tiles x S
- * CTAs; 0 (stream-K) where none does, with wg_split 0, or with a test's
+ * CTAs, and at most wg_ctas CTAs an SM (as stream-K's grid: a ring that
+ * leaves an SM room for a second CTA leaves it to the next product, which
+ * then starts its weights during this one's tail); 0 (stream-K) where
+ * none does, with wg_split 0, or with a test's
  * wg_grid. wg_split 2..8 forces that S (tests: any tile and k count). A
  * function of the weight's shape and the options, never of n. */
 static int wgg_split(const kcuda_state *st, const kern_gemm_opts *o, size_t f, int64_t tiles, int kb)
@@ -625,7 +660,7 @@ static int wgg_split(const kcuda_state *st, const kern_gemm_opts *o, size_t f, i
     if (o->wg_split >= 2)
         return o->wg_split;
     for (int S = 8; S >= 2; S--)
-        if (S <= kb && tiles <= st->wg_clusters[f][S])
+        if (S <= kb && tiles <= st->wg_clusters[f][S] && tiles * S <= (int64_t)st->n_sms * o->wg_ctas)
             return S;
     return 0;
 }

@@ -880,7 +880,7 @@ END_TEST
 
 /* The warpgroup GEMM's phase trace (kcuda_gemm_wg_trace): room for
  * WG_TRACE_CAP CTAs of WG_TRACE_N stamps (entry, first unit in, last
- * request issued, exit; gemm_wg.cu). */
+ * request issued, last unit done, sums ready, exit; gemm_wg.cu). */
 enum { WG_TRACE_CAP = 1024, WG_TRACE_N = KCUDA_WG_TRACE_STAMPS };
 
 /* Turn the trace on (into dev, zeroed) or off (dev NULL). */
@@ -904,9 +904,10 @@ static int wg_trace_read(const unsigned long long *dev, unsigned long long *host
 }
 
 /* Every CTA of a traced launch stamps entry <= first unit in <= last
- * request issued <= exit, all set (CTAs with no unit: no second stamp),
- * in stream-K and in split mode, and the products stay right; where the
- * device does not run the kernel nothing is traced. */
+ * request issued <= last unit done <= sums ready <= exit, all set (CTAs
+ * with no unit: neither the second nor the fourth stamp), in stream-K and
+ * in split mode, and the products stay right; where the device does not
+ * run the kernel nothing is traced. */
 START_TEST(test_gemm_wg_trace)
 {
     kern_gemm_opts go0;
@@ -926,10 +927,12 @@ START_TEST(test_gemm_wg_trace)
         traced += ctas > 0;
         for (int i = 0; i < ctas; i++) {
             const unsigned long long *t = host + (size_t)i * WG_TRACE_N;
-            const bool ok = t[0] > 0 && (t[1] == 0 || (t[0] <= t[1] && t[1] <= t[2])) && t[0] <= t[2] && t[2] <= t[3];
+            const bool units = t[1] != 0;
+            const bool ok = t[0] > 0 && (!units || (t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3] && t[3] <= t[4])) &&
+                            (units || t[3] == 0) && t[0] <= t[2] && t[0] <= t[4] && t[2] <= t[5] && t[4] <= t[5];
             if (!ok && bad++ < 5)
-                printf("  gemm wg trace (split %d): CTA %d stamps %llu %llu %llu %llu\n", go.wg_split, i, t[0], t[1],
-                       t[2], t[3]);
+                printf("  gemm wg trace (split %d): CTA %d stamps %llu %llu %llu %llu %llu %llu\n", go.wg_split, i,
+                       t[0], t[1], t[2], t[3], t[4], t[5]);
         }
     }
     kern_gemm_config(kt_gpu, &go0);
@@ -980,7 +983,8 @@ END_TEST
  * plain product, 1 logits (fp32), 2 gate/up then SiLU * up with the folded
  * norm's 1 / rms (kern_matmul_fused where the route takes it, else the
  * product and kern_silu_mul_rms, as the forward pass), 3 added into the
- * residual stream (kern_matmul_accum). */
+ * residual stream (kern_matmul_accum), 4 as 2 without the folded norm
+ * (kern_silu_mul). */
 typedef struct {
     const char *name;
     int R, C, kind;
@@ -1047,6 +1051,15 @@ static void bench_ops_run(const bench_ops *b, const kern_weight *w, int n)
         }
         break;
     case 3: kern_matmul_accum(kt_gpu, b->out, b->in, w, n); break;
+    case 4:
+        if (kern_matmul_epi_fusable(kt_gpu, w, n)) {
+            const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
+            kern_matmul_fused(kt_gpu, b->act, b->in, w, n, &f);
+        } else {
+            kern_matmul(kt_gpu, b->out, b->in, w, n);
+            kern_silu_mul(kt_gpu, b->act, b->out, n, b->R / 2);
+        }
+        break;
     default: kern_matmul(kt_gpu, b->out, b->in, w, n); break;
     }
 }
@@ -1133,24 +1146,25 @@ START_TEST(test_gemm_wg_bench)
     ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
     kern_gemm_opts go0;
     kern_gemm_config_get(kt_gpu, &go0);
-    bench_shape sh[BENCH_LLAMA_SHAPES + 2];
+    bench_shape sh[BENCH_LLAMA_SHAPES + 3];
     memcpy(sh, bench_shapes, sizeof(bench_shape) * BENCH_LLAMA_SHAPES);
     sh[BENCH_LLAMA_SHAPES] = (bench_shape){"gate_up+silu", 28672, 4096, 2};
-    sh[BENCH_LLAMA_SHAPES + 1] = (bench_shape){"down+add", 4096, 14336, 3};
-    const size_t n_sh = BENCH_LLAMA_SHAPES + 2;
+    sh[BENCH_LLAMA_SHAPES + 1] = (bench_shape){"gate_up+silu no rms", 28672, 4096, 4};
+    sh[BENCH_LLAMA_SHAPES + 2] = (bench_shape){"down+add", 4096, 14336, 3};
+    const size_t n_sh = BENCH_LLAMA_SHAPES + 3;
     static const int ns[] = {16, 24, 32, 48, 64};
     static const struct {
         int ctas, stages;
         bool trigger;
         int split, mb;
-    } col[] = {{0, 0, false, 0, 2}, {1, 8, true, 1, 1}, {1, 8, true, 0, 1},
-               {1, 6, true, 1, 2},  {1, 6, true, 0, 2}, {1, 8, true, 0, 2}};
+    } col[] = {{0, 0, false, 0, 2}, {1, 8, true, 1, 1}, {1, 6, true, 1, 1},
+               {1, 4, true, 1, 1},  {1, 6, true, 0, 1}, {1, 4, true, 1, 2}};
     enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
     kern_timer *t = kern_timer_create(kt_gpu, 2);
     ck_assert_ptr_nonnull(t);
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_TRACE rows: the last of 4 back-to-back products; median / latest over the CTAs of each stamp, us after "
-           "the earliest entry: | entry | first unit in | last request issued | exit |\n");
+           "the earliest entry: | entry | first unit in | last request issued | last unit done | sums ready | exit |\n");
     printf("WG_BENCH | shape | n | cuBLASLt |");
     for (int c = 1; c < NCOL; c++)
         printf(" wg %d rows %s %d stages%s |", 64 * col[c].mb, col[c].split ? "split" : "stream-K", col[c].stages,
