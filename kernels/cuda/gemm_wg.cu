@@ -674,6 +674,10 @@ bool kcuda_gemm_wg_init(kcuda_state *st)
         return false;
     static_assert(WGG_N_FORMS <= sizeof st->wg_clusters / sizeof st->wg_clusters[0], "wg_clusters' forms");
     for (size_t i = 0; i < WGG_N_FORMS; i++) {
+        /* the largest carveout: an SM configured for one 98 KiB ring has no
+         * room for the next product's CTA beside it */
+        CUDA_CHECK(cudaFuncSetAttribute(wgg_forms[i].kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        (int)cudaSharedmemCarveoutMaxShared));
         CUDA_CHECK(cudaFuncSetAttribute(wgg_forms[i].kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)wgg_smem(wgg_forms[i].mb, wgg_forms[i].stages)));
         for (int S = 2; S <= 8; S++)
