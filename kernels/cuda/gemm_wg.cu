@@ -226,31 +226,43 @@ template <class F> __device__ __forceinline__ void wgg_each_col(const wgg_args &
                 fn(jt, e, 8 * jt + 2 * c + e);
 }
 
+/* ACCUM / RESID: the residual values this thread's outputs of tile t add
+ * to, in the column tiles owned (wgg_each_col's S, rank), into res (zeroed
+ * by the caller; res[mb][h][j] holds tokens 8 j + 2 c and 8 j + 2 c + 1,
+ * the first in the low half). Every load is issued before any value is
+ * used, so they overlap; the epilogue then stores without loading (a load
+ * there waited on the L2 behind the store before it, which may alias:
+ * 3.6-8.8 us a product at 64 tokens, docs/PERF.md). Split mode loads them
+ * at the start, the others once their tile's sums are theirs. */
+template <int MB>
+__device__ __forceinline__ void wgg_res_load(const wgg_args &a, int t, int S, int rank, uint32_t (&res)[MB][2][8])
+{
+    if (a.epi != WGG_ACCUM && a.epi != WGG_RESID)
+        return;
+    const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    const uint16_t *o = static_cast<const uint16_t *>(a.out);
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = t * WGG_M(MB) + 64 * mb + 16 * w + g + 8 * h;
+            if (row < a.R)
+                wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
+                    res[mb][h][jt] |= (uint32_t)o[(int64_t)col * a.R + row] << (16 * e);
+                });
+        }
+}
+
 /* The epilogue of tile t from its sums d (d[mb][j][2 h + e] = the product
  * of tile row 64 mb + 16 w + g + 8 h and token 8 j + 2 c + e, mma.cuh),
  * for the column tiles owned (wgg_each_col's S, rank); sm_r: each token's
- * 1 / rms (a.rms). */
+ * 1 / rms (a.rms); res: the residual values (wgg_res_load; ACCUM, RESID). */
 template <int MB>
 __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)[MB][8][4], int t,
-                                             const float *sm_r, int S, int rank)
+                                             const float *sm_r, int S, int rank, const uint32_t (&res)[MB][2][8])
 {
     const int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     uint16_t *o = static_cast<uint16_t *>(a.out);
-    /* ACCUM / RESID: every residual value this thread adds to is loaded
-     * before any is stored, so the loads overlap (stored one at a time,
-     * each load waited on the L2 behind the store before it, which may
-     * alias: 3.6-8.8 us a product at 64 tokens, docs/PERF.md) */
-    uint16_t res[MB][2][8][2] = {};
-    if (a.epi == WGG_ACCUM || a.epi == WGG_RESID)
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = t * WGG_M(MB) + 64 * mb + 16 * w + g + 8 * h;
-                if (row < a.R)
-                    wgg_each_col(a, mb, S, rank,
-                                 [&](int jt, int e, int col) { res[mb][h][jt][e] = o[(int64_t)col * a.R + row]; });
-            }
 #pragma unroll
     for (int mb = 0; mb < MB; mb++) {
         if (a.epi == WGG_SILU) { /* h = 0: gate, h = 1: its up */
@@ -272,11 +284,11 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
             if (row < a.R)
                 wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     const int64_t i = (int64_t)col * a.R + row;
-                    const float v = d[mb][jt][2 * h + e];
+                    const float v = d[mb][jt][2 * h + e], r = kc_bf2f((uint16_t)(res[mb][h][jt] >> (16 * e)));
                     switch (a.epi) {
                     case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
-                    case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f(res[mb][h][jt][e]) + v); break;
-                    case WGG_RESID: o[i] = kc_f2bf(kc_bf2f(res[mb][h][jt][e]) + kc_bf2f(kc_f2bf(v))); break;
+                    case WGG_ACCUM: o[i] = kc_f2bf(r + v); break;
+                    case WGG_RESID: o[i] = kc_f2bf(r + kc_bf2f(kc_f2bf(v))); break;
                     default: o[i] = kc_f2bf(v); break;
                     }
                 });
@@ -329,7 +341,10 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
     if (a.rms)
         ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1); /* the token's two k halves (a + b == b + a) */
     const int nj = (a.n + 7) >> 3; /* column tiles holding tokens: the partials carry only those */
-    if (!whole) {
+    uint32_t res[MB][2][8] = {};
+    if (whole) {
+        wgg_res_load<MB>(a, t, 1, 0, res);
+    } else {
         float4 *slot = reinterpret_cast<float4 *>(a.ws + (2 * (int64_t)blockIdx.x + (first ? 0 : 1)) * WGG_SLOT(MB));
         wgg_put<MB>(slot, d, nj, a.rms ? reinterpret_cast<float *>(slot) + WGG_FRAG(MB) : nullptr, ss);
         const int i0 = wgg_cta_of(a, (int64_t)t * a.kb), i1 = wgg_cta_of(a, (int64_t)(t + 1) * a.kb - 1);
@@ -349,6 +364,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
                 wgg_stamp(a, WGG_T_SUMS);
             return;
         }
+        wgg_res_load<MB>(a, t, 1, 0, res); /* in flight with the slots' loads */
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -381,7 +397,7 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
     }
     if (threadIdx.x == 0)
         wgg_stamp(a, WGG_T_SUMS);
-    wgg_epilogue<MB>(a, d, t, sm_r, 1, 0);
+    wgg_epilogue<MB>(a, d, t, sm_r, 1, 0, res);
 }
 
 /* Split mode (a.split = S, the tile's k range cut into S in rank order, one
@@ -394,10 +410,12 @@ __device__ __forceinline__ void wgg_finish(const wgg_args &a, float (&d)[MB][8][
  * tokens' squares likewise; the second barrier keeps each ring until its
  * peers have read it. Then the epilogue of the owned column tiles. No
  * global workspace, counters or fences. Every consumer thread calls it;
- * the producer warp meets the two barriers (wgg_kernel). */
+ * the producer warp meets the two barriers (wgg_kernel). res: the owned
+ * residual values, loaded at the start (wgg_res_load). */
 template <int MB>
 __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)[MB][8][4], float ss, int t,
-                                                   float4 *part, float *pss, float *sm_r)
+                                                   float4 *part, float *pss, float *sm_r,
+                                                   const uint32_t (&res)[MB][2][8])
 {
     const int S = a.split, nj = (a.n + 7) >> 3, tok = threadIdx.x >> 1;
     const int rank = (int)kc_cluster_rank();
@@ -440,7 +458,7 @@ __device__ __forceinline__ void wgg_finish_cluster(const wgg_args &a, float (&d)
     kc_cluster_sync(); /* the peers' reads of this ring done; sm_r written */
     if (threadIdx.x == 0)
         wgg_stamp(a, WGG_T_SUMS);
-    wgg_epilogue<MB>(a, d, t, sm_r, S, rank);
+    wgg_epilogue<MB>(a, d, t, sm_r, S, rank, res);
 }
 
 /* The producer (the extra warp's first lane): unit q of the CTA's range
@@ -533,6 +551,9 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
     kc_pdl_wait(); /* the epilogue's residual rows, the partial slots and counters */
     const uint64_t da = kc_wg_desc(sA, 0, 1024), db = kc_wg_desc(sB, 0, 1024);
     float d[MB][8][4] = {}, ss = 0.0f;
+    uint32_t res[MB][2][8] = {}; /* split mode: the owned residual values, in flight with the stream */
+    if (a.split)
+        wgg_res_load<MB>(a, t0, a.split, (int)kc_cluster_rank(), res);
     int s = 0;       /* the stage of the next unit */
     uint32_t ph = 0; /* the parity of its current use */
     for (int q = 0; q < nu; t++) { /* the segments of tiles t, t + 1, ... in the CTA's range */
@@ -575,7 +596,7 @@ static __global__ void __launch_bounds__(WGG_BLOCK) wgg_kernel(const __grid_cons
             wgg_finish<MB>(a, d, ss, t, k0 == 0 && len == a.kb, q == len, sm_last, sm_r);
     }
     if (a.split) /* one segment (or none: more CTAs than k units), its sums in d */
-        wgg_finish_cluster<MB>(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r);
+        wgg_finish_cluster<MB>(a, d, ss, t0, (float4 *)sA, (float *)sB, sm_r, res);
     if (a.trace) {
         wgg_sync();
         if (threadIdx.x == 0)
