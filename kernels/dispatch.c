@@ -101,7 +101,7 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_min_n = env_int("INFERD_GEMM_WG_MIN_N", KCUDA_WG_DEFAULT_MIN_N),
                          .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
                          .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
-                         .wg_mb = env_int("INFERD_GEMM_WG_MB", 2),
+                         .wg_mb = env_int("INFERD_GEMM_WG_MB", 1),
                          .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
                          .wg_split = env_int("INFERD_GEMM_WG_SPLIT", 1),
                          .wg_split_only = env_int("INFERD_GEMM_WG_SPLIT_ONLY", 0) != 0,

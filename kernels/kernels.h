@@ -258,7 +258,7 @@ typedef struct {
                                INFERD_GEMM_WG_MAX_N: 17 and 0, opt-in; kernels/cuda/gemm_wg.cu) */
     int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 1) */
     int wg_mb;     /* its tiles' 64-row blocks: 1 (64 rows) or 2 (128 rows, two m64 products sharing each input
-                      tile) (INFERD_GEMM_WG_MB, default 2) */
+                      tile) (INFERD_GEMM_WG_MB, default 1: faster on every short product, docs/PERF.md) */
     int wg_stages; /* its ring's stages (16 or 24 KiB by wg_mb), at most 8 (the deepest built form of at most this many: 2, 3, 4,
                       6, 8); 0 = by wg_ctas, 6 / 4 / 2 (INFERD_GEMM_WG_STAGES) */
     int wg_split;   /* its split mode (one cluster of S CTAs a weight tile, summed in distributed shared
