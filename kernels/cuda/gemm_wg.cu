@@ -66,9 +66,17 @@
  * session), so cuBLASLt keeps these products by default. Split mode
  * (thirty-second session) took the partials out of the L2 and was no
  * faster; on one H100 the 128-row tiles ran behind the earlier 64-row
- * ones, so both are built (wg_mb) for the A/B that decides, with a
- * per-CTA phase trace (kcuda_gemm_wg_trace) to say where a short
- * product's fixed cost goes.
+ * ones, so both are built (wg_mb), with a per-CTA phase trace
+ * (kcuda_gemm_wg_trace). The thirty-third session's A/B: 64-row tiles
+ * win every short product (the default since); the trace showed the
+ * stream at the copy bandwidth and 8-12 us a product outside it (the
+ * next product's CTAs enter only as this one's leave, then wait on its
+ * last CTA; the drain and the finish after the last request), and the
+ * residual epilogue loading one value an L2 round trip (now all loaded
+ * before any store, in split mode at the start). A ring of 98 KiB or
+ * less leaves an SM room for the next product's CTA (the largest
+ * carveout; split mode keeps to wg_ctas CTAs an SM), the overlap the
+ * trigger was built for.
  * Grid (stream-K): kern_gemm_opts.wg_ctas CTAs an SM (1..3), at most one
  * a unit; wg_grid overrides the count (tests); the ring has wg_stages
  * stages of 16 or 24 KiB (64- or 128-row tiles; by default 6 / 4 / 2 for
