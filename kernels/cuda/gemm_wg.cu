@@ -292,11 +292,12 @@ __device__ __forceinline__ void wgg_epilogue(const wgg_args &a, const float (&d)
             if (row < a.R)
                 wgg_each_col(a, mb, S, rank, [&](int jt, int e, int col) {
                     const int64_t i = (int64_t)col * a.R + row;
-                    const float v = d[mb][jt][2 * h + e], r = kc_bf2f((uint16_t)(res[mb][h][jt] >> (16 * e)));
+                    const float v = d[mb][jt][2 * h + e];
+                    const uint32_t rw = res[mb][h][jt]; /* ACCUM, RESID: this token's residual, half e */
                     switch (a.epi) {
                     case WGG_F32: static_cast<float *>(a.out)[i] = v; break;
-                    case WGG_ACCUM: o[i] = kc_f2bf(r + v); break;
-                    case WGG_RESID: o[i] = kc_f2bf(r + kc_bf2f(kc_f2bf(v))); break;
+                    case WGG_ACCUM: o[i] = kc_f2bf(kc_bf2f((uint16_t)(rw >> (16 * e))) + v); break;
+                    case WGG_RESID: o[i] = kc_f2bf(kc_bf2f((uint16_t)(rw >> (16 * e))) + kc_bf2f(kc_f2bf(v))); break;
                     default: o[i] = kc_f2bf(v); break;
                     }
                 });

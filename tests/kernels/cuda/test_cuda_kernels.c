@@ -927,9 +927,11 @@ START_TEST(test_gemm_wg_trace)
         traced += ctas > 0;
         for (int i = 0; i < ctas; i++) {
             const unsigned long long *t = host + (size_t)i * WG_TRACE_N;
+            /* entry first and exit last on both the producer's stamps (2) and the consumers' (4); with units, all
+             * six in order, without, no unit stamps */
+            const bool ends = t[0] > 0 && t[0] <= t[2] && t[2] <= t[5] && t[0] <= t[4] && t[4] <= t[5];
             const bool units = t[1] != 0;
-            const bool ok = t[0] > 0 && (!units || (t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3] && t[3] <= t[4])) &&
-                            (units || t[3] == 0) && t[0] <= t[2] && t[0] <= t[4] && t[2] <= t[5] && t[4] <= t[5];
+            const bool ok = ends && (units ? t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3] && t[3] <= t[4] : t[3] == 0);
             if (!ok && bad++ < 5)
                 printf("  gemm wg trace (split %d): CTA %d stamps %llu %llu %llu %llu %llu %llu\n", go.wg_split, i,
                        t[0], t[1], t[2], t[3], t[4], t[5]);
@@ -1042,24 +1044,19 @@ static void bench_ops_run(const bench_ops *b, const kern_weight *w, int n)
     switch (b->kind) {
     case 1: kern_logits(kt_gpu, b->out, b->in, w, n); break;
     case 2:
+    case 4:
         if (kern_matmul_epi_fusable(kt_gpu, w, n)) {
-            const kern_fuse f = {.rms = true, .eps = 1e-5f, .epi = KERN_EPI_SILU_MUL};
+            const kern_fuse f = {.rms = b->kind == 2, .eps = 1e-5f, .epi = KERN_EPI_SILU_MUL};
             kern_matmul_fused(kt_gpu, b->act, b->in, w, n, &f);
         } else {
             kern_matmul(kt_gpu, b->out, b->in, w, n);
-            kern_silu_mul_rms(kt_gpu, b->act, b->out, n, b->R / 2, b->in, b->C, 1e-5f);
+            if (b->kind == 2)
+                kern_silu_mul_rms(kt_gpu, b->act, b->out, n, b->R / 2, b->in, b->C, 1e-5f);
+            else
+                kern_silu_mul(kt_gpu, b->act, b->out, n, b->R / 2);
         }
         break;
     case 3: kern_matmul_accum(kt_gpu, b->out, b->in, w, n); break;
-    case 4:
-        if (kern_matmul_epi_fusable(kt_gpu, w, n)) {
-            const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
-            kern_matmul_fused(kt_gpu, b->act, b->in, w, n, &f);
-        } else {
-            kern_matmul(kt_gpu, b->out, b->in, w, n);
-            kern_silu_mul(kt_gpu, b->act, b->out, n, b->R / 2);
-        }
-        break;
     default: kern_matmul(kt_gpu, b->out, b->in, w, n); break;
     }
 }
