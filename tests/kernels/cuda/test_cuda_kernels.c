@@ -1127,7 +1127,8 @@ static kern_gemm_opts wg_bench_opts(const kern_gemm_opts *base, int ctas, int st
 }
 
 /* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
- * GEMM (ring forms below) on the Llama-3-8B weight shapes at 16..64 tokens,
+ * GEMM (ring forms below) beside the process's own route (the GEMV at
+ * n <= 16) on the Llama-3-8B weight shapes at 16..64 tokens,
  * plain products (logits for lm_head), weights rotated through >= 256 MiB
  * of copies so the L2 never holds them, back to back as programmatic
  * dependents (the trigger's overlap shows), and print a table (us a
@@ -1162,7 +1163,7 @@ START_TEST(test_gemm_wg_bench)
     printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
     printf("WG_TRACE rows: the last of 4 back-to-back products; median / latest over the CTAs of each stamp, us after "
            "the earliest entry: | entry | first unit in | last request issued | last unit done | sums ready | exit |\n");
-    printf("WG_BENCH | shape | n | cuBLASLt |");
+    printf("WG_BENCH | shape | n | default route | cuBLASLt |");
     for (int c = 1; c < NCOL; c++)
         printf(" wg %d rows %s %d stages%s |", 64 * col[c].mb, col[c].split ? "split" : "stream-K", col[c].stages,
                col[c].trigger ? "" : " no trigger");
@@ -1175,9 +1176,10 @@ START_TEST(test_gemm_wg_bench)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             const int n = ns[k];
             printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
-            for (int c = 0; c < NCOL; c++) {
-                const kern_gemm_opts go = wg_bench_opts(&go0, c ? col[c].ctas : 1, col[c].stages, col[c].trigger,
-                                                        col[c].split, col[c].mb, c > 0);
+            for (int c = -1; c < NCOL; c++) { /* -1: the options as the process set them (the GEMV at n <= 16) */
+                const kern_gemm_opts go = c < 0 ? go0
+                                                : wg_bench_opts(&go0, c ? col[c].ctas : 1, col[c].stages,
+                                                                col[c].trigger, col[c].split, col[c].mb, c > 0);
                 kern_gemm_config(kt_gpu, &go);
                 const double us = bench_ops_time(&b, t, n);
                 printf(" %.1f (%.1f%%) |", us, 100.0 * ((double)b.wb / (us * 1e-6) / 1e9) / cl.copy_gbps);
