@@ -108,7 +108,6 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .wg_trigger = env_int("INFERD_GEMM_WG_TRIGGER", 1) != 0,
                          .wg_evict_first = env_int("INFERD_GEMM_WG_EVICT_FIRST", 0) != 0,
                          .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,
-                         .ops_pdl_after_lt = env_int("INFERD_OPS_PDL_AFTER_LT", 1) != 0,
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {

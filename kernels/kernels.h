@@ -274,9 +274,6 @@ typedef struct {
     bool wg_fuse; /* kern_matmul_epi_fusable on its route: RESID and SILU_MUL in its epilogue, ROPE_KV after it
                      (INFERD_GEMM_WG_FUSE, 0/1, default 1) */
     int wg_grid;  /* test hook: its grid's CTA count (0: wg_ctas an SM) */
-    bool ops_pdl_after_lt; /* the small kernels after a cuBLASLt product launch as programmatic dependents at
-                              any n (kcuda_ops_pdl; e.g. SiLU * up after gate/up at 9..16 tokens, past
-                              gemv_lt_min_bytes) (INFERD_OPS_PDL_AFTER_LT, 0/1, default 1) */
     int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
                                         the timed runs read the weight from HBM as the model does;
                                         INFERD_GEMM_SEARCH_MIN_BYTES) */

@@ -68,8 +68,6 @@ typedef struct {
     int *wg_cnt;                /* [KCUDA_WG_MAX_TILES] the warpgroup GEMM's arrival counters, gemm_wg.cu */
     bool wg_ok;                 /* the device runs the warpgroup GEMM (kcuda_gemm_wg_init) */
     int wg_clusters[16][9];     /* [form][S]: clusters of S of its CTAs resident at once (gemm_wg.cu) */
-    bool after_lt;              /* the last product enqueued ran on cuBLASLt (gemm.cu), not on a kernel of ours
-                                   (the GEMV, the warpgroup GEMM): kcuda_ops_pdl */
 } kcuda_state;
 
 /* Whether a device of compute capability cc (10 major + minor) runs the
@@ -307,16 +305,14 @@ __device__ __forceinline__ void kc_pdl_wait(void)
  * programmatic dependents (kc_launch's pdl; each waits first): where the
  * step's products run on cuBLASLt (n > gemv_max_n), whose kernels end
  * without triggering, the launch then overlaps the GEMM's end (batch 64
- * decode steps 2% faster on an H100); and, with ops_pdl_after_lt, after
- * any product that ran on cuBLASLt (gate/up at 9..16 tokens, past
- * gemv_lt_min_bytes). Not after the GEMVs: there, launched early, they
- * and the GEMV behind them crowded the SMs (batch 16 4.5% slower;
- * docs/PERF.md, eleventh session). A function of n and the products
- * enqueued before (the same in a graph's capture as in the eager step),
- * so a padded graph replay launches as the eager step does. */
+ * decode steps 2% faster on an H100). Not after the GEMVs (n <=
+ * gemv_max_n): there, launched early, they and the GEMV behind them
+ * crowded the SMs (batch 16 4.5% slower; docs/PERF.md, eleventh session).
+ * A function of n alone, so a padded graph replay launches as the eager
+ * step does. */
 static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
 {
-    return n > ctx->gemm.gemv_max_n || (ctx->gemm.ops_pdl_after_lt && ((const kcuda_state *)ctx->cuda)->after_lt);
+    return n > ctx->gemm.gemv_max_n;
 }
 
 #ifndef KEMU_H

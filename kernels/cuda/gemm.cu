@@ -298,7 +298,6 @@ static void gemm_run(kern_ctx *ctx, void *out, int out_f32, const void *in, cons
                                   out_f32 ? CUDA_R_32F : CUDA_R_16BF, (int)w->rows, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     }
-    st->after_lt = true; /* kcuda_ops_pdl */
     KCUDA_LAUNCH_CHECK();
 }
 

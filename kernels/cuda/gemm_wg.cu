@@ -786,7 +786,6 @@ static void wgg_run(kern_ctx *ctx, void *out, int epi, bool rms, float eps, cons
                       wgg_smem(wgg_forms[f].mb, wgg_forms[f].stages), st->stream, ctx->gemm.pdl,
                       a.split > 1 ? (unsigned)a.split : 1u, a);
     KCUDA_LAUNCH_CHECK();
-    st->after_lt = false; /* kcuda_ops_pdl */
     kcuda_gemm_wg_launches++;
     kcuda_gemm_wg_split_launches += a.split != 0;
 }

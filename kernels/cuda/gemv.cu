@@ -982,7 +982,6 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
         gemv_xs_fit(ctx, &a, n, false);
         gemv_dispatch(st->stream, pdl, ctx->gemm.gemv_variant, out_f32 != 0, KERN_EPI_STORE, false, a, n);
     }
-    st->after_lt = false; /* kcuda_ops_pdl */
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -1055,6 +1054,5 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         gemv_xs_fit(ctx, &a, n, f->norm != NULL);
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);
     }
-    st->after_lt = false; /* kcuda_ops_pdl */
     KCUDA_LAUNCH_CHECK();
 }
