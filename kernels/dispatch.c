@@ -98,16 +98,6 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .accum = env_int("INFERD_GEMM_ACCUM", 1) != 0,
                          .accum_min_weight_bytes = env_int("INFERD_GEMM_ACCUM_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
                          .search_max_n = env_int("INFERD_GEMM_SEARCH_MAX_N", 512),
-                         .wg_min_n = env_int("INFERD_GEMM_WG_MIN_N", KCUDA_WG_DEFAULT_MIN_N),
-                         .wg_max_n = env_int("INFERD_GEMM_WG_MAX_N", KCUDA_WG_DEFAULT_MAX_N),
-                         .wg_ctas = env_int("INFERD_GEMM_WG_CTAS", KCUDA_WG_DEFAULT_CTAS),
-                         .wg_mb = env_int("INFERD_GEMM_WG_MB", 1),
-                         .wg_stages = env_int("INFERD_GEMM_WG_STAGES", 0),
-                         .wg_split = env_int("INFERD_GEMM_WG_SPLIT", 1),
-                         .wg_split_only = env_int("INFERD_GEMM_WG_SPLIT_ONLY", 0) != 0,
-                         .wg_trigger = env_int("INFERD_GEMM_WG_TRIGGER", 1) != 0,
-                         .wg_evict_first = env_int("INFERD_GEMM_WG_EVICT_FIRST", 0) != 0,
-                         .wg_fuse = env_int("INFERD_GEMM_WG_FUSE", 1) != 0,
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
     if (opts->backend == KERN_BACKEND_CPU) {
@@ -409,13 +399,6 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.gemv_preload = INFERD_MAX(0, INFERD_MIN(o->gemv_preload, KCUDA_GEMV_MAX_PRELOAD));
     ctx->gemm.gemv_xs = INFERD_MAX(0, INFERD_MIN(o->gemv_xs, 2));
     ctx->gemm.search_max_n = INFERD_MAX(0, o->search_max_n);
-    ctx->gemm.wg_max_n = INFERD_MAX(0, INFERD_MIN(o->wg_max_n, KCUDA_WG_MAX_N));
-    ctx->gemm.wg_min_n = INFERD_MAX(1, o->wg_min_n);
-    ctx->gemm.wg_ctas = INFERD_MAX(1, INFERD_MIN(o->wg_ctas, 3));
-    ctx->gemm.wg_stages = INFERD_MAX(0, INFERD_MIN(o->wg_stages, 8));
-    ctx->gemm.wg_mb = o->wg_mb == 1 ? 1 : 2;
-    ctx->gemm.wg_split = INFERD_MAX(0, INFERD_MIN(o->wg_split, 8));
-    ctx->gemm.wg_grid = INFERD_MAX(0, o->wg_grid);
 }
 
 void kern_gemm_search_window(kern_ctx *ctx, bool open)

@@ -58,20 +58,6 @@ struct kern_ctx {
  * (docs/PERF.md): fusing saves 4% of a step at batch 1 and 2, but costs 7%
  * at batch 4, where the GEMV's inner loop is no longer memory-bound. */
 #define KCUDA_FUSE_MAX_N 2
-/* The warpgroup GEMM (kernels/cuda/gemm_wg.cu): the most tokens it takes
- * (its wgmma's N), the defaults of kern_ctx::wg_min_n / wg_max_n / wg_ctas
- * (INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N, INFERD_GEMM_WG_CTAS; opt-in:
- * INFERD_GEMM_WG_MAX_N=64 turns it on), and its arrival counters' count
- * (tiles of its 128 weight rows). 16 and 64 are sizes of the graph ladder, so a
- * padded replay picks the eager step's kernel. */
-#define KCUDA_WG_MAX_N 64
-#define KCUDA_WG_DEFAULT_MIN_N 17
-#define KCUDA_WG_DEFAULT_MAX_N 0 /* off: on an H100 it ran behind cuBLASLt (docs/PERF.md) */
-#define KCUDA_WG_DEFAULT_CTAS 1
-#define KCUDA_WG_MAX_TILES 8192
-/* Stamps a CTA of the warpgroup GEMM records in its phase trace (test hook
- * kcuda_gemm_wg_trace, gemm_wg.cu). */
-#define KCUDA_WG_TRACE_STAMPS 6
 /* Weights smaller than this stay on cuBLASLt at every n: not for speed,
  * to keep small models' numerics (see use_gemv in gemm.cu). */
 #define KCUDA_GEMV_MIN_WEIGHT_BYTES ((int64_t)1 << 20)
@@ -200,14 +186,6 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
  * copies into shared memory before its PDL wait (kern_gemm_opts.gemv_preload;
  * 0: none); the attention then triggers its dependents at its start. */
 int kcuda_gemv_preload(const kern_ctx *ctx, int n);
-/* The warpgroup GEMM of 17..64 tokens (kernels/cuda/gemm_wg.cu):
- * kcuda_gemm_wg_route says whether the ctx's options send n tokens of w
- * there (less the input's 16-byte alignment); kcuda_gemm_wg runs it (f32:
- * fp32 logits; accum: added into out, the residual stream). */
-bool kcuda_gemm_wg_route(const kern_ctx *ctx, const kern_weight *w, int n);
-void kcuda_gemm_wg(kern_ctx *ctx, void *out, bool f32, bool accum, const void *in, const kern_weight *w, int n);
-/* kern_matmul_fused on that route (kern_gemm_opts.wg_fuse; no norm weight). */
-void kcuda_gemm_wg_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f);
 /* Event timers on the ctx's stream (kernels/cuda/timer.cu). */
 bool kcuda_timer_init(kern_ctx *ctx, kern_timer *t);
 void kcuda_timer_record(kern_ctx *ctx, kern_timer *t, int i);

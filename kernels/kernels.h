@@ -219,14 +219,12 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
  * with weights of at least this size on cuBLASLt, 200 MiB; 0 = never),
  * INFERD_GEMM_ACCUM (accum, 0/1),
- * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N,
- * INFERD_GEMM_SEARCH_MIN_BYTES, INFERD_GEMM_WG_MIN_N, INFERD_GEMM_WG_MAX_N,
- * INFERD_GEMM_WG_CTAS, INFERD_GEMM_WG_STAGES, INFERD_GEMM_WG_TRIGGER and
- * INFERD_GEMM_WG_EVICT_FIRST override them at kern_ctx_create. The
+ * INFERD_GEMM_ACCUM_MIN_BYTES, INFERD_GEMM_SEARCH_MAX_N and
+ * INFERD_GEMM_SEARCH_MIN_BYTES override them at kern_ctx_create. The
  * choice depends only on n and the weight, so a padded graph replay uses
- * the same kernel as the eager step when gemv_max_n, gemv_tc_min_n - 1,
- * wg_min_n - 1 and wg_max_n are sizes of the graph ladder (1, 2, 4, 8,
- * 16, 24, ..., 64; the gemv_lt_min_bytes switch is at 8). Ignored by the CPU backend. Never while a graph is
+ * the same kernel as the eager step when gemv_max_n and gemv_tc_min_n - 1
+ * are sizes of the graph ladder (1, 2, 4, 8, 16; the gemv_lt_min_bytes
+ * switch is at 8). Ignored by the CPU backend. Never while a graph is
  * being captured. */
 typedef struct {
     int gemv_max_n;
@@ -252,28 +250,6 @@ typedef struct {
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
                          when their plan is first built inside kern_gemm_search_window, outside graph
                          capture, and keep the fastest (0 = never; INFERD_GEMM_SEARCH_MAX_N, 512) ... */
-    int wg_min_n, wg_max_n; /* products of wg_min_n..wg_max_n tokens past the GEMV route (weights of at least
-                               gemv_min_weight_bytes) on the warpgroup GEMM, compute capability 9.0 only
-                               (wg_max_n 0 = never, at most KCUDA_WG_MAX_N = 64; INFERD_GEMM_WG_MIN_N,
-                               INFERD_GEMM_WG_MAX_N: 17 and 0, opt-in; kernels/cuda/gemm_wg.cu) */
-    int wg_ctas;  /* its CTAs an SM, 1..3 (INFERD_GEMM_WG_CTAS, 1) */
-    int wg_mb;     /* its tiles' 64-row blocks: 1 (64 rows) or 2 (128 rows, two m64 products sharing each input
-                      tile) (INFERD_GEMM_WG_MB, default 1: faster on every short product, docs/PERF.md) */
-    int wg_stages; /* its ring's stages (16 or 24 KiB by wg_mb), at most 8 (the deepest built form of at most this many: 2, 3, 4,
-                      6, 8); 0 = by wg_ctas, 6 / 4 / 2 (INFERD_GEMM_WG_STAGES) */
-    int wg_split;   /* its split mode (one cluster of S CTAs a weight tile, summed in distributed shared
-                       memory) where a product's tiles are few: 1 = where the device holds all the clusters at
-                       once (the largest S of 2..8), 0 = never (stream-K), 2..8 = always with that S (tests)
-                       (INFERD_GEMM_WG_SPLIT, default 1) */
-    bool wg_split_only; /* only the products split mode takes run on it; the others stay on cuBLASLt
-                           (INFERD_GEMM_WG_SPLIT_ONLY, 0/1, default 0) */
-    bool wg_trigger; /* its CTAs let the next kernel launch once their last loads are issued, so that kernel's
-                        weights stream during this one's tail (INFERD_GEMM_WG_TRIGGER, 0/1, default 1) */
-    bool wg_evict_first; /* its weight reads under an L2 evict-first policy (INFERD_GEMM_WG_EVICT_FIRST, 0/1,
-                            default 0) */
-    bool wg_fuse; /* kern_matmul_epi_fusable on its route: RESID and SILU_MUL in its epilogue, ROPE_KV after it
-                     (INFERD_GEMM_WG_FUSE, 0/1, default 1) */
-    int wg_grid;  /* test hook: its grid's CTA count (0: wg_ctas an SM) */
     int64_t search_min_weight_bytes; /* ... for weights of at least this size (-1: twice the device's L2, so
                                         the timed runs read the weight from HBM as the model does;
                                         INFERD_GEMM_SEARCH_MIN_BYTES) */

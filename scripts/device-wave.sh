@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout wgbench ncuwg)
+# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -374,32 +374,6 @@ kcase() {
 if part kcases; then
 for c in ${WAVE_KCASES:-}; do kcase "kc-$c" 0 "$c"; done
 for c in ${WAVE_KCASES_SAN:-}; do kcase "kc-$c-memcheck" 1 "$c" memcheck; done
-fi
-# i4a0b. the warpgroup GEMM (gemm_wg.cu) against cuBLASLt on the Llama-3-8B
-#        weight shapes at 16..64 tokens: test_cuda_kernels' WG_BENCH table
-#        (the dense cases at quick sizes run first)
-if part wgbench; then
-if INFERD_TEST_QUICK=1 INFERD_TEST_WG_BENCH=1 CK_RUN_CASE=dense timeout 300 \
-      "$BUILD/tests/kernels/cuda/test_cuda_kernels" >"$W/wgbench.log" 2>&1
-then row "WG_BENCH (dense cases, quick) $(el)" ok
-else row "WG_BENCH (exit $?)" "FAIL (wave/wgbench.log)"; fi
-grep -E "^WG_BENCH|FAIL|differ" "$W/wgbench.log" | head -40
-fi
-# i4a0c. ncu of the warpgroup GEMM (opt-in, plain epilogues) in eager decode
-#        steps of each batch in WAVE_NCUWG_BATCH (default 64; 17..64 take
-#        the kernel): two launches (a layer's QKV and O) past the first 600
-if part ncuwg; then
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-for nb in ${WAVE_NCUWG_BATCH:-64}; do
-if INFERD_GEMM_WG_MAX_N=64 INFERD_GEMM_WG_FUSE=0 timeout 300 "$NCU" --clock-control none --cache-control none \
-      -k regex:wgg_kernel --launch-skip 600 --launch-count 2 --section SpeedOfLight --section LaunchStats \
-      --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-      "$BIN" bench latency --load-format dummy --device cuda --model $L8 --batch-size "$nb" --input-len 1024 \
-      --output-len 16 --num-iters-warmup 0 --num-iters 1 --enforce-eager --kv-cache-dtype fp8 --max-num-seqs 64 \
-      --max-num-batched-tokens 8192 --max-model-len 2048 >"$W/ncuwg-b$nb.txt" 2>&1
-then row "ncu wgg_kernel b$nb $(el)" ok; else row "ncu wgg_kernel b$nb (exit $?)" FAILED; fi
-grep -E "wgg_kernel|Duration|Throughput|Registers Per|Grid Size|Stall|Warp Cycles Per|Issued Warp|No Eligible|One or More" "$W/ncuwg-b$nb.txt" | head -60
-done
 fi
 # i4a1. the fused cases under compute-sanitizer memcheck, WAVE_REPS times
 #       each with programmatic GEMV launches and without (INFERD_GEMV_PDL=0):

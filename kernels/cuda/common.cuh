@@ -65,9 +65,6 @@ typedef struct {
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
-    int *wg_cnt;                /* [KCUDA_WG_MAX_TILES] the warpgroup GEMM's arrival counters, gemm_wg.cu */
-    bool wg_ok;                 /* the device runs the warpgroup GEMM (kcuda_gemm_wg_init) */
-    int wg_clusters[16][9];     /* [form][S]: clusters of S of its CTAs resident at once (gemm_wg.cu) */
 } kcuda_state;
 
 /* Whether a device of compute capability cc (10 major + minor) runs the
@@ -76,9 +73,6 @@ static inline bool kcuda_wgmma_cc(int cc)
 {
     return cc == 90;
 }
-/* Sets the warpgroup GEMM's shared-memory opt-in; false where the device
- * cannot run it (gemm_wg.cu). */
-bool kcuda_gemm_wg_init(kcuda_state *st);
 
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
 #define KCUDA_GEMM_PLANS 256
@@ -353,7 +347,8 @@ static inline void kc_launch_cfg_init(kc_launch_cfg *l, dim3 grid, unsigned bloc
  * stream-serialization attribute when pdl (the kernel then calls
  * kc_pdl_wait before reading what the previous kernel wrote) and in
  * clusters of `cluster` consecutive CTAs along x when it is more than 1
- * (tma.cuh's cluster functions; grid.x a multiple of it). Valid inside
+ * (grid.x a multiple of it; no kernel launches in clusters at present:
+ * the warpgroup GEMM's split mode did, docs/PERF.md). Valid inside
  * CUDA graphs (captured as a programmatic edge). */
 template <class A>
 static void kc_launch_cluster(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s,

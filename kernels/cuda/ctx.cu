@@ -56,8 +56,6 @@ static void ctx_state_destroy(kcuda_state *st)
         cudaFree(st->gemm_ws);
     if (st->attn_merge_cnt)
         cudaFree(st->attn_merge_cnt);
-    if (st->wg_cnt)
-        cudaFree(st->wg_cnt);
     if (st->stream)
         cudaStreamDestroy(st->stream);
     inferd_free(st);
@@ -122,17 +120,6 @@ inferd_status kcuda_ctx_init(kern_ctx *ctx, int device_id)
         rc = inferd_set_error(INFERD_ERR_NOMEM, "CUDA device %d: cannot allocate the attention merge counters",
                               device_id);
         goto fail;
-    }
-    if (kcuda_gemm_wg_init(st)) {
-        const size_t cb = (size_t)KCUDA_WG_MAX_TILES * sizeof(int);
-        if (cudaMalloc(&st->wg_cnt, cb) != cudaSuccess) {
-            st->wg_cnt = NULL;
-            rc = inferd_set_error(INFERD_ERR_NOMEM, "CUDA device %d: cannot allocate the GEMM counters", device_id);
-            goto fail;
-        }
-        CUDA_CHECK(cudaMemsetAsync(st->wg_cnt, 0, cb, st->stream));
-        CUDA_CHECK(cudaStreamSynchronize(st->stream));
-        st->wg_ok = true;
     }
     ctx->cuda = st;
     INFERD_LOG_INFO("cuda: device %d %s, %d SMs, sm_%d%d, %.1f GiB", device_id, st->name, st->n_sms,

@@ -45,10 +45,6 @@
  * its size share the plan), and a process with graphs (searched sizes)
  * and one with --enforce-eager (none) may too, for models that large.
  *
- * Past the GEMV, products of 17..64 tokens (kern_gemm_opts.wg_min_n ..
- * wg_max_n; same weight floor) run the warpgroup GEMM of gemm_wg.cu on
- * Hopper, plain, logits and accumulating alike; cuBLASLt takes the rest.
- *
  * NOTE: cuBLAS may pick a different kernel (tile shape, split-K) for a
  * different n, so a row's result can change in the last bits with the batch
  * size; the CPU backend is bitwise batch-invariant, this one is not (the
@@ -318,19 +314,10 @@ static bool use_gemv(const kern_ctx *ctx, const void *in, const kern_weight *w, 
     return kcuda_gemv_route(ctx, w, n) && kcuda_aligned(in, 16);
 }
 
-/* Past the GEMV: the warpgroup GEMM of gemm_wg.cu where its route takes
- * the product (n and w alone) and the input is 16-byte aligned. */
-static bool use_wg(const kern_ctx *ctx, const void *in, const kern_weight *w, int n)
-{
-    return kcuda_gemm_wg_route(ctx, w, n) && kcuda_aligned(in, 16);
-}
-
 void kcuda_matmul(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n)
 {
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, out, 0, in, w, n, ctx->gemm.pdl);
-    else if (use_wg(ctx, in, w, n))
-        kcuda_gemm_wg(ctx, out, false, false, in, w, n);
     else
         gemm_run(ctx, out, 0, in, w, n, 0.0f);
 }
@@ -340,8 +327,6 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
 {
     if (use_gemv(ctx, in, w, n))
         kcuda_gemv(ctx, logits, 1, in, w, n, ctx->gemm.pdl);
-    else if (use_wg(ctx, in, w, n))
-        kcuda_gemm_wg(ctx, logits, true, false, in, w, n);
     else
         gemm_run(ctx, logits, 1, in, w, n, 0.0f);
 }
@@ -353,10 +338,7 @@ void kcuda_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weigh
  * does not depend on beta). */
 void kcuda_matmul_accum(kern_ctx *ctx, void *resid, const void *in, const kern_weight *w, int n)
 {
-    if (use_wg(ctx, in, w, n))
-        kcuda_gemm_wg(ctx, resid, false, true, in, w, n);
-    else
-        gemm_run(ctx, resid, 0, in, w, n, 1.0f);
+    gemm_run(ctx, resid, 0, in, w, n, 1.0f);
 }
 
 /* Contract (kern_matmul_accum_fast): the products kern_matmul gives to

@@ -1006,12 +1006,10 @@ bool kcuda_matmul_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 }
 
 /* Contract (kern_matmul_epi_fusable): the CUDA-core fused form, or the
- * tensor-core form's epilogues on the GEMV route, or past it the warpgroup
- * GEMM's (kern_gemm_opts.wg_fuse). */
+ * tensor-core form's epilogues on the GEMV route. */
 bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 {
-    return kcuda_matmul_fusable(ctx, w, n) || gemv_tc_route(ctx, w, n) ||
-           (ctx->gemm.wg_fuse && !kcuda_gemv_route(ctx, w, n) && kcuda_gemm_wg_route(ctx, w, n));
+    return kcuda_matmul_fusable(ctx, w, n) || gemv_tc_route(ctx, w, n);
 }
 
 /* Contract (kern_matmul_fused): one GEMV launch (PDL as kcuda_matmul's)
@@ -1024,10 +1022,6 @@ bool kcuda_matmul_epi_fusable(const kern_ctx *ctx, const kern_weight *w, int n)
 void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weight *w, int n, const kern_fuse *f)
 {
     kcuda_state *st = kcuda_st(ctx);
-    if (!f->norm && !kcuda_gemv_route(ctx, w, n) && kcuda_gemm_wg_route(ctx, w, n)) { /* past the GEMV */
-        kcuda_gemm_wg_fused(ctx, out, in, w, n, f);
-        return;
-    }
     const bool core = kcuda_matmul_fusable(ctx, w, n) && !f->rms; /* the CUDA-core form: weighted norms only */
     const bool tc = !core && !f->norm && (f->rms ? kcuda_gemv_route(ctx, w, n) : gemv_tc_route(ctx, w, n));
     INFERD_CHECK_MSG((core || tc) && kcuda_aligned(in, 16), "fused product not fusable here");

@@ -216,10 +216,6 @@ __device__ __forceinline__ uint32_t kc_prmt(uint32_t a, uint32_t b, uint32_t sel
  * + e] = D[16 w + g + 8 h][8 j + 2 c + e], i.e. mma's C fragment for each
  * 8-column tile j.
  *
- * kc_wgmma_ss<N>: the same with A (64 x 16) from shared memory as well,
- * K-major (A's rows m where B's K-major layout below has its n), through
- * a second descriptor (the warpgroup GEMM, gemm_wg.cu).
- *
  * B in shared memory, 128-byte swizzle (the layout the tensor cores read
  * without bank conflicts): rows of 64 bf16 (128 bytes), 8-row atoms of
  * 1024 bytes aligned to 1024, the 16-byte chunk c of row r stored at chunk
@@ -304,34 +300,6 @@ static inline void kc_wgmma(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64
             }
     kemu_syncwg(__LINE__);
 }
-/* A (64 x 16) from shared memory too: element (m, k) where B's K-major
- * layout has (k, n = m) */
-static inline size_t kc_wg_emu_kmajor(uint64_t desc, int row, int k)
-{
-    const size_t start = (size_t)(desc & 0x3FFFu) << 4, sbo = (size_t)((desc >> 32) & 0x3FFFu) << 4;
-    assert((desc >> 62) == 1); /* 128-byte swizzle */
-    size_t addr = start + (size_t)(row % 8) * 128 + (size_t)(row / 8) * sbo + (size_t)k * 2;
-    return addr ^ ((addr >> 7) & 7) << 4;
-}
-template <int N>
-static inline void kc_wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d)
-{
-    const int t = threadIdx.x % 128, w = t / 32, l = t % 32, g = l / 4, c = l % 4;
-    for (int j = 0; j < N / 8; j++)
-        for (int h = 0; h < 2; h++)
-            for (int e = 0; e < 2; e++) {
-                const int row = 16 * w + g + 8 * h, col = 8 * j + 2 * c + e;
-                float s = 0.0f;
-                for (int k = 0; k < 16; k++) {
-                    uint16_t av, bv;
-                    memcpy(&av, (const char *)kemu_dyn_smem + kc_wg_emu_kmajor(desc_a, row, k), 2);
-                    memcpy(&bv, (const char *)kemu_dyn_smem + kc_wg_emu_kmajor(desc_b, col, k), 2);
-                    s += kc_bf2f(av) * kc_bf2f(bv);
-                }
-                float &dst = d[j][2 * h + e];
-                dst = (scale_d ? dst : 0.0f) + s;
-            }
-}
 #else
 __device__ __forceinline__ uint64_t kc_wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
 {
@@ -390,21 +358,6 @@ __device__ __forceinline__ void kc_wgmma(float (&c)[N / 8][4], const uint32_t (&
                      : KC_F32(d, 0), KC_F32(d, 32)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));
     }
-}
-/* d (64 x N) = (scale_d ? d : 0) + A B with A too from shared memory
- * (desc_a: K-major, B's TB = 0 layout with the rows m for n). */
-template <int N>
-__device__ __forceinline__ void kc_wgmma_ss(float (&c)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d)
-{
-    static_assert(N == 64, "kc_wgmma_ss: N 64");
-    float *d = &c[0][0];
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : KC_F32(d, 0)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 #undef KC_F32
 #undef KC_F16

@@ -362,105 +362,6 @@ START_TEST(test_fused_rms)
 }
 END_TEST
 
-/* The warpgroup GEMM's epilogues (kernels/cuda/gemm_wg.cu; the GEMV off,
- * every weight on its route): RESID, SILU_MUL with and without the folded
- * norm (a tile's rows are gate / up pairs; the tokens' squares summed from
- * its input tiles and, for tiles shared by CTAs, across their slots),
- * ROPE_KV (the product, then the unfused RoPE) against the twin; n on both
- * sides of the 8-token column tiles up to 64, odd shapes, the default grid
- * (split mode where the device picks it), one of 3 CTAs (every tile
- * shared; stream-K), split mode forced with clusters of 3 (the squares
- * met across a cluster too), and tiles of 64 rows on the default grid. Where the device does not run
- * the kernel (not compute capability 9.0) the route is off and the cases
- * are skipped. */
-START_TEST(test_fused_wg)
-{
-    kern_gemm_opts saved, o;
-    kern_gemm_config_get(kt_gpu, &saved);
-    o = saved;
-    o.gemv_max_n = 0;
-    o.gemv_min_weight_bytes = 0;
-    o.wg_min_n = 1;
-    o.wg_max_n = 64;
-    o.wg_fuse = true;
-    const uint64_t seed = kt_seed() + 11000;
-    printf("test_fused_wg: seed %llu\n", (unsigned long long)seed);
-    static const int dense[][2] = {{2, 8}, {38, 264}, {258, 72}, {1000, 512}};
-    static const int ns[] = {1, 17, 33, 64};
-    int bad = 0, k = 0;
-    float *pw = inferd_calloc(64 * 64, sizeof(float));
-    kern_weight probe = kt_weight_gpu(pw, 64, 64); /* asks whether the route runs here */
-    inferd_free(pw);
-    kern_gemm_config(kt_gpu, &o);
-    const bool avail = kern_matmul_epi_fusable(kt_gpu, &probe, 17);
-    kern_free(kt_gpu, probe.data);
-    if (!avail)
-        printf("test_fused_wg: the device does not run the warpgroup GEMM; skipped\n");
-    if (avail) { /* wg_split_only: the route takes a weight only where split mode does (2 tiles, 4 k units) */
-        float *pw2 = inferd_calloc(256 * 256, sizeof(float));
-        kern_weight w2 = kt_weight_gpu(pw2, 256, 256);
-        inferd_free(pw2);
-        kern_gemm_opts so = o;
-        so.wg_split_only = true;
-        so.wg_split = 1;
-        kern_gemm_config(kt_gpu, &so);
-        const bool split_on = kern_matmul_epi_fusable(kt_gpu, &w2, 17);
-        so.wg_split = 0;
-        kern_gemm_config(kt_gpu, &so);
-        const bool split_off = kern_matmul_epi_fusable(kt_gpu, &w2, 17);
-        kern_free(kt_gpu, w2.data);
-        if (!split_on || split_off) {
-            printf("test_fused_wg: split-only route: %d with split mode, %d without (want 1, 0)\n", split_on,
-                   split_off);
-            bad++;
-        }
-        kern_gemm_config(kt_gpu, &o);
-    }
-    for (int pass = 0; avail && pass < 4; pass++) {
-        const int grid = pass == 1 ? 3 : 0;
-        o.wg_grid = grid;
-        o.wg_ctas = grid ? 3 : 2;
-        o.wg_split = pass == 2 ? 3 : 1;
-        o.wg_mb = pass == 3 ? 1 : 2;
-        kern_gemm_config(kt_gpu, &o);
-        for (int i = 0; i < 4; i++) {
-            for (int s = 0; s < 4; s++)
-                for (int v = 0; v < 3; v++, k++) { /* RESID, SILU_MUL, SILU_MUL folded */
-                    if (kt_quick && (s + i + v + pass) % 3)
-                        continue;
-                    fcase c = {.epi = v == 0 ? KERN_EPI_RESID : KERN_EPI_SILU_MUL, .rms = v == 2, .n = ns[i],
-                               .rows = dense[s][0], .cols = dense[s][1]};
-                    bad += fused_case(&c, seed + (uint64_t)k * 16);
-                }
-            for (int s = 0; s < 4; s++, k++) {
-                if (kt_quick && (s + i + pass) % 2)
-                    continue;
-                fcase c = rope_fcase(s, ns[i]);
-                c.rms = (k % 2) == 0;
-                bad += fused_case(&c, seed + (uint64_t)k * 16);
-            }
-        }
-    }
-    if (avail && !kt_quick) { /* Llama-3-8B gate/up and QKV at 48 tokens, folded */
-        o.wg_grid = 0;
-        o.wg_ctas = 2;
-        o.wg_split = 1; /* QKV and down in split mode where the device holds their clusters */
-        o.wg_mb = 2;
-        kern_gemm_config(kt_gpu, &o);
-        const fcase big[] = {
-            {.epi = KERN_EPI_SILU_MUL, .rms = true, .n = 48, .rows = 28672, .cols = 4096},
-            {.epi = KERN_EPI_ROPE_KV, .rms = true, .n = 48, .rows = 6144, .cols = 4096, .nh = 32, .nkv = 8,
-             .hd = 128, .bs = 16},
-            {.epi = KERN_EPI_RESID, .n = 40, .rows = 4096, .cols = 14336},
-        };
-        for (int i = 0; i < 3; i++)
-            bad += fused_case(&big[i], seed + 12000 + (uint64_t)i);
-    }
-    kern_gemm_config(kt_gpu, &saved);
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
 /* Device bytes a and b (bytes each) equal? Prints what differs. */
 static int same_dev(const char *what, const void *a, const void *b, size_t bytes)
 {
@@ -954,43 +855,6 @@ START_TEST(test_fusable_table)
         if (got != erows[i].want && bad++ < 20)
             printf("  epi fusable row %zu: got %d want %d\n", i, got, erows[i].want);
     }
-    /* ... or past the GEMV route the warpgroup GEMM's epilogues (wg_fuse), where the device runs it
-     * (avail: compute capability 9.0; elsewhere every such row is false) */
-    const struct {
-        int gemv_max_n, wg_min_n, wg_max_n;
-        bool fuse;
-        int64_t min_bytes, lt_bytes;
-        const kern_weight *w;
-        bool cpu;
-        int n;
-        bool want; /* where the device runs the kernel */
-    } wrows[] = {
-        {16, 17, 64, true, 0, 0, &wg, false, 17, true},      /* past the GEMV */
-        {16, 17, 64, true, 0, 0, &wg, false, 64, true},
-        {16, 17, 64, true, 0, 0, &wg, false, 65, false},     /* past wg_max_n: cuBLASLt */
-        {16, 17, 64, false, 0, 0, &wg, false, 17, false},    /* INFERD_GEMM_WG_FUSE=0 */
-        {16, 17, 0, true, 0, 0, &wg, false, 17, false},      /* INFERD_GEMM_WG_MAX_N=0 */
-        {16, 17, 64, true, wbytes + 1, 0, &wg, false, 17, false}, /* weight below the floor */
-        {16, 17, 64, true, 0, 0, &odd, false, 17, false},    /* cols % 8 != 0 */
-        {16, 17, 64, true, 0, 0, &wc, true, 17, false},      /* never on the CPU */
-        {16, 9, 64, true, 0, wbytes, &wg, false, 9, true},   /* 9..16 off the GEMV (gemv_lt_min_bytes) */
-        {8, 17, 64, true, 0, 0, &wg, false, 12, false},      /* below wg_min_n, past the GEMV: cuBLASLt */
-    };
-    const kern_gemm_opts probe = {.gemv_max_n = 16, .gemv_tc_min_n = 3, .wg_min_n = 17, .wg_max_n = 64,
-                                  .wg_fuse = true, .wg_ctas = 2};
-    kern_gemm_config(kt_gpu, &probe);
-    const bool avail = kern_matmul_epi_fusable(kt_gpu, &wg, 17);
-    printf("test_fusable_table: the warpgroup GEMM %s\n", avail ? "runs here" : "does not run here");
-    for (size_t i = 0; i < sizeof wrows / sizeof wrows[0]; i++) {
-        const kern_gemm_opts o = {.gemv_max_n = wrows[i].gemv_max_n, .gemv_min_weight_bytes = wrows[i].min_bytes,
-                                  .pdl = true, .gemv_variant = 1, .fuse_max_n = 2, .gemv_tc_min_n = 3,
-                                  .gemv_lt_min_bytes = wrows[i].lt_bytes, .wg_min_n = wrows[i].wg_min_n,
-                                  .wg_max_n = wrows[i].wg_max_n, .wg_ctas = 2, .wg_fuse = wrows[i].fuse};
-        kern_gemm_config(kt_gpu, &o);
-        const bool got = kern_matmul_epi_fusable(wrows[i].cpu ? kt_cpu : kt_gpu, wrows[i].w, wrows[i].n);
-        if (got != (wrows[i].want && avail) && bad++ < 20)
-            printf("  wg epi fusable row %zu: got %d want %d\n", i, got, wrows[i].want && avail);
-    }
     kt_record("matmul_fusable", bad, 0, 0);
     kern_gemm_config(kt_gpu, &saved);
     kern_free(kt_gpu, wg.data);
@@ -1007,7 +871,6 @@ TCase *kt_tcase_fused(void)
     tcase_add_loop_test(tc, test_fused_forms, 0, 2); /* _i * 2: the tensor-core ring off, forced */
     tcase_add_loop_test(tc, test_fused_rms, 0, 2);
     tcase_add_loop_test(tc, test_fused_tc_bitwise, 0, 2);
-    tcase_add_test(tc, test_fused_wg);
     tcase_add_test(tc, test_fused_fp8_cache);
     tcase_add_test(tc, test_fused_preload);
     tcase_add_test(tc, test_fused_xs);

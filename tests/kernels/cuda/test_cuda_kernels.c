@@ -436,14 +436,9 @@ END_TEST
  * (0: its first), and what the last plan build saw and did */
 extern int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
     kcuda_gemm_last_searched;
-/* kernels/cuda/gemm_wg.cu test hooks: launches of the warpgroup GEMM, those in split mode; its phase trace */
-extern int kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap, kcuda_gemm_wg_trace_ctas;
-extern unsigned long long *kcuda_gemm_wg_trace;
 #else
 static int kcuda_gemm_pick, kcuda_gemm_last_n_res, kcuda_gemm_last_splitk, kcuda_gemm_last_tile,
-    kcuda_gemm_last_searched, kcuda_gemm_wg_launches, kcuda_gemm_wg_split_launches, kcuda_gemm_wg_trace_cap,
-    kcuda_gemm_wg_trace_ctas;
-static unsigned long long *kcuda_gemm_wg_trace;
+    kcuda_gemm_last_searched;
 #endif
 
 /* --- matmul, logits ------------------------------------------------------------------ */
@@ -794,199 +789,9 @@ START_TEST(test_gemv_batch_invariant)
 }
 END_TEST
 
-/* --- the warpgroup GEMM of 17..64 tokens (kernels/cuda/gemm_wg.cu) ------------------- */
-
-/* The options that send every product of 1..64 tokens of any weight to the
- * warpgroup GEMM (the GEMV off), on a grid of `grid` CTAs (0: ctas an SM),
- * with a ring of `stages` (0: by ctas), the early trigger on or off, and
- * split mode as `split` says (kern_gemm_opts.wg_split; a grid > 0 is
- * stream-K). */
-static kern_gemm_opts wg_forced(const kern_gemm_opts *base, int grid, int ctas, int stages, bool trigger, int split)
-{
-    kern_gemm_opts go = *base;
-    go.gemv_max_n = 0;
-    go.gemv_min_weight_bytes = 0;
-    go.wg_min_n = 1;
-    go.wg_max_n = 64;
-    go.wg_grid = grid;
-    go.wg_ctas = ctas;
-    go.wg_stages = stages;
-    go.wg_trigger = trigger;
-    go.wg_split = split;
-    return go;
-}
-
-/* Plain, logits and accumulating products forced onto the warpgroup GEMM
- * against the CPU twin (gemm_case): rows off the 64-row tile, C off the
- * 64-wide k unit and shorter than one, n on both sides of the 8-token
- * column tiles up to 64; grids of 1, 3 and 7 CTAs (a CTA's range across
- * tiles, tiles shared by 2+ CTAs and summed by the last) and the default
- * (one CTA a unit where the product has fewer units than the grid), each
- * ring depth (wg_ctas 1..3: 6, 4, 2 stages; 3 and 8; 5, which takes the
- * 4-stage form), the early trigger
- * on and off, the weights' L2 evict-first hint; inputs 16-byte but not
- * 256-byte aligned.
- * Every product must have run the kernel where the device runs it (compute
- * capability 9.0; elsewhere the route is off and cuBLASLt computes them).
- * Split mode (a cluster of S CTAs a tile, their sums met in distributed
- * shared memory): as the device picks it on the default grid, and forced
- * with S = 2, 3 and 8 (8: more CTAs than k units on the short rows), beside
- * the default grid forced onto stream-K; tiles of 128 rows, and of 64
- * (wg_mb = 1) in both modes. */
-START_TEST(test_gemm_wg)
-{
-    kern_gemm_opts go0;
-    kern_gemm_config_get(kt_gpu, &go0);
-    static const int shapes[][2] = {{1, 8}, {37, 264}, {130, 200}, {1000, 520}, {64, 4096}};
-    static const int ns[] = {1, 9, 17, 33, 64};
-    static const struct {
-        int grid, ctas, stages;
-        bool trigger;
-        int split, mb;
-    } cfg[] = {{0, 1, 0, true, 1, 2},  {1, 2, 0, true, 1, 2}, {3, 3, 0, false, 1, 2}, {7, 3, 3, true, 1, 2},
-               {0, 1, 8, true, 1, 2},  {7, 1, 5, true, 1, 2}, {0, 1, 0, true, 0, 2},  {0, 2, 0, true, 2, 2},
-               {0, 1, 4, false, 3, 2}, {0, 1, 0, true, 8, 2}, {0, 1, 8, true, 1, 1},  {3, 2, 0, true, 1, 1},
-               {0, 1, 6, true, 0, 1},  {0, 1, 3, true, 3, 1}};
-    const uint64_t seed = kt_seed() + 300;
-    printf("test_gemm_wg: seed %llu\n", (unsigned long long)seed);
-    int bad = 0, k = 0;
-    const int before = kcuda_gemm_wg_launches, split_before = kcuda_gemm_wg_split_launches;
-    for (int gi = 0; gi < (int)(sizeof cfg / sizeof cfg[0]); gi++) {
-        kern_gemm_opts go =
-            wg_forced(&go0, cfg[gi].grid, cfg[gi].ctas, cfg[gi].stages, cfg[gi].trigger, cfg[gi].split);
-        go.wg_evict_first = gi == 4; /* the weights under the L2 evict-first policy */
-        go.wg_mb = cfg[gi].mb;
-        kern_gemm_config(kt_gpu, &go);
-        for (int si = 0; si < 5; si++)
-            for (int ni = 0; ni < 5; ni++) {
-                if (kt_quick && (si + ni + gi) % 3 != 0)
-                    continue;
-                const gemm_kind kind = (gemm_kind)(k % 3);
-                bad += gemm_case(kind, ns[ni], shapes[si][0], shapes[si][1], (size_t)(16 * (k % 2)),
-                                 seed + (uint64_t)k);
-                k++;
-            }
-    }
-    const int launched = kcuda_gemm_wg_launches - before, split = kcuda_gemm_wg_split_launches - split_before;
-    printf("test_gemm_wg: %d launches, %d in split mode\n", launched, split);
-    kern_gemm_config(kt_gpu, &go0);
-    if (launched == 0)
-        printf("test_gemm_wg: the device does not run the warpgroup GEMM; cuBLASLt computed the cases\n");
-    ck_assert(launched == 0 || launched == k);
-    ck_assert(launched == 0 || (split > 0 && split < launched)); /* both modes ran */
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
-/* The warpgroup GEMM's phase trace (kcuda_gemm_wg_trace): room for
- * WG_TRACE_CAP CTAs of WG_TRACE_N stamps (entry, first unit in, last
- * request issued, last unit done, sums ready, exit; gemm_wg.cu). */
-enum { WG_TRACE_CAP = 1024, WG_TRACE_N = KCUDA_WG_TRACE_STAMPS };
-
-/* Turn the trace on (into dev, zeroed) or off (dev NULL). */
-static void wg_trace_on(unsigned long long *dev)
-{
-    if (dev)
-        kern_memset0(kt_gpu, dev, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
-    kcuda_gemm_wg_trace = dev;
-    kcuda_gemm_wg_trace_cap = dev ? WG_TRACE_CAP : 0;
-    kcuda_gemm_wg_trace_ctas = 0;
-}
-
-/* The last traced launch's stamps into host (WG_TRACE_N a CTA); its CTA count. */
-static int wg_trace_read(const unsigned long long *dev, unsigned long long *host)
-{
-    kern_sync(kt_gpu);
-    const int ctas = kcuda_gemm_wg_trace_ctas;
-    if (ctas > 0)
-        kern_memcpy_d2h(kt_gpu, host, dev, sizeof(unsigned long long) * WG_TRACE_N * (size_t)ctas);
-    return ctas;
-}
-
-/* Every CTA of a traced launch stamps entry <= first unit in <= last
- * request issued <= last unit done <= sums ready <= exit, all set (CTAs
- * with no unit: neither the second nor the fourth stamp), in stream-K and
- * in split mode, and the products stay right; where the device does not
- * run the kernel nothing is traced. */
-START_TEST(test_gemm_wg_trace)
-{
-    kern_gemm_opts go0;
-    kern_gemm_config_get(kt_gpu, &go0);
-    unsigned long long *dev = kern_alloc(kt_gpu, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
-    unsigned long long *host = inferd_malloc(sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
-    ck_assert_ptr_nonnull(dev);
-    const uint64_t seed = kt_seed() + 320;
-    int bad = 0, traced = 0;
-    for (int mode = 0; mode < 2; mode++) {
-        const kern_gemm_opts go = wg_forced(&go0, mode ? 0 : 7, 1, 0, true, mode ? 3 : 0);
-        kern_gemm_config(kt_gpu, &go);
-        wg_trace_on(dev);
-        bad += gemm_case(GEMM_MATMUL, 33, 1000, 520, 0, seed + (uint64_t)mode);
-        const int ctas = wg_trace_read(dev, host);
-        wg_trace_on(NULL);
-        traced += ctas > 0;
-        for (int i = 0; i < ctas; i++) {
-            const unsigned long long *t = host + (size_t)i * WG_TRACE_N;
-            /* entry first and exit last on both the producer's stamps (2) and the consumers' (4); with units, all
-             * six in order, without, no unit stamps */
-            const bool ends = t[0] > 0 && t[0] <= t[2] && t[2] <= t[5] && t[0] <= t[4] && t[4] <= t[5];
-            const bool units = t[1] != 0;
-            const bool ok = ends && (units ? t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3] && t[3] <= t[4] : t[3] == 0);
-            if (!ok && bad++ < 5)
-                printf("  gemm wg trace (split %d): CTA %d stamps %llu %llu %llu %llu %llu %llu\n", go.wg_split, i,
-                       t[0], t[1], t[2], t[3], t[4], t[5]);
-        }
-    }
-    kern_gemm_config(kt_gpu, &go0);
-    printf("test_gemm_wg_trace: %d traced launches\n", traced);
-    ck_assert(traced == 0 || traced == 2);
-    inferd_free(host);
-    kern_free(kt_gpu, dev);
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
-/* A token's product does not depend on how many tokens share the launch
- * (what makes a padded graph replay equal the eager step): logits of a
- * batch of n equal the first n tokens' of a batch of 64 bit for bit, on
- * the default grid (stream-K), on one of 3 CTAs (tiles summed across
- * CTAs), and in split mode with clusters of 4. */
-START_TEST(test_gemm_wg_batch_invariant)
-{
-    kern_gemm_opts go0;
-    kern_gemm_config_get(kt_gpu, &go0);
-    const int R = 203, C = 520, N = 64;
-    static const int ns[] = {1, 8, 17, 40, 63};
-    gemv_bufs b;
-    gemv_bufs_make(&b, N, R, C, kt_seed() + 310);
-    int bad = 0;
-    for (int gi = 0; gi < 3; gi++) {
-        const kern_gemm_opts go = wg_forced(&go0, gi == 1 ? 3 : 0, 2, 0, true, gi == 2 ? 4 : 0);
-        kern_gemm_config(kt_gpu, &go);
-        kern_logits(kt_gpu, b.gout, b.gin, &b.wg, N);
-        kern_memcpy_d2h(kt_gpu, b.ref, b.gout, sizeof(float) * (size_t)N * R);
-        for (int i = 0; i < 5; i++) {
-            kern_logits(kt_gpu, b.gout, b.gin, &b.wg, ns[i]);
-            kern_memcpy_d2h(kt_gpu, b.got, b.gout, sizeof(float) * (size_t)ns[i] * R);
-            if (memcmp(b.got, b.ref, sizeof(float) * (size_t)ns[i] * R) != 0 && bad++ < 10)
-                printf("  gemm wg (grid %d, split %d): batch of %d differs from batch of %d\n", go.wg_grid,
-                       go.wg_split, ns[i], N);
-        }
-    }
-    kt_record("gemm_wg_batch_invariant", bad, 0, 0);
-    kern_gemm_config(kt_gpu, &go0);
-    gemv_bufs_free(&b);
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
 /* The GEMM benches' shapes: Llama-3-8B's products (the first
  * BENCH_LLAMA_SHAPES; lm_head as logits), then a small one. kind: 0 a
- * plain product, 1 logits (fp32), 2 gate/up then SiLU * up with the folded
- * norm's 1 / rms (kern_matmul_fused where the route takes it, else the
- * product and kern_silu_mul_rms, as the forward pass), 3 added into the
- * residual stream (kern_matmul_accum), 4 as 2 without the folded norm
- * (kern_silu_mul). */
+ * plain product, 1 logits (fp32). */
 typedef struct {
     const char *name;
     int R, C, kind;
@@ -998,11 +803,10 @@ static const bench_shape bench_shapes[] = {{"qkv", 6144, 4096, 0},      {"o", 40
 
 /* A benchmark shape's operands: `copies` copies of a random R x C bf16
  * weight (256 MiB together or more, so the L2 never holds the one read
- * next), nmax random input rows, an output of nmax fp32 rows (the residual
- * stream of kind 3) and one of nmax x R / 2 bf16 (kind 2's SiLU). */
+ * next), nmax random input rows and an output of nmax fp32 rows. */
 typedef struct {
     uint8_t *slab;
-    void *in, *out, *act;
+    void *in, *out;
     size_t wb; /* bytes of one copy */
     int R, C, kind, copies;
 } bench_ops;
@@ -1026,13 +830,10 @@ static void bench_ops_make(bench_ops *b, const bench_shape *sh, int nmax, uint64
     b->in = kt_gpu_bf16(hin, ni);
     inferd_free(hin);
     b->out = kern_alloc(kt_gpu, (size_t)nmax * (size_t)R * 4);
-    kern_memset0(kt_gpu, b->out, (size_t)nmax * (size_t)R * 4); /* kind 3 adds into it */
-    b->act = kern_alloc(kt_gpu, (size_t)nmax * (size_t)R);
 }
 
 static void bench_ops_free(bench_ops *b)
 {
-    kern_free(kt_gpu, b->act);
     kern_free(kt_gpu, b->out);
     kern_free(kt_gpu, b->in);
     kern_free(kt_gpu, b->slab);
@@ -1041,24 +842,10 @@ static void bench_ops_free(bench_ops *b)
 /* One product of n tokens of w as the shape's kind says. */
 static void bench_ops_run(const bench_ops *b, const kern_weight *w, int n)
 {
-    switch (b->kind) {
-    case 1: kern_logits(kt_gpu, b->out, b->in, w, n); break;
-    case 2:
-    case 4:
-        if (kern_matmul_epi_fusable(kt_gpu, w, n)) {
-            const kern_fuse f = {.rms = b->kind == 2, .eps = 1e-5f, .epi = KERN_EPI_SILU_MUL};
-            kern_matmul_fused(kt_gpu, b->act, b->in, w, n, &f);
-        } else {
-            kern_matmul(kt_gpu, b->out, b->in, w, n);
-            if (b->kind == 2)
-                kern_silu_mul_rms(kt_gpu, b->act, b->out, n, b->R / 2, b->in, b->C, 1e-5f);
-            else
-                kern_silu_mul(kt_gpu, b->act, b->out, n, b->R / 2);
-        }
-        break;
-    case 3: kern_matmul_accum(kt_gpu, b->out, b->in, w, n); break;
-    default: kern_matmul(kt_gpu, b->out, b->in, w, n); break;
-    }
+    if (b->kind == 1)
+        kern_logits(kt_gpu, b->out, b->in, w, n);
+    else
+        kern_matmul(kt_gpu, b->out, b->in, w, n);
 }
 
 /* Microseconds a product of n tokens (bench_ops_run) under the ctx's
@@ -1077,134 +864,6 @@ static double bench_ops_time(const bench_ops *b, kern_timer *t, int n)
     kern_sync(kt_gpu);
     return 1e3 * kern_timer_ms(kt_gpu, t, 0, 1) / reps;
 }
-
-static int cmp_u64(const void *a, const void *b)
-{
-    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* WG_BENCH's phase row: the last of a few back-to-back products of n
- * tokens traced (kcuda_gemm_wg_trace), each stamp's median and latest
- * over the CTAs, us after the earliest entry. */
-static void wg_bench_trace(const bench_ops *b, const char *name, int n, const char *label, unsigned long long *dev,
-                           unsigned long long *host)
-{
-    wg_trace_on(dev);
-    for (int r = 0; r < 4; r++) {
-        kern_weight w = {b->slab + b->wb * (size_t)(r % b->copies), KERN_DTYPE_BF16, b->R, b->C};
-        bench_ops_run(b, &w, n);
-    }
-    const int ctas = wg_trace_read(dev, host);
-    wg_trace_on(NULL);
-    if (ctas <= 0)
-        return;
-    unsigned long long t0 = host[0], *col = inferd_malloc(sizeof(unsigned long long) * (size_t)ctas);
-    for (int i = 1; i < ctas; i++)
-        t0 = host[(size_t)i * WG_TRACE_N] < t0 ? host[(size_t)i * WG_TRACE_N] : t0;
-    printf("WG_TRACE | %s %dx%d | %d | %s | %d CTAs |", name, b->R, b->C, n, label, ctas);
-    for (int k = 0; k < WG_TRACE_N; k++) {
-        for (int i = 0; i < ctas; i++) {
-            const unsigned long long v = host[(size_t)i * WG_TRACE_N + k];
-            col[i] = v > t0 ? v - t0 : 0;
-        }
-        qsort(col, (size_t)ctas, sizeof col[0], cmp_u64);
-        printf(" %.1f / %.1f |", 1e-3 * (double)col[ctas / 2], 1e-3 * (double)col[ctas - 1]);
-    }
-    printf("\n");
-    inferd_free(col);
-}
-
-/* WG_BENCH's options for one column: the warpgroup GEMM forced (wg) or
- * off (cuBLASLt), ctas / stages / trigger / split / tile blocks. */
-static kern_gemm_opts wg_bench_opts(const kern_gemm_opts *base, int ctas, int stages, bool trigger, int split, int mb,
-                                    bool wg)
-{
-    kern_gemm_opts go = wg_forced(base, 0, ctas, stages, trigger, split);
-    go.wg_mb = mb;
-    go.wg_max_n = wg ? 64 : 0;
-    return go;
-}
-
-/* Not a test: with INFERD_TEST_WG_BENCH=1, time cuBLASLt and the warpgroup
- * GEMM (ring forms below) beside the process's own route (the GEMV at
- * n <= 16) on the Llama-3-8B weight shapes at 16..64 tokens,
- * plain products (logits for lm_head), weights rotated through >= 256 MiB
- * of copies so the L2 never holds them, back to back as programmatic
- * dependents (the trigger's overlap shows), and print a table (us a
- * product, % of the copy bandwidth measured in the same run); then, at 16
- * and 64 tokens, each form's phase trace (WG_TRACE rows: when the CTAs
- * enter, get their first unit, issue their last request and exit). */
-START_TEST(test_gemm_wg_bench)
-{
-    const char *e = getenv("INFERD_TEST_WG_BENCH");
-    if (!e || strcmp(e, "1") != 0) /* (also under INFERD_TEST_QUICK, which shortens the cases before it) */
-        return;
-    kern_ceilings cl;
-    ck_assert_int_eq(kern_measure_ceilings(kt_gpu, &cl), INFERD_OK);
-    kern_gemm_opts go0;
-    kern_gemm_config_get(kt_gpu, &go0);
-    bench_shape sh[BENCH_LLAMA_SHAPES + 3];
-    memcpy(sh, bench_shapes, sizeof(bench_shape) * BENCH_LLAMA_SHAPES);
-    sh[BENCH_LLAMA_SHAPES] = (bench_shape){"gate_up+silu", 28672, 4096, 2};
-    sh[BENCH_LLAMA_SHAPES + 1] = (bench_shape){"gate_up+silu no rms", 28672, 4096, 4};
-    sh[BENCH_LLAMA_SHAPES + 2] = (bench_shape){"down+add", 4096, 14336, 3};
-    const size_t n_sh = BENCH_LLAMA_SHAPES + 3;
-    static const int ns[] = {16, 24, 32, 48, 64};
-    static const struct {
-        int ctas, stages;
-        bool trigger;
-        int split, mb;
-    } col[] = {{0, 0, false, 0, 2}, {1, 8, true, 1, 1}, {1, 6, true, 1, 1},
-               {1, 4, true, 1, 1},  {1, 6, true, 0, 1}, {1, 4, true, 1, 2}};
-    enum { NMAX = 64, NCOL = sizeof col / sizeof col[0] };
-    kern_timer *t = kern_timer_create(kt_gpu, 2);
-    ck_assert_ptr_nonnull(t);
-    printf("\nWG_BENCH copy %.0f GB/s; us per product (%% of the copy bandwidth)\n", cl.copy_gbps);
-    printf("WG_TRACE rows: the last of 4 back-to-back products; median / latest over the CTAs of each stamp, us after "
-           "the earliest entry: | entry | first unit in | last request issued | last unit done | sums ready | exit |\n");
-    printf("WG_BENCH | shape | n | default route | cuBLASLt |");
-    for (int c = 1; c < NCOL; c++)
-        printf(" wg %d rows %s %d stages%s |", 64 * col[c].mb, col[c].split ? "split" : "stream-K", col[c].stages,
-               col[c].trigger ? "" : " no trigger");
-    printf("\n");
-    unsigned long long *tdev = kern_alloc(kt_gpu, sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
-    unsigned long long *thost = inferd_malloc(sizeof(unsigned long long) * WG_TRACE_N * WG_TRACE_CAP);
-    for (size_t s = 0; s < n_sh; s++) {
-        bench_ops b;
-        bench_ops_make(&b, &sh[s], NMAX, 5 + s);
-        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            const int n = ns[k];
-            printf("WG_BENCH | %s %dx%d | %d |", sh[s].name, sh[s].R, sh[s].C, n);
-            for (int c = -1; c < NCOL; c++) { /* -1: the options as the process set them (the GEMV at n <= 16) */
-                const kern_gemm_opts go = c < 0 ? go0
-                                                : wg_bench_opts(&go0, c ? col[c].ctas : 1, col[c].stages,
-                                                                col[c].trigger, col[c].split, col[c].mb, c > 0);
-                kern_gemm_config(kt_gpu, &go);
-                const double us = bench_ops_time(&b, t, n);
-                printf(" %.1f (%.1f%%) |", us, 100.0 * ((double)b.wb / (us * 1e-6) / 1e9) / cl.copy_gbps);
-            }
-            printf("\n");
-        }
-        /* where the time goes at 16 and 64 tokens: each column's phase stamps */
-        for (int n = 16; n <= 64; n *= 4)
-            for (int c = 1; c < NCOL; c++) {
-                const kern_gemm_opts go =
-                    wg_bench_opts(&go0, col[c].ctas, col[c].stages, col[c].trigger, col[c].split, col[c].mb, true);
-                kern_gemm_config(kt_gpu, &go);
-                char label[64];
-                snprintf(label, sizeof label, "%d rows %s %d stages%s", 64 * col[c].mb,
-                         col[c].split ? "split" : "stream-K", col[c].stages, col[c].trigger ? "" : " no trigger");
-                wg_bench_trace(&b, sh[s].name, n, label, tdev, thost);
-            }
-        bench_ops_free(&b);
-    }
-    kern_free(kt_gpu, tdev);
-    inferd_free(thost);
-    kern_timer_free(kt_gpu, t);
-    kern_gemm_config(kt_gpu, &go0);
-}
-END_TEST
 
 /* Not a test: with INFERD_TEST_GEMM_BENCH=1, time cuBLASLt, the GEMV with
  * PDL, its variant 1 (n <= 2), its tensor-core form with PDL, without and
@@ -1663,10 +1322,6 @@ TCase *kt_tcase_dense(void)
     tcase_add_loop_test(tc, test_gemv_batch_invariant, 0, 2);
     tcase_add_test(tc, test_gemv_ring_bitwise);
     tcase_add_test(tc, test_gemm_small_bench);
-    tcase_add_test(tc, test_gemm_wg);
-    tcase_add_test(tc, test_gemm_wg_batch_invariant);
-    tcase_add_test(tc, test_gemm_wg_trace);
-    tcase_add_test(tc, test_gemm_wg_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_silu_mul_rms);
     tcase_add_test(tc, test_weight_scale_cols);

@@ -132,7 +132,9 @@ static inline void kemu_bar_drop(kemu_bar &b)
 }
 
 /* A spinning wait's turn: the other fibers run before this one goes on
- * (tma.cuh's mbarrier waits). */
+ * (a kernel's spin waits on shared-memory barriers; none at present: the
+ * warpgroup GEMM's mbarrier waits used it, docs/PERF.md, thirty-fourth
+ * session). */
 static inline void kemu_yield(void)
 {
     kemu_cur->state = 0;
@@ -143,7 +145,7 @@ static inline void kemu_syncthreads(int site) { kemu_bar_wait(kemu_blk->bar, sit
 static inline void kemu_syncwarp(int site) { kemu_bar_wait(kemu_blk->wbar[kemu_tid / 32], site, "__syncwarp"); }
 /* the warpgroup-collective wgmma's exchange (kernels/cuda/mma.cuh) */
 static inline void kemu_syncwg(int site) { kemu_bar_wait(kemu_blk->gbar[kemu_tid / 128], site, "warpgroup"); }
-/* tma.cuh's kc_cluster_sync: every thread of the cluster (exited ones count as arrived) */
+/* a cluster barrier: every thread of the cluster (exited ones count as arrived) */
 static inline void kemu_cluster_sync(int site) { kemu_bar_wait(*kemu_cluster_bar, site, "cluster barrier"); }
 #define __syncthreads() kemu_syncthreads(__LINE__)
 #define __syncwarp(...) kemu_syncwarp(__LINE__)
@@ -252,8 +254,9 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAtt
 
 // Launch: clusters of cx consecutive blocks (blockIdx.x) in order; a
 // cluster's threads as fibers, round robin, each block with its own
-// barriers and shared memory (tma.cuh's distributed shared memory reads a
-// peer's; kemu_cluster_sync is the cluster's barrier).
+// barriers and shared memory (kemu_cluster_smem: each block's, for
+// distributed shared memory reads of a peer's; kemu_cluster_sync is the
+// cluster's barrier).
 template <class... KA, class... A>
 void kemu_launch_cluster(void (*k)(KA...), dim3 g, dim3 b, size_t smem, cudaStream_t, unsigned cx, A... args)
 {
