@@ -347,10 +347,7 @@ template <bool VEC8> __device__ __forceinline__ float row_inv_rms(const uint16_t
  * row of x: block (row, part) takes items [part * per_part, + per_part) of
  * its row (8 columns an item with VEC8) after the block has summed the
  * row's squares (each part reads the row from L2; the sum's order depends
- * on d and the block size alone, not on the grid). PRE (VEC8 only): each
- * thread's first item is loaded before the sum, so its loads are in flight
- * with the row's (one L2 round trip fewer on the way; the same result).
- * Grid (row, part). */
+ * on d and the block size alone, not on the grid). Grid (row, part). */
 struct silu_rms_args {
     uint16_t *out;
     const uint16_t *gu, *x;
@@ -358,31 +355,23 @@ struct silu_rms_args {
     float eps;
 };
 
-template <bool VEC8, bool XVEC, bool PRE> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
+template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
 {
-    static_assert(VEC8 || !PRE, "the prefetch form loads 16-byte items");
     kc_pdl_trigger();
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
+    const float r = row_inv_rms<XVEC>(p.x + row * p.d, p.d, p.eps, red);
     const int f = p.f, per = VEC8 ? 8 : 1;
     const int items = f / per, i0 = (int)blockIdx.y * p.per_part, i1 = min(items, i0 + p.per_part);
     const uint16_t *g = p.gu + row * 2 * f; /* [2f] */
     uint16_t *o = p.out + row * f;          /* [f] */
-    const int it0 = i0 + (int)threadIdx.x;
-    uint4 g0 = {}, u0 = {};
-    if (PRE && it0 < i1) { /* this thread's first item, in flight while the row's squares are summed */
-        g0 = *(const uint4 *)(g + it0 * per);
-        u0 = *(const uint4 *)(g + f + it0 * per);
-    }
-    const float r = row_inv_rms<XVEC>(p.x + row * p.d, p.d, p.eps, red);
-    for (int it = it0; it < i1; it += blockDim.x) {
+    for (int it = i0 + (int)threadIdx.x; it < i1; it += blockDim.x) {
         const int col = it * per;
         if (VEC8) {
             float a[8], b[8];
-            const bool first = PRE && it == it0;
-            kc_unpack8(first ? g0 : *(const uint4 *)(g + col), a);
-            kc_unpack8(first ? u0 : *(const uint4 *)(g + f + col), b);
+            kc_unpack8(*(const uint4 *)(g + col), a);
+            kc_unpack8(*(const uint4 *)(g + f + col), b);
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 a[e] = kc_silu_mul(kc_bf2f(kc_f2bf(a[e] * r)), kc_bf2f(kc_f2bf(b[e] * r)));
@@ -391,25 +380,6 @@ template <bool VEC8, bool XVEC, bool PRE> static __global__ void silu_mul_rms_ke
             o[col] = kc_f2bf(kc_silu_mul(kc_bf2f(kc_f2bf(kc_bf2f(g[col]) * r)), kc_bf2f(kc_f2bf(kc_bf2f(g[f + col]) * r))));
         }
     }
-}
-
-/* Test hook: kcuda_silu_prefetch_force picks silu_mul_rms_kernel's PRE form
- * for its 16-byte path (-1: as INFERD_SILU_PREFETCH says, read once, 1 on,
- * else off; 0: off; 1: on). Off by default until measured on a GPU
- * (docs/PERF.md, thirty-fourth session). */
-extern "C" int kcuda_silu_prefetch_force;
-int kcuda_silu_prefetch_force = -1;
-
-static bool silu_prefetch(void)
-{
-    static const bool env = [] {
-        const char *e = getenv("INFERD_SILU_PREFETCH");
-        const bool on = e && strcmp(e, "1") == 0;
-        if (on)
-            INFERD_LOG_INFO("cuda: INFERD_SILU_PREFETCH=1: SiLU * up loads its first items before the row's squares");
-        return on;
-    }();
-    return kcuda_silu_prefetch_force >= 0 ? kcuda_silu_prefetch_force == 1 : env;
 }
 
 /* Contract (kern_silu_mul_rms): kcuda_silu_mul of bf16(g r), bf16(u r), r =
@@ -426,17 +396,15 @@ void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, in
     const silu_rms_args a = {(uint16_t *)out, (const uint16_t *)gate_up, (const uint16_t *)x, f, d,
                              (int)kcuda_cdiv(items, parts), eps};
     const dim3 grid((unsigned)n, (unsigned)parts);
-    const bool pdl = kcuda_ops_pdl(ctx, n), pre = vec && silu_prefetch();
+    const bool pdl = kcuda_ops_pdl(ctx, n);
     if (vec && xvec)
-        kc_launch(pre ? silu_mul_rms_kernel<true, true, true> : silu_mul_rms_kernel<true, true, false>, grid, 256, 0,
-                  st->stream, pdl, a);
+        kc_launch(silu_mul_rms_kernel<true, true>, grid, 256, 0, st->stream, pdl, a);
     else if (vec)
-        kc_launch(pre ? silu_mul_rms_kernel<true, false, true> : silu_mul_rms_kernel<true, false, false>, grid, 256,
-                  0, st->stream, pdl, a);
+        kc_launch(silu_mul_rms_kernel<true, false>, grid, 256, 0, st->stream, pdl, a);
     else if (xvec)
-        kc_launch(silu_mul_rms_kernel<false, true, false>, grid, 256, 0, st->stream, pdl, a);
+        kc_launch(silu_mul_rms_kernel<false, true>, grid, 256, 0, st->stream, pdl, a);
     else
-        kc_launch(silu_mul_rms_kernel<false, false, false>, grid, 256, 0, st->stream, pdl, a);
+        kc_launch(silu_mul_rms_kernel<false, false>, grid, 256, 0, st->stream, pdl, a);
     KCUDA_LAUNCH_CHECK();
 }
 
