@@ -309,70 +309,34 @@ static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
     return n > ctx->gemm.gemv_max_n;
 }
 
-#ifndef KEMU_H
-/* An extended launch's configuration: the programmatic
- * stream-serialization attribute when pdl, a cluster of `cluster` CTAs
- * along x when it is more than 1 (attrs points into the struct: use it
- * where it was made). */
-typedef struct {
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr[2];
-} kc_launch_cfg;
-
-static inline void kc_launch_cfg_init(kc_launch_cfg *l, dim3 grid, unsigned block, size_t smem, cudaStream_t s,
-                                      bool pdl, unsigned cluster)
-{
-    *l = kc_launch_cfg{};
-    unsigned na = 0;
-    if (pdl) {
-        l->attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        l->attr[na++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster > 1) {
-        l->attr[na].id = cudaLaunchAttributeClusterDimension;
-        l->attr[na].val.clusterDim.x = cluster;
-        l->attr[na].val.clusterDim.y = 1;
-        l->attr[na++].val.clusterDim.z = 1;
-    }
-    l->cfg.gridDim = grid;
-    l->cfg.blockDim = dim3(block);
-    l->cfg.dynamicSmemBytes = smem;
-    l->cfg.stream = s;
-    l->cfg.attrs = l->attr;
-    l->cfg.numAttrs = na;
-}
-#endif
-
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
  * stream-serialization attribute when pdl (the kernel then calls
- * kc_pdl_wait before reading what the previous kernel wrote) and in
- * clusters of `cluster` consecutive CTAs along x when it is more than 1
- * (grid.x a multiple of it; no kernel launches in clusters at present:
- * the warpgroup GEMM's split mode did, docs/PERF.md). Valid inside
+ * kc_pdl_wait before reading what the previous kernel wrote). Valid inside
  * CUDA graphs (captured as a programmatic edge). */
 template <class A>
-static void kc_launch_cluster(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s,
-                              bool pdl, unsigned cluster, const A &args)
+static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s, bool pdl,
+                      const A &args)
 {
 #ifndef KEMU_H
-    if (pdl || cluster > 1) {
-        kc_launch_cfg l;
-        kc_launch_cfg_init(&l, grid, block, smem, s, pdl, cluster);
-        CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, kern, args));
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1] = {};
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(block);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
         return;
     }
     kern<<<grid, block, smem, s>>>(args);
 #else
     (void)pdl; /* the host emulator runs kernels one after another */
-    kemu_launch_cluster(kern, grid, dim3(block), smem, s, cluster, args);
+    kemu_launch(kern, grid, dim3(block), smem, s, args);
 #endif
-}
-
-template <class A>
-static void kc_launch(void (*kern)(const A), dim3 grid, unsigned block, size_t smem, cudaStream_t s, bool pdl,
-                      const A &args)
-{
-    kc_launch_cluster(kern, grid, block, smem, s, pdl, 1u, args);
 }
 
 /* The RoPE rotation of the pair (x1, x2) by cos cs and sin sn, rounded to

@@ -1,7 +1,7 @@
 // tests/kernels/cuda/emu/kemu.h: a small host emulation of the CUDA subset
 // that kernels/cuda uses, to run the kernels' real source against the CPU
 // twins without a GPU (docs/DEVICE.md section 5). One ucontext fiber per CUDA
-// thread, one block (or cluster of blocks) at a time, round robin; __syncthreads, __syncwarp and
+// thread, one block at a time, round robin; __syncthreads, __syncwarp and
 // warp shuffles are barriers that abort when the participants arrive from
 // different source lines (divergence) or can never all arrive (deadlock).
 // Dynamic shared memory starts as 0xFF bytes (NaN as float). cuBLASLt offers
@@ -28,7 +28,6 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
-#define __grid_constant__
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 {
@@ -75,7 +74,7 @@ struct kemu_bar {
 };
 struct kemu_fiber {
     ucontext_t ctx;
-    int tid = 0, rank = 0, state = 0; /* rank: the block's in its cluster; state 0 runnable, 1 waiting, 2 done */
+    int tid = 0, state = 0; /* 0 runnable, 1 waiting, 2 done */
     kemu_bar *wait_bar = nullptr;
     unsigned wait_gen = 0;
 };
@@ -94,11 +93,6 @@ struct kemu_block {
 };
 inline kemu_block *kemu_blk;
 inline int kemu_tid;
-/* the running cluster: its size, the running block's rank, each block's
- * dynamic shared memory, the barrier of all its threads */
-inline int kemu_cluster_n = 1, kemu_cluster_rank;
-inline void *kemu_cluster_smem[8];
-inline kemu_bar *kemu_cluster_bar;
 inline kemu_fiber *kemu_cur;
 inline ucontext_t kemu_sched;
 
@@ -131,22 +125,10 @@ static inline void kemu_bar_drop(kemu_bar &b)
     }
 }
 
-/* A spinning wait's turn: the other fibers run before this one goes on
- * (a kernel's spin waits on shared-memory barriers; none at present: the
- * warpgroup GEMM's mbarrier waits used it, docs/PERF.md, thirty-fourth
- * session). */
-static inline void kemu_yield(void)
-{
-    kemu_cur->state = 0;
-    swapcontext(&kemu_cur->ctx, &kemu_sched);
-}
-
 static inline void kemu_syncthreads(int site) { kemu_bar_wait(kemu_blk->bar, site, "__syncthreads"); }
 static inline void kemu_syncwarp(int site) { kemu_bar_wait(kemu_blk->wbar[kemu_tid / 32], site, "__syncwarp"); }
 /* the warpgroup-collective wgmma's exchange (kernels/cuda/mma.cuh) */
 static inline void kemu_syncwg(int site) { kemu_bar_wait(kemu_blk->gbar[kemu_tid / 128], site, "warpgroup"); }
-/* a cluster barrier: every thread of the cluster (exited ones count as arrived) */
-static inline void kemu_cluster_sync(int site) { kemu_bar_wait(*kemu_cluster_bar, site, "cluster barrier"); }
 #define __syncthreads() kemu_syncthreads(__LINE__)
 #define __syncwarp(...) kemu_syncwarp(__LINE__)
 
@@ -187,7 +169,6 @@ static inline void kemu_fiber_entry(void)
     kemu_bar_drop(kemu_blk->bar);
     kemu_bar_drop(kemu_blk->wbar[kemu_tid / 32]);
     kemu_bar_drop(kemu_blk->gbar[kemu_tid / 128]);
-    kemu_bar_drop(*kemu_cluster_bar);
     kemu_cur->state = 2;
     swapcontext(&kemu_cur->ctx, &kemu_sched);
 }
@@ -252,17 +233,13 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAtt
     return v <= 227 * 1024 ? cudaSuccess : 1;
 }
 
-// Launch: clusters of cx consecutive blocks (blockIdx.x) in order; a
-// cluster's threads as fibers, round robin, each block with its own
-// barriers and shared memory (kemu_cluster_smem: each block's, for
-// distributed shared memory reads of a peer's; kemu_cluster_sync is the
-// cluster's barrier).
+// Launch: blocks in order; the block's threads as fibers, round robin.
 template <class... KA, class... A>
-void kemu_launch_cluster(void (*k)(KA...), dim3 g, dim3 b, size_t smem, cudaStream_t, unsigned cx, A... args)
+void kemu_launch(void (*k)(KA...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
 {
     const int nt = (int)(b.x * b.y * b.z);
-    if (nt % 32 != 0 || nt > 1024 || nt <= 0 || cx < 1 || cx > 8 || g.x % cx != 0) {
-        fprintf(stderr, "KEMU: block of %d threads, cluster of %u, grid.x %u\n", nt, cx, g.x);
+    if (nt % 32 != 0 || nt > 1024 || nt <= 0) {
+        fprintf(stderr, "KEMU: block of %d threads\n", nt);
         abort();
     }
     if (smem > 227 * 1024) {
@@ -270,70 +247,52 @@ void kemu_launch_cluster(void (*k)(KA...), dim3 g, dim3 b, size_t smem, cudaStre
         abort();
     }
     const size_t stack = 256 * 1024;
-    const int nf = nt * (int)cx;
-    std::vector<std::vector<uint8_t>> dyn(cx, std::vector<uint8_t>(smem + 64, 0xFF));
-    std::vector<uint8_t> stacks((size_t)nf * stack);
-    std::vector<kemu_fiber> fib(nf);
+    std::vector<uint8_t> dyn(smem + 64, 0xFF);
+    std::vector<uint8_t> stacks((size_t)nt * stack);
+    std::vector<kemu_fiber> fib(nt);
     std::function<void()> body = [&] { k(args...); };
     kemu_body = &body;
     blockDim = b;
     gridDim = g;
-    kemu_cluster_n = (int)cx;
     for (unsigned bz = 0; bz < g.z; bz++)
         for (unsigned by = 0; by < g.y; by++)
-            for (unsigned bx0 = 0; bx0 < g.x; bx0 += cx) {
-                std::vector<kemu_block> blks;
-                blks.reserve(cx);
-                for (unsigned r = 0; r < cx; r++) {
-                    memset(dyn[r].data(), 0xFF, dyn[r].size());
-                    kemu_cluster_smem[r] = (void *)(((uintptr_t)dyn[r].data() + 15) & ~(uintptr_t)15);
-                    blks.emplace_back(nt);
-                }
-                kemu_bar cbar;
-                cbar.expected = nf;
-                kemu_cluster_bar = &cbar;
-                for (int f = 0; f < nf; f++) {
-                    fib[f] = kemu_fiber();
-                    fib[f].tid = f % nt;
-                    fib[f].rank = f / nt;
-                    getcontext(&fib[f].ctx);
-                    fib[f].ctx.uc_stack.ss_sp = stacks.data() + (size_t)f * stack;
-                    fib[f].ctx.uc_stack.ss_size = stack;
-                    fib[f].ctx.uc_link = nullptr;
-                    makecontext(&fib[f].ctx, kemu_fiber_entry, 0);
+            for (unsigned bx = 0; bx < g.x; bx++) {
+                memset(dyn.data(), 0xFF, dyn.size());
+                kemu_dyn_smem = (void *)(((uintptr_t)dyn.data() + 15) & ~(uintptr_t)15);
+                kemu_block blk(nt);
+                kemu_blk = &blk;
+                blockIdx = uint3{bx, by, bz};
+                for (int t = 0; t < nt; t++) {
+                    fib[t] = kemu_fiber();
+                    fib[t].tid = t;
+                    getcontext(&fib[t].ctx);
+                    fib[t].ctx.uc_stack.ss_sp = stacks.data() + (size_t)t * stack;
+                    fib[t].ctx.uc_stack.ss_size = stack;
+                    fib[t].ctx.uc_link = nullptr;
+                    makecontext(&fib[t].ctx, kemu_fiber_entry, 0);
                 }
                 int done = 0;
-                while (done < nf) {
+                while (done < nt) {
                     bool progress = false;
-                    for (int i = 0; i < nf; i++) {
-                        kemu_fiber &f = fib[i];
+                    for (int t = 0; t < nt; t++) {
+                        kemu_fiber &f = fib[t];
                         if (f.state == 2 || (f.state == 1 && f.wait_bar->gen == f.wait_gen))
                             continue;
                         f.state = 0;
                         kemu_cur = &f;
-                        kemu_tid = f.tid;
-                        kemu_cluster_rank = f.rank;
-                        kemu_blk = &blks[f.rank];
-                        kemu_dyn_smem = kemu_cluster_smem[f.rank];
-                        blockIdx = uint3{bx0 + (unsigned)f.rank, by, bz};
-                        threadIdx = uint3{(unsigned)f.tid % b.x, (unsigned)f.tid / b.x % b.y, (unsigned)f.tid / (b.x * b.y)};
+                        kemu_tid = t;
+                        threadIdx = uint3{(unsigned)t % b.x, (unsigned)t / b.x % b.y, (unsigned)t / (b.x * b.y)};
                         swapcontext(&kemu_sched, &f.ctx);
                         progress = true;
                         if (f.state == 2)
                             done++;
                     }
                     if (!progress) {
-                        fprintf(stderr, "KEMU: deadlock in cluster of block %u,%u,%u\n", bx0, by, bz);
+                        fprintf(stderr, "KEMU: deadlock in block %u,%u,%u\n", bx, by, bz);
                         abort();
                     }
                 }
             }
-    kemu_cluster_n = 1;
-}
-template <class... KA, class... A>
-void kemu_launch(void (*k)(KA...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A... args)
-{
-    kemu_launch_cluster(k, g, b, smem, s, 1u, args...);
 }
 
 // ---- cuBLAS(Lt) stubs: no Lt algorithm, GemmEx computes naively ----------------
