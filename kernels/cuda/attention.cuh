@@ -177,6 +177,12 @@ bool kcuda_attn_prefill_tc_supported(const kcuda_state *st, int hd);
  * query rows a CTA), wgmma with two warpgroups (128 rows; compute
  * capability 9.0) and key tiles of 64 or 128. */
 enum { KC_PTC_MMA1 = 1, KC_PTC_MMA2 = 2, KC_PTC_WG = 3, KC_PTC_WG128 = 4 };
+/* Whether a device of compute capability cc (10 major + minor) runs the
+ * wgmma forms: the build's sm_90a code runs on 9.0 only. */
+static inline bool kcuda_wgmma_cc(int cc)
+{
+    return cc == 90;
+}
 int kcuda_attn_prefill_tc_launch(const kcuda_state *st, const kc_attn_args *a, int max_q_len, int form);
 
 #endif

@@ -67,13 +67,6 @@ typedef struct {
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
 } kcuda_state;
 
-/* Whether a device of compute capability cc (10 major + minor) runs the
- * wgmma forms: the build's sm_90a code runs on 9.0 only. */
-static inline bool kcuda_wgmma_cc(int cc)
-{
-    return cc == 90;
-}
-
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
 #define KCUDA_GEMM_PLANS 256
 

@@ -22,7 +22,6 @@
 #include "common/alloc.h"
 #include "common/half.h"
 #include "common/rng.h"
-#include "kernels/kern_internal.h"
 #include "kt_harness.h"
 
 /* --- memory and weights ---------------------------------------------------- */
@@ -789,8 +788,8 @@ START_TEST(test_gemv_batch_invariant)
 }
 END_TEST
 
-/* The GEMM benches' shapes: Llama-3-8B's products (the first
- * BENCH_LLAMA_SHAPES; lm_head as logits), then a small one. kind: 0 a
+/* The GEMM bench's shapes: Llama-3-8B's products (the first
+ * five; lm_head as logits), then a small one. kind: 0 a
  * plain product, 1 logits (fp32). */
 typedef struct {
     const char *name;
@@ -799,7 +798,6 @@ typedef struct {
 static const bench_shape bench_shapes[] = {{"qkv", 6144, 4096, 0},      {"o", 4096, 4096, 0},
                                            {"gate_up", 28672, 4096, 0}, {"down", 4096, 14336, 0},
                                            {"lm_head", 128256, 4096, 1}, {"small", 512, 512, 0}};
-#define BENCH_LLAMA_SHAPES 5
 
 /* A benchmark shape's operands: `copies` copies of a random R x C bf16
  * weight (256 MiB together or more, so the L2 never holds the one read
