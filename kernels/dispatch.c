@@ -97,11 +97,6 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .gemv_lt_min_bytes = env_int("INFERD_GEMV_LT_MIN_BYTES", (int)KCUDA_GEMV_DEFAULT_LT_MIN_BYTES),
                          .accum = env_int("INFERD_GEMM_ACCUM", 1) != 0,
                          .accum_min_weight_bytes = env_int("INFERD_GEMM_ACCUM_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
-                         .l2pf_attn = env_int("INFERD_L2PF_ATTN", 0),
-                         .l2pf_silu = env_int("INFERD_L2PF_SILU", 0),
-                         .l2pf_min_n = env_int("INFERD_L2PF_MIN_N", 3),
-                         .l2pf_lt_segs = env_int("INFERD_L2PF_LT_SEGS", 1),
-                         .l2pf_hint = env_int("INFERD_L2PF_HINT", 0),
                          .search_max_n = env_int("INFERD_GEMM_SEARCH_MAX_N", 512),
                          .search_min_weight_bytes = env_int("INFERD_GEMM_SEARCH_MIN_BYTES", -1)};
     kern_gemm_config(ctx, &go);
@@ -404,9 +399,6 @@ void kern_gemm_config(kern_ctx *ctx, const kern_gemm_opts *o)
     ctx->gemm.gemv_preload = INFERD_MAX(0, INFERD_MIN(o->gemv_preload, KCUDA_GEMV_MAX_PRELOAD));
     ctx->gemm.gemv_xs = INFERD_MAX(0, INFERD_MIN(o->gemv_xs, 2));
     ctx->gemm.search_max_n = INFERD_MAX(0, o->search_max_n);
-    ctx->gemm.l2pf_attn = INFERD_MAX(0, INFERD_MIN(o->l2pf_attn, 1000));
-    ctx->gemm.l2pf_silu = INFERD_MAX(0, INFERD_MIN(o->l2pf_silu, 1000));
-    ctx->gemm.l2pf_lt_segs = INFERD_MAX(1, INFERD_MIN(o->l2pf_lt_segs, 64));
 }
 
 void kern_gemm_search_window(kern_ctx *ctx, bool open)
@@ -430,17 +422,16 @@ void kern_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const 
         DISPATCH(ctx, tokens_from(ctx, tokens, src, from, n));
 }
 
-void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const kern_next *next)
+void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 {
-    DISPATCH(ctx, silu_mul(ctx, out, gate_up, n, f, next));
+    DISPATCH(ctx, silu_mul(ctx, out, gate_up, n, f));
 }
 
-void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps,
-                       const kern_next *next)
+void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
 {
     INFERD_CHECK_MSG(x && d > 0 && eps > 0.0f, "silu_mul_rms: needs x, d > 0 and eps > 0");
     if (n > 0 && f > 0)
-        DISPATCH(ctx, silu_mul_rms(ctx, out, gate_up, n, f, x, d, eps, next));
+        DISPATCH(ctx, silu_mul_rms(ctx, out, gate_up, n, f, x, d, eps));
 }
 
 void kern_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)

@@ -97,10 +97,9 @@ struct kern_timer {
                          int d);                                                                  \
     void P##_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, \
                          int n);                                                                  \
-    void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f,                \
-                      const kern_next *next);                                                     \
+    void P##_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);               \
     void P##_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f,            \
-                          const void *x, int d, float eps, const kern_next *next);                \
+                          const void *x, int d, float eps);                                       \
     void P##_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count);                 \
     void P##_rope_kv_write(kern_ctx *ctx, const kern_rope_kv_params *p,                           \
                            const kern_qkv_epilogue *e);                                           \

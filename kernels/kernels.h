@@ -245,13 +245,6 @@ typedef struct {
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
                                   instead of the GEMV (0 = never; INFERD_GEMV_LT_MIN_BYTES) */
-    int l2pf_attn, l2pf_silu; /* the L2 prefetch riders (kern_next): per mille of the head of each stream of the
-                                 next product's weight the decode attention / SiLU * up pull into the L2
-                                 (0 = off; INFERD_L2PF_ATTN, INFERD_L2PF_SILU) ... */
-    int l2pf_min_n;           /* ... in steps of at least this many tokens (INFERD_L2PF_MIN_N) ... */
-    int l2pf_lt_segs;         /* ... cutting each row of a cuBLASLt product's weight in this many streams
-                                 (INFERD_L2PF_LT_SEGS, 1) ... */
-    int l2pf_hint;            /* ... the lines marked evict_last when 1 (INFERD_L2PF_HINT) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
@@ -282,26 +275,13 @@ void kern_gather_rows(kern_ctx *ctx, void *out, const void *in, const int32_t *i
  * [max src + 1], int32, backend memory; tokens must not overlap from. */
 void kern_tokens_from(kern_ctx *ctx, int32_t *tokens, const int32_t *src, const int32_t *from, int n);
 
-/* The product an op's kernels run before: its weight and token count. A
- * hint for the L2 prefetch riders (kern_gemm_opts.l2pf_*): on CUDA an op
- * that leaves the HBM idle while it runs (the decode attention, SiLU * up)
- * pulls the head of each stream of w that the product reads at n tokens
- * into the L2, so the product starts on L2 hits. Never changes a result;
- * ignored by the CPU backend; w NULL (or the struct pointer NULL) = none. */
-typedef struct {
-    const kern_weight *w;
-    int n;
-} kern_next;
-
-/* out[n, f] = silu(gate_up[:, :f]) * gate_up[:, f:]; gate_up: [n, 2f].
- * next: the product after it (kern_next) or NULL. */
-void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const kern_next *next);
+/* out[n, f] = silu(gate_up[:, :f]) * gate_up[:, f:]; gate_up: [n, 2f]. */
+void kern_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f);
 /* The same after a folded norm (kern_fuse.rms): each token's gate and up
  * values are first scaled by r = 1 / sqrt(mean(x^2) + eps) of its row of
  * x ([n, d], the residual stream the product read) and rounded to the act
  * dtype: out = silu(act(g r)) * act(u r), rounded. */
-void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps,
-                       const kern_next *next);
+void kern_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps);
 
 /* RoPE (HF rotate_half: pairs (j, j + head_dim/2)) on q and k of a fused qkv
  * buffer, then K and V written to the paged cache through slot_mapping. */
@@ -450,7 +430,6 @@ typedef struct {
                                         blocks their attention reads (decode reads fp8 directly): K
                                         [n_blocks, n_kv_heads, block_size, head_dim], then V; else unused */
     int64_t n_blocks;                /* kv_fp8 on CUDA: blocks of the caches (and of kv_dequant's halves) */
-    kern_next next;                  /* the product after it (O), a hint for decode steps (kern_next) */
 } kern_attn_params;
 void kern_attention(kern_ctx *ctx, const kern_attn_params *p);
 /* Bytes of kern_attn_params.kv_dequant for a pool of n_blocks blocks

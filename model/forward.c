@@ -433,7 +433,6 @@ static void attention_op(model *m, const model_layer *L, const model_fwd_in *b)
         .kv_fp8 = model_kv_fp8(m),
         .kv_dequant = m->kv_dequant, /* fp8 on CUDA: the prefill attention's act-dtype copy */
         .n_blocks = m->n_blocks,
-        .next = {.w = &L->wo, .n = b->n_tokens}, /* the O product: its L2 prefetch rider */
     };
     kern_attention(m->kc, &ap);
 }
@@ -569,12 +568,11 @@ static void mlp_block(model *m, const model_layer *L, int n, bool accum, bool fo
             kern_matmul(m->kc, a->gate_up, in, &L->w_gate_up, n);
         PROF_MARK(m, MODEL_OP_SILU_MUL,
                   act_bytes(m, (3.0 * c->intermediate_size + (fold ? c->hidden_size : 0.0)) * n), 0);
-        const kern_next down = {.w = &L->w_down, .n = n}; /* its L2 prefetch rider */
         if (!knocked(m, MODEL_OP_SILU_MUL) && fold)
             kern_silu_mul_rms(m->kc, a->act, a->gate_up, n, c->intermediate_size, a->x, c->hidden_size,
-                              c->rms_norm_eps, &down);
+                              c->rms_norm_eps);
         else if (!knocked(m, MODEL_OP_SILU_MUL))
-            kern_silu_mul(m->kc, a->act, a->gate_up, n, c->intermediate_size, &down);
+            kern_silu_mul(m->kc, a->act, a->gate_up, n, c->intermediate_size);
     }
     out_proj(m, MODEL_OP_DOWN, a->act, &L->w_down, n, accum);
 }

@@ -182,9 +182,9 @@ void kcpu_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_weig
         for (int64_t i = 0; i < n * rows; i++)
             r[i] += prod[i];
     } else if (f->epi == KERN_EPI_SILU_MUL && f->rms) {
-        kcpu_silu_mul_rms(ctx, out, prod, n, (int)(rows / 2), in, (int)cols, f->eps, NULL);
+        kcpu_silu_mul_rms(ctx, out, prod, n, (int)(rows / 2), in, (int)cols, f->eps);
     } else if (f->epi == KERN_EPI_SILU_MUL) {
-        kcpu_silu_mul(ctx, out, prod, n, (int)(rows / 2), NULL);
+        kcpu_silu_mul(ctx, out, prod, n, (int)(rows / 2));
     } else if (f->epi == KERN_EPI_ROPE_KV) {
         kern_rope_kv_params rp = *f->rope;
         rp.qkv = prod;

@@ -134,11 +134,9 @@ void kcpu_f32_to_act(kern_ctx *ctx, void *out, const float *in, size_t count)
 }
 
 /* Contract (kern_silu_mul): out[n, f] = silu(g) * u with g = gate_up[:, :f],
- * u = gate_up[:, f:], silu(g) = g / (1 + exp(-g)) in fp32. next: a hint
- * the CPU has no use for. */
-void kcpu_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const kern_next *next)
+ * u = gate_up[:, f:], silu(g) = g / (1 + exp(-g)) in fp32. */
+void kcpu_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 {
-    (void)next;
     float *o = out;              /* [n, f] */
     const float *gu = gate_up;   /* [n, 2f] */
     int nt = kcpu_threads(ctx, (int64_t)n * f * 8);
@@ -154,10 +152,8 @@ void kcpu_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, 
 
 /* Contract (kern_silu_mul_rms): kcpu_silu_mul of g r and u r, r the
  * inverse RMS of the token's row of x ([n, d] F32). */
-void kcpu_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps,
-                       const kern_next *next)
+void kcpu_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
 {
-    (void)next;
     float *o = out;            /* [n, f] */
     const float *gu = gate_up; /* [n, 2f] */
     const float *xs = x;       /* [n, d] */

@@ -602,10 +602,7 @@ void kcuda_attention(kern_ctx *ctx, const kern_attn_params *p)
         kcuda_attn_last_pdl = a.pdl;
         a.early_kv = a.tc && attn_early_kv();
         kcuda_attn_last_early_kv = a.early_kv;
-        if (n_pre == 0)
-            a.pf = kcuda_l2pf(ctx, &p->next, ctx->gemm.l2pf_attn);
         kcuda_attn_decode_launch(st, &a);
-        a.pf = kc_pf{};
     }
     if (n_pre > 0) {
         kc_attn_args ap = a;

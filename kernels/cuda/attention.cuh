@@ -79,7 +79,6 @@ typedef struct {
                                    * the step's own ahead of the PDL wait (default; INFERD_ATTN_EARLY_KV=0
                                    * off, attention.cu; dec_tile_early) */
     float scale;
-    kc_pf pf;                     /* decode-only steps: the O product's L2 prefetch rider (kcuda_l2pf) */
 } kc_attn_args;
 
 /* Keys [k0, k0 + ROWS) of kv head kvh, gathered through the sequence's

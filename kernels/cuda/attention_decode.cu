@@ -576,7 +576,6 @@ static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GM
 {
     if (a.pdl != 2)
         kc_pdl_trigger();
-    kc_l2_prefetch_grid(a.pf);
     extern __shared__ uint4 dec_ring[];
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
     dec_red<GMAX> &red = *(PIPE ? (dec_red<GMAX> *)dec_ring : (dec_red<GMAX> *)&red_static);
@@ -687,7 +686,6 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC_CTAS_PE
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
     if (a.pdl != 2)
         kc_pdl_trigger();
-    kc_l2_prefetch_grid(a.pf);
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
     dec_cta c;
@@ -894,7 +892,6 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC8_CTAS_P
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
     if (a.pdl != 2)
         kc_pdl_trigger();
-    kc_l2_prefetch_grid(a.pf);
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
     dec_cta c;

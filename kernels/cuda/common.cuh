@@ -258,61 +258,6 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
 }
 #endif
 
-/* An L2 prefetch rider (kcuda_l2pf, gemm.cu): the head of each stream of
- * bytes the next product reads, pulled into the L2 by a kernel that leaves
- * the HBM idle while it runs (the decode attention, SiLU * up), so the
- * product starts on L2 hits. Stream j of rows * segs: bytes [base + (j /
- * segs) row_bytes + (j % segs) seg_bytes, + bytes). bytes 0 = none. hint 1
- * marks the lines evict_last. Never changes a result. */
-typedef struct {
-    const char *base;
-    int64_t rows, row_bytes, seg_bytes;
-    int segs, bytes, hint;
-} kc_pf;
-
-/* The rider for the product next (kern_next; NULL or its w NULL: none) at
- * per_mille of each stream its route reads (gemv.cu): the tensor-core
- * GEMV's warps each walk a quarter of a row, the CUDA-core GEMV a whole
- * row, cuBLASLt's kernels taken as kern_gemm_opts.l2pf_lt_segs streams a
- * row. None in steps of fewer than l2pf_min_n tokens or past per_mille 0. */
-kc_pf kcuda_l2pf(const kern_ctx *ctx, const kern_next *next, int per_mille);
-
-/* This thread's share (thread t of nt) of pf's streams: one bulk L2
- * prefetch (cp.async.bulk.prefetch.L2, sm_90) a stream, fire and forget:
- * nothing waits on it. A no-op under the host emulator and before sm_90. */
-__device__ __forceinline__ void kc_l2_prefetch(const kc_pf &pf, int64_t t, int64_t nt)
-{
-#if !defined(KEMU_H) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (pf.bytes <= 0)
-        return;
-    uint64_t pol = 0;
-    if (pf.hint)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    for (int64_t j = t; j < pf.rows * pf.segs; j += nt) {
-        const char *p = pf.base + (j / pf.segs) * pf.row_bytes + (j % pf.segs) * pf.seg_bytes;
-        if (pf.hint)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p), "r"(pf.bytes),
-                         "l"(pol)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(pf.bytes) : "memory");
-    }
-#else
-    (void)pf, (void)t, (void)nt;
-#endif
-}
-
-/* kc_l2_prefetch with the whole grid's threads sharing the streams, dealt
- * round-robin over the CTAs (stream j to CTA j % CTAs), so every SM's
- * copy engine issues its share. */
-__device__ __forceinline__ void kc_l2_prefetch_grid(const kc_pf &pf)
-{
-    const int64_t ctas = (int64_t)gridDim.x * gridDim.y * gridDim.z;
-    const int64_t cta = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    const int64_t tid = ((int64_t)threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-    kc_l2_prefetch(pf, tid * ctas + cta, (int64_t)blockDim.x * blockDim.y * blockDim.z * ctas);
-}
-
 /* Programmatic dependent launch, primary side: let the next kernel on the
  * stream, when it is launched with the programmatic-serialization attribute
  * (the decode GEMV, gemv.cu), start now. Its CTAs then fill the SMs this

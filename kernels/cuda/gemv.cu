@@ -985,53 +985,6 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     KCUDA_LAUNCH_CHECK();
 }
 
-/* Contract (common.cuh): the streams of next->w that its product at
- * next->n tokens reads: the route of kern_matmul and the fused products
- * (kcuda_gemv_route; the input's alignment aside, which the model's
- * buffers keep). */
-kc_pf kcuda_l2pf(const kern_ctx *ctx, const kern_next *next, int per_mille)
-{
-    kc_pf pf = {};
-    if (!next || !next->w || !next->w->data || per_mille <= 0 || next->n < ctx->gemm.l2pf_min_n)
-        return pf;
-    const kern_weight *w = next->w;
-    const int64_t row_bytes = kern_weight_bytes(w) / w->rows;
-    int segs = ctx->gemm.l2pf_lt_segs;
-    int64_t seg_bytes = row_bytes / segs / 16 * 16; /* the last stream takes the rest */
-    if (kcuda_gemv_route(ctx, w, next->n) && gemv_use_tc(ctx, next->n)) {
-        const int64_t nq = (w->cols + 31) / 32, per = (nq + TCG_WARPS - 1) / TCG_WARPS; /* gemv_tc_kernel's q0 */
-        segs = TCG_WARPS;
-        seg_bytes = per * 32 * (int64_t)sizeof(uint16_t);
-    } else if (kcuda_gemv_route(ctx, w, next->n)) {
-        segs = 1;
-        seg_bytes = row_bytes;
-    }
-    const int64_t want = seg_bytes * per_mille / 1000 / 16 * 16, room = row_bytes - (segs - 1) * seg_bytes;
-    pf.base = static_cast<const char *>(w->data);
-    pf.rows = w->rows;
-    pf.row_bytes = row_bytes;
-    pf.seg_bytes = seg_bytes;
-    pf.segs = segs;
-    const int64_t bytes = want < room / 16 * 16 ? want : room / 16 * 16;
-    pf.bytes = (int)(bytes < ((int64_t)1 << 30) ? bytes : (int64_t)1 << 30);
-    pf.hint = ctx->gemm.l2pf_hint;
-    if (pf.bytes < 16 || seg_bytes % 16 != 0 || row_bytes % 16 != 0 || !kcuda_aligned(w->data, 16))
-        pf.bytes = 0; /* the bulk prefetch takes 16-byte aligned addresses and sizes */
-    return pf;
-}
-
-/* Test hook (test_l2pf_plan): kcuda_l2pf's streams, out = {segs, seg_bytes,
- * bytes, row_bytes}. */
-extern "C" void kcuda_l2pf_streams(const kern_ctx *ctx, const kern_next *next, int per_mille, int64_t out[4]);
-void kcuda_l2pf_streams(const kern_ctx *ctx, const kern_next *next, int per_mille, int64_t out[4])
-{
-    const kc_pf pf = kcuda_l2pf(ctx, next, per_mille);
-    out[0] = pf.segs;
-    out[1] = pf.seg_bytes;
-    out[2] = pf.bytes;
-    out[3] = pf.row_bytes;
-}
-
 /* Contract (kern_internal.h): gemv_preload (kern_gemm_config keeps it in
  * 0..KCUDA_GEMV_MAX_PRELOAD) where the product after the attention runs the
  * CUDA-core form of 1..2 tokens (two rows a warp: pre x 4 KiB of shared

@@ -260,13 +260,11 @@ struct silu_mul_args {
     const uint16_t *gu;
     int64_t n;
     int f;
-    kc_pf pf; /* the down product's L2 prefetch rider (kcuda_l2pf) */
 };
 
 template <bool VEC8> static __global__ void silu_mul_kernel(const silu_mul_args p)
 {
     kc_pdl_trigger();
-    kc_l2_prefetch_grid(p.pf);
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
     uint16_t *__restrict__ out = p.out;
     const uint16_t *__restrict__ gu = p.gu;
@@ -296,15 +294,14 @@ template <bool VEC8> static __global__ void silu_mul_kernel(const silu_mul_args 
 }
 
 /* Grid-stride over n * f (or n * f / 8) items, at most 16 blocks per SM. */
-static void launch_silu_mul(const kcuda_state *st, bool pdl, uint16_t *out, const uint16_t *gate_up, int n, int f,
-                            const kc_pf &pf)
+static void launch_silu_mul(const kcuda_state *st, bool pdl, uint16_t *out, const uint16_t *gate_up, int n, int f)
 {
     const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
     const int64_t items = (int64_t)n * (vec ? f / 8 : f);
     unsigned grid = kcuda_cdiv(items, 256);
     if (grid > (unsigned)st->n_sms * 16u)
         grid = (unsigned)st->n_sms * 16u;
-    const silu_mul_args a = {out, gate_up, n, f, pf};
+    const silu_mul_args a = {out, gate_up, n, f};
     if (vec)
         kc_launch(silu_mul_kernel<true>, dim3(grid), 256, 0, st->stream, pdl, a);
     else
@@ -313,13 +310,12 @@ static void launch_silu_mul(const kcuda_state *st, bool pdl, uint16_t *out, cons
 
 /* Contract (kern_silu_mul): out[n, f] = bf16(silu(g) * u), g = gate_up[:, :f],
  * u = gate_up[:, f:], silu(g) = g / (1 + exp(-g)) in fp32. */
-void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const kern_next *next)
+void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 {
     kcuda_state *st = kcuda_st(ctx);
     if (n <= 0 || f <= 0)
         return;
-    launch_silu_mul(st, kcuda_ops_pdl(ctx, n), (uint16_t *)out, (const uint16_t *)gate_up, n, f,
-                    kcuda_l2pf(ctx, next, ctx->gemm.l2pf_silu));
+    launch_silu_mul(st, kcuda_ops_pdl(ctx, n), (uint16_t *)out, (const uint16_t *)gate_up, n, f);
     KCUDA_LAUNCH_CHECK();
 }
 
@@ -357,13 +353,11 @@ struct silu_rms_args {
     const uint16_t *gu, *x;
     int f, d, per_part;
     float eps;
-    kc_pf pf; /* the down product's L2 prefetch rider (kcuda_l2pf) */
 };
 
 template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
 {
     kc_pdl_trigger();
-    kc_l2_prefetch_grid(p.pf);
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
@@ -391,8 +385,7 @@ template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const
 /* Contract (kern_silu_mul_rms): kcuda_silu_mul of bf16(g r), bf16(u r), r =
  * kc_inv_rms of the token's row of x. Parts a row so that the grid holds
  * about four blocks an SM (at least one, at most one per 256 items). */
-void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps,
-                        const kern_next *next)
+void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, int f, const void *x, int d, float eps)
 {
     kcuda_state *st = kcuda_st(ctx);
     const bool vec = f % 8 == 0 && kcuda_aligned(out, 16) && kcuda_aligned(gate_up, 16);
@@ -401,7 +394,7 @@ void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, in
     const int64_t want = kcuda_cdiv(4 * (int64_t)st->n_sms, n), most = kcuda_cdiv(items, 256);
     const int parts = (int)(want < 1 ? 1 : want > most ? most : want);
     const silu_rms_args a = {(uint16_t *)out, (const uint16_t *)gate_up, (const uint16_t *)x, f, d,
-                             (int)kcuda_cdiv(items, parts), eps, kcuda_l2pf(ctx, next, ctx->gemm.l2pf_silu)};
+                             (int)kcuda_cdiv(items, parts), eps};
     const dim3 grid((unsigned)n, (unsigned)parts);
     const bool pdl = kcuda_ops_pdl(ctx, n);
     if (vec && xvec)

@@ -347,7 +347,7 @@ START_TEST(test_silu_mul)
         float *gu = kt_galloc(ctx, (size_t)(n * 2 * f));
         float *out = kt_galloc(ctx, (size_t)(n * f));
         test_fill_uniform(gu, (size_t)(n * 2 * f), 31 + k, -12.0f, 12.0f);
-        kern_silu_mul(ctx, out, gu, n, f, NULL);
+        kern_silu_mul(ctx, out, gu, n, f);
         for (int i = 0; i < n; i++) {
             for (int j = 0; j < f; j++) {
                 double g = gu[i * 2 * f + j], u = gu[i * 2 * f + f + j];

@@ -324,9 +324,6 @@ static void scene_free(kt_scene *sc)
  * here (test_attention_decode_plan: bitwise comparisons between plans). */
 static float *g_keep_out;
 static int g_keep_splits;
-/* When set, the GPU call's kern_attn_params.next (the L2 prefetch rider's
- * product; test_attention_decode_l2pf). */
-static const kern_next *g_next;
 
 /* Build the scenario, run both backends, compare. Returns violations. */
 static int attn_case(const kt_attn_case *c, uint64_t seed)
@@ -352,7 +349,7 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     for (size_t i = 0; i < sc.no; i++)
         ref[i] = NAN;
     kern_attn_params pc = {ref, sc.qkv, sc.kc, sc.vc, sc.qsl, sc.lens, sc.bt, sc.qsl, sc.lens, NULL, ns,
-                           sc.n_tokens, sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0, {NULL, 0}};
+                           sc.n_tokens, sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0};
     if (g_fp8) {
         pc.k_cache = k8;
         pc.v_cache = v8;
@@ -375,12 +372,10 @@ static int attn_case(const kt_attn_case *c, uint64_t seed)
     kt_gbuf go;
     void *dout = kt_gbuf_alloc(&go, sc.no * 2, 0);
     kern_attn_params pg = {dout, dq, dk, dv, dqsl, dlens, dbt, sc.qsl, sc.lens, ws, ns, sc.n_tokens,
-                           sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0, {NULL, 0}};
+                           sc.max_blocks, nh, nkv, hd, bs, sc.max_q, sc.max_L, scale, false, NULL, 0};
     pg.kv_fp8 = g_fp8;
     pg.kv_dequant = ddq;
     pg.n_blocks = sc.total_blocks;
-    if (g_next)
-        pg.next = *g_next;
     kern_attention(kt_gpu, &pg);
     const int splits = kcuda_attn_last_splits;
     static const char *const paths[] = {"-", "simt", "tc"};
@@ -908,72 +903,6 @@ START_TEST(test_attention_decode_early_kv)
 }
 END_TEST
 
-/* The decode attention with its L2 prefetch rider (the O product's
- * weight: the tensor-core GEMV's streams at 16 tokens, cuBLASLt's three at
- * 40, the evict_last hint both ways): each case vs the CPU twin and
- * bitwise the output without the rider, on the CUDA-core and tensor-core
- * bodies, bf16 and fp8 caches, split and folded plans; a mixed step
- * (prefill beside decode) takes no rider and stays correct. */
-START_TEST(test_attention_decode_l2pf)
-{
-    static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
-    static const kt_seq long3[] = {{1500, 1}, {3000, 1}, {5, 1}};
-    static const kt_seq mixed[] = {{200, 45}, {50, 1}, {1200, 1}};
-    kt_seq b16[16], b40[40];
-    for (int i = 0; i < 16; i++)
-        b16[i] = (kt_seq){1030 - 61 * i, 1};
-    for (int i = 0; i < 40; i++)
-        b40[i] = (kt_seq){20 + (i * 53) % 900, 1};
-    const kt_attn_case cases[] = {
-        {"l2pf b16 llama3", 32, 8, 128, 16, b16, NSEQ(b16), 0, true, false, -1, 0},
-        {"l2pf b40 llama3", 32, 8, 128, 16, b40, NSEQ(b40), 0, true, false, -1, 0},
-        {"l2pf split gqa8 hd128 bs32", 16, 2, 128, 32, long3, NSEQ(long3), 0, true, false, 1, 0},
-        {"l2pf short gqa4 hd64 pad", 8, 2, 64, 16, short3, NSEQ(short3), 1, true, false, 0, 0},
-        {"l2pf mixed step", 16, 2, 128, 16, mixed, NSEQ(mixed), 0, true, false, -1, 0},
-    };
-    kern_gemm_opts o0, o;
-    kern_gemm_config_get(kt_gpu, &o0);
-    kern_weight w = {NULL, KERN_DTYPE_BF16, 4096, 520};
-    w.data = kern_alloc(kt_gpu, (size_t)kern_weight_bytes(&w));
-    int bad = 0;
-    for (int i = 0; i < NSEQ(cases); i++) {
-        const kt_attn_case *c = &cases[i];
-        const size_t n = (size_t)case_tokens(c) * c->nh * c->hd;
-        float *o_off = inferd_malloc(n * sizeof(float)), *o_on = inferd_malloc(n * sizeof(float));
-        for (int v = 0; v < 4; v++) { /* bf16 / fp8, CUDA-core / tensor-core bodies */
-            g_fp8 = v & 1;
-            kcuda_attn_decode_tc_force = v >> 1;
-            const kern_next next = {&w, i == 1 ? 40 : 16};
-            for (int rider = 0; rider < 2; rider++) {
-                o = o0;
-                o.l2pf_attn = rider ? 1000 : 0;
-                o.l2pf_min_n = 1;
-                o.l2pf_lt_segs = 3;
-                o.l2pf_hint = (i + v) & 1;
-                kern_gemm_config(kt_gpu, &o);
-                g_next = rider ? &next : NULL;
-                g_keep_out = rider ? o_on : o_off;
-                bad += attn_case(c, 9900 + (uint64_t)i);
-            }
-            if (memcmp(o_off, o_on, n * sizeof(float)) != 0) {
-                printf("  attention %s (variant %d): the rider changed the output\n", c->name, v);
-                kt_record("attention", 1, 0, 0);
-                bad++;
-            }
-        }
-        inferd_free(o_on);
-        inferd_free(o_off);
-    }
-    g_next = NULL;
-    g_keep_out = NULL;
-    g_fp8 = false;
-    kcuda_attn_decode_tc_force = -1;
-    kern_gemm_config(kt_gpu, &o0);
-    kern_free(kt_gpu, w.data);
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
 START_TEST(test_attention_prefill)
 {
     static const kt_seq one[] = {{77, 77}};
@@ -1280,7 +1209,6 @@ TCase *kt_tcase_attention(void)
     tcase_add_test(tc, test_attention_decode_merge);
     tcase_add_test(tc, test_attention_decode_fold);
     tcase_add_test(tc, test_attention_decode_early_kv);
-    tcase_add_test(tc, test_attention_decode_l2pf);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_random);
     tcase_add_test(tc, test_attention_fp8);

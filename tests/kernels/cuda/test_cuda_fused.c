@@ -437,7 +437,7 @@ static int tc_bitwise_case(kern_epilogue epi, int n, int R, int C, int nh, int n
         rope_in_free(&ri);
     } else if (epi == KERN_EPI_SILU_MUL) {
         kern_matmul(kt_gpu, prod, gin, &wg, n);
-        kern_silu_mul(kt_gpu, outA, prod, n, R / 2, NULL);
+        kern_silu_mul(kt_gpu, outA, prod, n, R / 2);
         const kern_fuse f = {.epi = KERN_EPI_SILU_MUL};
         kern_matmul_fused(kt_gpu, outB, gin, &wg, n, &f);
         bad += same_dev(what, outA, outB, nr);

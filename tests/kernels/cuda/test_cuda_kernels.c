@@ -959,11 +959,11 @@ START_TEST(test_silu_mul)
         float *gu = inferd_malloc(nin * sizeof(float));
         kt_rand_bf16(gu, nin, 70 + (uint64_t)c, -6.0f, 6.0f);
         float *cgu = kt_cpu_f32(gu, nin), *ref = inferd_malloc(nout * sizeof(float)), *got = inferd_malloc(nout * sizeof(float));
-        kern_silu_mul(kt_cpu, ref, cgu, n, f, NULL);
+        kern_silu_mul(kt_cpu, ref, cgu, n, f);
         void *ggu = kt_gpu_bf16(gu, nin);
         kt_gbuf g;
         void *out = kt_gbuf_alloc(&g, nout * 2, 0);
-        kern_silu_mul(kt_gpu, out, ggu, n, f, NULL);
+        kern_silu_mul(kt_gpu, out, ggu, n, f);
         uint16_t *h = inferd_malloc(nout * 2);
         kt_gbuf_read(&g, h);
         kt_from_bf16(h, got, nout);
@@ -1000,14 +1000,14 @@ START_TEST(test_silu_mul_rms)
         kt_rand_bf16(x, nx, seed + 10 * (uint64_t)c + 1, -3.0f, 3.0f);
         float *cgu = kt_cpu_f32(gu, nin), *cx = kt_cpu_f32(x, nx);
         float *ref = inferd_malloc(nout * sizeof(float)), *got = inferd_malloc(nout * sizeof(float));
-        kern_silu_mul_rms(kt_cpu, ref, cgu, n, f, cx, d, 1e-5f, NULL);
+        kern_silu_mul_rms(kt_cpu, ref, cgu, n, f, cx, d, 1e-5f);
         void *ggu = kt_gpu_bf16(gu, nin);
         kt_gbuf g, gx;
         void *dx = kt_gbuf_alloc(&gx, nx * 2, (size_t)xoff);
         uint16_t *hx = kt_to_bf16(x, nx);
         kern_memcpy_h2d(kt_gpu, dx, hx, nx * 2);
         void *out = kt_gbuf_alloc(&g, nout * 2, 0);
-        kern_silu_mul_rms(kt_gpu, out, ggu, n, f, dx, d, 1e-5f, NULL);
+        kern_silu_mul_rms(kt_gpu, out, ggu, n, f, dx, d, 1e-5f);
         uint16_t *h = inferd_malloc(nout * 2);
         kt_gbuf_read(&g, h);
         kt_from_bf16(h, got, nout);
@@ -1027,139 +1027,6 @@ START_TEST(test_silu_mul_rms)
         inferd_free(x);
         inferd_free(gu);
     }
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
-#ifdef INFERD_HAVE_CUDA
-/* kernels/cuda/gemv.cu test hook: the L2 prefetch rider's streams
- * {segs, seg_bytes, bytes, row_bytes} for a next product */
-extern void kcuda_l2pf_streams(const kern_ctx *ctx, const kern_next *next, int per_mille, int64_t out[4]);
-#else
-static void kcuda_l2pf_streams(const kern_ctx *ctx, const kern_next *next, int per_mille, int64_t out[4])
-{
-    (void)ctx, (void)next, (void)per_mille;
-    out[0] = out[1] = out[2] = out[3] = 0;
-}
-#endif
-
-/* The L2 prefetch riders' streams (kern_next) as a table: the tensor-core
- * GEMV's four a row (a quarter each; odd columns: the last one shorter;
- * too few columns: none), the CUDA-core GEMV's one, cuBLASLt's
- * l2pf_lt_segs (16-byte multiples, the last taking the rest; a weight
- * under the GEMV's floor goes there at any n), none below l2pf_min_n, at
- * per mille 0 or without a weight. Every stream lies inside its row. */
-START_TEST(test_l2pf_plan)
-{
-    static const struct {
-        int64_t R, C;
-        int n, pm, min_n, lt_segs;
-        int64_t segs, seg_bytes, bytes; /* segs -1: not checked (no streams) */
-    } rows[] = {
-        {512, 4096, 16, 500, 3, 1, 4, 2048, 1024},     /* tensor-core GEMV */
-        {512, 4096, 2, 500, 1, 1, 1, 8192, 4096},      /* CUDA-core GEMV */
-        {512, 4096, 2, 500, 3, 1, -1, 0, 0},           /* below l2pf_min_n */
-        {512, 4096, 17, 1000, 3, 3, 3, 2720, 2720},    /* cuBLASLt, three streams */
-        {512, 4096, 64, 250, 3, 1, 1, 8192, 2048},     /* cuBLASLt, one */
-        {512, 4104, 16, 1000, 3, 1, 4, 2112, 1872},    /* odd columns: the last quarter's room */
-        {131072, 8, 16, 1000, 3, 1, -1, 0, 0},         /* a 16-byte row in four streams: none */
-        {64, 4096, 16, 250, 3, 1, 1, 8192, 2048},      /* under the GEMV's floor: cuBLASLt */
-        {512, 4096, 16, 0, 3, 1, -1, 0, 0},            /* per mille 0 */
-        {0, 0, 16, 1000, 3, 1, -1, 0, 0},              /* no weight */
-    };
-    kern_gemm_opts o0, o;
-    kern_gemm_config_get(kt_gpu, &o0);
-    int bad = 0;
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        o = o0;
-        o.gemv_max_n = 16;
-        o.gemv_tc_min_n = 3;
-        o.gemv_min_weight_bytes = (int64_t)1 << 20;
-        o.gemv_lt_min_bytes = (int64_t)200 << 20;
-        o.l2pf_min_n = rows[i].min_n;
-        o.l2pf_lt_segs = rows[i].lt_segs;
-        kern_gemm_config(kt_gpu, &o);
-        kern_weight w = {NULL, KERN_DTYPE_BF16, rows[i].R, rows[i].C};
-        if (w.rows > 0)
-            w.data = kern_alloc(kt_gpu, (size_t)kern_weight_bytes(&w));
-        const kern_next next = {w.rows > 0 ? &w : NULL, rows[i].n};
-        int64_t got[4];
-        kcuda_l2pf_streams(kt_gpu, &next, rows[i].pm, got);
-        const int64_t segs = got[0], seg = got[1], bytes = got[2], row = got[3];
-        bool ok = bytes == rows[i].bytes && bytes % 16 == 0;
-        if (rows[i].segs >= 0)
-            ok = ok && segs == rows[i].segs && seg == rows[i].seg_bytes && row == w.cols * 2 &&
-                 (segs - 1) * seg + bytes <= row && bytes <= seg;
-        if (!ok) {
-            printf("  l2pf row %zu (%lldx%lld n=%d): segs %lld seg %lld bytes %lld row %lld\n", i,
-                   (long long)w.rows, (long long)w.cols, rows[i].n, (long long)segs, (long long)seg,
-                   (long long)bytes, (long long)row);
-            bad++;
-        }
-        kern_free(kt_gpu, w.data);
-    }
-    kern_gemm_config(kt_gpu, &o0);
-    ck_assert_int_eq(bad, 0);
-}
-END_TEST
-
-/* SiLU * up with its L2 prefetch rider (the down product's weight, every
- * route and the evict_last hint): bitwise the output without it, plain
- * and after a folded norm, with guard regions. */
-START_TEST(test_silu_l2pf)
-{
-    const int n_cases = 4;
-    const int ns[] = {16, 1, 40, 3}, fs[] = {1000, 14336, 88, 64}, lt_segs[] = {1, 1, 3, 2};
-    const uint64_t seed = kt_seed();
-    kern_gemm_opts o0, o;
-    kern_gemm_config_get(kt_gpu, &o0);
-    kern_weight w = {NULL, KERN_DTYPE_BF16, 520, 4104}; /* odd quarters */
-    w.data = kern_alloc(kt_gpu, (size_t)kern_weight_bytes(&w));
-    int bad = 0;
-    for (int c = 0; c < n_cases; c++) {
-        const int n = ns[c], f = fs[c], d = 64;
-        const size_t nin = (size_t)n * 2 * f, nout = (size_t)n * f;
-        float *gu = inferd_malloc(nin * sizeof(float)), *x = inferd_malloc((size_t)n * d * sizeof(float));
-        kt_rand_bf16(gu, nin, seed + (uint64_t)c, -6.0f, 6.0f);
-        kt_rand_bf16(x, (size_t)n * d, seed + 100 + (uint64_t)c, -3.0f, 3.0f);
-        void *ggu = kt_gpu_bf16(gu, nin), *gx = kt_gpu_bf16(x, (size_t)n * d);
-        uint16_t *h[2][2];
-        for (int rider = 0; rider < 2; rider++) {
-            o = o0;
-            o.l2pf_silu = rider ? 1000 : 0;
-            o.l2pf_min_n = 1;
-            o.l2pf_lt_segs = lt_segs[c];
-            o.l2pf_hint = c & 1;
-            kern_gemm_config(kt_gpu, &o);
-            const kern_next next = {&w, n};
-            for (int rms = 0; rms < 2; rms++) {
-                kt_gbuf g;
-                void *out = kt_gbuf_alloc(&g, nout * 2, 0);
-                if (rms)
-                    kern_silu_mul_rms(kt_gpu, out, ggu, n, f, gx, d, 1e-5f, &next);
-                else
-                    kern_silu_mul(kt_gpu, out, ggu, n, f, &next);
-                h[rider][rms] = inferd_malloc(nout * 2);
-                kt_gbuf_read(&g, h[rider][rms]);
-                bad += kt_gbuf_guards_bad(&g, "silu l2pf");
-                kt_gbuf_free(&g);
-            }
-        }
-        for (int rms = 0; rms < 2; rms++) {
-            if (memcmp(h[0][rms], h[1][rms], nout * 2) != 0) {
-                printf("  silu l2pf n=%d f=%d rms=%d: the rider changed the output\n", n, f, rms);
-                bad++;
-            }
-            inferd_free(h[0][rms]);
-            inferd_free(h[1][rms]);
-        }
-        kern_free(kt_gpu, ggu);
-        kern_free(kt_gpu, gx);
-        inferd_free(x);
-        inferd_free(gu);
-    }
-    kern_gemm_config(kt_gpu, &o0);
-    kern_free(kt_gpu, w.data);
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -1455,8 +1322,6 @@ TCase *kt_tcase_dense(void)
     tcase_add_test(tc, test_gemm_small_bench);
     tcase_add_test(tc, test_silu_mul);
     tcase_add_test(tc, test_silu_mul_rms);
-    tcase_add_test(tc, test_l2pf_plan);
-    tcase_add_test(tc, test_silu_l2pf);
     tcase_add_test(tc, test_weight_scale_cols);
     tcase_add_test(tc, test_f32_to_act);
     tcase_add_test(tc, test_rope_kv_write_ex);
