@@ -245,6 +245,9 @@ typedef struct {
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
                                   instead of the GEMV (0 = never; INFERD_GEMV_LT_MIN_BYTES) */
+    int gemv_tc_trigger; /* 1 (default): the tensor-core form triggers its programmatic dependents (the next
+                            GEMV, the decode attention) once its weights are read, so their CTAs start
+                            during its sums and epilogue; 0: at its end (INFERD_GEMV_TC_TRIGGER) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates

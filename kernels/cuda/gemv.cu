@@ -167,6 +167,8 @@ struct gemv_args {
               * (kcuda_gemv_preload), 0: none */
     int xs;  /* the CUDA-core form at n <= 2: the input rows (and the norm weight) staged in
               * shared memory (gemv_xs_fit), 0: read through L1 */
+    int trigger; /* the tensor-core form: trigger its programmatic dependents once its weights are
+                  * read (kern_gemm_opts.gemv_tc_trigger), else at its end */
 };
 
 /* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
@@ -785,6 +787,8 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
             }
         }
     }
+    if (a.trigger) /* the next GEMV's CTAs stream their first weights during this one's sums */
+        kc_pdl_trigger();
     if constexpr (S > 0) { /* red overlays other warps' stages */
         kc_cp_wait<0>();
         __syncthreads();
@@ -977,6 +981,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (gemv_use_tc(ctx, n)) {
+        a.trigger = ctx->gemm.gemv_tc_trigger;
         gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, false, a);
     } else {
         gemv_xs_fit(ctx, &a, n, false);
@@ -1043,6 +1048,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
     a.pre =
         f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
     if (tc) {
+        a.trigger = ctx->gemm.gemv_tc_trigger;
         gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, f->rms, a);
     } else {
         gemv_xs_fit(ctx, &a, n, f->norm != NULL);
