@@ -216,6 +216,7 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 = off),
  * INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on the
  * GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
+ * INFERD_GEMV_TC_TRIGGER (gemv_tc_trigger, 0/1),
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
  * with weights of at least this size on cuBLASLt, 200 MiB; 0 = never),
  * INFERD_GEMM_ACCUM (accum, 0/1),

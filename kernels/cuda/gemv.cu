@@ -21,11 +21,16 @@
  *    (which no earlier kernel writes), then waits (griddepcontrol.wait) for
  *    the previous kernel before reading the input or writing the output. The
  *    launch latency and the first loads overlap the previous kernel's tail.
- *    Valid inside CUDA graphs (captured as a programmatic edge). The GEMV
- *    does not trigger its own dependents early: an early trigger after the
- *    weights were read was timed twice (docs/PERF.md, eleventh and twelfth
- *    sessions; clean under compute-sanitizer once the RoPE rounding was
- *    fixed) and ran batch 1 within noise of the plain end of the grid.
+ *    Valid inside CUDA graphs (captured as a programmatic edge). The
+ *    CUDA-core form does not trigger its own dependents early: an early
+ *    trigger after the weights were read was timed twice (docs/PERF.md,
+ *    eleventh and twelfth sessions; clean under compute-sanitizer once the
+ *    RoPE rounding was fixed) and ran batch 1 within noise of the plain end
+ *    of the grid. The tensor-core form does (a.trigger,
+ *    INFERD_GEMV_TC_TRIGGER, default 1): once its main loop is done, so the
+ *    next GEMV's and the decode attention's CTAs launch during its sums and
+ *    epilogue (batch 8 1.3% faster on an H100, batch 16 within noise;
+ *    thirty-sixth session). Each dependent still waits for the whole grid.
  * Preload (a.pre, kcuda_gemv_preload; the O product after the decode
  * attention, 1..2 tokens): the lane's first a.pre chunks of its rows go to
  * shared memory by cp.async before the PDL wait. The attention and its
