@@ -846,7 +846,7 @@ if nvcc -O3 -arch=sm_90a -o /tmp/mlp_pipe scripts/exp_mlp_pipe.cu -lcublasLt >"$
         if timeout 120 /tmp/mlp_pipe "$n" 32 20 >"$W/mlppipe-$n.txt" 2>&1
         then row "mlp pipeline experiment, $n tokens $(el)" ok
         else row "mlp pipeline experiment, $n tokens (exit $?)" "FAILED (wave/mlppipe-$n.txt)"; fi
-        cat "$W/mlppipe-$n.txt" | tee -a "$SUMMARY"
+        tee -a "$SUMMARY" <"$W/mlppipe-$n.txt"
     done
 else row "mlp pipeline experiment build" "FAILED (wave/mlppipe-build.log)"; fi
 fi

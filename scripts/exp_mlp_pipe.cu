@@ -162,13 +162,13 @@ typedef struct {
     __nv_bfloat16 **wgu, **wd; /* per layer: [2I, H] (as [g0; u0; g1; u1] halves for the chains), [H, I] */
     __nv_bfloat16 *x, *y, *gu, *gu2, *h;
     cudaStream_t s0, s1;
-    cudaEvent_t ev[8];
+    cudaEvent_t ev[5]; /* the fork / join points of stag (0, 1) and par (2..4) */
     gemm_ctx g;
 } exp_state;
 
 static void silu(exp_state *e, cudaStream_t s, __nv_bfloat16 *g, int half, int col0)
 {
-    const dim3 grid((unsigned)((half + 255) / 256 < 64 ? (half + 255) / 256 : 64), (unsigned)e->n);
+    const dim3 grid((unsigned)min((half + 255) / 256, 64), (unsigned)e->n);
     silu_kernel<<<grid, 256, 0, s>>>(e->h, e->I, col0, g, half);
     CK(cudaGetLastError());
 }
@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     CK(cudaGetLastError());
     CK(cudaStreamCreateWithFlags(&e.s0, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e.s1, cudaStreamNonBlocking));
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 5; i++)
         CK(cudaEventCreateWithFlags(&e.ev[i], cudaEventDisableTiming));
     CB(cublasLtCreate(&e.g.lt));
     e.g.ws_bytes = 32u << 20;
