@@ -58,7 +58,7 @@
  * the last split CTA of each group through the context's counters (no
  * launch; bitwise the same output). The decode and merge kernels launch
  * as programmatic dependents (attn_use_pdl: where and how they trigger
- * theirs; INFERD_ATTN_PDL=0|1|2 for the other forms).
+ * theirs; INFERD_ATTN_PDL=0|1 for the other forms).
  *
  * Prefill kernel: the tensor-core kernel (attention_prefill_tc.cu; its
  * form by INFERD_PREFILL_TC=mma1|mma2|wg|wgk128, default wg: wgmma on
@@ -169,35 +169,30 @@ int kcuda_attn_last_pdl = 0;
 /* How the decode attention of an n-token step launches (kc_attn_args.pdl):
  * as a programmatic dependent always; its CTAs trigger their own
  * dependents (the merge, then the product behind it) at their start where
- * the other small kernels do (1: kcuda_ops_pdl, n > gemv_max_n), else
- * once their keys are folded (3: dec_cta_finish, so the product behind
- * launches during the CTAs' merges and output writes, not after the last
- * exits), so only the attention's launch overlaps the GEMV before it and
- * no later kernel takes SM slots while its keys stream (the early trigger
- * behind the GEMVs cost batch 16 6%; the one at exit took 0.5-0.8% off
+ * the other small kernels do (1: kcuda_ops_pdl, n > gemv_max_n), else at
+ * their end (2), so only the attention's launch overlaps the GEMV before
+ * it and no later kernel takes SM slots while it runs (the early trigger
+ * behind the GEMVs cost batch 16 6%; the late one took 0.5-0.8% off
  * batch 1 and 0.2% off batch 16 on an H200, docs/PERF.md, nineteenth
  * session). Where the O product behind it preloads its weights
  * (kcuda_gemv_preload: 1..2 tokens) the trigger is at the start too, so
  * the merge and O launch while the attention runs (twentieth session).
  * INFERD_ATTN_PDL (read once): 1 = the early trigger at every n, 0 = the
- * plain launch at n <= gemv_max_n, 2 = the trigger at exit where it would
- * be once the keys are folded (the default before the thirty-seventh
- * session). The output is the same either way. */
+ * plain launch at n <= gemv_max_n (the earlier default). The output is the
+ * same either way. */
 static int attn_use_pdl(const kern_ctx *ctx, int n)
 {
     static const bool env_early =
         env_is("INFERD_ATTN_PDL", "1", "decode attention triggering its dependents early");
     static const bool env_plain =
         env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
-    static const bool env_exit =
-        env_is("INFERD_ATTN_PDL", "2", "decode attention triggering its dependents at exit");
     if (kcuda_attn_pdl_force >= 0)
         return kcuda_attn_pdl_force;
     if (env_early || kcuda_ops_pdl(ctx, n))
         return 1;
     if (env_plain)
         return 0;
-    return kcuda_gemv_preload(ctx, n) > 0 ? 1 : env_exit ? 2 : 3;
+    return kcuda_gemv_preload(ctx, n) > 0 ? 1 : 2;
 }
 
 /* Test hooks: kcuda_attn_prefill_tc_form_force picks the tensor-core

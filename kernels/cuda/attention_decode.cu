@@ -70,11 +70,8 @@
  * dependents of the kernel before them, so their launch overlaps its end;
  * each reads only the step's uploaded inputs (query_start_loc, seq_lens)
  * before kc_pdl_wait, and q, K/V and the partials after it. A decode CTA
- * triggers its own dependents at its start (a.pdl 1), once its warps'
- * keys are folded and met in shared memory (a.pdl 3: dec_cta_finish, so
- * the product behind it launches during the CTA's merge and output
- * write) or, with a.pdl 2, at its exit (the merge's launch then only
- * overlaps the decode's end).
+ * triggers its own dependents at its start (a.pdl 1) or, with a.pdl 2,
+ * at its exit (the merge's launch then only overlaps the decode's end).
  */
 #include <type_traits>
 
@@ -527,8 +524,6 @@ template <int GMAX> __device__ __forceinline__ bool dec_cta_make(const kc_attn_a
 template <int GMAX, int W = DEC_WARPS>
 __device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_cta &c, dec_red<GMAX, W> &red)
 {
-    if (a.pdl == 3) /* every warp's keys are folded: only the merge and the output's write are left */
-        kc_pdl_trigger();
     const int hd = a.hd;
     if ((int)threadIdx.x < c.nhc) {
         const int g = threadIdx.x;
@@ -579,7 +574,7 @@ template <int GMAX, int TG, bool PIPE, bool F8>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
-    if (a.pdl < 2) /* 2, 3: later (dec_cta_finish, exit) */
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
@@ -689,7 +684,7 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC_CTAS_PE
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
-    if (a.pdl < 2) /* 2, 3: later (dec_cta_finish, exit) */
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
@@ -895,7 +890,7 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC8_CTAS_P
 {
     static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
-    if (a.pdl < 2) /* 2, 3: later (dec_cta_finish, exit) */
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;

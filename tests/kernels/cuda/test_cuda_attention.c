@@ -648,8 +648,7 @@ END_TEST
  * sequence end at odd lengths, padding rows, a warp with no tile (short
  * splits), batch 1 at 544 and 4,100 keys, 40 sequences without a split,
  * plain launches and programmatic-dependent ones (the CTAs triggering
- * their dependents at their start, once their keys are folded, and at
- * their end). */
+ * their dependents at their start, and at their end). */
 START_TEST(test_attention_decode_tc)
 {
     static const kt_seq short3[] = {{1, 1}, {17, 1}, {100, 1}};
@@ -675,7 +674,7 @@ START_TEST(test_attention_decode_tc)
         {"dec tc b40 llama3 no split", 32, 8, 128, 16, wide, NSEQ(wide), 0, true, false, 0, 0},
     };
     int bad = 0;
-    for (int pdl = 0; pdl < 4; pdl++) {
+    for (int pdl = 0; pdl < 3; pdl++) {
         kcuda_attn_pdl_force = pdl;
         kcuda_attn_decode_tc_force = 1;
         for (int i = 0; i < NSEQ(cases); i++) {
@@ -729,8 +728,8 @@ START_TEST(test_attention_decode_merge)
     /* (CUDA-core body, PDL launches, tensor-core body where supported): the
      * ring and the registers, plain; the ring as programmatic dependents;
      * the tensor-core body plain and as programmatic dependents (triggering
-     * at their start, once their keys are folded, and at their end) */
-    static const int k_runs[][3] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 3, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 1}, {1, 3, 1}};
+     * at their start, and at their end) */
+    static const int k_runs[][3] = {{1, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 0, 1}, {1, 1, 1}, {1, 2, 1}};
     int bad = 0;
     for (int r = 0; r < NSEQ(k_runs); r++) {
         kcuda_attn_decode_pipe_force = k_runs[r][0];
@@ -826,10 +825,6 @@ START_TEST(test_attention_decode_fold)
         const int f = kcuda_attn_last_fold;
         folded[g_fp8] += f > 0;
         bad += fold_check(c, 0, s0 <= 1 ? f : fold_want(s0, g_fp8 ? 12 : 0, g_fp8), s0);
-        /* folded, as a programmatic dependent triggering its own once the keys are folded */
-        kcuda_attn_pdl_force = 3;
-        bad += attn_case(c, 9300 + (uint64_t)i);
-        kcuda_attn_pdl_force = -1;
     }
 #ifdef INFERD_HAVE_CUDA
     /* the cases above reach the fold on either cache (on 96..160 SMs) */
