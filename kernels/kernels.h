@@ -216,7 +216,7 @@ void kern_logits(kern_ctx *ctx, float *logits, const void *in, const kern_weight
  * INFERD_GEMV_VARIANT, INFERD_FUSE (fuse_max_n: 0 = off),
  * INFERD_GEMV_TC_MIN_N (gemv_tc_min_n: plain products of n >= it on the
  * GEMV's tensor-core form, 0 = off), INFERD_GEMV_TC_RING (gemv_tc_ring),
- * INFERD_GEMV_TC_TRIGGER (gemv_tc_trigger, 0/1),
+ * INFERD_GEMV_TC_TRIGGER (gemv_tc_trigger, 0/1/2),
  * INFERD_GEMV_LT_MIN_BYTES (gemv_lt_min_bytes: products of 9..16 tokens
  * with weights of at least this size on cuBLASLt, 200 MiB; 0 = never),
  * INFERD_GEMM_ACCUM (accum, 0/1),
@@ -246,9 +246,10 @@ typedef struct {
                           rule says (INFERD_GEMV_TC_RING, default 1), 2 always (tests) */
     int64_t gemv_lt_min_bytes; /* products of 9..16 tokens with weights of at least this size run on cuBLASLt
                                   instead of the GEMV (0 = never; INFERD_GEMV_LT_MIN_BYTES) */
-    int gemv_tc_trigger; /* 1 (default): the tensor-core form triggers its programmatic dependents (the next
-                            GEMV, the decode attention) once its weights are read, so their CTAs start
-                            during its sums and epilogue; 0: at its end (INFERD_GEMV_TC_TRIGGER) */
+    int gemv_tc_trigger; /* 1 (default): the tensor-core form of 1..8 tokens (one n-tile) triggers its
+                            programmatic dependents (the next GEMV, the decode attention) once its weights
+                            are read, so their CTAs start during its sums and epilogue; 2: at every n;
+                            0: at its end (INFERD_GEMV_TC_TRIGGER) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates

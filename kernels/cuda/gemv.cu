@@ -26,11 +26,12 @@
  *    trigger after the weights were read was timed twice (docs/PERF.md,
  *    eleventh and twelfth sessions; clean under compute-sanitizer once the
  *    RoPE rounding was fixed) and ran batch 1 within noise of the plain end
- *    of the grid. The tensor-core form does (a.trigger,
- *    INFERD_GEMV_TC_TRIGGER, default 1): once its main loop is done, so the
- *    next GEMV's and the decode attention's CTAs launch during its sums and
- *    epilogue (batch 8 1.3% faster on an H100, batch 16 within noise;
- *    thirty-sixth session). Each dependent still waits for the whole grid.
+ *    of the grid. The tensor-core form does at one n-tile (a.trigger,
+ *    tcg_trigger, INFERD_GEMV_TC_TRIGGER): once its main loop is done, so
+ *    the next GEMV's and the decode attention's CTAs launch during its sums
+ *    and epilogue (batch 8 1.3% faster on an H100; at two n-tiles batch 16
+ *    ran 0.4% slower with it, thirty-sixth session). Each dependent still
+ *    waits for the whole grid.
  * Preload (a.pre, kcuda_gemv_preload; the O product after the decode
  * attention, 1..2 tokens): the lane's first a.pre chunks of its rows go to
  * shared memory by cp.async before the PDL wait. The attention and its
@@ -575,6 +576,16 @@ static void gemv_dispatch(cudaStream_t s, bool pdl, int variant, bool f32, int e
 #define TCG_RING_S KC_TCG_RING_S
 #endif
 
+/* Whether a tensor-core launch of n tokens triggers its programmatic
+ * dependents once its main loop is done (gemv_args.trigger):
+ * kern_gemm_opts.gemv_tc_trigger 1 (the default) at one n-tile only, 2 at
+ * every n, 0 never. A function of n alone, so a padded graph replay
+ * launches as the eager step does. */
+static bool tcg_trigger(const kern_ctx *ctx, int n)
+{
+    return ctx->gemm.gemv_tc_trigger >= 2 || (ctx->gemm.gemv_tc_trigger == 1 && n <= TCG_NT);
+}
+
 /* The first element of lane column c's 16-byte piece of chunk q (32
  * elements a chunk, 8 a piece): what tcg_load_w, tcg_ring_issue and
  * tcg_load_x read at chunk q + u. */
@@ -986,7 +997,7 @@ void kcuda_gemv(kern_ctx *ctx, void *out, int out_f32, const void *in, const ker
     a.C = (int)w->cols;
     a.n = n;
     if (gemv_use_tc(ctx, n)) {
-        a.trigger = ctx->gemm.gemv_tc_trigger;
+        a.trigger = tcg_trigger(ctx, n);
         gemv_tc_launch(st->stream, pdl, ctx->gemm.gemv_tc_ring, st->n_sms, out_f32 != 0, KERN_EPI_STORE, false, a);
     } else {
         gemv_xs_fit(ctx, &a, n, false);
@@ -1053,7 +1064,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
     a.pre =
         f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
     if (tc) {
-        a.trigger = ctx->gemm.gemv_tc_trigger;
+        a.trigger = tcg_trigger(ctx, n);
         gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, f->rms, a);
     } else {
         gemv_xs_fit(ctx, &a, n, f->norm != NULL);

@@ -652,13 +652,14 @@ START_TEST(test_gemv)
     /* GEMV without PDL, with PDL, cuBLASLt, GEMV variant 1, tensor-core form with PDL, without, with its
      * weights through the shared-memory ring (forced), with products of 9..16 tokens of weights of
      * 4 KiB and more on cuBLASLt (gemv_lt_min_bytes: the route chosen per weight), and triggering its
-     * dependents once its weights are read (gemv_tc_trigger), in registers and through the ring */
+     * dependents once its weights are read (gemv_tc_trigger), in registers at one n-tile (the default
+     * rule: 9..16 tokens without) and through the ring at every n */
     for (int mode = 0; mode < 10; mode++) {
         const bool tc = mode >= 4;
         kern_gemm_opts go = {.gemv_max_n = mode == 2 ? 0 : 16, .gemv_min_weight_bytes = 0,
                              .pdl = mode != 0 && mode != 5, .gemv_variant = mode == 3, .gemv_tc_min_n = tc ? 1 : 0,
                              .gemv_tc_ring = mode == 6 || mode == 9 ? 2 : 0, .gemv_lt_min_bytes = mode == 7 ? 4096 : 0,
-                             .gemv_tc_trigger = mode >= 8};
+                             .gemv_tc_trigger = mode == 8 ? 1 : mode == 9 ? 2 : 0};
         kern_gemm_config(kt_gpu, &go);
         for (int n = 1; n <= 16; n++) {
             const bool quick_n = tc ? n == 1 || n == 3 || n == 8 || n == 9 || n == 16
