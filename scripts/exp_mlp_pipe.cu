@@ -2,6 +2,11 @@
  * a decode step's MLP as two chains on two graph branches hide cuBLASLt's
  * kernel boundaries?
  *
+ * Answered on an H100 (docs/PERF.md, thirty-seventh session): no. One chain
+ * ran 129.6 / 138.1 us a layer at 16 / 64 tokens; the halves staggered on
+ * two streams 134.3 / 143.7, side by side 131.1 / 139.8. Halving costs
+ * about 9 us a layer, and the second stream never wins it back.
+ *
  * cuBLASLt's kernels neither wait on a prerequisite grid nor trigger their
  * dependents (docs/PERF.md, thirty-sixth session), so in a captured decode
  * step every product on it starts only after the kernel before it has
