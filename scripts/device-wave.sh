@@ -7,7 +7,7 @@
 W=$OUT/wave
 mkdir -p "$W"
 # WAVE_PARTS picks sections (default all): tests fuse minchunk decode prefill peer startup ab profile tput serve
-# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout mlppipe)
+# (and, only when named: engtests gemmdata peercompile mcab attnsan invtest abbase ncudec gemvprof tputsweep tputgraph decodelong attnab hflong pipe merge gemvtc tcbk pipeab pipeprof pipetput pfprof long128k attnfull tcmt tput512 ncutc ncustep ncutcsrc ncudecsrc dectc envab kcases tcform pdlsan fuseseeds kvfp8 ring asyncab knockout)
 PARTS=" ${WAVE_PARTS:-tests fuse minchunk decode prefill peer startup ab profile tput serve} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # WAVE_TIMING_ONLY=1: the variant parts (merge, gemvtc, tcbk) skip their
@@ -835,20 +835,6 @@ for rep in $(seq 1 "${WAVE_REPS:-2}"); do
             "${WAVE_ENVAB_BATCH:-1,16}" "${WAVE_ENVAB_LENS:-512,1024}" ${WAVE_ENVAB_ARGS:-}
     done
 done
-fi
-# i4d2m. the MLP as two chains on two graph branches against one chain
-#        (scripts/exp_mlp_pipe.cu, a standalone experiment on cuBLASLt: does
-#        the pipelining hide cuBLASLt's kernel boundaries?), at
-#        WAVE_MLP_N tokens (default 16 64), Llama-3-8B's MLP, 32 layers
-if part mlppipe; then
-if nvcc -O3 -arch=sm_90a -o /tmp/mlp_pipe scripts/exp_mlp_pipe.cu -lcublasLt >"$W/mlppipe-build.log" 2>&1; then
-    for n in ${WAVE_MLP_N:-16 64}; do
-        if timeout 120 /tmp/mlp_pipe "$n" 32 20 >"$W/mlppipe-$n.txt" 2>&1
-        then row "mlp pipeline experiment, $n tokens $(el)" ok
-        else row "mlp pipeline experiment, $n tokens (exit $?)" "FAILED (wave/mlppipe-$n.txt)"; fi
-        tee -a "$SUMMARY" <"$W/mlppipe-$n.txt"
-    done
-else row "mlp pipeline experiment build" "FAILED (wave/mlppipe-build.log)"; fi
 fi
 # i4d2a. where a graph step goes, op by op (INFERD_KNOCKOUT, model_knockout_parse):
 #        one process a variant, the full step then each op left out of the
