@@ -684,14 +684,18 @@ then row "baseline build ($(cd "$ROOT/build-abbase" && find . -type f | tr '\n' 
     done
     # variants: base, new, and new with each NAME:VAR=VALUE of WAVE_AB_ENVS
     abv=(base new ${WAVE_AB_ENVS:-})
+    # the rows: WAVE_AB_BATCH x WAVE_AB_LENS (default 1,16,64 x 512,1024), WAVE_AB_ARGS more bench
+    # latency arguments (e.g. --kv-cache-dtype fp8)
+    abb=${WAVE_AB_BATCH:-1,16,64} abl=${WAVE_AB_LENS:-512,1024}
     for rep in $(seq 1 "${WAVE_REPS:-2}"); do
         for v in "${abv[@]}"; do
             b=$BIN envs=()
             [[ $v == base ]] && b=$BASE
             [[ $v == *=* ]] && envs=("${v#*:}")
-            BIN=$b lat_env "${envs[*]}" "ab-${v%%:*}-$rep" 150 "${v%%=*} b1/16/64 x 512/1k (run $rep)" --model $L8 \
-                --batch-size 1,16,64 --input-len 512,1024 --output-len 64 --num-iters-warmup 1 --num-iters 2 \
-                --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048
+            # shellcheck disable=SC2086
+            BIN=$b lat_env "${envs[*]}" "ab-${v%%:*}-$rep" 150 "${v%%=*} b$abb x $abl (run $rep)" --model $L8 \
+                --batch-size "$abb" --input-len "$abl" --output-len 64 --num-iters-warmup 1 --num-iters 2 \
+                --max-num-seqs 64 --max-num-batched-tokens 8192 --max-model-len 2048 ${WAVE_AB_ARGS:-}
         done
     done
     for v in "${abv[@]}"; do

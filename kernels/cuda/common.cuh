@@ -258,6 +258,18 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void)
 }
 #endif
 
+/* Pull the 128-byte line at p into this SM's L1 (a hint: no register
+ * waits on it), so that a load of it after a barrier or a reduction does
+ * not pay its L2 round trip there. */
+__device__ __forceinline__ void kc_prefetch_l1(const void *p)
+{
+#if !defined(KEMU_H) && defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 /* Programmatic dependent launch, primary side: let the next kernel on the
  * stream, when it is launched with the programmatic-serialization attribute
  * (the decode GEMV, gemv.cu), start now. Its CTAs then fill the SMs this

@@ -321,12 +321,15 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 
 /* --- SiLU * up after a folded norm -------------------------------------------------- */
 
-/* 1 / rms of row x[d] (bf16), summed by the whole block (red: 33 floats of
- * shared memory), 16-byte loads when VEC8. Every thread gets it. */
-template <bool VEC8> __device__ __forceinline__ float row_inv_rms(const uint16_t *x, int d, float eps, float *red)
+/* This thread's share of the sum of the squares of row x[d] (bf16), 16-byte
+ * loads when VEC8; unrolled so that a thread's loads are in flight together
+ * (one L2 round trip, not one an iteration). The order of the additions is
+ * that of the plain loop. */
+template <bool VEC8> __device__ __forceinline__ float row_sq_part(const uint16_t *x, int d)
 {
     float ss = 0.0f;
     if (VEC8) {
+#pragma unroll 4
         for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
             float v[8];
             kc_unpack8(*(const uint4 *)(x + i), v);
@@ -335,12 +338,20 @@ template <bool VEC8> __device__ __forceinline__ float row_inv_rms(const uint16_t
                 ss += v[e] * v[e];
         }
     } else {
+#pragma unroll 4
         for (int i = threadIdx.x; i < d; i += blockDim.x) {
             const float v = kc_bf2f(x[i]);
             ss += v * v;
         }
     }
-    return kc_inv_rms(kc_block_sum(ss, red), d, eps);
+    return ss;
+}
+
+/* 1 / rms of row x[d] from every thread's row_sq_part, summed by the whole
+ * block (red: 33 floats of shared memory). Every thread gets it. */
+__device__ __forceinline__ float row_inv_rms_of(float part, int d, float eps, float *red)
+{
+    return kc_inv_rms(kc_block_sum(part, red), d, eps);
 }
 
 /* out[n, f] = bf16(silu(bf16(g r)) * bf16(u r)), r = 1 / rms of the token's
@@ -355,30 +366,58 @@ struct silu_rms_args {
     float eps;
 };
 
+/* One item (8 columns with VEC8, else 1) of silu_mul_rms_kernel from its
+ * loaded gate and up values. */
+template <bool VEC8> struct silu_item {
+    uint4 g, u;
+    __device__ __forceinline__ void load(const uint16_t *gr, int f, int col)
+    {
+        if (VEC8) {
+            g = *(const uint4 *)(gr + col);
+            u = *(const uint4 *)(gr + f + col);
+        } else {
+            g.x = gr[col];
+            u.x = gr[f + col];
+        }
+    }
+    __device__ __forceinline__ void store(uint16_t *o, int col, float r) const
+    {
+        if (VEC8) {
+            float a[8], b[8];
+            kc_unpack8(g, a);
+            kc_unpack8(u, b);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                a[e] = kc_silu_mul(kc_bf2f(kc_f2bf(a[e] * r)), kc_bf2f(kc_f2bf(b[e] * r)));
+            *(uint4 *)(o + col) = kc_pack8(a);
+        } else {
+            o[col] = kc_f2bf(kc_silu_mul(kc_bf2f(kc_f2bf(kc_bf2f((uint16_t)g.x) * r)),
+                                         kc_bf2f(kc_f2bf(kc_bf2f((uint16_t)u.x) * r))));
+        }
+    }
+};
+
+/* The thread's first item is loaded with its share of x's row, before the
+ * block's sum, so the kernel's two reads from the L2 take one round trip. */
 template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
 {
     kc_pdl_trigger();
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
-    const float r = row_inv_rms<XVEC>(p.x + row * p.d, p.d, p.eps, red);
     const int f = p.f, per = VEC8 ? 8 : 1;
     const int items = f / per, i0 = (int)blockIdx.y * p.per_part, i1 = min(items, i0 + p.per_part);
     const uint16_t *g = p.gu + row * 2 * f; /* [2f] */
     uint16_t *o = p.out + row * f;          /* [f] */
-    for (int it = i0 + (int)threadIdx.x; it < i1; it += blockDim.x) {
-        const int col = it * per;
-        if (VEC8) {
-            float a[8], b[8];
-            kc_unpack8(*(const uint4 *)(g + col), a);
-            kc_unpack8(*(const uint4 *)(g + f + col), b);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                a[e] = kc_silu_mul(kc_bf2f(kc_f2bf(a[e] * r)), kc_bf2f(kc_f2bf(b[e] * r)));
-            *(uint4 *)(o + col) = kc_pack8(a);
-        } else {
-            o[col] = kc_f2bf(kc_silu_mul(kc_bf2f(kc_f2bf(kc_bf2f(g[col]) * r)), kc_bf2f(kc_f2bf(kc_bf2f(g[f + col]) * r))));
-        }
+    int it = i0 + (int)threadIdx.x;
+    silu_item<VEC8> v;
+    if (it < i1)
+        v.load(g, f, it * per);
+    const float r = row_inv_rms_of(row_sq_part<XVEC>(p.x + row * p.d, p.d), p.d, p.eps, red);
+    for (; it < i1; it += blockDim.x) {
+        if (it != i0 + (int)threadIdx.x)
+            v.load(g, f, it * per);
+        v.store(o, it * per, r);
     }
 }
 
@@ -430,9 +469,12 @@ struct rope_epi {
  * batches of ROPE_TOKEN_BLOCK_N tokens and more take all heads a block,
  * the warps looping over them: the sum once a token). The block's threads first
  * put cos/sin of pos * inv_freq[j] (times mscale) in shared memory (and,
- * after a folded norm, sum the squares of the token's input row: r); then
- * each warp, for its head: bf16(bf16(x r) + bias) in place, each step
- * where it applies; a v head
+ * after a folded norm, sum the squares of the token's input row: r; the
+ * row's loads, and an L1 prefetch of each warp's first head, go out before
+ * the sines, so the block's L2 round trips overlap); then each warp, for
+ * its head: bf16(bf16(x r) + bias), each step where it applies, on each
+ * value as it is loaded (in place first for a head with q/k norms, whose
+ * sum needs the whole head), the values stored back; a v head
  * is copied to the cache slot (if any); a q or k head with q/k norms sums
  * the squares of its bf16 values (inv_rms), then its pairs (j, j + half)
  * are rotated in place (a normed head's values are bf16((x * inv_rms) * w)
@@ -469,6 +511,30 @@ template <int N> __device__ __forceinline__ void rope_st(uint16_t *p, const uint
         *reinterpret_cast<uint32_t *>(p) = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
 }
 
+/* N (1 or 4) adjacent bf16 values stored at p (N-element aligned) in one access. */
+template <int N> __device__ __forceinline__ void rope_st_n(uint16_t *p, const uint16_t (&x)[N])
+{
+    static_assert(N == 1 || N == 4, "stores of 1 or 4 values");
+    if constexpr (N == 1)
+        *p = x[0];
+    else
+        *reinterpret_cast<uint2 *>(p) = make_uint2((uint32_t)x[0] | ((uint32_t)x[1] << 16),
+                                                   (uint32_t)x[2] | ((uint32_t)x[3] << 16));
+}
+
+/* The epilogue of value x (bf16) at element i of a head: bf16(bf16(x rs) +
+ * bias[i]), each step where it applies (rope_epi: a folded norm's scale,
+ * a bias). */
+__device__ __forceinline__ uint16_t rope_epi_val(const rope_epi &e, uint16_t x, const uint16_t *bias, int i, float rs)
+{
+    float y = kc_bf2f(x);
+    if (e.rx)
+        y = kc_bf2f(kc_f2bf(y * rs));
+    if (bias)
+        y += kc_bf2f(bias[i]);
+    return kc_f2bf(y);
+}
+
 /* Head h of token t (one warp, lane): rs the token's folded-norm scale (1
  * without), cs / sn its cos and sin; see rope_kv_kernel. */
 template <int P>
@@ -477,26 +543,31 @@ __device__ __forceinline__ void rope_head(const kern_rope_kv_params &p, const ro
 {
     const int hd = p.head_dim, half = hd / 2, nh = p.n_heads, nkv = p.n_kv_heads;
     uint16_t *v = (uint16_t *)p.qkv + (t * (int64_t)(nh + 2 * nkv) + h) * hd; /* this head's [hd] */
-    if (e.bias || e.rx) { /* bf16(bf16(x rs) + bias), each step where it applies */
-        for (int i = lane; i < hd; i += 32) {
-            float x = kc_bf2f(v[i]);
-            if (e.rx)
-                x = kc_bf2f(kc_f2bf(x * rs));
-            if (e.bias)
-                x += kc_bf2f(e.bias[(int64_t)h * hd + i]);
-            v[i] = kc_f2bf(x);
-        }
+    const bool epi = e.bias || e.rx;
+    const uint16_t *bias = e.bias ? e.bias + (int64_t)h * hd : NULL; /* [hd] */
+    if (epi && e.qn) { /* a normed head's sum needs the whole head: the epilogue in place first */
+        for (int i = lane; i < hd; i += 32)
+            v[i] = rope_epi_val(e, v[i], bias, i, rs);
         __syncwarp();
     }
+    const bool epi_now = epi && !e.qn; /* else the epilogue is applied to each value as it is loaded */
     const int64_t slot = p.slot_mapping[t];
     const int64_t blk = slot >= 0 ? slot / p.block_size : 0, off = slot >= 0 ? slot % p.block_size : 0;
-    if (h >= nh + nkv) { /* a v head: to the cache as it is */
-        if (slot >= 0) {
-            const int64_t dst = ((blk * nkv + (h - nh - nkv)) * p.block_size + off) * hd;
-            constexpr int VC = P == 2 ? 4 : 1;
-            for (int i = VC * lane; i < hd; i += 32 * VC) {
-                uint16_t x[VC];
-                rope_ld<VC>(v + i, x);
+    if (h >= nh + nkv) { /* a v head: to the cache as it is (after the epilogue) */
+        const int64_t dst = slot >= 0 ? ((blk * nkv + (h - nh - nkv)) * p.block_size + off) * hd : -1;
+        if (dst < 0 && !epi_now)
+            return;
+        constexpr int VC = P == 2 ? 4 : 1;
+        for (int i = VC * lane; i < hd; i += 32 * VC) {
+            uint16_t x[VC];
+            rope_ld<VC>(v + i, x);
+            if (epi_now) {
+#pragma unroll
+                for (int q = 0; q < VC; q++)
+                    x[q] = rope_epi_val(e, x[q], bias, i + q, rs);
+                rope_st_n<VC>(v + i, x);
+            }
+            if (dst >= 0) {
 #pragma unroll
                 for (int q = 0; q < VC; q++)
                     kc_kv_store(p.v_cache, dst + i + q, x[q], p.kv_fp8);
@@ -522,6 +593,10 @@ __device__ __forceinline__ void rope_head(const kern_rope_kv_params &p, const ro
         rope_ld<P>(v + j + half, a2);
 #pragma unroll
         for (int q = 0; q < P; q++) {
+            if (epi_now) {
+                a1[q] = rope_epi_val(e, a1[q], bias, j + q, rs);
+                a2[q] = rope_epi_val(e, a2[q], bias, j + q + half, rs);
+            }
             float x1 = kc_bf2f(a1[q]), x2 = kc_bf2f(a2[q]);
             if (e.qn) {
                 const uint16_t *w = h < nh ? e.qn : e.kn;
@@ -557,6 +632,13 @@ template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
     const int half = p.head_dim / 2;
     float *cs = rope_sm, *sn = rope_sm + half;
     const int64_t t = blockIdx.x;
+    const int lane = threadIdx.x & 31, h1 = min(p.n_heads + 2 * p.n_kv_heads, ((int)blockIdx.y + 1) * ra.hpb);
+    const int h0 = (int)blockIdx.y * ra.hpb + (int)(threadIdx.x >> 5); /* the warp's first head */
+    if (h0 < h1 && lane * 128 < p.head_dim * 2) /* its lines, read after the sum below */
+        kc_prefetch_l1((const char *)p.qkv + ((t * (p.n_heads + 2 * p.n_kv_heads) + h0) * p.head_dim) * 2 + lane * 128);
+    /* a folded norm's input row: its loads go out with the position's, before the sines */
+    const uint16_t *rx = e.rx ? e.rx + t * e.rd : NULL; /* [rd] */
+    const float part = !rx ? 0.0f : e.rvec ? row_sq_part<true>(rx, e.rd) : row_sq_part<false>(rx, e.rd);
     const float pos = (float)p.positions[t];
     const float ms = p.mscale != 0.0f ? p.mscale : 1.0f; /* YaRN attention factor; 0 = unset */
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
@@ -565,11 +647,9 @@ template <int P> static __global__ void rope_kv_kernel(const rope_kv_args ra)
         sn[j] = sinf(angle) * ms;
     }
     __shared__ float red[33];
-    const uint16_t *rx = e.rx ? e.rx + t * e.rd : NULL; /* [rd] */
-    const float rs = !rx ? 1.0f : e.rvec ? row_inv_rms<true>(rx, e.rd, e.eps, red) : row_inv_rms<false>(rx, e.rd, e.eps, red);
+    const float rs = !rx ? 1.0f : row_inv_rms_of(part, e.rd, e.eps, red);
     __syncthreads();
-    const int lane = threadIdx.x & 31, h1 = min(p.n_heads + 2 * p.n_kv_heads, ((int)blockIdx.y + 1) * ra.hpb);
-    for (int h = (int)blockIdx.y * ra.hpb + (int)(threadIdx.x >> 5); h < h1; h += ROPE_HEADS) /* warp-uniform */
+    for (int h = h0; h < h1; h += ROPE_HEADS) /* warp-uniform */
         rope_head<P>(p, e, t, h, lane, cs, sn, rs);
 }
 
