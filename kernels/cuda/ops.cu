@@ -322,24 +322,47 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 /* --- SiLU * up after a folded norm -------------------------------------------------- */
 
 /* This thread's share of the sum of the squares of row x[d] (bf16), 16-byte
- * loads when VEC8; unrolled so that a thread's loads are in flight together
- * (one L2 round trip, not one an iteration). The order of the additions is
- * that of the plain loop. */
+ * loads when VEC8: its first ROW_SQ_BATCH loads are issued together (one
+ * L2 round trip, not one an iteration: each is predicated, not branched
+ * around), the rest one at a time. The order of the additions is that of
+ * the plain loop over i. */
+#define ROW_SQ_BATCH 4
 template <bool VEC8> __device__ __forceinline__ float row_sq_part(const uint16_t *x, int d)
 {
+    const int per = VEC8 ? 8 : 1, step = (int)blockDim.x * per, i0 = (int)threadIdx.x * per;
     float ss = 0.0f;
     if (VEC8) {
-#pragma unroll 4
-        for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
+        uint4 b[ROW_SQ_BATCH];
+#pragma unroll
+        for (int k = 0; k < ROW_SQ_BATCH; k++)
+            b[k] = i0 + k * step < d ? *(const uint4 *)(x + i0 + k * step) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int k = 0; k < ROW_SQ_BATCH; k++) {
             float v[8];
-            kc_unpack8(*(const uint4 *)(x + i), v);
+            kc_unpack8(b[k], v);
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 ss += v[e] * v[e];
         }
     } else {
-#pragma unroll 4
-        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        uint16_t b[ROW_SQ_BATCH];
+#pragma unroll
+        for (int k = 0; k < ROW_SQ_BATCH; k++)
+            b[k] = i0 + k * step < d ? x[i0 + k * step] : (uint16_t)0;
+#pragma unroll
+        for (int k = 0; k < ROW_SQ_BATCH; k++) {
+            const float v = kc_bf2f(b[k]);
+            ss += v * v;
+        }
+    }
+    for (int i = i0 + ROW_SQ_BATCH * step; i < d; i += step) {
+        if (VEC8) {
+            float v[8];
+            kc_unpack8(*(const uint4 *)(x + i), v);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                ss += v[e] * v[e];
+        } else {
             const float v = kc_bf2f(x[i]);
             ss += v * v;
         }
