@@ -321,52 +321,47 @@ void kcuda_silu_mul(kern_ctx *ctx, void *out, const void *gate_up, int n, int f)
 
 /* --- SiLU * up after a folded norm -------------------------------------------------- */
 
-/* This thread's share of the sum of the squares of row x[d] (bf16), 16-byte
- * loads when VEC8: its first ROW_SQ_BATCH loads are issued together (one
- * L2 round trip, not one an iteration: each is predicated, not branched
+/* One piece of a bf16 row at p: 8 values (one 16-byte load) when VEC8,
+ * else 1 (in .x); and its squares added to ss in element order. */
+template <bool VEC8> __device__ __forceinline__ uint4 row_piece(const uint16_t *p)
+{
+    if (VEC8)
+        return *(const uint4 *)p;
+    return make_uint4(*p, 0, 0, 0);
+}
+template <bool VEC8> __device__ __forceinline__ float row_piece_sq(uint4 b, float ss)
+{
+    if (VEC8) {
+        float v[8];
+        kc_unpack8(b, v);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            ss += v[e] * v[e];
+        return ss;
+    }
+    const float v = kc_bf2f((uint16_t)b.x);
+    return ss + v * v;
+}
+
+/* This thread's share of the sum of the squares of row x[d] (bf16), pieces
+ * of row_piece: its first ROW_SQ_BATCH loads are issued together (one L2
+ * round trip, not one an iteration: each is predicated, not branched
  * around), the rest one at a time. The order of the additions is that of
- * the plain loop over i. */
+ * the plain loop over the pieces. */
 #define ROW_SQ_BATCH 4
 template <bool VEC8> __device__ __forceinline__ float row_sq_part(const uint16_t *x, int d)
 {
     const int per = VEC8 ? 8 : 1, step = (int)blockDim.x * per, i0 = (int)threadIdx.x * per;
+    uint4 b[ROW_SQ_BATCH];
+#pragma unroll
+    for (int k = 0; k < ROW_SQ_BATCH; k++)
+        b[k] = i0 + k * step < d ? row_piece<VEC8>(x + i0 + k * step) : make_uint4(0, 0, 0, 0);
     float ss = 0.0f;
-    if (VEC8) {
-        uint4 b[ROW_SQ_BATCH];
 #pragma unroll
-        for (int k = 0; k < ROW_SQ_BATCH; k++)
-            b[k] = i0 + k * step < d ? *(const uint4 *)(x + i0 + k * step) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int k = 0; k < ROW_SQ_BATCH; k++) {
-            float v[8];
-            kc_unpack8(b[k], v);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                ss += v[e] * v[e];
-        }
-    } else {
-        uint16_t b[ROW_SQ_BATCH];
-#pragma unroll
-        for (int k = 0; k < ROW_SQ_BATCH; k++)
-            b[k] = i0 + k * step < d ? x[i0 + k * step] : (uint16_t)0;
-#pragma unroll
-        for (int k = 0; k < ROW_SQ_BATCH; k++) {
-            const float v = kc_bf2f(b[k]);
-            ss += v * v;
-        }
-    }
-    for (int i = i0 + ROW_SQ_BATCH * step; i < d; i += step) {
-        if (VEC8) {
-            float v[8];
-            kc_unpack8(*(const uint4 *)(x + i), v);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                ss += v[e] * v[e];
-        } else {
-            const float v = kc_bf2f(x[i]);
-            ss += v * v;
-        }
-    }
+    for (int k = 0; k < ROW_SQ_BATCH; k++)
+        ss = row_piece_sq<VEC8>(b[k], ss);
+    for (int i = i0 + ROW_SQ_BATCH * step; i < d; i += step)
+        ss = row_piece_sq<VEC8>(row_piece<VEC8>(x + i), ss);
     return ss;
 }
 
@@ -395,13 +390,8 @@ template <bool VEC8> struct silu_item {
     uint4 g, u;
     __device__ __forceinline__ void load(const uint16_t *gr, int f, int col)
     {
-        if (VEC8) {
-            g = *(const uint4 *)(gr + col);
-            u = *(const uint4 *)(gr + f + col);
-        } else {
-            g.x = gr[col];
-            u.x = gr[f + col];
-        }
+        g = row_piece<VEC8>(gr + col);
+        u = row_piece<VEC8>(gr + f + col);
     }
     __device__ __forceinline__ void store(uint16_t *o, int col, float r) const
     {
@@ -433,14 +423,14 @@ template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const
     const uint16_t *g = p.gu + row * 2 * f; /* [2f] */
     uint16_t *o = p.out + row * f;          /* [f] */
     int it = i0 + (int)threadIdx.x;
-    silu_item<VEC8> v;
+    silu_item<VEC8> v = {};
     if (it < i1)
         v.load(g, f, it * per);
     const float r = row_inv_rms_of(row_sq_part<XVEC>(p.x + row * p.d, p.d), p.d, p.eps, red);
-    for (; it < i1; it += blockDim.x) {
-        if (it != i0 + (int)threadIdx.x)
-            v.load(g, f, it * per);
+    while (it < i1) {
         v.store(o, it * per, r);
+        if ((it += blockDim.x) < i1)
+            v.load(g, f, it * per);
     }
 }
 
@@ -527,19 +517,10 @@ template <int N> __device__ __forceinline__ void rope_ld(const uint16_t *p, uint
 }
 template <int N> __device__ __forceinline__ void rope_st(uint16_t *p, const uint16_t (&x)[N])
 {
-    static_assert(N == 1 || N == 2, "stores of 1 or 2 values");
     if constexpr (N == 1)
         *p = x[0];
-    else
+    else if constexpr (N == 2)
         *reinterpret_cast<uint32_t *>(p) = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
-}
-
-/* N (1 or 4) adjacent bf16 values stored at p (N-element aligned) in one access. */
-template <int N> __device__ __forceinline__ void rope_st_n(uint16_t *p, const uint16_t (&x)[N])
-{
-    static_assert(N == 1 || N == 4, "stores of 1 or 4 values");
-    if constexpr (N == 1)
-        *p = x[0];
     else
         *reinterpret_cast<uint2 *>(p) = make_uint2((uint32_t)x[0] | ((uint32_t)x[1] << 16),
                                                    (uint32_t)x[2] | ((uint32_t)x[3] << 16));
@@ -588,7 +569,7 @@ __device__ __forceinline__ void rope_head(const kern_rope_kv_params &p, const ro
 #pragma unroll
                 for (int q = 0; q < VC; q++)
                     x[q] = rope_epi_val(e, x[q], bias, i + q, rs);
-                rope_st_n<VC>(v + i, x);
+                rope_st<VC>(v + i, x);
             }
             if (dst >= 0) {
 #pragma unroll
