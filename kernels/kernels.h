@@ -250,6 +250,9 @@ typedef struct {
                             programmatic dependents (the next GEMV, the decode attention) once its weights
                             are read, so their CTAs start during its sums and epilogue; 2: at every n;
                             0: at its end (INFERD_GEMV_TC_TRIGGER) */
+    int lt_edge;       /* 1: a cuBLASLt product captured right behind a kernel of ours that fences its writes
+                          and does not trigger early (the decode attention, SiLU * up past gemv_max_n, the
+                          tensor-core GEMV's O product) takes a programmatic edge from it (INFERD_LT_EDGE) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates

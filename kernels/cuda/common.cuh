@@ -65,6 +65,7 @@ typedef struct {
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
+    void *fenced_node;          /* cudaGraphNode_t: the captured node of the last fenced kernel (kcuda_fenced_tail), or NULL */
 } kcuda_state;
 
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
@@ -312,6 +313,51 @@ __device__ __forceinline__ void kc_pdl_wait(void)
 static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
 {
     return n > ctx->gemm.gemv_max_n;
+}
+
+/* Programmatic edges into cuBLASLt (kern_gemm_opts.lt_edge). cuBLASLt
+ * launches its kernels plainly and they never wait on a prerequisite grid,
+ * so in a graph each waits for the kernel before it to finish, flush and
+ * retire before its first CTA starts (about 3 us a boundary, docs/PERF.md).
+ * Where that kernel is ours, triggers nothing early and fences its writes
+ * before every CTA exits, the product may instead start as soon as the
+ * last CTA has exited: kcuda_fenced_tail, called right after such a launch
+ * while capturing, remembers its node, and kcuda_lt_edge, called right
+ * before a cuBLASLt launch, turns the capture's edge from that node (when
+ * it is still the stream's only dependency) into a programmatic one. */
+static inline void kcuda_fenced_tail(kcuda_state *st)
+{
+    st->fenced_node = NULL;
+#ifndef KEMU_H
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t *deps = NULL;
+    size_t nd = 0;
+    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) == cudaSuccess &&
+        cs == cudaStreamCaptureStatusActive && nd == 1)
+        st->fenced_node = (void *)deps[0];
+#endif
+}
+
+static inline void kcuda_lt_edge(kcuda_state *st)
+{
+#ifndef KEMU_H
+    cudaGraphNode_t node = (cudaGraphNode_t)st->fenced_node;
+    st->fenced_node = NULL;
+    if (!node)
+        return;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t *deps = NULL;
+    size_t nd = 0;
+    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusActive || nd != 1 || deps[0] != node)
+        return;
+    cudaGraphEdgeData e = {};
+    e.from_port = cudaGraphKernelNodePortProgrammatic;
+    e.type = cudaGraphDependencyTypeProgrammatic;
+    CUDA_CHECK(cudaStreamUpdateCaptureDependencies(st->stream, &node, &e, 1, cudaStreamSetCaptureDependencies));
+#else
+    st->fenced_node = NULL;
+#endif
 }
 
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic

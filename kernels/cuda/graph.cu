@@ -38,6 +38,7 @@ struct kern_graph {
 inferd_status kcuda_graph_begin(kern_ctx *ctx)
 {
     kcuda_state *st = kcuda_st(ctx);
+    st->fenced_node = NULL;
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
