@@ -338,6 +338,7 @@ static inline void kcuda_fenced_tail(kcuda_state *st)
 #endif
 }
 
+extern "C" int kcuda_lt_edges_made; /* test hook (graph.cu): programmatic edges kcuda_lt_edge made */
 static inline void kcuda_lt_edge(kcuda_state *st)
 {
 #ifndef KEMU_H
@@ -355,6 +356,7 @@ static inline void kcuda_lt_edge(kcuda_state *st)
     e.from_port = cudaGraphKernelNodePortProgrammatic;
     e.type = cudaGraphDependencyTypeProgrammatic;
     CUDA_CHECK(cudaStreamUpdateCaptureDependencies(st->stream, &node, &e, 1, cudaStreamSetCaptureDependencies));
+    kcuda_lt_edges_made++;
 #else
     st->fenced_node = NULL;
 #endif

@@ -26,6 +26,8 @@ int kcuda_attn_planned_splits(void)
     return kcuda_attn_last_splits;
 }
 
+int kcuda_lt_edges_made;
+
 #ifndef KEMU_H
 
 struct kern_graph {
