@@ -518,6 +518,23 @@ START_TEST(test_lt_edges)
 }
 END_TEST
 
+/* The same on the Llama-3-shaped dummy at 16 tokens with gate/up (11 MiB)
+ * moved to cuBLASLt (INFERD_GEMV_LT_MIN_BYTES 8 MiB; QKV, O and down stay
+ * on the tensor-core GEMV): the O product, which fences its writes there,
+ * takes the programmatic edge into gate/up. */
+START_TEST(test_lt_edges_dummy)
+{
+    static const char *const vars[] = {"INFERD_GEMV_LT_MIN_BYTES=8388608", "INFERD_LT_EDGE=1"};
+    static const int batches[] = {16};
+    const int before = kcuda_lt_edges_made;
+    g_dummy_dir = INFERD_TEST_SOURCE_DIR "/configs/models/test-llama3-small";
+    forms_case("dummy Llama-3 small, gate/up on cuBLASLt, programmatic edges", vars, 2, batches, 1, false);
+    g_dummy_dir = NULL;
+    printf("programmatic edges into cuBLASLt made: %d\n", kcuda_lt_edges_made - before);
+    ck_assert_int_gt(kcuda_lt_edges_made - before, 0);
+}
+END_TEST
+
 /* The decode forms on a Llama-3-shaped dummy (configs/models/test-llama3-
  * small: every weight of 1 MiB and more, 8-aligned, so the GEMV takes them
  * at the default thresholds): graphs equal eager (bitwise at captured
@@ -590,6 +607,7 @@ int main(void)
     if (!getenv("INFERD_TEST_QUICK")) { /* skipped under the sanitizer: 1 GiB of scratch; two 200 MiB models */
         tcase_add_test(tc, test_ceilings);
         tcase_add_test(tc, test_dummy_forms);
+        tcase_add_test(tc, test_lt_edges_dummy);
     }
     suite_add_tcase(s, tc);
     int rc = test_run_suite(s);
