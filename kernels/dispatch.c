@@ -570,6 +570,15 @@ int kern_attn_last_splits(const kern_ctx *ctx)
     return 1;
 }
 
+int kern_lt_edges_made(void)
+{
+#ifdef INFERD_HAVE_CUDA
+    return kcuda_lt_edges_made();
+#else
+    return 0;
+#endif
+}
+
 void *kern_host_alloc(kern_ctx *ctx, size_t bytes)
 {
 #ifdef INFERD_HAVE_CUDA

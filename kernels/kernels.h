@@ -584,6 +584,10 @@ void kern_graph_free(kern_ctx *ctx, kern_graph *g);
  * do not split. */
 int kern_attn_last_splits(const kern_ctx *ctx);
 
+/* Programmatic edges into cuBLASLt products made in graph captures so far
+ * in this process (kern_gemm_opts.lt_edge; 0 without CUDA): a test hook. */
+int kern_lt_edges_made(void);
+
 /* Page-locked host memory (CUDA: cudaMallocHost; CPU: plain memory), for
  * inputs copied by kern_memcpy_h2d while the host goes on: a copy from it is
  * truly asynchronous, so the source must stay unchanged until the stream

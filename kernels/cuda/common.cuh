@@ -315,52 +315,12 @@ static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
     return n > ctx->gemm.gemv_max_n;
 }
 
-/* Programmatic edges into cuBLASLt (kern_gemm_opts.lt_edge). cuBLASLt
- * launches its kernels plainly and they never wait on a prerequisite grid,
- * so in a graph each waits for the kernel before it to finish, flush and
- * retire before its first CTA starts (about 3 us a boundary, docs/PERF.md).
- * Where that kernel is ours, triggers nothing early and fences its writes
- * before every CTA exits, the product may instead start as soon as the
- * last CTA has exited: kcuda_fenced_tail, called right after such a launch
- * while capturing, remembers its node, and kcuda_lt_edge, called right
- * before a cuBLASLt launch, turns the capture's edge from that node (when
- * it is still the stream's only dependency) into a programmatic one. */
-static inline void kcuda_fenced_tail(kcuda_state *st)
-{
-    st->fenced_node = NULL;
-#ifndef KEMU_H
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) == cudaSuccess &&
-        cs == cudaStreamCaptureStatusActive && nd == 1)
-        st->fenced_node = (void *)deps[0];
-#endif
-}
-
-extern "C" int kcuda_lt_edges_made; /* test hook (graph.cu): programmatic edges kcuda_lt_edge made */
-static inline void kcuda_lt_edge(kcuda_state *st)
-{
-#ifndef KEMU_H
-    cudaGraphNode_t node = (cudaGraphNode_t)st->fenced_node;
-    st->fenced_node = NULL;
-    if (!node)
-        return;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) != cudaSuccess ||
-        cs != cudaStreamCaptureStatusActive || nd != 1 || deps[0] != node)
-        return;
-    cudaGraphEdgeData e = {};
-    e.from_port = cudaGraphKernelNodePortProgrammatic;
-    e.type = cudaGraphDependencyTypeProgrammatic;
-    CUDA_CHECK(cudaStreamUpdateCaptureDependencies(st->stream, &node, &e, 1, cudaStreamSetCaptureDependencies));
-    kcuda_lt_edges_made++;
-#else
-    st->fenced_node = NULL;
-#endif
-}
+/* Programmatic edges into cuBLASLt (kern_gemm_opts.lt_edge, graph.cu):
+ * kcuda_fenced_tail right after launching a kernel that triggers nothing
+ * early and fences its writes before every CTA exits, kcuda_lt_edge right
+ * before a cuBLASLt launch. */
+void kcuda_fenced_tail(kcuda_state *st);
+void kcuda_lt_edge(kcuda_state *st);
 
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
  * stream-serialization attribute when pdl (the kernel then calls

@@ -41,7 +41,6 @@
 
 #define MAX_SEQS 16
 
-extern int kcuda_lt_edges_made; /* kernels/cuda/graph.cu's test hook */
 #define DECODE_STEPS 40
 
 static cJSON *g_case0;
@@ -511,10 +510,10 @@ START_TEST(test_lt_edges)
     static const char *const vars[] = {"INFERD_GEMM_ACCUM_MIN_BYTES=0", "INFERD_GEMV_MAX_N=0", "INFERD_NORM_FOLD=1",
                                        "INFERD_LT_EDGE=1"};
     static const int batches[] = {1, 3, 16};
-    const int before = kcuda_lt_edges_made;
+    const int before = kern_lt_edges_made();
     forms_case("programmatic edges into cuBLASLt", vars, 4, batches, 3, true);
-    printf("programmatic edges into cuBLASLt made: %d\n", kcuda_lt_edges_made - before);
-    ck_assert_int_gt(kcuda_lt_edges_made - before, 0);
+    printf("programmatic edges into cuBLASLt made: %d\n", kern_lt_edges_made() - before);
+    ck_assert_int_gt(kern_lt_edges_made() - before, 0);
 }
 END_TEST
 
@@ -526,12 +525,12 @@ START_TEST(test_lt_edges_dummy)
 {
     static const char *const vars[] = {"INFERD_GEMV_LT_MIN_BYTES=8388608", "INFERD_LT_EDGE=1"};
     static const int batches[] = {16};
-    const int before = kcuda_lt_edges_made;
+    const int before = kern_lt_edges_made();
     g_dummy_dir = INFERD_TEST_SOURCE_DIR "/configs/models/test-llama3-small";
     forms_case("dummy Llama-3 small, gate/up on cuBLASLt, programmatic edges", vars, 2, batches, 1, false);
     g_dummy_dir = NULL;
-    printf("programmatic edges into cuBLASLt made: %d\n", kcuda_lt_edges_made - before);
-    ck_assert_int_gt(kcuda_lt_edges_made - before, 0);
+    printf("programmatic edges into cuBLASLt made: %d\n", kern_lt_edges_made() - before);
+    ck_assert_int_gt(kern_lt_edges_made() - before, 0);
 }
 END_TEST
 
