@@ -96,7 +96,6 @@ inferd_status kern_ctx_create(const kern_ctx_opts *opts, kern_ctx **out)
                          .gemv_xs = env_int("INFERD_GEMV_XS", 2),
                          .gemv_lt_min_bytes = env_int("INFERD_GEMV_LT_MIN_BYTES", (int)KCUDA_GEMV_DEFAULT_LT_MIN_BYTES),
                          .gemv_tc_trigger = env_int("INFERD_GEMV_TC_TRIGGER", 1),
-                         .lt_edge = env_int("INFERD_LT_EDGE", 0),
                          .accum = env_int("INFERD_GEMM_ACCUM", 1) != 0,
                          .accum_min_weight_bytes = env_int("INFERD_GEMM_ACCUM_MIN_BYTES", (int)KCUDA_GEMV_MIN_WEIGHT_BYTES),
                          .search_max_n = env_int("INFERD_GEMM_SEARCH_MAX_N", 512),
@@ -568,15 +567,6 @@ int kern_attn_last_splits(const kern_ctx *ctx)
         return kcuda_attn_planned_splits();
 #endif
     return 1;
-}
-
-int kern_lt_edges_made(void)
-{
-#ifdef INFERD_HAVE_CUDA
-    return kcuda_lt_edges_made();
-#else
-    return 0;
-#endif
 }
 
 void *kern_host_alloc(kern_ctx *ctx, size_t bytes)

@@ -147,7 +147,6 @@ inferd_status kcuda_graph_end(kern_ctx *ctx, kern_graph **out);
 void kcuda_graph_launch(kern_ctx *ctx, kern_graph *g);
 void kcuda_graph_free(kern_ctx *ctx, kern_graph *g);
 int kcuda_attn_planned_splits(void);
-int kcuda_lt_edges_made(void);
 void *kcuda_host_alloc(kern_ctx *ctx, size_t bytes);
 void kcuda_host_free(kern_ctx *ctx, void *p);
 inferd_status kcuda_measure_ceilings(kern_ctx *ctx, kern_ceilings *out);

@@ -250,9 +250,6 @@ typedef struct {
                             programmatic dependents (the next GEMV, the decode attention) once its weights
                             are read, so their CTAs start during its sums and epilogue; 2: at every n;
                             0: at its end (INFERD_GEMV_TC_TRIGGER) */
-    int lt_edge;       /* 1: a cuBLASLt product captured right behind a kernel of ours that fences its writes
-                          and does not trigger early (the decode attention, SiLU * up past gemv_max_n, the
-                          tensor-core GEMV's O product) takes a programmatic edge from it (INFERD_LT_EDGE) */
     bool accum;        /* kern_matmul_accum_fast may hold (INFERD_GEMM_ACCUM=0: never, the forward adds in the norm) */
     int64_t accum_min_weight_bytes; /* ... for weights of at least this size (INFERD_GEMM_ACCUM_MIN_BYTES, 1 MiB) */
     int search_max_n; /* cuBLASLt products of at most this many tokens time the heuristic's first candidates
@@ -583,10 +580,6 @@ void kern_graph_free(kern_ctx *ctx, kern_graph *g);
  * capture uses it to share one graph between context buckets whose plans
  * do not split. */
 int kern_attn_last_splits(const kern_ctx *ctx);
-
-/* Programmatic edges into cuBLASLt products made in graph captures so far
- * in this process (kern_gemm_opts.lt_edge; 0 without CUDA): a test hook. */
-int kern_lt_edges_made(void);
 
 /* Page-locked host memory (CUDA: cudaMallocHost; CPU: plain memory), for
  * inputs copied by kern_memcpy_h2d while the host goes on: a copy from it is

@@ -188,8 +188,6 @@ static int attn_use_pdl(const kern_ctx *ctx, int n)
         env_is("INFERD_ATTN_PDL", "0", "decode attention launched plainly behind the GEMVs");
     if (kcuda_attn_pdl_force >= 0)
         return kcuda_attn_pdl_force;
-    if (!env_early && kcuda_ops_pdl(ctx, n) && ctx->gemm.lt_edge)
-        return 3; /* O on cuBLASLt behind it, through a programmatic edge (kcuda_lt_edge) */
     if (env_early || kcuda_ops_pdl(ctx, n))
         return 1;
     if (env_plain)

@@ -69,10 +69,7 @@ typedef struct {
     int pipe;                     /* decode: 1 = K/V through the cp.async ring (attention_decode.cu) */
     int tc;                       /* decode: 1 = the tensor-core body (kcuda_attn_decode_tc_supported) */
     int pdl;                      /* decode: 1 = launched as programmatic dependents (attention.cu),
-                                   * 2 = the same, its CTAs triggering theirs at exit,
-                                   * 3 = as 2, each CTA fencing its writes before it exits (the
-                                   * product behind it on cuBLASLt takes a programmatic edge,
-                                   * kcuda_lt_edge) */
+                                   * 2 = the same, its CTAs triggering theirs at exit */
     int kv_fp8;                   /* decode: k_cache / v_cache hold fp8 e4m3 bytes (every decode body
                                    * reads them); the prefill kernels always read bf16 (attention.cu) */
     int warps;                    /* decode, the tensor-core bodies: warps a CTA, 8 / 12 (/ 16 fp8) where a

@@ -71,10 +71,7 @@
  * each reads only the step's uploaded inputs (query_start_loc, seq_lens)
  * before kc_pdl_wait, and q, K/V and the partials after it. A decode CTA
  * triggers its own dependents at its start (a.pdl 1) or, with a.pdl 2,
- * at its exit (the merge's launch then only overlaps the decode's end);
- * with a.pdl 3 also at its exit, each CTA (decode or merge) fencing its
- * writes first, so a cuBLASLt product behind it, which never waits, may
- * take a programmatic edge (kcuda_lt_edge).
+ * at its exit (the merge's launch then only overlaps the decode's end).
  */
 #include <type_traits>
 
@@ -567,8 +564,6 @@ __device__ __forceinline__ void dec_cta_finish(const kc_attn_args &a, const dec_
     }
     if (a.part_o && a.merge_cnt)
         dec_fused_merge(a, c.seq, c.q0, c.h0, c.nhc, c.n_splits, (float *)&red);
-    if (a.pdl == 3) /* the CTA's writes visible before it exits: a product without a PDL wait may follow */
-        __threadfence();
 }
 
 /* PIPE: K/V through the shared-memory ring (DEC_RING_BYTES of dynamic
@@ -579,7 +574,7 @@ template <int GMAX, int TG, bool PIPE, bool F8>
 static __global__ void __launch_bounds__(DEC_THREADS, KC_ATTN_DEC_CTAS_PER_SM(GMAX))
     attn_decode_kernel(const kc_attn_args a)
 {
-    if (a.pdl < 2)
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     __shared__ typename std::conditional<PIPE, dec_no_red, dec_red<GMAX>>::type red_static;
@@ -689,7 +684,7 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC_CTAS_PE
 {
     static_assert(GMAX <= 8, "the group's heads are rows 0..7 of the m16 tile");
     constexpr int LD = D + DTC_PAD, STAGE = 2 * DTC_KEYS * LD; /* K then V tile */
-    if (a.pdl < 2)
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
@@ -895,7 +890,7 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC8_CTAS_P
 {
     static_assert(GMAX <= 8, "the group's heads are the 8 columns of the n8 tile");
     constexpr int TILE = DTC_KEYS * D, STAGE = 2 * TILE, QD = D / 4; /* bytes */
-    if (a.pdl < 2)
+    if (a.pdl != 2)
         kc_pdl_trigger();
     extern __shared__ uint4 dec_ring[];
     dec_red<GMAX, W> &red = *(dec_red<GMAX, W> *)dec_ring;
@@ -1054,8 +1049,7 @@ static __global__ void __launch_bounds__(W * 32, DTC_MINB(KC_ATTN_DEC_TC8_CTAS_P
  * combine the splits' partials (dec_merge_head). */
 static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const kc_attn_args a)
 {
-    if (a.pdl < 3)
-        kc_pdl_trigger();
+    kc_pdl_trigger();
     __shared__ float sm_w[MERGE_HEADS][KC_ATTN_MAX_SPLITS];
     const int seq = blockIdx.x, warp = threadIdx.x >> 5, h = blockIdx.y * MERGE_HEADS + warp;
     const int q0 = a.qsl[seq], q1 = a.qsl[seq + 1], L = a.seq_lens[seq]; /* issued together */
@@ -1065,8 +1059,6 @@ static __global__ void __launch_bounds__(MERGE_THREADS) attn_merge_kernel(const 
     const int64_t pb = ((int64_t)seq * a.nh + h) * a.max_splits;
     kc_pdl_wait(); /* the partials are the decode kernel's output */
     dec_merge_head<32>(a, q0, h, pb, ns, sm_w[warp]);
-    if (a.pdl == 3)
-        __threadfence();
 }
 
 template <int GMAX, bool PIPE, bool F8>
@@ -1233,6 +1225,4 @@ void kcuda_attn_decode_launch(const kcuda_state *st, const kc_attn_args *a)
                   a->pdl != 0, *a);
         KCUDA_LAUNCH_CHECK();
     }
-    if (a->pdl == 3)
-        kcuda_fenced_tail((kcuda_state *)st);
 }

@@ -65,7 +65,6 @@ typedef struct {
     kcuda_gemm_plan *plans;     /* [KCUDA_GEMM_PLANS] cache, gemm.cu */
     int n_plans, next_plan;
     int *attn_merge_cnt;        /* [KC_ATTN_MERGE_COUNTERS(n_sms)] decode fused-merge counters, attention.cu */
-    void *fenced_node;          /* cudaGraphNode_t: the captured node of the last fenced kernel (kcuda_fenced_tail), or NULL */
 } kcuda_state;
 
 #define KCUDA_GEMM_WS_BYTES ((size_t)32 << 20)
@@ -314,13 +313,6 @@ static inline bool kcuda_ops_pdl(const kern_ctx *ctx, int64_t n)
 {
     return n > ctx->gemm.gemv_max_n;
 }
-
-/* Programmatic edges into cuBLASLt (kern_gemm_opts.lt_edge, graph.cu):
- * kcuda_fenced_tail right after launching a kernel that triggers nothing
- * early and fences its writes before every CTA exits, kcuda_lt_edge right
- * before a cuBLASLt launch. */
-void kcuda_fenced_tail(kcuda_state *st);
-void kcuda_lt_edge(kcuda_state *st);
 
 /* Launch kern<<<grid, block, smem, s>>>(args), with the programmatic
  * stream-serialization attribute when pdl (the kernel then calls

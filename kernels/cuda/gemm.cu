@@ -285,7 +285,6 @@ static void gemm_run(kern_ctx *ctx, void *out, int out_f32, const void *in, cons
         return;
     const float alpha = 1.0f;
     kcuda_gemm_plan *pl = plan_get(ctx, w, n, out_f32, in, out);
-    kcuda_lt_edge(st);
     if (pl->has_algo) {
         CUBLAS_CHECK(cublasLtMatmul(st->lt, pl->desc, &alpha, w->data, pl->la, in, pl->lb, &beta, out, pl->ld,
                                     out, pl->ld, &pl->algo, st->gemm_ws, st->gemm_ws_bytes, st->stream));

@@ -175,8 +175,6 @@ struct gemv_args {
               * shared memory (gemv_xs_fit), 0: read through L1 */
     int trigger; /* the tensor-core form: trigger its programmatic dependents once its weights are
                   * read (kern_gemm_opts.gemv_tc_trigger), else at its end */
-    int fence;   /* the tensor-core form without trigger: each CTA fences its writes before it exits
-                  * (kcuda_lt_edge: a cuBLASLt product may follow through a programmatic edge) */
 };
 
 /* The weight row of a warp's row slot r (of RPW). STORE and RESID: RPW
@@ -862,10 +860,6 @@ static __global__ void __launch_bounds__(TCG_WARPS * 32, S > 0 ? 4 : 1) gemv_tc_
                 gemv_rope_pair(a, t, row, x1, x2, a.rope.positions[t], a.rope.slot_mapping[t]);
         }
     }
-    if constexpr (EPI == KERN_EPI_RESID) {
-        if (a.fence)
-            __threadfence();
-    }
 }
 
 /* Whether a tensor-core launch of nt2 n-tiles and ctas CTAs streams its
@@ -1071,11 +1065,7 @@ void kcuda_matmul_fused(kern_ctx *ctx, void *out, const void *in, const kern_wei
         f->after_attention && !tc && f->epi == KERN_EPI_RESID && !f->norm ? kcuda_gemv_preload(ctx, n) : 0;
     if (tc) {
         a.trigger = tcg_trigger(ctx, n);
-        /* O (after the attention) at two n-tiles: gate/up behind it is on cuBLASLt */
-        a.fence = ctx->gemm.lt_edge && !a.trigger && f->after_attention;
         gemv_tc_launch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_tc_ring, st->n_sms, false, f->epi, f->rms, a);
-        if (a.fence)
-            kcuda_fenced_tail(st);
     } else {
         gemv_xs_fit(ctx, &a, n, f->norm != NULL);
         gemv_dispatch(st->stream, ctx->gemm.pdl, ctx->gemm.gemv_variant, false, f->epi, f->norm != NULL, a, n);

@@ -1,6 +1,5 @@
 /* kernels/cuda/graph.cu: CUDA graph capture and replay on the ctx's stream,
- * programmatic edges into cuBLASLt inside a capture, and page-locked host
- * memory for the inputs copied before a replay.
+ * and page-locked host memory for the inputs copied before a replay.
  *
  * A graph is captured with cudaStreamCaptureModeThreadLocal: only this
  * thread's unsafe calls (allocation, synchronous copies) break the capture,
@@ -27,59 +26,6 @@ int kcuda_attn_planned_splits(void)
     return kcuda_attn_last_splits;
 }
 
-static int lt_edges_made; /* kcuda_lt_edges_made */
-
-int kcuda_lt_edges_made(void)
-{
-    return lt_edges_made;
-}
-
-/* Programmatic edges into cuBLASLt (kern_gemm_opts.lt_edge). cuBLASLt
- * launches its kernels plainly and they never wait on a prerequisite grid,
- * so in a graph each waits for the kernel before it to finish, flush and
- * retire before its first CTA starts (about 3 us a boundary, docs/PERF.md).
- * Where that kernel is ours, triggers nothing early and fences its writes
- * before every CTA exits, the product may instead start as soon as the
- * last CTA has exited: kcuda_fenced_tail, called right after such a launch
- * while capturing, remembers its node, and kcuda_lt_edge, called right
- * before a cuBLASLt launch, turns the capture's edge from that node (when
- * it is still the stream's only dependency) into a programmatic one. */
-void kcuda_fenced_tail(kcuda_state *st)
-{
-    st->fenced_node = NULL;
-#ifndef KEMU_H
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) == cudaSuccess &&
-        cs == cudaStreamCaptureStatusActive && nd == 1)
-        st->fenced_node = (void *)deps[0];
-#endif
-}
-
-void kcuda_lt_edge(kcuda_state *st)
-{
-#ifndef KEMU_H
-    cudaGraphNode_t node = (cudaGraphNode_t)st->fenced_node;
-    st->fenced_node = NULL;
-    if (!node)
-        return;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    if (cudaStreamGetCaptureInfo(st->stream, &cs, NULL, NULL, &deps, NULL, &nd) != cudaSuccess ||
-        cs != cudaStreamCaptureStatusActive || nd != 1 || deps[0] != node)
-        return;
-    cudaGraphEdgeData e = {};
-    e.from_port = cudaGraphKernelNodePortProgrammatic;
-    e.type = cudaGraphDependencyTypeProgrammatic;
-    CUDA_CHECK(cudaStreamUpdateCaptureDependencies(st->stream, &node, &e, 1, cudaStreamSetCaptureDependencies));
-    lt_edges_made++;
-#else
-    st->fenced_node = NULL;
-#endif
-}
-
 #ifndef KEMU_H
 
 struct kern_graph {
@@ -92,7 +38,6 @@ struct kern_graph {
 inferd_status kcuda_graph_begin(kern_ctx *ctx)
 {
     kcuda_state *st = kcuda_st(ctx);
-    st->fenced_node = NULL;
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

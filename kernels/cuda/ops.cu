@@ -382,7 +382,6 @@ struct silu_rms_args {
     const uint16_t *gu, *x;
     int f, d, per_part;
     float eps;
-    int fence; /* no early trigger; each CTA fences its writes before it exits (kcuda_lt_edge) */
 };
 
 /* One item (8 columns with VEC8, else 1) of silu_mul_rms_kernel from its
@@ -415,8 +414,7 @@ template <bool VEC8> struct silu_item {
  * block's sum, so the kernel's two reads from the L2 take one round trip. */
 template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const silu_rms_args p)
 {
-    if (!p.fence)
-        kc_pdl_trigger();
+    kc_pdl_trigger();
     kc_pdl_wait(); /* a programmatic dependent (kcuda_ops_pdl): its inputs are the last kernel's */
     __shared__ float red[33];
     const int64_t row = blockIdx.x;
@@ -434,8 +432,6 @@ template <bool VEC8, bool XVEC> static __global__ void silu_mul_rms_kernel(const
         if ((it += blockDim.x) < i1)
             v.load(g, f, it * per);
     }
-    if (p.fence)
-        __threadfence();
 }
 
 /* Contract (kern_silu_mul_rms): kcuda_silu_mul of bf16(g r), bf16(u r), r =
@@ -449,10 +445,10 @@ void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, in
     const int items = vec ? f / 8 : f;
     const int64_t want = kcuda_cdiv(4 * (int64_t)st->n_sms, n), most = kcuda_cdiv(items, 256);
     const int parts = (int)(want < 1 ? 1 : want > most ? most : want);
-    const bool pdl = kcuda_ops_pdl(ctx, n);
     const silu_rms_args a = {(uint16_t *)out, (const uint16_t *)gate_up, (const uint16_t *)x, f, d,
-                             (int)kcuda_cdiv(items, parts), eps, pdl && ctx->gemm.lt_edge};
+                             (int)kcuda_cdiv(items, parts), eps};
     const dim3 grid((unsigned)n, (unsigned)parts);
+    const bool pdl = kcuda_ops_pdl(ctx, n);
     if (vec && xvec)
         kc_launch(silu_mul_rms_kernel<true, true>, grid, 256, 0, st->stream, pdl, a);
     else if (vec)
@@ -462,8 +458,6 @@ void kcuda_silu_mul_rms(kern_ctx *ctx, void *out, const void *gate_up, int n, in
     else
         kc_launch(silu_mul_rms_kernel<false, false>, grid, 256, 0, st->stream, pdl, a);
     KCUDA_LAUNCH_CHECK();
-    if (a.fence) /* down behind it on cuBLASLt (n > gemv_max_n) */
-        kcuda_fenced_tail(st);
 }
 
 /* --- RoPE + paged K/V write ------------------------------------------------------ */
