@@ -504,6 +504,7 @@ struct rope_kv_args {
 /* N (1, 2 or 4) adjacent bf16 values at p (N-element aligned) in one access. */
 template <int N> __device__ __forceinline__ void rope_ld(const uint16_t *p, uint16_t (&x)[N])
 {
+    static_assert(N == 1 || N == 2 || N == 4, "accesses of 1, 2 or 4 values");
     if constexpr (N == 1) {
         x[0] = *p;
     } else if constexpr (N == 2) {
@@ -515,8 +516,10 @@ template <int N> __device__ __forceinline__ void rope_ld(const uint16_t *p, uint
         x[2] = (uint16_t)(u.y & 0xFFFFu), x[3] = (uint16_t)(u.y >> 16);
     }
 }
+/* ... and stored there, as rope_ld reads them. */
 template <int N> __device__ __forceinline__ void rope_st(uint16_t *p, const uint16_t (&x)[N])
 {
+    static_assert(N == 1 || N == 2 || N == 4, "accesses of 1, 2 or 4 values");
     if constexpr (N == 1)
         *p = x[0];
     else if constexpr (N == 2)
